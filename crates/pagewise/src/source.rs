@@ -1,0 +1,370 @@
+//! The page source: the one place where pagewise talks to the operating system.
+//!
+//! Everything above this module is policy (which pages to keep, which to give
+//! back, when). Everything in this module is mechanism: map address space,
+//! unmap it, purge pages, read a clock. Keeping the boundary this small lets the
+//! policy be tested against [`FakePages`] (counted exactly, time under the
+//! test's control, runnable under Miri) and lets later work (memfd-backed
+//! reservations for meshing) swap the mechanism without touching the policy.
+//!
+//! Every call that reaches the kernel is counted in [`SyscallCounts`].
+
+use core::ptr::NonNull;
+use core::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
+
+/// How purged pages are given back to the kernel.
+///
+/// ```
+/// use pagewise::Purge;
+/// assert_eq!(Purge::default(), Purge::DontNeed);
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Purge {
+    /// `MADV_DONTNEED`: the pages leave RSS at once and read back as zeros.
+    /// The default, because users and monitors read RSS (mimalloc #776).
+    #[default]
+    DontNeed,
+    /// `MADV_FREE`: the kernel takes the pages only under memory pressure.
+    /// Cheaper to reuse, but RSS does not drop until the kernel needs memory.
+    Free,
+}
+
+/// Counts of the memory system calls a page source has made.
+///
+/// ```
+/// use pagewise::PageSource;
+/// let s = pagewise::SystemPages::new();
+/// assert_eq!(s.syscalls().mmap, 0);
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SyscallCounts {
+    /// `mmap` calls (including failed ones).
+    pub mmap: u64,
+    /// `munmap` calls, including those that trim an over-sized mapping.
+    pub munmap: u64,
+    /// `madvise` calls.
+    pub madvise: u64,
+    /// Bytes currently mapped (address space held from the OS).
+    pub mapped_bytes: u64,
+    /// Highest value `mapped_bytes` has reached.
+    pub peak_mapped_bytes: u64,
+    /// Total bytes passed to `madvise` for purging.
+    pub purged_bytes: u64,
+}
+
+/// The counters behind [`SyscallCounts`], shared by every source.
+#[derive(Default)]
+pub struct SyscallCounters {
+    mmap: AtomicU64,
+    munmap: AtomicU64,
+    madvise: AtomicU64,
+    mapped: AtomicU64,
+    peak_mapped: AtomicU64,
+    purged: AtomicU64,
+}
+
+impl SyscallCounters {
+    /// Counters at zero (usable in a `static`).
+    pub const fn new() -> Self {
+        SyscallCounters {
+            mmap: AtomicU64::new(0),
+            munmap: AtomicU64::new(0),
+            madvise: AtomicU64::new(0),
+            mapped: AtomicU64::new(0),
+            peak_mapped: AtomicU64::new(0),
+            purged: AtomicU64::new(0),
+        }
+    }
+    fn mapped(&self, bytes: usize) {
+        let now = self.mapped.fetch_add(bytes as u64, Relaxed) + bytes as u64;
+        self.peak_mapped.fetch_max(now, Relaxed);
+    }
+    fn unmapped(&self, bytes: usize) {
+        self.mapped.fetch_sub(bytes as u64, Relaxed);
+    }
+    /// A snapshot of the counts.
+    pub fn snapshot(&self) -> SyscallCounts {
+        SyscallCounts {
+            mmap: self.mmap.load(Relaxed),
+            munmap: self.munmap.load(Relaxed),
+            madvise: self.madvise.load(Relaxed),
+            mapped_bytes: self.mapped.load(Relaxed),
+            peak_mapped_bytes: self.peak_mapped.load(Relaxed),
+            purged_bytes: self.purged.load(Relaxed),
+        }
+    }
+}
+
+/// Where pagewise gets its memory.
+///
+/// # Safety
+/// Implementations must return from [`map`](PageSource::map) memory that is
+/// readable, writable, zero-filled, aligned to `align`, exclusively owned by
+/// the caller until passed back to [`unmap`](PageSource::unmap), and never
+/// obtained from the global allocator (pagewise may *be* the global allocator).
+/// After a successful [`purge`](PageSource::purge) with [`Purge::DontNeed`]
+/// the range must read as zeros.
+pub unsafe trait PageSource: Sync {
+    /// Maps `size` bytes (a multiple of the OS page) aligned to `align` (a
+    /// power of two, at least the OS page). Returns `None` when the OS refuses.
+    fn map(&self, size: usize, align: usize) -> Option<NonNull<u8>>;
+    /// Returns a mapping (or a page-aligned part of one) to the OS.
+    ///
+    /// # Safety
+    /// `ptr..ptr+size` was returned by `map` and is not used afterwards.
+    unsafe fn unmap(&self, ptr: NonNull<u8>, size: usize);
+    /// Tells the OS the contents of `ptr..ptr+size` are no longer needed.
+    /// Returns false if the OS refused; the caller then keeps treating the
+    /// range as committed.
+    ///
+    /// # Safety
+    /// The range is page-aligned, inside a live mapping, and holds no live data.
+    unsafe fn purge(&self, ptr: NonNull<u8>, size: usize, how: Purge) -> bool;
+    /// Milliseconds on a monotonic clock (the decay timer's time base).
+    fn now_ms(&self) -> u64;
+    /// The counts of calls made so far.
+    fn syscalls(&self) -> SyscallCounts;
+}
+
+/// The real page source: anonymous private mappings from the kernel.
+///
+/// Alignment is obtained without over-mapping in the common case: mappings are
+/// requested at a hint address that is already aligned and advances past each
+/// mapping, so the kernel's answer is aligned. Only when the kernel places the
+/// mapping elsewhere does the source fall back to mapping `size + align` once
+/// and trimming both ends (seed 000's amplifier, now a rare event rather than
+/// one per page turnover).
+///
+/// ```
+/// use pagewise::{PageSource, SystemPages, Purge};
+/// let pages = SystemPages::new();
+/// let p = pages.map(1 << 22, 1 << 22).unwrap();
+/// assert_eq!(p.as_ptr() as usize % (1 << 22), 0);
+/// // SAFETY: the mapping is ours and holds no live data.
+/// unsafe {
+///     assert!(pages.purge(p, 4096, Purge::DontNeed));
+///     pages.unmap(p, 1 << 22);
+/// }
+/// assert_eq!(pages.syscalls().madvise, 1);
+/// ```
+pub struct SystemPages {
+    hint: AtomicUsize,
+    counters: SyscallCounters,
+}
+
+/// Where the aligned-hint search starts: 2 TiB, far above the heap and the
+/// usual mmap area, below the 47-bit user address limit.
+const HINT_START: usize = 2 << 40;
+const HINT_END: usize = 96 << 40;
+
+impl SystemPages {
+    /// A source with fresh counters.
+    pub const fn new() -> Self {
+        SystemPages {
+            hint: AtomicUsize::new(HINT_START),
+            counters: SyscallCounters::new(),
+        }
+    }
+
+    fn mmap_at(&self, hint: usize, size: usize) -> Option<usize> {
+        self.counters.mmap.fetch_add(1, Relaxed);
+        // SAFETY: an anonymous private mapping without MAP_FIXED never replaces
+        // existing mappings; the hint is only a hint.
+        let p = unsafe {
+            libc::mmap(
+                hint as *mut libc::c_void,
+                size,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                -1,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return None;
+        }
+        self.counters.mapped(size);
+        Some(p as usize)
+    }
+
+    fn munmap_raw(&self, addr: usize, size: usize) {
+        if size == 0 {
+            return;
+        }
+        self.counters.munmap.fetch_add(1, Relaxed);
+        // SAFETY: callers pass page-aligned ranges of mappings this source made
+        // and no longer uses.
+        let rc = unsafe { libc::munmap(addr as *mut libc::c_void, size) };
+        if rc == 0 {
+            self.counters.unmapped(size);
+        }
+    }
+
+    /// Claims the next aligned hint, so concurrent callers try disjoint ranges.
+    fn next_hint(&self, size: usize, align: usize) -> usize {
+        let mut cur = self.hint.load(Relaxed);
+        loop {
+            let start = (cur + align - 1) & !(align - 1);
+            let next = if start + size > HINT_END {
+                HINT_START
+            } else {
+                start + size
+            };
+            match self.hint.compare_exchange_weak(cur, next, Relaxed, Relaxed) {
+                Ok(_) => return start,
+                Err(seen) => cur = seen,
+            }
+        }
+    }
+}
+
+impl Default for SystemPages {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+// SAFETY: mappings are fresh anonymous private mappings (zero-filled, RW),
+// aligned by construction below, and never come from the global allocator.
+// MADV_DONTNEED on private anonymous memory makes it read back as zeros.
+unsafe impl PageSource for SystemPages {
+    fn map(&self, size: usize, align: usize) -> Option<NonNull<u8>> {
+        let hint = self.next_hint(size, align);
+        let p = self.mmap_at(hint, size)?;
+        if p % align == 0 {
+            return NonNull::new(p as *mut u8);
+        }
+        // The kernel put it elsewhere: map once with slack and trim the ends.
+        self.munmap_raw(p, size);
+        let p = self.mmap_at(0, size + align)?;
+        let start = (p + align - 1) & !(align - 1);
+        self.munmap_raw(p, start - p);
+        self.munmap_raw(start + size, p + align - start);
+        NonNull::new(start as *mut u8)
+    }
+
+    unsafe fn unmap(&self, ptr: NonNull<u8>, size: usize) {
+        self.munmap_raw(ptr.as_ptr() as usize, size);
+    }
+
+    unsafe fn purge(&self, ptr: NonNull<u8>, size: usize, how: Purge) -> bool {
+        let advice = match how {
+            Purge::DontNeed => libc::MADV_DONTNEED,
+            Purge::Free => libc::MADV_FREE,
+        };
+        self.counters.madvise.fetch_add(1, Relaxed);
+        // SAFETY: the caller guarantees the range is page-aligned, mapped by
+        // us, and holds no live data.
+        let rc = unsafe { libc::madvise(ptr.as_ptr().cast(), size, advice) };
+        if rc == 0 {
+            self.counters.purged.fetch_add(size as u64, Relaxed);
+        }
+        rc == 0
+    }
+
+    fn now_ms(&self) -> u64 {
+        let mut ts = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: `ts` is a valid out-pointer; CLOCK_MONOTONIC_COARSE is a
+        // vDSO call on Linux (no kernel entry) with ~4 ms resolution, plenty
+        // for a decay timer measured in hundreds of milliseconds.
+        unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC_COARSE, &mut ts) };
+        ts.tv_sec as u64 * 1000 + ts.tv_nsec as u64 / 1_000_000
+    }
+
+    fn syscalls(&self) -> SyscallCounts {
+        self.counters.snapshot()
+    }
+}
+
+/// The one alignment every fake mapping gets (the segment size); larger
+/// alignments are refused, as a kernel might refuse a mapping.
+pub const FAKE_ALIGN: usize = crate::layout::SEGMENT;
+
+/// A page source for tests: memory from the system allocator, a clock the
+/// test moves by hand, and the same counters as [`SystemPages`].
+///
+/// It lets the policy above be checked exactly (every "syscall" is counted,
+/// time is deterministic) and run under Miri, which cannot run `mmap`.
+///
+/// ```
+/// use pagewise::{FakePages, PageSource};
+/// let fake = FakePages::new();
+/// fake.advance_ms(250);
+/// assert_eq!(fake.now_ms(), 250);
+/// ```
+pub struct FakePages {
+    clock: AtomicU64,
+    counters: SyscallCounters,
+}
+
+impl FakePages {
+    /// A source with the clock at zero.
+    pub const fn new() -> Self {
+        FakePages {
+            clock: AtomicU64::new(0),
+            counters: SyscallCounters::new(),
+        }
+    }
+    /// Moves the fake clock forward.
+    pub fn advance_ms(&self, ms: u64) {
+        self.clock.fetch_add(ms, Relaxed);
+    }
+}
+
+impl Default for FakePages {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+// SAFETY: memory comes from `std::alloc::System` (not the global allocator),
+// zeroed and aligned as asked; purge with DontNeed writes zeros, as the
+// kernel's MADV_DONTNEED would make the range read.
+unsafe impl PageSource for FakePages {
+    fn map(&self, size: usize, align: usize) -> Option<NonNull<u8>> {
+        self.counters.mmap.fetch_add(1, Relaxed);
+        // Every fake mapping uses one alignment so `unmap` can rebuild the layout.
+        if align > FAKE_ALIGN {
+            return None;
+        }
+        let layout = core::alloc::Layout::from_size_align(size, FAKE_ALIGN).ok()?;
+        // SAFETY: size is non-zero (callers map whole pages).
+        let p = NonNull::new(unsafe {
+            std::alloc::GlobalAlloc::alloc_zeroed(&std::alloc::System, layout)
+        })?;
+        self.counters.mapped(size);
+        Some(p)
+    }
+
+    unsafe fn unmap(&self, ptr: NonNull<u8>, size: usize) {
+        // The fake cannot split an allocation: it only accepts whole mappings,
+        // which is all pagewise ever unmaps.
+        self.counters.munmap.fetch_add(1, Relaxed);
+        self.counters.unmapped(size);
+        let layout = core::alloc::Layout::from_size_align(size, FAKE_ALIGN).expect("fake layout");
+        // SAFETY: the caller returns a whole mapping made by `map` with this
+        // size, and `map` used FAKE_ALIGN for every mapping.
+        unsafe { std::alloc::GlobalAlloc::dealloc(&std::alloc::System, ptr.as_ptr(), layout) };
+    }
+
+    unsafe fn purge(&self, ptr: NonNull<u8>, size: usize, how: Purge) -> bool {
+        self.counters.madvise.fetch_add(1, Relaxed);
+        self.counters.purged.fetch_add(size as u64, Relaxed);
+        if how == Purge::DontNeed {
+            // SAFETY: the caller guarantees the range is ours and holds no live data.
+            unsafe { core::ptr::write_bytes(ptr.as_ptr(), 0, size) };
+        }
+        true
+    }
+
+    fn now_ms(&self) -> u64 {
+        self.clock.load(Relaxed)
+    }
+
+    fn syscalls(&self) -> SyscallCounts {
+        self.counters.snapshot()
+    }
+}
