@@ -126,6 +126,27 @@ pub unsafe trait PageSource: Sync {
     fn syscalls(&self) -> SyscallCounts;
 }
 
+// SAFETY: forwards every call to a source that upholds the contract.
+unsafe impl<T: PageSource + ?Sized> PageSource for &'static T {
+    fn map(&self, size: usize, align: usize) -> Option<NonNull<u8>> {
+        (**self).map(size, align)
+    }
+    unsafe fn unmap(&self, ptr: NonNull<u8>, size: usize) {
+        // SAFETY: forwarded.
+        unsafe { (**self).unmap(ptr, size) }
+    }
+    unsafe fn purge(&self, ptr: NonNull<u8>, size: usize, how: Purge) -> bool {
+        // SAFETY: forwarded.
+        unsafe { (**self).purge(ptr, size, how) }
+    }
+    fn now_ms(&self) -> u64 {
+        (**self).now_ms()
+    }
+    fn syscalls(&self) -> SyscallCounts {
+        (**self).syscalls()
+    }
+}
+
 /// The real page source: anonymous private mappings from the kernel.
 ///
 /// Alignment is obtained without over-mapping in the common case: mappings are

@@ -1,0 +1,164 @@
+//! The retention policy: how long freed memory is kept for reuse, how much,
+//! and how it is given back. Readable from `PAGEWISE_*` environment variables.
+//!
+//! | variable | field | default | meaning |
+//! |---|---|---|---|
+//! | `PAGEWISE_DECAY_MS` | [`Config::decay_ms`] | 1000 | ms a freed span stays committed before it is purged |
+//! | `PAGEWISE_RETAIN_MAX` | [`Config::retain_max_bytes`] | 64M | per heap: committed free bytes kept beyond which the oldest are purged at once |
+//! | `PAGEWISE_PURGE` | [`Config::purge`] | `dontneed` | `dontneed` (RSS drops at once) or `free` (MADV_FREE) |
+//! | `PAGEWISE_BACKGROUND` | [`Config::background`] | `1` | a background thread purges expired memory of idle threads |
+//! | `PAGEWISE_RESERVE` | [`Config::reservation_bytes`] | 1G | address space mapped at a time |
+//!
+//! Sizes accept `K`, `M`, `G` suffixes. A malformed value prints one line on
+//! stderr and the default is used.
+
+use crate::source::Purge;
+
+/// Retention policy of a heap.
+///
+/// ```
+/// let c = pagewise::Config { decay_ms: 50, ..pagewise::Config::default() };
+/// let heap = pagewise::Heap::with_config(c);
+/// # drop(heap);
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Config {
+    /// Milliseconds a retained span (an emptied slab page, a freed large
+    /// object) stays committed before it is purged. Each free restarts the
+    /// clock of the span it lands in. 0 purges at once (and turns every
+    /// turnover into madvise calls: the thrash of seed 000).
+    pub decay_ms: u64,
+    /// Committed free bytes a heap may retain; beyond this the oldest
+    /// retained spans are purged immediately, whatever their age.
+    pub retain_max_bytes: usize,
+    /// How memory is purged.
+    pub purge: Purge,
+    /// Whether a background thread purges expired memory (global allocator
+    /// only). Without it, purging happens on the allocator's slow paths, so a
+    /// process that goes quiet keeps what it had retained.
+    pub background: bool,
+    /// Address space mapped per reservation.
+    pub reservation_bytes: usize,
+}
+
+impl Config {
+    /// The defaults (see the module table).
+    pub const DEFAULT: Config = Config {
+        decay_ms: 1000,
+        retain_max_bytes: 64 << 20,
+        purge: Purge::DontNeed,
+        background: true,
+        reservation_bytes: 1 << 30,
+    };
+
+    /// The defaults, overridden by `PAGEWISE_*` environment variables.
+    /// Reads the environment with `getenv` (no allocation), so it is safe to
+    /// call from inside the allocator.
+    pub fn from_env() -> Config {
+        let mut c = Config::DEFAULT;
+        if let Some(v) = env_parse(b"PAGEWISE_DECAY_MS\0", parse_u64) {
+            c.decay_ms = v;
+        }
+        if let Some(v) = env_parse(b"PAGEWISE_RETAIN_MAX\0", parse_size) {
+            c.retain_max_bytes = v as usize;
+        }
+        if let Some(v) = env_parse(b"PAGEWISE_PURGE\0", parse_purge) {
+            c.purge = v;
+        }
+        if let Some(v) = env_parse(b"PAGEWISE_BACKGROUND\0", parse_bool) {
+            c.background = v;
+        }
+        if let Some(v) = env_parse(b"PAGEWISE_RESERVE\0", parse_size) {
+            c.reservation_bytes = (v as usize).max(crate::layout::SEGMENT);
+        }
+        c
+    }
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config::DEFAULT
+    }
+}
+
+fn env_parse<T>(name: &[u8], parse: fn(&[u8]) -> Option<T>) -> Option<T> {
+    // SAFETY: `name` is NUL-terminated; getenv returns NULL or a C string
+    // that stays valid while the environment is not modified.
+    let p = unsafe { libc::getenv(name.as_ptr().cast()) };
+    if p.is_null() {
+        return None;
+    }
+    // SAFETY: non-null getenv result is a NUL-terminated string.
+    let value = unsafe { core::ffi::CStr::from_ptr(p) }.to_bytes();
+    let parsed = parse(value);
+    if parsed.is_none() {
+        let key = &name[..name.len() - 1];
+        crate::fault::write_stderr(&[
+            b"pagewise: ignoring malformed ",
+            key,
+            b"=",
+            value,
+            b" (using the default)\n",
+        ]);
+    }
+    parsed
+}
+
+/// Parses a decimal integer.
+pub fn parse_u64(s: &[u8]) -> Option<u64> {
+    if s.is_empty() || s.len() > 19 {
+        return None;
+    }
+    s.iter().try_fold(0u64, |acc, &b| {
+        b.is_ascii_digit().then(|| acc * 10 + (b - b'0') as u64)
+    })
+}
+
+/// Parses a size with an optional K/M/G suffix.
+///
+/// ```
+/// use pagewise::config::parse_size;
+/// assert_eq!(parse_size(b"64M"), Some(64 << 20));
+/// assert_eq!(parse_size(b"12"), Some(12));
+/// assert_eq!(parse_size(b"x"), None);
+/// ```
+pub fn parse_size(s: &[u8]) -> Option<u64> {
+    let (digits, shift) = match s.last()? {
+        b'k' | b'K' => (&s[..s.len() - 1], 10),
+        b'm' | b'M' => (&s[..s.len() - 1], 20),
+        b'g' | b'G' => (&s[..s.len() - 1], 30),
+        _ => (s, 0),
+    };
+    parse_u64(digits)?.checked_mul(1 << shift)
+}
+
+fn parse_purge(s: &[u8]) -> Option<Purge> {
+    match s {
+        b"dontneed" | b"DONTNEED" => Some(Purge::DontNeed),
+        b"free" | b"FREE" => Some(Purge::Free),
+        _ => None,
+    }
+}
+
+fn parse_bool(s: &[u8]) -> Option<bool> {
+    match s {
+        b"1" | b"true" | b"on" | b"yes" => Some(true),
+        b"0" | b"false" | b"off" | b"no" => Some(false),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_values() {
+        assert_eq!(parse_u64(b"1500"), Some(1500));
+        assert_eq!(parse_u64(b"-1"), None);
+        assert_eq!(parse_size(b"1G"), Some(1 << 30));
+        assert_eq!(parse_purge(b"free"), Some(Purge::Free));
+        assert_eq!(parse_bool(b"0"), Some(false));
+        assert_eq!(parse_bool(b"maybe"), None);
+    }
+}

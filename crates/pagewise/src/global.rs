@@ -1,0 +1,139 @@
+//! The global allocator: `#[global_allocator] static A: Pagewise = Pagewise;`
+
+use crate::heap::HeapCore;
+use crate::stats::Stats;
+use crate::thread;
+use core::alloc::{GlobalAlloc, Layout};
+
+/// pagewise as the process's global allocator.
+///
+/// Per-thread heaps, no lock on the malloc/free fast path, lock-free
+/// cross-thread frees, and heaps of exited threads reused by new ones.
+///
+/// ```
+/// use std::alloc::{GlobalAlloc, Layout};
+/// let l = Layout::from_size_align(1000, 64).unwrap();
+/// // SAFETY: non-zero layout; freed with the same layout.
+/// unsafe {
+///     let p = pagewise::Pagewise.alloc(l);
+///     assert_eq!(p as usize % 64, 0);
+///     pagewise::Pagewise.dealloc(p, l);
+/// }
+/// ```
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Pagewise;
+
+// SAFETY: pointers come from pagewise heaps, aligned as the layout asks
+// (slot sizes are multiples of the alignment, spans are slice-aligned and
+// split to the alignment, huge objects sit at an aligned offset); null on
+// failure; nothing here panics or allocates through the global allocator.
+unsafe impl GlobalAlloc for Pagewise {
+    #[inline]
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        let heap = thread::current();
+        if heap.is_null() {
+            return core::ptr::null_mut();
+        }
+        // SAFETY: `heap` is the calling thread's own heap.
+        unsafe { (*heap).alloc(layout.size(), layout.align()) }
+    }
+
+    #[inline]
+    unsafe fn dealloc(&self, ptr: *mut u8, _layout: Layout) {
+        // SAFETY: the caller gives back a live allocation; the current heap
+        // (possibly null) is the calling thread's.
+        if unsafe { HeapCore::free_any(ptr, thread::current_or_null()) } {
+            crate::purger::ensure();
+        }
+    }
+
+    #[inline]
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        // SAFETY: forwarded.
+        let p = unsafe { self.alloc(layout) };
+        if !p.is_null() {
+            // SAFETY: `p` is a fresh allocation of at least `size` bytes.
+            unsafe { core::ptr::write_bytes(p, 0, layout.size()) };
+        }
+        p
+    }
+
+    #[inline]
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        let heap = thread::current();
+        if heap.is_null() {
+            return core::ptr::null_mut();
+        }
+        // SAFETY: `heap` is ours; `ptr` is live with `layout` (caller).
+        unsafe { (*heap).realloc(ptr, layout.size(), layout.align(), new_size, heap) }
+    }
+}
+
+/// Usable size of a live allocation made by the global allocator (or any
+/// pagewise heap): at least the requested size.
+///
+/// # Safety
+/// `ptr` is a live pagewise allocation. A foreign pointer aborts.
+///
+/// ```
+/// use std::alloc::{GlobalAlloc, Layout};
+/// let l = Layout::from_size_align(100, 8).unwrap();
+/// // SAFETY: as documented.
+/// unsafe {
+///     let p = pagewise::Pagewise.alloc(l);
+///     assert_eq!(pagewise::usable_size(p), 112);
+///     pagewise::Pagewise.dealloc(p, l);
+/// }
+/// ```
+pub unsafe fn usable_size(ptr: *const u8) -> usize {
+    // SAFETY: forwarded.
+    unsafe { HeapCore::usable_size(ptr) }
+}
+
+/// Gives back to the OS everything the global allocator retains: the
+/// calling thread's empty pages, every heap's retained spans and cached huge
+/// objects, wholly free segments, and reservations left unused (munmap).
+/// Other threads' current pages are released by their next slow path.
+///
+/// ```
+/// pagewise::trim();
+/// ```
+pub fn trim() {
+    let me = thread::current_or_null();
+    if !me.is_null() {
+        // SAFETY: our own heap.
+        unsafe { (*me).trim() };
+    }
+    thread::for_each_heap(|h| {
+        if !core::ptr::eq(h, me) {
+            h.trim_shared();
+        }
+    });
+}
+
+/// A snapshot of the global allocator's counters.
+///
+/// ```
+/// let s = pagewise::stats();
+/// assert!(s.committed_bytes >= s.retained_bytes);
+/// ```
+pub fn stats() -> Stats {
+    let mut s = Stats::ZERO;
+    s.syscalls = crate::source::PageSource::syscalls(&thread::SYSTEM);
+    {
+        // Hold the reservation lock while peeking at current pages, so no
+        // trim can unmap a segment under us (spans are locked per heap later,
+        // after this lock is released: the span lock is always taken first
+        // elsewhere).
+        let _res = thread::RESERVATIONS.lock();
+        thread::for_each_heap(|h| {
+            for (c, n) in h.empty_pages_by_class().iter().enumerate() {
+                s.classes[c].retained_pages += *n as u64;
+            }
+        });
+    }
+    thread::for_each_heap(|h| s.add_heap(h));
+    s.reserved_bytes = thread::RESERVATIONS.lock().reserved_bytes as u64;
+    s.finish();
+    s
+}

@@ -1,0 +1,1013 @@
+//! A heap: size-class queues of slab pages (owner only, no locks), the span
+//! pool (behind a lock, shared with remote frees and the purger), and the
+//! counters behind `stats()`.
+//!
+//! Fast paths:
+//! - allocate: pop the free list of the class's current page;
+//! - free by the owner: push onto the page's free list;
+//! - free by another thread: one CAS onto the page's `thread_free` list.
+//!
+//! Placement: when the current page of a class runs out, the next one is the
+//! fullest non-full page of the class, so sparse pages drain and can be
+//! released (seed 003's most-full-first, seed 002's best fit). A page that
+//! becomes empty goes back to the span pool at once unless it is the class's
+//! current page, which is kept so that a class that repeatedly drains costs
+//! nothing (seed 000); kept pages are released at the next maintenance pass
+//! that finds them still empty.
+
+use crate::config::Config;
+use crate::fault::{misuse, Misuse};
+use crate::layout::{align_up, LARGE_ALIGN_MAX, LARGE_MAX, OS_PAGE, SLICE, SLICE_SHIFT};
+use crate::lock::Locked;
+use crate::page::{Block, Kind, Page};
+use crate::registry;
+use crate::reservation::Reservations;
+use crate::segment::Segment;
+use crate::size_class::{class_for, class_of, CLASSES, PAGE_SLICES, SLOT_SIZE, SMALL_MAX};
+use crate::source::PageSource;
+use crate::spans::{Ctx, Spans};
+use core::cell::UnsafeCell;
+use core::ptr::null_mut;
+use core::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering::*};
+
+/// Candidates looked at when choosing the fullest non-full page.
+const FULLEST_CANDIDATES: usize = 8;
+
+/// A page with no slots, so the fast path needs no null check.
+struct EmptyPage(UnsafeCell<Page>);
+// SAFETY: the empty page is never written: its free list is null, so the
+// fast path falls through to the slow path, which checks for it first.
+unsafe impl Sync for EmptyPage {}
+static EMPTY_PAGE: EmptyPage = EmptyPage(UnsafeCell::new(Page::EMPTY));
+
+fn empty_page() -> *mut Page {
+    EMPTY_PAGE.0.get()
+}
+
+/// A single-writer counter: the owner updates it with a plain load and
+/// store (no locked instruction); other threads read it for stats.
+#[derive(Default)]
+pub struct Counter(AtomicU64);
+
+impl Counter {
+    const ZERO: Counter = Counter(AtomicU64::new(0));
+    #[inline]
+    fn add(&self, n: u64) {
+        self.0.store(self.0.load(Relaxed).wrapping_add(n), Relaxed);
+    }
+    #[inline]
+    fn sub(&self, n: u64) {
+        self.0.store(self.0.load(Relaxed).wrapping_sub(n), Relaxed);
+    }
+    /// The current value.
+    pub fn get(&self) -> u64 {
+        self.0.load(Relaxed)
+    }
+}
+
+/// Per size-class counters of one heap.
+pub struct ClassCounters {
+    /// Slots handed out (cumulative).
+    pub allocs: Counter,
+    /// Slots returned (cumulative; remote frees once collected).
+    pub frees: Counter,
+    /// Bytes requested by those allocations (cumulative).
+    pub requested: Counter,
+    /// Slab pages of the class.
+    pub pages: Counter,
+    /// Slots those pages can hold.
+    pub slots: Counter,
+}
+
+impl ClassCounters {
+    const ZERO: ClassCounters = ClassCounters {
+        allocs: Counter::ZERO,
+        frees: Counter::ZERO,
+        requested: Counter::ZERO,
+        pages: Counter::ZERO,
+        slots: Counter::ZERO,
+    };
+}
+
+#[derive(Clone, Copy)]
+struct Queue {
+    head: *mut Page,
+    len: usize,
+}
+
+impl Queue {
+    const EMPTY: Queue = Queue {
+        head: null_mut(),
+        len: 0,
+    };
+    fn push(&mut self, p: *mut Page) {
+        // SAFETY: `p` is a slab page of this heap, on no queue.
+        unsafe {
+            (*p).prev = null_mut();
+            (*p).next = self.head;
+            if !self.head.is_null() {
+                (*self.head).prev = p;
+            }
+        }
+        self.head = p;
+        self.len += 1;
+    }
+    fn remove(&mut self, p: *mut Page) {
+        // SAFETY: `p` is on this queue.
+        unsafe {
+            if (*p).prev.is_null() {
+                self.head = (*p).next;
+            } else {
+                (*(*p).prev).next = (*p).next;
+            }
+            if !(*p).next.is_null() {
+                (*(*p).next).prev = (*p).prev;
+            }
+            (*p).next = null_mut();
+            (*p).prev = null_mut();
+        }
+        self.len -= 1;
+    }
+}
+
+/// What only the owning thread touches.
+struct Local {
+    queues: [Queue; CLASSES],
+    full: Queue,
+    next_maintenance: u64,
+}
+
+/// One heap. Lives in memory from the page source (never the global
+/// allocator) at a fixed address: pages point back to it.
+pub struct HeapCore {
+    /// The current page of each class. Atomic only so that `stats()` can
+    /// read it from another thread; the owner uses plain loads and stores.
+    direct: [AtomicPtr<Page>; CLASSES],
+    local: UnsafeCell<Local>,
+    /// Frees from other threads into pages on the full list.
+    delayed: AtomicPtr<Block>,
+    /// Span pool, shared with remote large frees and the purger.
+    pub spans: Locked<Spans>,
+    /// Per class counters.
+    pub classes: [ClassCounters; CLASSES],
+    /// Committed bytes in slab pages (owner-maintained).
+    pub slab_committed: Counter,
+    /// Highest `slab_committed + spans.committed` seen by the owner.
+    pub peak_committed: Counter,
+    source: *const dyn PageSource,
+    reservations: *const Locked<Reservations>,
+    /// Retention policy.
+    pub config: Config,
+    /// Thread that owns the heap (0: none, abandoned).
+    pub owner: AtomicUsize,
+    /// Next heap in the list of all heaps.
+    pub next_heap: AtomicPtr<HeapCore>,
+    /// Next heap in the list of abandoned heaps.
+    pub next_abandoned: *mut HeapCore,
+    /// Earliest time a retained span of this heap expires (u64::MAX: none).
+    pub next_deadline: AtomicU64,
+    /// A thread heap of the global allocator (serviced by the purger).
+    pub global: bool,
+}
+
+// SAFETY: owner-only state is behind `local` and only touched by the owning
+// thread (documented on each method); everything else is atomic or locked.
+unsafe impl Sync for HeapCore {}
+// SAFETY: as above; a heap moves between threads only when abandoned/adopted.
+unsafe impl Send for HeapCore {}
+
+impl HeapCore {
+    /// Builds a heap in place.
+    ///
+    /// # Safety
+    /// `at` is writable, aligned memory for a `HeapCore`; `source` and
+    /// `reservations` outlive the heap.
+    pub unsafe fn init_at(
+        at: *mut HeapCore,
+        source: *const dyn PageSource,
+        reservations: *const Locked<Reservations>,
+        config: Config,
+        global: bool,
+    ) {
+        let heap = HeapCore {
+            direct: [const { AtomicPtr::new(null_mut()) }; CLASSES],
+            local: UnsafeCell::new(Local {
+                queues: [Queue::EMPTY; CLASSES],
+                full: Queue::EMPTY,
+                next_maintenance: 0,
+            }),
+            delayed: AtomicPtr::new(null_mut()),
+            spans: Locked::new(Spans::new()),
+            classes: [ClassCounters::ZERO; CLASSES],
+            slab_committed: Counter::ZERO,
+            peak_committed: Counter::ZERO,
+            source,
+            reservations,
+            config,
+            owner: AtomicUsize::new(0),
+            next_heap: AtomicPtr::new(null_mut()),
+            next_abandoned: null_mut(),
+            next_deadline: AtomicU64::new(u64::MAX),
+            global,
+        };
+        for d in &heap.direct {
+            d.store(empty_page(), Relaxed);
+        }
+        // SAFETY: per the caller.
+        unsafe { at.write(heap) };
+    }
+
+    #[inline]
+    fn current_page(&self, class: usize) -> *mut Page {
+        self.direct[class].load(Relaxed)
+    }
+
+    #[inline]
+    fn set_current_page(&self, class: usize, page: *mut Page) {
+        self.direct[class].store(page, Relaxed);
+    }
+
+    /// Per class: 1 if the class's current page holds no live slot.
+    ///
+    /// Safe to call from any thread while the heap's segments stay mapped
+    /// (the caller holds the reservation lock, so no trim unmaps them).
+    pub fn empty_pages_by_class(&self) -> [u8; CLASSES] {
+        let mut out = [0u8; CLASSES];
+        for (c, o) in out.iter_mut().enumerate() {
+            let p = self.current_page(c);
+            // SAFETY: a current page is the empty sentinel or a descriptor in
+            // a mapped segment header; `used` is atomic.
+            if p != empty_page() && unsafe { (*p).used() } == 0 {
+                *o = 1;
+            }
+        }
+        out
+    }
+
+    fn me(&self) -> *mut u8 {
+        self as *const HeapCore as *mut u8
+    }
+
+    /// The page source.
+    pub fn source(&self) -> &dyn PageSource {
+        // SAFETY: the source outlives the heap (init_at contract).
+        unsafe { &*self.source }
+    }
+
+    fn ctx(&self) -> Ctx<'_> {
+        Ctx {
+            source: self.source(),
+            // SAFETY: outlives the heap (init_at contract).
+            reservations: unsafe { &*self.reservations },
+            heap: self.me(),
+            config: &self.config,
+        }
+    }
+
+    /// # Safety
+    /// Only the owning thread may call this, and not reentrantly.
+    #[allow(clippy::mut_from_ref)]
+    #[inline]
+    unsafe fn local(&self) -> &mut Local {
+        // SAFETY: forwarded from the caller.
+        unsafe { &mut *self.local.get() }
+    }
+
+    // ----- allocation -------------------------------------------------------
+
+    /// Allocates `size` bytes at `align` (a power of two). Null when out of
+    /// memory or for impossible requests.
+    ///
+    /// # Safety
+    /// Called by the owning thread only.
+    #[inline]
+    pub unsafe fn alloc(&self, size: usize, align: usize) -> *mut u8 {
+        if size <= SMALL_MAX {
+            let class = if align <= 8 || (align == 16 && size > 8) {
+                class_of(size)
+            } else {
+                match class_for(size, align) {
+                    Some(c) => c,
+                    // SAFETY: forwarded.
+                    None => return unsafe { self.alloc_large(size, align) },
+                }
+            };
+            // SAFETY: forwarded.
+            unsafe { self.alloc_small(class, size) }
+        } else {
+            // SAFETY: forwarded.
+            unsafe { self.alloc_large(size, align) }
+        }
+    }
+
+    /// # Safety
+    /// Owner only.
+    #[inline]
+    unsafe fn alloc_small(&self, class: usize, size: usize) -> *mut u8 {
+        // SAFETY: owner only (caller); `direct` pages are live slab pages of
+        // this heap or the never-written empty page.
+        unsafe {
+            let page = self.current_page(class);
+            let b = (*page).free;
+            if !b.is_null() {
+                (*page).free = (*b).next;
+                (*page).set_used((*page).used() + 1);
+                self.count_alloc(class, size);
+                return b as *mut u8;
+            }
+            self.alloc_slow(class, size)
+        }
+    }
+
+    #[inline]
+    fn count_alloc(&self, class: usize, size: usize) {
+        let c = &self.classes[class];
+        c.allocs.add(1);
+        c.requested.add(size as u64);
+    }
+
+    #[cold]
+    unsafe fn alloc_slow(&self, class: usize, size: usize) -> *mut u8 {
+        // SAFETY: owner only (caller).
+        unsafe {
+            self.process_delayed();
+            let page = self.current_page(class);
+            if page != empty_page() && self.refill(page) {
+                return self.pop(page, class, size);
+            }
+            self.maintenance();
+            if page != empty_page() && !(*page).has_free() {
+                self.retire_exhausted(page);
+            }
+            let next = match self.fullest_nonfull(class) {
+                Some(p) => p,
+                None => match self.new_slab_page(class) {
+                    Some(p) => p,
+                    None => return null_mut(),
+                },
+            };
+            self.set_current_page(class, next);
+            if !self.refill(next) {
+                return null_mut();
+            }
+            self.pop(next, class, size)
+        }
+    }
+
+    /// # Safety
+    /// Owner only; `page` has a free slot.
+    unsafe fn pop(&self, page: *mut Page, class: usize, size: usize) -> *mut u8 {
+        // SAFETY: per the caller.
+        unsafe {
+            let b = (*page).free;
+            (*page).free = (*b).next;
+            (*page).set_used((*page).used() + 1);
+            self.count_alloc(class, size);
+            b as *mut u8
+        }
+    }
+
+    /// Gives `page` a free slot if it can: remote frees first, then fresh
+    /// slots. Owner only.
+    unsafe fn refill(&self, page: *mut Page) -> bool {
+        // SAFETY: owner only; `page` is a slab page of this heap.
+        let p = unsafe { &mut *page };
+        if p.has_free() {
+            return true;
+        }
+        let n = p.collect_thread_free();
+        if n > 0 {
+            self.classes[p.class as usize].frees.add(n as u64);
+            return true;
+        }
+        if p.capacity < p.reserved {
+            let (first, count) = p.extend();
+            // SAFETY: `first` is inside this page's segment.
+            let seg = unsafe { &*Segment::of(crate::layout::segment_base(first)) };
+            let newly = seg.set_committed(seg.os_page(first), count);
+            self.slab_committed.add((newly * OS_PAGE) as u64);
+            self.note_peak();
+            return true;
+        }
+        false
+    }
+
+    /// Moves an exhausted current page to the full list (unless remote frees
+    /// just arrived). Owner only.
+    unsafe fn retire_exhausted(&self, page: *mut Page) {
+        // SAFETY: owner only; `page` is this heap's current page of its class.
+        unsafe {
+            let p = &mut *page;
+            // If remote frees arrived meanwhile, try_mark_full collected
+            // them and the page stays on its queue with free slots.
+            if p.try_mark_full() {
+                let l = self.local();
+                l.queues[p.class as usize].remove(page);
+                l.full.push(page);
+            }
+        }
+    }
+
+    /// The fullest page of the class queue (among the first few), other
+    /// than an exhausted current page. Owner only.
+    unsafe fn fullest_nonfull(&self, class: usize) -> Option<*mut Page> {
+        // SAFETY: owner only.
+        let l = unsafe { self.local() };
+        let mut best: *mut Page = null_mut();
+        let mut p = l.queues[class].head;
+        let mut seen = 0;
+        while !p.is_null() && seen < FULLEST_CANDIDATES {
+            // SAFETY: queue entries are slab pages of this heap.
+            let pg = unsafe { &*p };
+            let usable =
+                pg.has_free() || pg.capacity < pg.reserved || pg.thread_free.load(Relaxed) > 1;
+            // SAFETY: as above.
+            if usable && (best.is_null() || pg.used() > unsafe { (*best).used() }) {
+                best = p;
+            }
+            seen += 1;
+            p = pg.next;
+        }
+        (!best.is_null()).then_some(best)
+    }
+
+    unsafe fn new_slab_page(&self, class: usize) -> Option<*mut Page> {
+        let slices = PAGE_SLICES[class] as usize;
+        let (page, committed) = {
+            let ctx = self.ctx();
+            let mut spans = self.spans.lock();
+            spans.take_for_slab(&ctx, slices)?
+        };
+        self.slab_committed.add(committed as u64);
+        // SAFETY: a freshly taken span, exclusively ours.
+        let p = unsafe { &mut *page };
+        p.init_slab(class, SLOT_SIZE[class] as usize, slices * SLICE, self.me());
+        let c = &self.classes[class];
+        c.pages.add(1);
+        c.slots.add(p.reserved as u64);
+        // SAFETY: owner only.
+        unsafe { self.local().queues[class].push(page) };
+        Some(page)
+    }
+
+    /// Returns an empty slab page to the span pool. Owner only.
+    unsafe fn release_page(&self, page: *mut Page) {
+        // SAFETY: owner only; `page` is an empty slab page of this heap, on
+        // its class queue, not the current page.
+        unsafe {
+            let p = &mut *page;
+            let class = p.class as usize;
+            let l = self.local();
+            if p.in_full {
+                l.full.remove(page);
+                p.clear_full();
+            } else {
+                l.queues[class].remove(page);
+            }
+            if self.current_page(class) == page {
+                self.set_current_page(class, empty_page());
+            }
+            let c = &self.classes[class];
+            c.pages.sub(1);
+            c.slots.sub(p.reserved as u64);
+            p.kind = Kind::Free;
+            let now = self.source().now_ms();
+            let ctx = self.ctx();
+            let mut spans = self.spans.lock();
+            let moved = spans.give_back_slab(page, now);
+            self.slab_committed.sub(moved as u64);
+            self.after_span_change(&ctx, &mut spans, now);
+        }
+    }
+
+    // ----- free --------------------------------------------------------------
+
+    /// Frees `ptr`, allocated by any heap. `current` is the calling thread's
+    /// heap (null if it has none), which decides local versus remote free.
+    ///
+    /// Returns true when the free left memory retained (a page or span went
+    /// back to a pool), the cue to make sure the background purger runs.
+    ///
+    /// # Safety
+    /// `current`, if not null, is owned by the calling thread. `ptr` must
+    /// not be used afterwards. Misuse that is detected aborts.
+    #[inline]
+    pub unsafe fn free_any(ptr: *mut u8, current: *const HeapCore) -> bool {
+        let addr = ptr as usize;
+        let Some(base) = registry::header_of(addr) else {
+            misuse(Misuse::Foreign, addr)
+        };
+        // SAFETY: registered segments are mapped and headed by a `Segment`.
+        let seg = unsafe { &*Segment::of(base) };
+        if seg.huge {
+            // SAFETY: the heap of a segment outlives its segments.
+            unsafe { (*(seg.heap as *const HeapCore)).free_huge(seg, addr) };
+            return true;
+        }
+        let page = lookup_page(seg, addr);
+        // SAFETY: `lookup_page` returns a descriptor of this segment.
+        let p = unsafe { &mut *page };
+        match p.kind {
+            Kind::Slab => {
+                if p.slot_index(addr).is_none() {
+                    misuse(Misuse::Misaligned, addr);
+                }
+                let heap = p.heap as *const HeapCore;
+                if heap == current {
+                    // SAFETY: the calling thread owns `current`.
+                    unsafe { (*heap).free_local(page, addr as *mut Block) }
+                } else {
+                    // SAFETY: `heap` outlives its pages; the slot is live.
+                    unsafe { free_remote(page, addr as *mut Block) };
+                    false
+                }
+            }
+            Kind::Large => {
+                if addr != p.start {
+                    misuse(Misuse::Misaligned, addr);
+                }
+                // SAFETY: the heap outlives its pages.
+                unsafe { (*(p.heap as *const HeapCore)).free_large(page) };
+                true
+            }
+            _ => misuse(Misuse::DoubleFree, addr),
+        }
+    }
+
+    /// Frees `ptr` into this heap, which must own it (owned `Heap`s).
+    ///
+    /// # Safety
+    /// Owner only; `ptr` not used afterwards.
+    pub unsafe fn free_own(&self, ptr: *mut u8) -> bool {
+        let addr = ptr as usize;
+        let Some(base) = registry::header_of(addr) else {
+            misuse(Misuse::Foreign, addr)
+        };
+        // SAFETY: registered segments are mapped and headed by a `Segment`.
+        if unsafe { (*Segment::of(base)).heap } != self.me() {
+            misuse(Misuse::WrongHeap, addr);
+        }
+        // SAFETY: we are the owner and `current`.
+        unsafe { HeapCore::free_any(ptr, self) }
+    }
+
+    /// # Safety
+    /// Owner only; `block` is a live slot of `page`, a slab page of this heap.
+    /// Returns true if a page went back to the span pool.
+    #[inline]
+    unsafe fn free_local(&self, page: *mut Page, block: *mut Block) -> bool {
+        // SAFETY: per the caller.
+        unsafe {
+            let p = &mut *page;
+            let used = p.used();
+            if used == 0 || p.free == block {
+                misuse(Misuse::DoubleFree, block as usize);
+            }
+            (*block).next = p.free;
+            p.free = block;
+            p.set_used(used - 1);
+            self.classes[p.class as usize].frees.add(1);
+            if used == 1 || p.in_full {
+                return self.free_slow(page);
+            }
+            false
+        }
+    }
+
+    #[cold]
+    unsafe fn free_slow(&self, page: *mut Page) -> bool {
+        // SAFETY: owner only (caller); `page` is a slab page of this heap.
+        unsafe {
+            let p = &mut *page;
+            let class = p.class as usize;
+            let l = self.local();
+            if p.in_full {
+                l.full.remove(page);
+                p.clear_full();
+                l.queues[class].push(page);
+            }
+            if p.used() == 0 && self.current_page(class) != page {
+                self.release_page(page);
+                return true;
+            }
+            false
+        }
+    }
+
+    /// Handles frees that other threads made into pages on the full list.
+    unsafe fn process_delayed(&self) {
+        if self.delayed.load(Relaxed).is_null() {
+            return;
+        }
+        let mut b = self.delayed.swap(null_mut(), Acquire);
+        while !b.is_null() {
+            // SAFETY: the delayed list holds slots of this heap's pages,
+            // pushed by `free_remote`; we own the list after the swap.
+            unsafe {
+                let next = (*b).next;
+                let seg = &*Segment::of(crate::layout::segment_base(b as usize));
+                let page = lookup_page(seg, b as usize);
+                let _ = self.free_local(page, b);
+                b = next;
+            }
+        }
+    }
+
+    // ----- large and huge ----------------------------------------------------
+
+    #[cold]
+    unsafe fn alloc_large(&self, size: usize, align: usize) -> *mut u8 {
+        if size > LARGE_MAX || align > LARGE_ALIGN_MAX {
+            return self.alloc_huge(size, align);
+        }
+        let n = size.max(1).div_ceil(SLICE);
+        let align_slices = (align / SLICE).max(1);
+        let now = self.source().now_ms();
+        let ctx = self.ctx();
+        let mut spans = self.spans.lock();
+        let Some(page) = spans.take(&ctx, n, align_slices) else {
+            return null_mut();
+        };
+        // SAFETY: a freshly taken span, exclusively ours.
+        let p = unsafe { &mut *page };
+        p.kind = Kind::Large;
+        p.large_size = n * SLICE;
+        p.large_requested = size;
+        spans.commit_whole(page);
+        spans.counts.large_count += 1;
+        spans.counts.large_bytes += n * SLICE;
+        spans.counts.large_requested += size;
+        self.after_span_change(&ctx, &mut spans, now);
+        p.start as *mut u8
+    }
+
+    unsafe fn free_large(&self, page: *mut Page) {
+        let now = self.source().now_ms();
+        let ctx = self.ctx();
+        let mut spans = self.spans.lock();
+        // SAFETY: `page` is a live large span of this heap (checked by kind
+        // under... the caller); the lock serialises span changes.
+        let p = unsafe { &mut *page };
+        if p.kind != Kind::Large {
+            misuse(Misuse::DoubleFree, p.start);
+        }
+        spans.counts.large_count -= 1;
+        spans.counts.large_bytes -= p.large_size;
+        spans.counts.large_requested -= p.large_requested;
+        spans.give_back(page, now);
+        self.after_span_change(&ctx, &mut spans, now);
+    }
+
+    #[cold]
+    fn alloc_huge(&self, size: usize, align: usize) -> *mut u8 {
+        if size > isize::MAX as usize / 2 || align > 1 << 40 {
+            return null_mut();
+        }
+        let now = self.source().now_ms();
+        let ctx = self.ctx();
+        let mut spans = self.spans.lock();
+        let p = spans.take_huge(&ctx, size, align, now);
+        self.after_span_change(&ctx, &mut spans, now);
+        p.map_or(null_mut(), |a| a as *mut u8)
+    }
+
+    fn free_huge(&self, seg: &Segment, addr: usize) {
+        if seg.huge_size == 0 {
+            misuse(Misuse::DoubleFree, addr);
+        }
+        if addr != seg.base() + seg.huge_offset {
+            misuse(Misuse::Misaligned, addr);
+        }
+        let now = self.source().now_ms();
+        let ctx = self.ctx();
+        let mut spans = self.spans.lock();
+        spans.give_back_huge(seg as *const Segment as *mut Segment, now);
+        self.after_span_change(&ctx, &mut spans, now);
+    }
+
+    /// After a span operation: purge what has expired or exceeds the cap,
+    /// and publish the next deadline for the background purger.
+    fn after_span_change(&self, ctx: &Ctx, spans: &mut Spans, now: u64) {
+        let due = self.next_deadline.load(Relaxed) <= now
+            || spans.retained() > self.config.retain_max_bytes;
+        if due || spans.retained() > 0 && self.next_deadline.load(Relaxed) == u64::MAX {
+            let next = spans.decay(ctx, now, false);
+            self.next_deadline.store(next.unwrap_or(u64::MAX), Relaxed);
+        }
+        let total = self.slab_committed.get() + spans.counts.committed as u64;
+        if total > self.peak_committed.get() {
+            self.peak_committed.0.store(total, Relaxed);
+        }
+    }
+
+    fn note_peak(&self) {
+        // Racy read of the span count is fine for a peak estimate.
+        // SAFETY: reading a plain usize another thread may update under the
+        // lock; a torn value is impossible on the supported 64-bit targets.
+        let spans = unsafe { self.spans.get_unchecked().counts.committed } as u64;
+        let total = self.slab_committed.get() + spans;
+        if total > self.peak_committed.get() {
+            self.peak_committed.0.store(total, Relaxed);
+        }
+    }
+
+    /// Owner-side periodic work on slow paths: release current pages that
+    /// stayed empty since the last pass, and run the decay if due.
+    unsafe fn maintenance(&self) {
+        let now = self.source().now_ms();
+        // SAFETY: owner only (caller).
+        let l = unsafe { self.local() };
+        if now < l.next_maintenance {
+            return;
+        }
+        l.next_maintenance = now + (self.config.decay_ms / 2).max(1);
+        for class in 0..CLASSES {
+            let page = self.current_page(class);
+            if page == empty_page() {
+                continue;
+            }
+            // SAFETY: a current page of this heap.
+            let p = unsafe { &mut *page };
+            if p.used() == 0 {
+                if p.idle {
+                    self.set_current_page(class, empty_page());
+                    // SAFETY: empty, on its queue, no longer current.
+                    unsafe { self.release_page(page) };
+                } else {
+                    // Mark it; if still empty at the next pass it goes.
+                    p.idle = true;
+                }
+            } else {
+                p.idle = false;
+            }
+        }
+        if self.next_deadline.load(Relaxed) <= now {
+            let ctx = self.ctx();
+            let mut spans = self.spans.lock();
+            self.after_span_change(&ctx, &mut spans, now);
+        }
+    }
+
+    // ----- sizes and reallocation ---------------------------------------------
+
+    /// Usable size of the allocation at `ptr`.
+    ///
+    /// # Safety
+    /// `ptr` is a live allocation of some pagewise heap.
+    pub unsafe fn usable_size(ptr: *const u8) -> usize {
+        let addr = ptr as usize;
+        let Some(base) = registry::header_of(addr) else {
+            misuse(Misuse::Foreign, addr)
+        };
+        // SAFETY: registered segments are mapped and headed by a `Segment`.
+        let seg = unsafe { &*Segment::of(base) };
+        if seg.huge {
+            return seg.huge_size - (addr - base - seg.huge_offset);
+        }
+        // SAFETY: descriptor of this segment.
+        let p = unsafe { &*lookup_page(seg, addr) };
+        match p.kind {
+            Kind::Slab => p.slot_size as usize,
+            Kind::Large => p.large_size - (addr - p.start),
+            _ => misuse(Misuse::DoubleFree, addr),
+        }
+    }
+
+    /// Resizes the allocation at `ptr` (of `old_size` bytes, alignment
+    /// `align`) to `new_size`, in place when it can.
+    ///
+    /// # Safety
+    /// Owner of the calling thread's heap; `ptr` live; `current` as in `free_any`.
+    pub unsafe fn realloc(
+        &self,
+        ptr: *mut u8,
+        old_size: usize,
+        align: usize,
+        new_size: usize,
+        current: *const HeapCore,
+    ) -> *mut u8 {
+        // SAFETY: `ptr` is live (caller).
+        let usable = unsafe { HeapCore::usable_size(ptr) };
+        if new_size <= usable && (new_size >= usable / 2 || usable <= 64) {
+            return ptr;
+        }
+        // SAFETY: forwarded.
+        if unsafe { self.resize_large_in_place(ptr, new_size) } {
+            return ptr;
+        }
+        // SAFETY: owner (caller).
+        let new = unsafe { self.alloc(new_size, align) };
+        if !new.is_null() {
+            // SAFETY: both live, distinct allocations of at least this size.
+            unsafe {
+                core::ptr::copy_nonoverlapping(ptr, new, old_size.min(new_size));
+                HeapCore::free_any(ptr, current);
+            }
+        }
+        new
+    }
+
+    /// Grows or shrinks a large object of this heap in place.
+    unsafe fn resize_large_in_place(&self, ptr: *mut u8, new_size: usize) -> bool {
+        let addr = ptr as usize;
+        let Some(base) = registry::header_of(addr) else {
+            return false;
+        };
+        // SAFETY: registered segment.
+        let seg = unsafe { &*Segment::of(base) };
+        if seg.huge || seg.heap != self.me() || new_size > LARGE_MAX || new_size <= SMALL_MAX {
+            return false;
+        }
+        let page = lookup_page(seg, addr);
+        // SAFETY: descriptor of this segment.
+        let p = unsafe { &mut *page };
+        if p.kind != Kind::Large || addr != p.start {
+            return false;
+        }
+        let have = p.slice_count as usize;
+        let want = new_size.div_ceil(SLICE);
+        let now = self.source().now_ms();
+        let ctx = self.ctx();
+        let mut spans = self.spans.lock();
+        let ok = if want > have {
+            spans.grow_in_place(page, want - have)
+        } else if want < have {
+            spans.shrink_in_place(page, want, now);
+            true
+        } else {
+            true
+        };
+        if ok {
+            spans.counts.large_bytes = spans.counts.large_bytes - p.large_size + want * SLICE;
+            spans.counts.large_requested =
+                spans.counts.large_requested - p.large_requested + new_size;
+            p.large_size = want * SLICE;
+            p.large_requested = new_size;
+            spans.commit_whole(page);
+            self.after_span_change(&ctx, &mut spans, now);
+        }
+        ok
+    }
+
+    // ----- trim, abandon, drop --------------------------------------------------
+
+    /// Gives back everything retained: empty slab pages, expired or not,
+    /// retained spans and huge objects, wholly free segments and unused
+    /// reservations.
+    ///
+    /// # Safety
+    /// Owner only.
+    pub unsafe fn trim(&self) {
+        // SAFETY: owner only (caller).
+        unsafe {
+            self.process_delayed();
+            self.release_empty_pages();
+        }
+        let ctx = self.ctx();
+        let now = self.source().now_ms();
+        let mut spans = self.spans.lock();
+        spans.decay(&ctx, now, true);
+        spans.release_empty(&ctx);
+        self.next_deadline.store(u64::MAX, Relaxed);
+    }
+
+    /// Collects remote frees everywhere and releases every empty slab page.
+    unsafe fn release_empty_pages(&self) {
+        // SAFETY: owner only (caller).
+        let l = unsafe { self.local() };
+        for class in 0..CLASSES {
+            self.set_current_page(class, empty_page());
+            let mut p = l.queues[class].head;
+            while !p.is_null() {
+                // SAFETY: queue entries are slab pages of this heap.
+                let next = unsafe { (*p).next };
+                // SAFETY: as above; owner only.
+                unsafe { self.collect_and_release_if_empty(p) };
+                p = next;
+            }
+        }
+        let mut p = l.full.head;
+        while !p.is_null() {
+            // SAFETY: full-list entries are slab pages of this heap.
+            let next = unsafe { (*p).next };
+            // SAFETY: as above.
+            unsafe {
+                if (*p).thread_free.load(Relaxed) > 1 {
+                    l.full.remove(p);
+                    (*p).clear_full();
+                    l.queues[(*p).class as usize].push(p);
+                    self.collect_and_release_if_empty(p);
+                }
+            }
+            p = next;
+        }
+    }
+
+    unsafe fn collect_and_release_if_empty(&self, page: *mut Page) {
+        // SAFETY: owner only; a slab page of this heap.
+        unsafe {
+            let n = (*page).collect_thread_free();
+            self.classes[(*page).class as usize].frees.add(n as u64);
+            if (*page).used() == 0 {
+                self.release_page(page);
+            }
+        }
+    }
+
+    /// Prepares the heap to be left without an owner (its thread exited):
+    /// empty pages go back to the span pool, to be purged by decay.
+    ///
+    /// # Safety
+    /// Owner only, as its last act.
+    pub unsafe fn abandon(&self) {
+        // SAFETY: owner only.
+        unsafe {
+            self.process_delayed();
+            self.release_empty_pages();
+        }
+        self.owner.store(0, Release);
+    }
+
+    /// Gives back what can be given back without the owner: retained spans,
+    /// cached huge objects, wholly free segments (any thread).
+    pub fn trim_shared(&self) {
+        let ctx = self.ctx();
+        let now = self.source().now_ms();
+        let mut spans = self.spans.lock();
+        spans.decay(&ctx, now, true);
+        spans.release_empty(&ctx);
+        self.next_deadline.store(u64::MAX, Relaxed);
+    }
+
+    /// Runs the decay from outside the owner (background purger, global
+    /// trim). Returns false if the span lock was busy.
+    pub fn purge_expired(&self, force: bool) -> bool {
+        let Some(mut spans) = self.spans.try_lock() else {
+            return false;
+        };
+        let ctx = self.ctx();
+        let now = self.source().now_ms();
+        let next = spans.decay(&ctx, now, force);
+        self.next_deadline.store(next.unwrap_or(u64::MAX), Relaxed);
+        true
+    }
+
+    /// Committed bytes of this heap (slab pages plus spans), excluding metadata.
+    pub fn committed(&self) -> u64 {
+        self.slab_committed.get() + self.spans.lock().counts.committed as u64
+    }
+}
+
+/// The first descriptor of the span containing `addr` in `seg`, checked
+/// against stale or corrupt offsets (a pointer into free memory).
+#[inline]
+fn lookup_page(seg: &Segment, addr: usize) -> *mut Page {
+    let idx = (addr - seg.base()) >> SLICE_SHIFT;
+    let off = seg.slices[idx].slice_offset as usize;
+    if idx < crate::segment::HEADER_SLICES || off > idx - crate::segment::HEADER_SLICES {
+        misuse(Misuse::Foreign, addr);
+    }
+    &seg.slices[idx - off] as *const Page as *mut Page
+}
+
+/// Frees a slot of a page owned by another thread's heap.
+///
+/// # Safety
+/// `block` is a live slot of `page`; the page's heap outlives it.
+#[inline]
+unsafe fn free_remote(page: *mut Page, block: *mut Block) {
+    // SAFETY: per the caller.
+    unsafe {
+        if (*page).push_remote(block) {
+            return;
+        }
+        let heap = &*((*page).heap as *const HeapCore);
+        let mut head = heap.delayed.load(Relaxed);
+        loop {
+            (*block).next = head;
+            match heap
+                .delayed
+                .compare_exchange_weak(head, block, Release, Relaxed)
+            {
+                Ok(_) => return,
+                Err(seen) => head = seen,
+            }
+        }
+    }
+}
+
+/// Rounds a request the way the heap will serve it (for docs and tests).
+///
+/// ```
+/// assert_eq!(pagewise::heap::served_size(100), 112);
+/// assert_eq!(pagewise::heap::served_size(300 * 1024), 320 * 1024);
+/// ```
+pub fn served_size(size: usize) -> usize {
+    if size <= SMALL_MAX {
+        SLOT_SIZE[class_of(size)] as usize
+    } else if size <= LARGE_MAX {
+        align_up(size, SLICE)
+    } else {
+        align_up(size, OS_PAGE)
+    }
+}

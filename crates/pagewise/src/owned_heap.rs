@@ -1,0 +1,347 @@
+//! `Heap`: an owned heap whose drop returns every byte it mapped.
+
+use crate::config::Config;
+use crate::heap::HeapCore;
+use crate::layout::{align_up, OS_PAGE};
+use crate::lock::Locked;
+use crate::reservation::Reservations;
+use crate::source::{PageSource, SystemPages};
+use crate::stats::Stats;
+use allocator_api2::alloc::{AllocError, Allocator};
+use core::alloc::Layout;
+use core::marker::PhantomData;
+use core::ptr::NonNull;
+
+struct Inner<S> {
+    core: HeapCore,
+    reservations: Locked<Reservations>,
+    source: S,
+}
+
+/// An owned heap: its own segments and reservations, its own counters, and
+/// a drop that unmaps everything it mapped (seed 000's `Allocator`).
+///
+/// Single-threaded by design (`Send`, not `Sync`): no atomics on its paths
+/// beyond those shared with the global allocator's code, and no locks taken
+/// by anyone else. Collections can live in it through `&Heap`, which
+/// implements [`allocator_api2::alloc::Allocator`].
+///
+/// ```
+/// use allocator_api2::vec::Vec;
+/// let heap = pagewise::Heap::new();
+/// let mut v = Vec::new_in(&heap);
+/// v.extend(0..1000u32);
+/// assert_eq!(v.iter().sum::<u32>(), 499500);
+/// drop(v);
+/// heap.trim();
+/// let s = heap.stats();
+/// assert_eq!(s.live_bytes, 0);
+/// assert_eq!(s.committed_bytes, 0);
+/// ```
+pub struct Heap<S: PageSource + 'static = SystemPages> {
+    inner: NonNull<Inner<S>>,
+    _not_sync: PhantomData<*mut ()>,
+}
+
+// SAFETY: the heap's state moves with it; nothing else refers to it while
+// no allocation of it is shared (a thread that receives the heap becomes
+// its only user).
+unsafe impl<S: PageSource + Send + 'static> Send for Heap<S> {}
+
+impl Heap<SystemPages> {
+    /// A heap with the default policy, backed by the OS.
+    ///
+    /// ```
+    /// let heap = pagewise::Heap::new();
+    /// assert_eq!(heap.stats().syscalls.mmap, 1); // its own bookkeeping
+    /// ```
+    pub fn new() -> Self {
+        Self::with_config(Config::DEFAULT)
+    }
+
+    /// A heap with the given policy, backed by the OS.
+    ///
+    /// ```
+    /// let c = pagewise::Config { decay_ms: 0, ..Default::default() };
+    /// let heap = pagewise::Heap::with_config(c);
+    /// # drop(heap);
+    /// ```
+    pub fn with_config(config: Config) -> Self {
+        Self::with_source(SystemPages::new(), config)
+    }
+}
+
+impl Default for Heap<SystemPages> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<S: PageSource + 'static> Heap<S> {
+    /// A heap on a given page source (a [`FakePages`](crate::FakePages) in tests).
+    ///
+    /// # Panics
+    /// If the source cannot map the heap's bookkeeping (a few KiB).
+    ///
+    /// ```
+    /// let heap = pagewise::Heap::with_source(pagewise::FakePages::new(), Default::default());
+    /// # drop(heap);
+    /// ```
+    pub fn with_source(source: S, config: Config) -> Self {
+        let bytes = align_up(core::mem::size_of::<Inner<S>>(), OS_PAGE);
+        let at = source
+            .map(bytes, OS_PAGE)
+            .expect("pagewise: cannot map a heap's bookkeeping")
+            .cast::<Inner<S>>();
+        let p = at.as_ptr();
+        // SAFETY: fresh, zeroed, page-aligned memory large enough for Inner;
+        // the fields are written before any use, and the source and
+        // reservations live as long as the core (same allocation).
+        unsafe {
+            core::ptr::addr_of_mut!((*p).source).write(source);
+            core::ptr::addr_of_mut!((*p).reservations).write(Locked::new(Reservations::new()));
+            let src: *const dyn PageSource = core::ptr::addr_of!((*p).source);
+            HeapCore::init_at(
+                core::ptr::addr_of_mut!((*p).core),
+                src,
+                core::ptr::addr_of!((*p).reservations),
+                config,
+                false,
+            );
+        }
+        Heap {
+            inner: at,
+            _not_sync: PhantomData,
+        }
+    }
+
+    fn core(&self) -> &HeapCore {
+        // SAFETY: `inner` is valid for the heap's life.
+        unsafe { &self.inner.as_ref().core }
+    }
+
+    /// The page source (for its syscall counters).
+    pub fn source(&self) -> &S {
+        // SAFETY: as above.
+        unsafe { &self.inner.as_ref().source }
+    }
+
+    /// Allocates memory for `layout`. Zero-size layouts get a dangling,
+    /// aligned pointer and no memory.
+    ///
+    /// ```
+    /// use std::alloc::Layout;
+    /// let heap = pagewise::Heap::new();
+    /// let l = Layout::from_size_align(3000, 256).unwrap();
+    /// let p = heap.allocate(l).unwrap();
+    /// assert_eq!(p.cast::<u8>().as_ptr() as usize % 256, 0);
+    /// assert!(p.len() >= 3000);
+    /// // SAFETY: allocated above with `l`.
+    /// unsafe { heap.deallocate(p.cast(), l) };
+    /// ```
+    pub fn allocate(&self, layout: Layout) -> Result<NonNull<[u8]>, AllocError> {
+        if layout.size() == 0 {
+            return Ok(dangling(layout));
+        }
+        // SAFETY: a `Heap` is used by one thread at a time (!Sync), which
+        // makes the caller the owner.
+        let p = unsafe { self.core().alloc(layout.size(), layout.align()) };
+        let p = NonNull::new(p).ok_or(AllocError)?;
+        // SAFETY: `p` is a live allocation of this heap.
+        let len = unsafe { HeapCore::usable_size(p.as_ptr()) };
+        Ok(NonNull::slice_from_raw_parts(p, len))
+    }
+
+    /// Frees memory allocated by this heap.
+    ///
+    /// # Safety
+    /// `ptr` was allocated by this heap with `layout` and is not used after.
+    /// A pointer of another heap or none aborts with a message.
+    ///
+    /// ```
+    /// use std::alloc::Layout;
+    /// let heap = pagewise::Heap::new();
+    /// let l = Layout::new::<[u64; 4]>();
+    /// let p = heap.allocate(l).unwrap();
+    /// // SAFETY: allocated above with `l`.
+    /// unsafe { heap.deallocate(p.cast(), l) };
+    /// ```
+    pub unsafe fn deallocate(&self, ptr: NonNull<u8>, layout: Layout) {
+        if layout.size() == 0 {
+            return;
+        }
+        // SAFETY: owner (see `allocate`); the caller vouches for `ptr`.
+        unsafe { self.core().free_own(ptr.as_ptr()) };
+    }
+
+    /// Resizes an allocation to `new_size` bytes (same alignment), in place
+    /// when possible.
+    ///
+    /// # Safety
+    /// As for [`deallocate`](Self::deallocate); on success the old pointer
+    /// is invalid unless it is returned again.
+    ///
+    /// ```
+    /// use std::alloc::Layout;
+    /// let heap = pagewise::Heap::new();
+    /// let l = Layout::from_size_align(10, 1).unwrap();
+    /// let p = heap.allocate(l).unwrap().cast::<u8>();
+    /// // SAFETY: `p` is live with layout `l`.
+    /// let q = unsafe { heap.reallocate(p, l, 12).unwrap() };
+    /// assert_eq!(q.cast::<u8>(), p, "grew inside its 16-byte slot");
+    /// # unsafe { heap.deallocate(q.cast(), Layout::from_size_align(12, 1).unwrap()) };
+    /// ```
+    pub unsafe fn reallocate(
+        &self,
+        ptr: NonNull<u8>,
+        old: Layout,
+        new_size: usize,
+    ) -> Result<NonNull<[u8]>, AllocError> {
+        if old.size() == 0 {
+            return self
+                .allocate(Layout::from_size_align(new_size, old.align()).map_err(|_| AllocError)?);
+        }
+        if new_size == 0 {
+            // SAFETY: forwarded.
+            unsafe { self.deallocate(ptr, old) };
+            return Ok(dangling(old));
+        }
+        let core = self.core();
+        // SAFETY: owner; `ptr` live with `old` (caller).
+        let p = unsafe { core.realloc(ptr.as_ptr(), old.size(), old.align(), new_size, core) };
+        let p = NonNull::new(p).ok_or(AllocError)?;
+        // SAFETY: live allocation.
+        let len = unsafe { HeapCore::usable_size(p.as_ptr()) };
+        Ok(NonNull::slice_from_raw_parts(p, len))
+    }
+
+    /// Usable size of a live allocation of this heap.
+    ///
+    /// # Safety
+    /// `ptr` is a live allocation of this heap.
+    ///
+    /// ```
+    /// use std::alloc::Layout;
+    /// let heap = pagewise::Heap::new();
+    /// let l = Layout::from_size_align(100, 8).unwrap();
+    /// let p = heap.allocate(l).unwrap().cast::<u8>();
+    /// // SAFETY: live.
+    /// assert_eq!(unsafe { heap.usable_size(p) }, 112);
+    /// # unsafe { heap.deallocate(p, l) };
+    /// ```
+    pub unsafe fn usable_size(&self, ptr: NonNull<u8>) -> usize {
+        // SAFETY: forwarded.
+        unsafe { HeapCore::usable_size(ptr.as_ptr()) }
+    }
+
+    /// Gives back to the OS everything retained: empty pages, retained
+    /// spans, wholly free segments, unused reservations.
+    ///
+    /// ```
+    /// let heap = pagewise::Heap::new();
+    /// heap.trim();
+    /// assert_eq!(heap.stats().committed_bytes, 0);
+    /// ```
+    pub fn trim(&self) {
+        // SAFETY: owner (see `allocate`).
+        unsafe { self.core().trim() };
+    }
+
+    /// A snapshot of this heap's counters.
+    ///
+    /// ```
+    /// let heap = pagewise::Heap::new();
+    /// assert_eq!(heap.stats().live_allocations, 0);
+    /// ```
+    pub fn stats(&self) -> Stats {
+        let core = self.core();
+        let mut s = Stats::ZERO;
+        s.syscalls = self.source().syscalls();
+        for (c, n) in core.empty_pages_by_class().iter().enumerate() {
+            s.classes[c].retained_pages += *n as u64;
+        }
+        s.add_heap(core);
+        // SAFETY: as above.
+        s.reserved_bytes = unsafe { self.inner.as_ref() }
+            .reservations
+            .lock()
+            .reserved_bytes as u64;
+        s.finish();
+        s
+    }
+}
+
+impl<S: PageSource + 'static> Drop for Heap<S> {
+    fn drop(&mut self) {
+        let p = self.inner.as_ptr();
+        let bytes = align_up(core::mem::size_of::<Inner<S>>(), OS_PAGE);
+        // SAFETY: we own `inner`; after unmapping the reservations nothing
+        // refers to them, and the source is moved out before its own memory
+        // is unmapped.
+        unsafe {
+            let src: &dyn PageSource = &(*p).source;
+            (*p).reservations.lock().unmap_all(src);
+            let source = core::ptr::read(core::ptr::addr_of!((*p).source));
+            source.unmap(self.inner.cast(), bytes);
+            drop(source);
+        }
+    }
+}
+
+fn dangling(layout: Layout) -> NonNull<[u8]> {
+    // SAFETY: an alignment is never zero.
+    let p = unsafe { NonNull::new_unchecked(layout.align() as *mut u8) };
+    NonNull::slice_from_raw_parts(p, 0)
+}
+
+// SAFETY: memory blocks stay valid until deallocated or the heap drops
+// (which needs `&mut`, impossible while `&Heap` is borrowed by a
+// collection); `allocate` returns fitting, aligned blocks.
+unsafe impl<S: PageSource + 'static> Allocator for &Heap<S> {
+    fn allocate(&self, layout: Layout) -> Result<NonNull<[u8]>, AllocError> {
+        Heap::allocate(self, layout)
+    }
+
+    unsafe fn deallocate(&self, ptr: NonNull<u8>, layout: Layout) {
+        // SAFETY: forwarded from the trait contract.
+        unsafe { Heap::deallocate(self, ptr, layout) }
+    }
+
+    unsafe fn grow(
+        &self,
+        ptr: NonNull<u8>,
+        old: Layout,
+        new: Layout,
+    ) -> Result<NonNull<[u8]>, AllocError> {
+        if new.align() > old.align() {
+            let n = Heap::allocate(self, new)?;
+            // SAFETY: both live; copy the old contents, then free the old block.
+            unsafe {
+                core::ptr::copy_nonoverlapping(ptr.as_ptr(), n.cast::<u8>().as_ptr(), old.size());
+                Heap::deallocate(self, ptr, old);
+            }
+            return Ok(n);
+        }
+        // SAFETY: forwarded from the trait contract.
+        unsafe { self.reallocate(ptr, old, new.size()) }
+    }
+
+    unsafe fn shrink(
+        &self,
+        ptr: NonNull<u8>,
+        old: Layout,
+        new: Layout,
+    ) -> Result<NonNull<[u8]>, AllocError> {
+        if new.align() > old.align() {
+            let n = Heap::allocate(self, new)?;
+            // SAFETY: both live; copy what fits, then free the old block.
+            unsafe {
+                core::ptr::copy_nonoverlapping(ptr.as_ptr(), n.cast::<u8>().as_ptr(), new.size());
+                Heap::deallocate(self, ptr, old);
+            }
+            return Ok(n);
+        }
+        // SAFETY: forwarded from the trait contract.
+        unsafe { self.reallocate(ptr, old, new.size()) }
+    }
+}

@@ -1,0 +1,332 @@
+//! Page descriptors: one per 64 KiB slice, describing the span that starts
+//! there (a slab page of one size class, a large object, or a free span).
+//!
+//! A slab page hands out slots from three sources, cheapest first: its free
+//! list (owner's frees), the slots other threads freed (`thread_free`, an
+//! atomic list collected in bulk), and fresh slots carved one OS page at a
+//! time, so a page only becomes resident as far as it is used.
+//!
+//! The descriptors live in the segment header, not in the pages, so a page's
+//! memory can be purged without losing track of it, and (later) individual
+//! OS pages of a slab page can be given back while others hold live slots.
+
+use crate::layout::OS_PAGE;
+use core::ptr::null_mut;
+use core::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
+
+/// What a span is used for. Stored in the span's first descriptor.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Kind {
+    /// Not part of any span in use (free, or interior of a span).
+    Free = 0,
+    /// Slots of one size class.
+    Slab = 1,
+    /// One large object.
+    Large = 2,
+    /// The segment header's own slice.
+    Header = 3,
+}
+
+/// A free slot, linked through its first word.
+#[repr(C)]
+pub struct Block {
+    /// Next free slot.
+    pub next: *mut Block,
+}
+
+/// `thread_free` flag: the page is on its heap's full list, so remote frees
+/// go to the heap's `delayed` list, where the owner will notice them.
+pub const DELAYED: usize = 1;
+const FLAGS: usize = 7;
+
+/// The descriptor of a span.
+#[repr(C)]
+pub struct Page {
+    /// Owner's free list (slab).
+    pub free: *mut Block,
+    /// Slots in use, including those freed remotely but not yet collected.
+    /// Written only by the owner (plain load/store, no locked instruction);
+    /// atomic so `stats()` may read it from another thread.
+    pub used: AtomicU32,
+    /// Slots carved so far.
+    pub capacity: u32,
+    /// Slots that fit in the page.
+    pub reserved: u32,
+    /// Slot size (slab) in bytes.
+    pub slot_size: u32,
+    /// ceil(2^42 / slot_size): slot index of an offset by multiply and shift.
+    pub recip: u64,
+    /// Address of the span's first byte.
+    pub start: usize,
+    /// What the span is.
+    pub kind: Kind,
+    /// Size class (slab).
+    pub class: u8,
+    /// On the heap's full list.
+    pub in_full: bool,
+    /// The span is retained in the free-span pool with committed pages.
+    pub in_dirty: bool,
+    /// Slab: the page was found empty by the last maintenance pass.
+    pub idle: bool,
+    /// Span length in slices (first descriptor; and last for free spans).
+    pub slice_count: u32,
+    /// Distance back to the span's first descriptor.
+    pub slice_offset: u32,
+    /// Owning heap (`HeapCore`), type-erased to keep this module independent.
+    pub heap: *mut u8,
+    /// Remote frees: a `Block` list pointer with flag bits.
+    pub thread_free: AtomicUsize,
+    /// Queue links (class queue or free-span bin).
+    pub next: *mut Page,
+    /// Queue links.
+    pub prev: *mut Page,
+    /// Retention FIFO links (free spans with committed pages).
+    pub dirty_next: *mut Page,
+    /// Retention FIFO links.
+    pub dirty_prev: *mut Page,
+    /// When the span was freed or the page became empty (decay timer).
+    pub freed_at: u64,
+    /// Usable bytes of a large object (from `start`).
+    pub large_size: usize,
+    /// Requested bytes of a large object.
+    pub large_requested: usize,
+}
+
+impl Page {
+    /// An all-zero descriptor: a free, unused slice.
+    pub const EMPTY: Page = Page {
+        free: null_mut(),
+        used: AtomicU32::new(0),
+        capacity: 0,
+        reserved: 0,
+        slot_size: 0,
+        recip: 0,
+        start: 0,
+        kind: Kind::Free,
+        class: 0,
+        in_full: false,
+        in_dirty: false,
+        idle: false,
+        slice_count: 0,
+        slice_offset: 0,
+        heap: null_mut(),
+        thread_free: AtomicUsize::new(0),
+        next: null_mut(),
+        prev: null_mut(),
+        dirty_next: null_mut(),
+        dirty_prev: null_mut(),
+        freed_at: 0,
+        large_size: 0,
+        large_requested: 0,
+    };
+
+    /// Makes this span a slab page for `class` with `slot` bytes per slot.
+    pub fn init_slab(&mut self, class: usize, slot: usize, bytes: usize, heap: *mut u8) {
+        self.kind = Kind::Slab;
+        self.class = class as u8;
+        self.slot_size = slot as u32;
+        self.recip = (1u64 << 42).div_ceil(slot as u64);
+        self.reserved = (bytes / slot) as u32;
+        self.capacity = 0;
+        self.used.store(0, Ordering::Relaxed);
+        self.idle = false;
+        self.free = null_mut();
+        self.in_full = false;
+        self.heap = heap;
+        self.thread_free.store(0, Ordering::Relaxed);
+    }
+
+    /// The slot index of `addr` if it is the start of a slot of this page.
+    #[inline]
+    pub fn slot_index(&self, addr: usize) -> Option<usize> {
+        let off = addr.wrapping_sub(self.start);
+        let idx = ((off as u64 * self.recip) >> 42) as usize;
+        (idx < self.capacity as usize && idx * self.slot_size as usize == off).then_some(idx)
+    }
+
+    /// Carves fresh slots up to the end of the next OS page (at least one
+    /// slot) onto the free list. Returns the OS pages newly touched as
+    /// `(first_page_addr, count)` so the caller can mark them committed.
+    pub fn extend(&mut self) -> (usize, usize) {
+        debug_assert!(self.free.is_null() && self.capacity < self.reserved);
+        let slot = self.slot_size as usize;
+        let begin = self.start + self.capacity as usize * slot;
+        let limit = crate::layout::align_up(begin + 1, OS_PAGE);
+        let mut n = ((limit - begin) / slot).max(1);
+        n = n.min((self.reserved - self.capacity) as usize);
+        let end = begin + n * slot;
+        // Link the new slots in address order.
+        let mut p = begin;
+        while p + slot < end {
+            // SAFETY: `p` and `p + slot` are slots inside this page's span,
+            // which the heap owns and nothing else references yet.
+            unsafe { (*(p as *mut Block)).next = (p + slot) as *mut Block };
+            p += slot;
+        }
+        // SAFETY: as above, the last new slot.
+        unsafe { (*(p as *mut Block)).next = null_mut() };
+        self.free = begin as *mut Block;
+        self.capacity += n as u32;
+        let first_page = begin & !(OS_PAGE - 1);
+        let last_page = (end - 1) & !(OS_PAGE - 1);
+        (first_page, (last_page - first_page) / OS_PAGE + 1)
+    }
+
+    /// Slots in use (owner's view).
+    #[inline]
+    pub fn used(&self) -> u32 {
+        self.used.load(Ordering::Relaxed)
+    }
+
+    /// Sets the slots in use (owner only: a plain store).
+    #[inline]
+    pub fn set_used(&self, n: u32) {
+        self.used.store(n, Ordering::Relaxed);
+    }
+
+    /// Whether the page can hand out a slot without more work.
+    #[inline]
+    pub fn has_free(&self) -> bool {
+        !self.free.is_null()
+    }
+
+    /// Moves remotely freed slots onto the free list. Returns how many.
+    pub fn collect_thread_free(&mut self) -> usize {
+        let mut tf = self.thread_free.load(Ordering::Relaxed);
+        loop {
+            if tf & !FLAGS == 0 {
+                return 0;
+            }
+            match self.thread_free.compare_exchange_weak(
+                tf,
+                tf & FLAGS,
+                Ordering::Acquire,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => break,
+                Err(seen) => tf = seen,
+            }
+        }
+        let head = (tf & !FLAGS) as *mut Block;
+        let mut tail = head;
+        let mut n = 1;
+        // SAFETY: the list was built by `push_remote` from slots of this page;
+        // the CAS above made us its only owner.
+        unsafe {
+            while !(*tail).next.is_null() {
+                tail = (*tail).next;
+                n += 1;
+            }
+            (*tail).next = self.free;
+        }
+        self.free = head;
+        self.set_used(self.used() - n as u32);
+        n
+    }
+
+    /// Tries to mark a page whose slots are exhausted as full. Fails (and
+    /// collects) if remote frees arrived meanwhile.
+    pub fn try_mark_full(&mut self) -> bool {
+        loop {
+            let tf = self.thread_free.load(Ordering::Relaxed);
+            if tf & !FLAGS != 0 {
+                self.collect_thread_free();
+                return false;
+            }
+            if self
+                .thread_free
+                .compare_exchange_weak(tf, tf | DELAYED, Ordering::AcqRel, Ordering::Relaxed)
+                .is_ok()
+            {
+                self.in_full = true;
+                return true;
+            }
+        }
+    }
+
+    /// Clears the full mark: remote frees go to the page again.
+    pub fn clear_full(&mut self) {
+        self.in_full = false;
+        self.thread_free.fetch_and(!DELAYED, Ordering::AcqRel);
+    }
+
+    /// Pushes a slot freed by a thread other than the owner. Returns false
+    /// (without pushing) if the page is full and the slot must go to the
+    /// heap's delayed list instead.
+    ///
+    /// # Safety
+    /// `block` is a live slot of this page, no longer used by the caller.
+    pub unsafe fn push_remote(&self, block: *mut Block) -> bool {
+        let mut tf = self.thread_free.load(Ordering::Relaxed);
+        loop {
+            if tf & DELAYED != 0 {
+                return false;
+            }
+            // SAFETY: the caller gives us the slot.
+            unsafe { (*block).next = (tf & !FLAGS) as *mut Block };
+            match self.thread_free.compare_exchange_weak(
+                tf,
+                block as usize | (tf & FLAGS),
+                Ordering::Release,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => return true,
+                Err(seen) => tf = seen,
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn page_over(buf: &mut [u64], slot: usize) -> Page {
+        let mut p = Page::EMPTY;
+        p.start = buf.as_mut_ptr() as usize;
+        p.init_slab(3, slot, buf.len() * 8, null_mut());
+        p
+    }
+
+    #[test]
+    fn extends_one_os_page_at_a_time() {
+        let mut buf = vec![0u64; 2 * OS_PAGE / 8 + 512];
+        // Align the test page to an OS page so counts are exact.
+        let off = (OS_PAGE - buf.as_ptr() as usize % OS_PAGE) % OS_PAGE / 8;
+        let mut p = page_over(&mut buf[off..off + 2 * OS_PAGE / 8], 48);
+        let (first, pages) = p.extend();
+        assert_eq!(first, p.start);
+        assert_eq!(pages, 1);
+        assert_eq!(p.capacity as usize, OS_PAGE / 48);
+        assert!(p.slot_index(p.start + 48).is_some());
+        assert!(p.slot_index(p.start + 47).is_none());
+        assert!(p.slot_index(p.start + 48 * 1000).is_none());
+    }
+
+    #[test]
+    fn remote_frees_are_collected_and_full_pages_delay() {
+        let mut buf = vec![0u64; 64];
+        let mut p = page_over(&mut buf, 64);
+        p.extend();
+        let a = p.free;
+        // SAFETY: test-local page.
+        unsafe {
+            p.free = (*a).next;
+            p.set_used(1);
+            let b = p.free;
+            p.free = (*b).next;
+            p.set_used(2);
+            assert!(p.push_remote(a));
+            assert_eq!(p.collect_thread_free(), 1);
+            assert_eq!(p.used(), 1);
+            p.free = null_mut();
+            assert!(p.try_mark_full());
+            assert!(!p.push_remote(b), "full page redirects remote frees");
+            p.clear_full();
+            assert!(p.push_remote(b));
+            assert!(!p.try_mark_full(), "pending remote frees keep it non-full");
+            assert_eq!(p.used(), 0);
+        }
+    }
+}

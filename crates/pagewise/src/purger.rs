@@ -1,0 +1,113 @@
+//! The background purger: makes decay progress in a process that has gone
+//! quiet, at no cost to the fast paths.
+//!
+//! jemalloc and mimalloc advance their decay only when the program calls the
+//! allocator, so an idle process keeps its peak RSS (jemalloc #1398, #2688;
+//! mimalloc_rust #141). pagewise starts one thread (raw pthread, no Rust
+//! runtime, no allocation in its loop) the first time memory is retained. It
+//! wakes every quarter of the decay delay, and for each heap whose earliest
+//! deadline has passed it purges expired spans under that heap's span lock
+//! (`try_lock`: a busy heap is simply visited next round). Owner threads
+//! never wait for it on their fast paths, which take no lock.
+//!
+//! Disable with `PAGEWISE_BACKGROUND=0`: purging then happens on slow paths.
+
+use crate::lock::{self, Locked};
+use crate::source::PageSource;
+use crate::thread;
+use core::sync::atomic::{AtomicU8, Ordering::*};
+
+const NOT_STARTED: u8 = 0;
+const RUNNING: u8 = 1;
+const OFF: u8 = 2;
+
+static STATE: AtomicU8 = AtomicU8::new(NOT_STARTED);
+/// Held by the purger for each pass, and by `fork_prepare`.
+static PASS: Locked<()> = Locked::new(());
+
+/// Starts the purger if it is enabled and not running. Cheap when it is.
+/// Must be called where no allocator lock is held and no heap operation is
+/// in progress on this thread: creating a thread may allocate.
+#[inline]
+pub fn ensure() {
+    if STATE.load(Relaxed) == NOT_STARTED {
+        start();
+    }
+}
+
+#[cold]
+fn start() {
+    if !thread::config().background {
+        STATE.store(OFF, Relaxed);
+        return;
+    }
+    if STATE
+        .compare_exchange(NOT_STARTED, RUNNING, AcqRel, Relaxed)
+        .is_err()
+    {
+        return;
+    }
+    // SAFETY: plain pthread calls with valid out-pointers; `run` has the
+    // required signature and takes no argument.
+    unsafe {
+        let mut attr: libc::pthread_attr_t = core::mem::zeroed();
+        libc::pthread_attr_init(&mut attr);
+        libc::pthread_attr_setdetachstate(&mut attr, libc::PTHREAD_CREATE_DETACHED);
+        libc::pthread_attr_setstacksize(&mut attr, 64 * 1024);
+        let mut tid: libc::pthread_t = core::mem::zeroed();
+        let rc = libc::pthread_create(&mut tid, &attr, run, core::ptr::null_mut());
+        libc::pthread_attr_destroy(&mut attr);
+        if rc != 0 {
+            // No thread: slow paths still purge. Do not retry every free.
+            STATE.store(OFF, Relaxed);
+        }
+    }
+}
+
+/// Whether the purger thread is running.
+pub fn running() -> bool {
+    STATE.load(Relaxed) == RUNNING
+}
+
+extern "C" fn run(_: *mut libc::c_void) -> *mut libc::c_void {
+    let interval = (thread::config().decay_ms / 4).clamp(10, 1000);
+    loop {
+        sleep_ms(interval);
+        let _pass = PASS.lock();
+        let now = thread::SYSTEM.now_ms();
+        thread::for_each_heap(|h| {
+            if h.next_deadline.load(Relaxed) <= now {
+                h.purge_expired(false);
+            }
+        });
+    }
+}
+
+fn sleep_ms(ms: u64) {
+    let ts = libc::timespec {
+        tv_sec: (ms / 1000) as libc::time_t,
+        tv_nsec: ((ms % 1000) * 1_000_000) as libc::c_long,
+    };
+    // SAFETY: valid timespec; an early wake-up (signal) only shortens a pass.
+    unsafe { libc::nanosleep(&ts, core::ptr::null_mut()) };
+}
+
+/// Keeps the purger out of its pass (fork preparation).
+pub fn pause() {
+    lock::hold(&PASS);
+}
+
+/// Lets the purger run again.
+pub fn resume() {
+    // SAFETY: paired with `pause` on this thread.
+    unsafe { lock::release(&PASS) };
+}
+
+/// In a forked child: the purger thread does not exist there.
+pub fn after_fork_child() {
+    // SAFETY: only this thread exists in the child.
+    unsafe { PASS.reset_after_fork() };
+    if STATE.load(Relaxed) == RUNNING {
+        STATE.store(NOT_STARTED, Relaxed);
+    }
+}

@@ -1,0 +1,81 @@
+//! Which address ranges are pagewise's: one byte per 32 MiB of address space.
+//!
+//! `free()` of a pointer looks up its segment here (a single load, no lock)
+//! before trusting any header. A pointer whose segment is not registered is
+//! foreign and gets a clear abort instead of corrupting memory. The map is a
+//! zero-initialised static (4 MiB of address space for the 47-bit user range,
+//! only the pages covering used addresses are ever touched).
+
+use crate::layout::{SEGMENT, SEGMENT_SHIFT};
+use core::sync::atomic::{AtomicU8, Ordering};
+
+const ADDRESS_BITS: usize = 47;
+const ENTRIES: usize = 1 << (ADDRESS_BITS - SEGMENT_SHIFT);
+
+/// Not a pagewise segment.
+const NONE: u8 = 0;
+/// A segment header lives at the start of this segment.
+const HEADER: u8 = 1;
+/// The interior of a multi-segment huge object; its header is at a lower address.
+const INTERIOR: u8 = 2;
+
+static MAP: [AtomicU8; ENTRIES] = [const { AtomicU8::new(NONE) }; ENTRIES];
+
+fn index(addr: usize) -> Option<usize> {
+    let i = addr >> SEGMENT_SHIFT;
+    (i < ENTRIES).then_some(i)
+}
+
+/// Records `nsegs` segments starting at `base` (a segment header at `base`).
+pub fn register(base: usize, nsegs: usize) {
+    let i = index(base).expect("segment above the 47-bit address range");
+    MAP[i].store(HEADER, Ordering::Release);
+    for j in 1..nsegs {
+        MAP[i + j].store(INTERIOR, Ordering::Release);
+    }
+}
+
+/// Forgets `nsegs` segments starting at `base`.
+pub fn unregister(base: usize, nsegs: usize) {
+    if let Some(i) = index(base) {
+        for j in 0..nsegs {
+            MAP[i + j].store(NONE, Ordering::Release);
+        }
+    }
+}
+
+/// The segment header responsible for `addr`, if `addr` is pagewise's.
+#[inline]
+pub fn header_of(addr: usize) -> Option<usize> {
+    let mut i = index(addr)?;
+    loop {
+        match MAP[i].load(Ordering::Acquire) {
+            HEADER => return Some(i * SEGMENT),
+            INTERIOR if i > 0 => i -= 1,
+            _ => return None,
+        }
+    }
+}
+
+/// Whether the address range of a segment fits in the map.
+pub fn addressable(base: usize, nsegs: usize) -> bool {
+    matches!(index(base), Some(i) if i + nsegs <= ENTRIES)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn finds_headers_and_interiors() {
+        let base = 0x3000_0000_0000usize;
+        assert_eq!(header_of(base + 5), None);
+        register(base, 3);
+        assert_eq!(header_of(base + 5), Some(base));
+        assert_eq!(header_of(base + 2 * SEGMENT + 77), Some(base));
+        assert_eq!(header_of(base + 3 * SEGMENT), None);
+        unregister(base, 3);
+        assert_eq!(header_of(base + 5), None);
+        assert_eq!(header_of(usize::MAX), None);
+    }
+}

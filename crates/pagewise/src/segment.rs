@@ -1,0 +1,244 @@
+//! Segments: 32 MiB aligned runs of address space with their header.
+//!
+//! The header (slice 0) holds one [`Page`] descriptor per slice and a bitmap
+//! with one bit per OS page saying whether that page may be resident
+//! ("committed"). Purging clears bits; handing pages out sets them. The
+//! bitmap is what lets pagewise give memory back page by page, and count
+//! exactly what it holds.
+
+use crate::layout::{OS_PAGE, OS_PAGES_PER_SEGMENT, SEGMENT, SLICE, SLICES_PER_SEGMENT};
+use crate::page::{Kind, Page};
+use core::ptr::null_mut;
+use core::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+/// Mixed into the header cookie so that a random word at a segment-aligned
+/// address is unlikely to pass for a header.
+const COOKIE_KEY: usize = 0x7061_6765_7769_7365; // "pagewise"
+
+const BITMAP_WORDS: usize = OS_PAGES_PER_SEGMENT / 64;
+
+/// The header at the start of every segment.
+#[repr(C)]
+pub struct Segment {
+    /// `base ^ COOKIE_KEY`: checked before trusting the header.
+    pub cookie: usize,
+    /// Owning heap (`HeapCore`), type-erased.
+    pub heap: *mut u8,
+    /// Segments in this run (1, or more for a huge object).
+    pub nsegs: usize,
+    /// A huge-object segment run (no slices in use).
+    pub huge: bool,
+    /// Huge: the object's pages hold data not yet purged.
+    pub huge_dirty: bool,
+    /// Huge: offset of the object from the segment base.
+    pub huge_offset: usize,
+    /// Huge: usable bytes of the object (0 when cached for reuse).
+    pub huge_size: usize,
+    /// Huge: requested bytes.
+    pub huge_requested: usize,
+    /// Huge: when it was freed (decay timer).
+    pub huge_freed_at: u64,
+    /// Links in the heap's segment list or huge cache.
+    pub next: *mut Segment,
+    /// Links in the heap's segment list or huge cache.
+    pub prev: *mut Segment,
+    /// Slices in free spans.
+    pub free_slices: usize,
+    /// One bit per OS page: may be resident. Atomic because the owner sets
+    /// bits of its slab pages without the span lock while the purger clears
+    /// bits of free spans that share a word.
+    pub committed: [AtomicU64; BITMAP_WORDS],
+    /// One descriptor per slice.
+    pub slices: [Page; SLICES_PER_SEGMENT],
+}
+
+/// OS pages the header occupies (counted as metadata while the segment lives).
+pub const HEADER_PAGES: usize = core::mem::size_of::<Segment>().div_ceil(OS_PAGE);
+/// Slices the header occupies; spans start after them.
+pub const HEADER_SLICES: usize = core::mem::size_of::<Segment>().div_ceil(SLICE);
+
+const _: () = assert!(HEADER_SLICES <= 2);
+
+impl Segment {
+    /// The segment containing `addr`'s base, as a header pointer.
+    #[inline]
+    pub fn of(base: usize) -> *mut Segment {
+        base as *mut Segment
+    }
+
+    /// Whether the header at `base` carries a valid cookie.
+    ///
+    /// # Safety
+    /// `base` is a registered segment base (mapped memory).
+    #[inline]
+    pub unsafe fn valid(base: usize) -> bool {
+        // SAFETY: registered segments are mapped; the cookie is the first word.
+        unsafe { (*(base as *const Segment)).cookie == base ^ COOKIE_KEY }
+    }
+
+    /// Initialises the header of a fresh (zeroed) segment run.
+    ///
+    /// # Safety
+    /// `base` is a fresh, zeroed, exclusively owned segment run.
+    pub unsafe fn init(base: usize, nsegs: usize, heap: *mut u8, huge: bool) -> *mut Segment {
+        let seg = Segment::of(base);
+        // SAFETY: exclusive and mapped per the caller; zeroed memory is a
+        // valid `Segment` except for the fields set here (all-zero Page
+        // descriptors are `Page::EMPTY`).
+        unsafe {
+            (*seg).cookie = base ^ COOKIE_KEY;
+            (*seg).heap = heap;
+            (*seg).nsegs = nsegs;
+            (*seg).huge = huge;
+            (*seg).huge_dirty = false;
+            (*seg).huge_size = 0;
+            (*seg).huge_offset = 0;
+            (*seg).next = null_mut();
+            (*seg).prev = null_mut();
+            (*seg).free_slices = 0;
+            for i in 0..HEADER_SLICES {
+                let h = &mut (*seg).slices[i];
+                h.kind = Kind::Header;
+                h.slice_count = HEADER_SLICES as u32;
+                h.slice_offset = i as u32;
+                h.start = base;
+            }
+            (*seg).set_committed(0, HEADER_PAGES);
+        }
+        seg
+    }
+
+    /// Base address.
+    #[inline]
+    pub fn base(&self) -> usize {
+        self as *const Segment as usize
+    }
+
+    /// Index of the slice containing `addr`.
+    #[inline]
+    pub fn slice_index(&self, addr: usize) -> usize {
+        (addr - self.base()) / SLICE
+    }
+
+    /// Address of slice `i`.
+    #[inline]
+    pub fn slice_addr(&self, i: usize) -> usize {
+        self.base() + i * SLICE
+    }
+
+    /// Index of a descriptor in `slices`.
+    #[inline]
+    pub fn index_of(&self, page: *const Page) -> usize {
+        (page as usize - self.slices.as_ptr() as usize) / core::mem::size_of::<Page>()
+    }
+
+    /// Marks OS pages `first..first+n` committed; returns how many were not.
+    pub fn set_committed(&self, first: usize, n: usize) -> usize {
+        let mut newly = 0;
+        for_bits(first, n, |w, mask| {
+            let old = self.committed[w].fetch_or(mask, Relaxed);
+            newly += (mask & !old).count_ones() as usize;
+        });
+        newly
+    }
+
+    /// Counts committed OS pages in `first..first+n`.
+    pub fn count_committed(&self, first: usize, n: usize) -> usize {
+        let mut c = 0;
+        for_bits(first, n, |w, mask| {
+            c += (mask & self.committed[w].load(Relaxed)).count_ones() as usize;
+        });
+        c
+    }
+
+    /// Calls `f(first, count)` for each run of committed OS pages in
+    /// `first..first+n`, then clears them when `f` returns true.
+    pub fn drain_committed(
+        &self,
+        first: usize,
+        n: usize,
+        mut f: impl FnMut(usize, usize) -> bool,
+    ) -> usize {
+        let mut cleared = 0;
+        let end = first + n;
+        let mut i = first;
+        while i < end {
+            if !self.bit(i) {
+                i += 1;
+                continue;
+            }
+            let run_start = i;
+            while i < end && self.bit(i) {
+                i += 1;
+            }
+            if f(run_start, i - run_start) {
+                for_bits(run_start, i - run_start, |w, mask| {
+                    self.committed[w].fetch_and(!mask, Relaxed);
+                });
+                cleared += i - run_start;
+            }
+        }
+        cleared
+    }
+
+    fn bit(&self, i: usize) -> bool {
+        self.committed[i / 64].load(Relaxed) & (1 << (i % 64)) != 0
+    }
+
+    /// OS page index of an address inside this segment.
+    #[inline]
+    pub fn os_page(&self, addr: usize) -> usize {
+        (addr - self.base()) / OS_PAGE
+    }
+}
+
+fn for_bits(first: usize, n: usize, mut f: impl FnMut(usize, u64)) {
+    let end = first + n;
+    let mut i = first;
+    while i < end {
+        let w = i / 64;
+        let lo = i % 64;
+        let hi = (end - w * 64).min(64);
+        let mask = if hi - lo == 64 {
+            u64::MAX
+        } else {
+            ((1u64 << (hi - lo)) - 1) << lo
+        };
+        f(w, mask);
+        i = w * 64 + hi;
+    }
+}
+
+/// Bytes of the segment run that huge objects can use.
+pub fn huge_capacity(nsegs: usize, offset: usize) -> usize {
+    nsegs * SEGMENT - offset
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn header_fits_and_bitmap_runs() {
+        assert!(HEADER_PAGES <= HEADER_SLICES * SLICE / OS_PAGE);
+        // Metadata stays under 1 % of the segment.
+        assert!(HEADER_PAGES * OS_PAGE * 100 < SEGMENT);
+        let layout = core::alloc::Layout::new::<Segment>();
+        // SAFETY: a zeroed Segment is valid (only used as a bitmap holder here).
+        let seg = unsafe { &mut *(std::alloc::alloc_zeroed(layout) as *mut Segment) };
+        assert_eq!(seg.set_committed(3, 70), 70);
+        assert_eq!(seg.set_committed(60, 20), 7);
+        assert_eq!(seg.count_committed(0, 200), 77);
+        let mut runs = Vec::new();
+        seg.set_committed(100, 2);
+        let cleared = seg.drain_committed(0, 200, |a, n| {
+            runs.push((a, n));
+            true
+        });
+        assert_eq!(runs, vec![(3, 77), (100, 2)]);
+        assert_eq!(cleared, 79);
+        assert_eq!(seg.count_committed(0, OS_PAGES_PER_SEGMENT), 0);
+        // SAFETY: allocated above with this layout.
+        unsafe { std::alloc::dealloc(seg as *mut Segment as *mut u8, layout) };
+    }
+}

@@ -1,0 +1,203 @@
+//! Statistics: where every byte went.
+//!
+//! Vocabulary (jemalloc's chain, made exact for pagewise):
+//! `live_bytes` ⊆ `committed_bytes` (+ `metadata_bytes`) ⊆ `reserved_bytes`.
+//! - **reserved**: address space mapped from the OS (whole reservations).
+//! - **committed**: OS pages that may be resident: touched slab pages, large
+//!   and huge objects, and retained free pages not yet purged. Segment
+//!   headers and heap structures are counted apart as **metadata**.
+//! - **live**: usable bytes of live allocations (slot size for small ones).
+//! - **retained**: committed bytes in free spans and cached huge objects,
+//!   kept for reuse until the decay delay or the cap purges them.
+//! - **free slots**: committed bytes inside slab pages not holding live
+//!   objects (the fragmentation that placement and page release fight).
+//!
+//! So `committed = live + free_slot_bytes + retained` for slab and span memory
+//! (large objects count their whole span as live usable bytes).
+
+use crate::heap::HeapCore;
+use crate::size_class::{CLASSES, SLOT_SIZE};
+use crate::source::SyscallCounts;
+
+/// Per size-class figures.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ClassStats {
+    /// Slot size in bytes.
+    pub slot_size: u64,
+    /// Slab pages of the class.
+    pub pages: u64,
+    /// Slots holding live objects (remote frees not yet collected count as live).
+    pub live_slots: u64,
+    /// Slots in those pages not holding live objects.
+    pub free_slots: u64,
+    /// Pages of the class with no live slot (kept as a class's current page).
+    pub retained_pages: u64,
+    /// Allocations served by the class since start.
+    pub total_allocs: u64,
+    /// Bytes requested by live objects, estimated from the class's mean
+    /// request size (the C `free` does not say the size).
+    pub live_requested_bytes: u64,
+}
+
+/// Counts and bytes of large or huge objects.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ObjectStats {
+    /// Live objects.
+    pub count: u64,
+    /// Their usable bytes.
+    pub bytes: u64,
+    /// Their requested bytes (exact).
+    pub requested_bytes: u64,
+}
+
+/// A snapshot of an allocator's state.
+///
+/// ```
+/// let heap = pagewise::Heap::new();
+/// let layout = std::alloc::Layout::from_size_align(100, 8).unwrap();
+/// let p = heap.allocate(layout).unwrap();
+/// let s = heap.stats();
+/// assert_eq!(s.live_bytes, 112);
+/// assert_eq!(s.classes[pagewise::size_class::class_of(100)].live_slots, 1);
+/// // SAFETY: allocated above with this layout.
+/// unsafe { heap.deallocate(p.cast(), layout) };
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Stats {
+    /// Memory system calls made and bytes mapped.
+    pub syscalls: SyscallCounts,
+    /// Address space held in reservations.
+    pub reserved_bytes: u64,
+    /// Bytes that may be resident (excluding metadata).
+    pub committed_bytes: u64,
+    /// Highest `committed_bytes` seen (per heap, summed).
+    pub peak_committed_bytes: u64,
+    /// Segment headers and heap structures.
+    pub metadata_bytes: u64,
+    /// Usable bytes of live allocations.
+    pub live_bytes: u64,
+    /// Requested bytes of live allocations (exact for large and huge
+    /// objects, estimated per class for small ones).
+    pub live_requested_bytes: u64,
+    /// Live allocations.
+    pub live_allocations: u64,
+    /// Committed bytes retained in free spans and the huge cache.
+    pub retained_bytes: u64,
+    /// Committed bytes of slab pages not holding live objects.
+    pub free_slot_bytes: u64,
+    /// Bytes purged so far (decay, cap, trim).
+    pub purged_bytes: u64,
+    /// Segments held.
+    pub segments: u64,
+    /// Heaps (threads that allocated, plus abandoned heaps awaiting reuse).
+    pub heaps: u64,
+    /// Large objects (spans inside segments).
+    pub large: ObjectStats,
+    /// Huge objects (their own segment runs).
+    pub huge: ObjectStats,
+    /// Small objects, per size class.
+    pub classes: [ClassStats; CLASSES],
+}
+
+impl Stats {
+    /// All zero.
+    pub const ZERO: Stats = Stats {
+        syscalls: SyscallCounts {
+            mmap: 0,
+            munmap: 0,
+            madvise: 0,
+            mapped_bytes: 0,
+            peak_mapped_bytes: 0,
+            purged_bytes: 0,
+        },
+        reserved_bytes: 0,
+        committed_bytes: 0,
+        peak_committed_bytes: 0,
+        metadata_bytes: 0,
+        live_bytes: 0,
+        live_requested_bytes: 0,
+        live_allocations: 0,
+        retained_bytes: 0,
+        free_slot_bytes: 0,
+        purged_bytes: 0,
+        segments: 0,
+        heaps: 0,
+        large: ObjectStats {
+            count: 0,
+            bytes: 0,
+            requested_bytes: 0,
+        },
+        huge: ObjectStats {
+            count: 0,
+            bytes: 0,
+            requested_bytes: 0,
+        },
+        classes: [ClassStats {
+            slot_size: 0,
+            pages: 0,
+            live_slots: 0,
+            free_slots: 0,
+            retained_pages: 0,
+            total_allocs: 0,
+            live_requested_bytes: 0,
+        }; CLASSES],
+    };
+
+    /// Adds one heap's figures.
+    pub(crate) fn add_heap(&mut self, heap: &HeapCore) {
+        self.heaps += 1;
+        let mut small_live = 0u64;
+        for (c, cc) in heap.classes.iter().enumerate() {
+            let s = &mut self.classes[c];
+            let allocs = cc.allocs.get();
+            let live = allocs.saturating_sub(cc.frees.get());
+            let slots = cc.slots.get();
+            s.slot_size = SLOT_SIZE[c] as u64;
+            s.pages += cc.pages.get();
+            s.live_slots += live;
+            s.free_slots += slots.saturating_sub(live);
+            s.total_allocs += allocs;
+            if allocs > 0 {
+                s.live_requested_bytes +=
+                    (cc.requested.get() as u128 * live as u128 / allocs as u128) as u64;
+            }
+            small_live += live * SLOT_SIZE[c] as u64;
+        }
+        let slab_committed = heap.slab_committed.get();
+        let spans = heap.spans.lock().counts;
+        self.committed_bytes += slab_committed + spans.committed as u64;
+        self.peak_committed_bytes += heap.peak_committed.get();
+        self.metadata_bytes += spans.metadata as u64 + core::mem::size_of::<HeapCore>() as u64;
+        self.retained_bytes += spans.retained as u64;
+        self.free_slot_bytes += slab_committed.saturating_sub(small_live);
+        self.purged_bytes += spans.purged as u64;
+        self.segments += spans.segments as u64;
+        self.large.count += spans.large_count as u64;
+        self.large.bytes += spans.large_bytes as u64;
+        self.large.requested_bytes += spans.large_requested as u64;
+        self.huge.count += spans.huge_count as u64;
+        self.huge.bytes += spans.huge_bytes as u64;
+        self.huge.requested_bytes += spans.huge_requested as u64;
+    }
+
+    /// Derives the totals from the parts.
+    pub(crate) fn finish(&mut self) {
+        let small: u64 = self
+            .classes
+            .iter()
+            .map(|c| c.live_slots * c.slot_size)
+            .sum();
+        let small_req: u64 = self.classes.iter().map(|c| c.live_requested_bytes).sum();
+        let small_n: u64 = self.classes.iter().map(|c| c.live_slots).sum();
+        self.live_bytes = small + self.large.bytes + self.huge.bytes;
+        self.live_requested_bytes =
+            small_req + self.large.requested_bytes + self.huge.requested_bytes;
+        self.live_allocations = small_n + self.large.count + self.huge.count;
+    }
+}
+
+impl Default for Stats {
+    fn default() -> Self {
+        Stats::ZERO
+    }
+}

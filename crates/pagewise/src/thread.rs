@@ -1,0 +1,275 @@
+//! Thread heaps of the global allocator.
+//!
+//! Each thread gets its own heap on its first allocation; the fast paths
+//! touch only that heap. When a thread exits (a pthread key destructor, which
+//! unlike Rust's thread-local destructors needs no allocation to register),
+//! its heap is abandoned: empty pages go back to the span pool and the heap
+//! waits on a list until a new thread adopts it, pages, live objects and all.
+//! Objects that outlive their thread stay valid; frees from other threads
+//! keep working (atomic lists); nothing is freed twice and nothing leaks.
+//!
+//! Heaps live in memory mapped for them (never from the global allocator)
+//! and are never unmapped, so a pointer to a heap stays valid forever.
+
+use crate::config::Config;
+use crate::heap::HeapCore;
+use crate::lock::{self, Locked};
+use crate::reservation::Reservations;
+use crate::source::{PageSource, SystemPages};
+use core::cell::{Cell, UnsafeCell};
+use core::ptr::null_mut;
+use core::sync::atomic::{AtomicPtr, AtomicU8, AtomicUsize, Ordering::*};
+
+/// The page source of the global allocator.
+pub static SYSTEM: SystemPages = SystemPages::new();
+/// Its reservations.
+pub static RESERVATIONS: Locked<Reservations> = Locked::new(Reservations::new());
+/// Every thread heap ever made (push-only list; heaps are reused, never freed).
+static HEAPS: AtomicPtr<HeapCore> = AtomicPtr::new(null_mut());
+/// Heaps whose thread exited, waiting for a new thread.
+static ABANDONED: Locked<usize> = Locked::new(0);
+/// Bump allocator for heap structures.
+static META: Locked<Meta> = Locked::new(Meta {
+    next: 0,
+    end: 0,
+    mapped: 0,
+});
+
+struct Meta {
+    next: usize,
+    end: usize,
+    mapped: usize,
+}
+
+const META_CHUNK: usize = 1 << 20;
+
+thread_local! {
+    // No destructor and a const initialiser: std stores this in a plain
+    // `#[thread_local]` slot, with no registration and no allocation, and it
+    // stays readable while pthread key destructors run.
+    static CURRENT: Cell<*mut HeapCore> = const { Cell::new(null_mut()) };
+}
+
+struct ConfigCell(UnsafeCell<Config>);
+// SAFETY: written once before CONFIG_STATE becomes READY, read-only after.
+unsafe impl Sync for ConfigCell {}
+static CONFIG: ConfigCell = ConfigCell(UnsafeCell::new(Config::DEFAULT));
+static CONFIG_STATE: AtomicU8 = AtomicU8::new(0);
+const READY: u8 = 2;
+
+/// The global allocator's configuration (read from the environment once).
+pub fn config() -> Config {
+    if CONFIG_STATE.load(Acquire) != READY {
+        if CONFIG_STATE
+            .compare_exchange(0, 1, Acquire, Relaxed)
+            .is_ok()
+        {
+            // SAFETY: we won the race to initialise; readers wait for READY.
+            unsafe { *CONFIG.0.get() = Config::from_env() };
+            CONFIG_STATE.store(READY, Release);
+        } else {
+            while CONFIG_STATE.load(Acquire) != READY {
+                core::hint::spin_loop();
+            }
+        }
+    }
+    // SAFETY: READY means the value is written and never changes again.
+    unsafe { *CONFIG.0.get() }
+}
+
+/// The calling thread's heap, made or adopted on first use. Null only if
+/// the system is out of memory.
+#[inline]
+pub fn current() -> *mut HeapCore {
+    let h = CURRENT.with(|c| c.get());
+    if !h.is_null() {
+        return h;
+    }
+    acquire()
+}
+
+/// The calling thread's heap if it has one (frees never create a heap).
+#[inline]
+pub fn current_or_null() -> *mut HeapCore {
+    CURRENT.with(|c| c.get())
+}
+
+#[cold]
+fn acquire() -> *mut HeapCore {
+    let heap = match pop_abandoned() {
+        Some(h) => h,
+        None => match create() {
+            Some(h) => h,
+            None => return null_mut(),
+        },
+    };
+    // SAFETY: the heap is ours now: abandoned heaps have no owner and new
+    // ones were never published to another thread as owned.
+    unsafe { (*heap).owner.store(thread_id(), Release) };
+    CURRENT.with(|c| c.set(heap));
+    register_exit(heap);
+    heap
+}
+
+fn thread_id() -> usize {
+    // SAFETY: pthread_self has no preconditions.
+    unsafe { libc::pthread_self() as usize }
+}
+
+fn create() -> Option<*mut HeapCore> {
+    let at = meta_alloc(core::mem::size_of::<HeapCore>())? as *mut HeapCore;
+    // SAFETY: fresh, aligned, zeroed metadata memory; SYSTEM and
+    // RESERVATIONS are statics.
+    unsafe {
+        HeapCore::init_at(
+            at,
+            &SYSTEM as &dyn PageSource as *const dyn PageSource,
+            &RESERVATIONS,
+            config(),
+            true,
+        );
+    }
+    let mut head = HEAPS.load(Relaxed);
+    loop {
+        // SAFETY: `at` is not yet published.
+        unsafe { (*at).next_heap.store(head, Relaxed) };
+        match HEAPS.compare_exchange_weak(head, at, Release, Relaxed) {
+            Ok(_) => return Some(at),
+            Err(seen) => head = seen,
+        }
+    }
+}
+
+fn meta_alloc(size: usize) -> Option<usize> {
+    let size = crate::layout::align_up(size, 64);
+    let mut m = META.lock();
+    if m.next + size > m.end {
+        let chunk = size.max(META_CHUNK);
+        let p = SYSTEM.map(chunk, crate::layout::OS_PAGE)?.as_ptr() as usize;
+        m.next = p;
+        m.end = p + chunk;
+        m.mapped += chunk;
+    }
+    let p = m.next;
+    m.next += size;
+    Some(p)
+}
+
+/// Bytes mapped for heap structures.
+pub fn meta_mapped() -> usize {
+    META.lock().mapped
+}
+
+fn pop_abandoned() -> Option<*mut HeapCore> {
+    let mut head = ABANDONED.lock();
+    let h = *head as *mut HeapCore;
+    if h.is_null() {
+        return None;
+    }
+    // SAFETY: abandoned heaps are live and linked through `next_abandoned`.
+    *head = unsafe { (*h).next_abandoned } as usize;
+    Some(h)
+}
+
+fn push_abandoned(h: *mut HeapCore) {
+    let mut head = ABANDONED.lock();
+    // SAFETY: `h` has no owner; the list lock serialises the link.
+    unsafe { (*h).next_abandoned = *head as *mut HeapCore };
+    *head = h as usize;
+}
+
+// ----- thread exit ---------------------------------------------------------
+
+static KEY: AtomicUsize = AtomicUsize::new(0);
+
+fn register_exit(heap: *mut HeapCore) {
+    let key = exit_key();
+    if let Some(k) = key {
+        // SAFETY: a valid key; the value is our heap pointer. For keys below
+        // PTHREAD_KEY_2NDLEVEL_SIZE (32) glibc stores it without allocating.
+        unsafe { libc::pthread_setspecific(k, heap as *const libc::c_void) };
+    }
+}
+
+fn exit_key() -> Option<libc::pthread_key_t> {
+    let k = KEY.load(Acquire);
+    if k != 0 {
+        return Some((k - 1) as libc::pthread_key_t);
+    }
+    let mut key: libc::pthread_key_t = 0;
+    // SAFETY: `on_thread_exit` has the required signature.
+    if unsafe { libc::pthread_key_create(&mut key, Some(on_thread_exit)) } != 0 {
+        return None;
+    }
+    match KEY.compare_exchange(0, key as usize + 1, AcqRel, Acquire) {
+        Ok(_) => Some(key),
+        Err(winner) => {
+            // SAFETY: our key is unused.
+            unsafe { libc::pthread_key_delete(key) };
+            Some((winner - 1) as libc::pthread_key_t)
+        }
+    }
+}
+
+extern "C" fn on_thread_exit(value: *mut libc::c_void) {
+    let heap = value as *mut HeapCore;
+    if heap.is_null() {
+        return;
+    }
+    // A late allocation in another destructor may give this thread a heap
+    // again; glibc then calls us again (up to 4 rounds).
+    let _ = CURRENT.try_with(|c| c.set(null_mut()));
+    // SAFETY: the exiting thread owns `heap`; this is its last use of it.
+    unsafe { (*heap).abandon() };
+    push_abandoned(heap);
+}
+
+/// Calls `f` on every thread heap (live or abandoned).
+pub fn for_each_heap(mut f: impl FnMut(&HeapCore)) {
+    let mut h = HEAPS.load(Acquire);
+    while !h.is_null() {
+        // SAFETY: heaps are never freed; the list is push-only.
+        let heap = unsafe { &*h };
+        f(heap);
+        h = heap.next_heap.load(Acquire);
+    }
+}
+
+// ----- fork -------------------------------------------------------------------
+
+/// Takes every allocator lock, so that `fork()` cannot copy one held by a
+/// thread that will not exist in the child. Call before `fork()` (the C
+/// library registers this with `pthread_atfork`).
+pub fn fork_prepare() {
+    crate::purger::pause();
+    lock::hold(&ABANDONED);
+    lock::hold(&META);
+    for_each_heap(|h| lock::hold(&h.spans));
+    lock::hold(&RESERVATIONS);
+}
+
+/// Releases what [`fork_prepare`] took, in the parent.
+pub fn fork_parent() {
+    // SAFETY: this thread took each lock in fork_prepare.
+    unsafe {
+        lock::release(&RESERVATIONS);
+        for_each_heap(|h| lock::release(&h.spans));
+        lock::release(&META);
+        lock::release(&ABANDONED);
+    }
+    crate::purger::resume();
+}
+
+/// Releases what [`fork_prepare`] took, in the child. Heaps of threads that
+/// do not exist in the child keep their objects (the child may free them)
+/// but are not reused.
+pub fn fork_child() {
+    // SAFETY: in the child only this thread exists.
+    unsafe {
+        RESERVATIONS.reset_after_fork();
+        for_each_heap(|h| h.spans.reset_after_fork());
+        META.reset_after_fork();
+        ABANDONED.reset_after_fork();
+    }
+    crate::purger::after_fork_child();
+}
