@@ -21,6 +21,7 @@
 //! - [`config`]: the retention policy and its environment variables;
 //! - [`heap`]: size-class queues, fast paths, placement;
 //! - [`thread`]: per-thread heaps, thread exit, fork hooks;
+//! - [`raw`]: unsized entry points for the C library;
 //! - [`purger`]: the background purger;
 //! - [`stats`]: counters and their meaning;
 //! - [`fault`]: what bad input does.
@@ -36,6 +37,7 @@ pub mod lock;
 mod owned_heap;
 pub mod page;
 pub mod purger;
+pub mod raw;
 pub mod registry;
 pub mod reservation;
 pub mod segment;

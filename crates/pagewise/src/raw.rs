@@ -1,0 +1,100 @@
+//! Unsized entry points for C-style callers (`libpagewise.so`): sizes are
+//! not passed back on free, and any thread may call any function.
+
+use crate::heap::HeapCore;
+use crate::registry;
+use crate::thread;
+
+/// Allocates `size` bytes (0 is served as 1) aligned to `align` (a power
+/// of two). Null when out of memory or for an impossible request.
+///
+/// # Safety
+/// `align` is a power of two.
+///
+/// ```
+/// // SAFETY: 16 is a power of two; the block is freed below.
+/// unsafe {
+///     let p = pagewise::raw::malloc(24, 16);
+///     assert!(!p.is_null());
+///     pagewise::raw::free(p);
+/// }
+/// ```
+#[inline]
+pub unsafe fn malloc(size: usize, align: usize) -> *mut u8 {
+    let heap = thread::current();
+    if heap.is_null() {
+        return core::ptr::null_mut();
+    }
+    // SAFETY: the calling thread's own heap.
+    unsafe { (*heap).alloc(size.max(1), align) }
+}
+
+/// Frees a block from any pagewise heap (null is ignored).
+///
+/// # Safety
+/// `ptr` is null or a live pagewise allocation; misuse that is detected
+/// aborts with a message (see [`crate::fault`]).
+#[inline]
+pub unsafe fn free(ptr: *mut u8) {
+    if ptr.is_null() {
+        return;
+    }
+    // SAFETY: forwarded; the current heap is the calling thread's.
+    if unsafe { HeapCore::free_any(ptr, thread::current_or_null()) } {
+        crate::purger::ensure();
+    }
+}
+
+/// Resizes a block (contents preserved up to the smaller size), in place
+/// when possible. Null `ptr` allocates. Returns null on failure, leaving
+/// the block untouched.
+///
+/// # Safety
+/// `ptr` is null or a live pagewise allocation; `align` is a power of two.
+///
+/// ```
+/// // SAFETY: live blocks only.
+/// unsafe {
+///     let p = pagewise::raw::malloc(10, 8);
+///     p.write(42);
+///     let q = pagewise::raw::realloc(p, 5000, 8);
+///     assert_eq!(q.read(), 42);
+///     pagewise::raw::free(q);
+/// }
+/// ```
+pub unsafe fn realloc(ptr: *mut u8, new_size: usize, align: usize) -> *mut u8 {
+    if ptr.is_null() {
+        // SAFETY: forwarded.
+        return unsafe { malloc(new_size, align) };
+    }
+    let heap = thread::current();
+    if heap.is_null() {
+        return core::ptr::null_mut();
+    }
+    // SAFETY: `ptr` is live (caller); the usable size bounds what the caller
+    // may have written, so it is the size to preserve.
+    unsafe {
+        let old = HeapCore::usable_size(ptr);
+        (*heap).realloc(ptr, old, align, new_size.max(1), heap)
+    }
+}
+
+/// Usable size of a live block.
+///
+/// # Safety
+/// `ptr` is a live pagewise allocation.
+#[inline]
+pub unsafe fn usable_size(ptr: *const u8) -> usize {
+    // SAFETY: forwarded.
+    unsafe { HeapCore::usable_size(ptr) }
+}
+
+/// Whether `ptr` lies in memory pagewise manages (it may still be free).
+///
+/// ```
+/// let x = 5;
+/// assert!(!pagewise::raw::owns(&x as *const i32 as *const u8));
+/// ```
+pub fn owns(ptr: *const u8) -> bool {
+    registry::header_of(ptr as usize).is_some()
+}
