@@ -1,0 +1,198 @@
+//! Retention, decay, the byte cap, trim and drop, checked exactly against a
+//! fake page source whose clock the test moves.
+
+use pagewise::{Config, FakePages, Heap, PageSource, Purge};
+use std::alloc::Layout;
+use std::ptr::NonNull;
+
+fn leak_source() -> &'static FakePages {
+    Box::leak(Box::new(FakePages::new()))
+}
+
+fn heap(config: Config) -> (Heap<&'static FakePages>, &'static FakePages) {
+    let src = leak_source();
+    (Heap::with_source(src, config), src)
+}
+
+fn alloc(h: &Heap<&'static FakePages>, size: usize) -> NonNull<u8> {
+    let p = h
+        .allocate(Layout::from_size_align(size, 8).unwrap())
+        .unwrap()
+        .cast::<u8>();
+    // SAFETY: fresh allocation of `size` bytes: touch all of it.
+    unsafe { p.as_ptr().write_bytes(0xab, size) };
+    p
+}
+
+fn free(h: &Heap<&'static FakePages>, p: NonNull<u8>, size: usize) {
+    // SAFETY: allocated by `alloc` with this size.
+    unsafe { h.deallocate(p, Layout::from_size_align(size, 8).unwrap()) };
+}
+
+const MIB: usize = 1 << 20;
+
+#[test]
+fn freed_large_spans_are_retained_until_the_decay_delay() {
+    let (h, src) = heap(Config {
+        decay_ms: 1000,
+        ..Config::DEFAULT
+    });
+    let p = alloc(&h, 4 * MIB);
+    assert_eq!(h.stats().committed_bytes, 4 * MIB as u64);
+    free(&h, p, 4 * MIB);
+    let s = h.stats();
+    assert_eq!(s.retained_bytes, 4 * MIB as u64, "retained, not purged");
+    assert_eq!(src.syscalls().madvise, 0);
+    src.advance_ms(999);
+    let q = alloc(&h, 64); // a slow path, but nothing has expired
+    free(&h, q, 64);
+    assert_eq!(src.syscalls().madvise, 0);
+    src.advance_ms(1);
+    let r = alloc(&h, 2 * MIB); // reuses part of the retained span...
+    let s = h.stats();
+    // ...and the rest, now expired, is purged in one call.
+    assert_eq!(src.syscalls().madvise, 1);
+    assert_eq!(s.retained_bytes, 0);
+    // The 64-byte slab page took the first (dirty) slice of the old span:
+    // its 64 KiB stay committed, as does the 2 MiB object.
+    assert_eq!(s.committed_bytes, 2 * MIB as u64 + 65536);
+    free(&h, r, 2 * MIB);
+}
+
+#[test]
+fn the_cap_purges_the_oldest_at_once() {
+    let (h, src) = heap(Config {
+        decay_ms: 60_000,
+        retain_max_bytes: 3 * MIB,
+        ..Config::DEFAULT
+    });
+    let a = alloc(&h, 2 * MIB);
+    let b = alloc(&h, 2 * MIB);
+    let guard = alloc(&h, 2 * MIB); // keeps `a` and `b` from coalescing with the tail
+    free(&h, a, 2 * MIB);
+    assert_eq!(src.syscalls().madvise, 0);
+    free(&h, b, 2 * MIB); // 4 MiB retained > 3 MiB cap: the oldest goes
+    let s = h.stats();
+    assert!(s.retained_bytes <= 3 * MIB as u64, "{s:?}");
+    assert!(src.syscalls().madvise >= 1);
+    free(&h, guard, 2 * MIB);
+}
+
+#[test]
+fn trim_leaves_nothing_but_bookkeeping() {
+    let (h, src) = heap(Config::DEFAULT);
+    let mut v = Vec::new();
+    for i in 0..5000 {
+        let size = 16 + (i * 37) % 3000;
+        v.push((alloc(&h, size), size));
+    }
+    let big = alloc(&h, 3 * MIB);
+    let huge = alloc(&h, 40 * MIB);
+    for (p, s) in v {
+        free(&h, p, s);
+    }
+    free(&h, big, 3 * MIB);
+    free(&h, huge, 40 * MIB);
+    h.trim();
+    let s = h.stats();
+    assert_eq!(s.live_bytes, 0);
+    assert_eq!(s.live_allocations, 0);
+    assert_eq!(s.committed_bytes, 0);
+    assert_eq!(s.retained_bytes, 0);
+    assert_eq!(s.segments, 0);
+    assert_eq!(s.reserved_bytes, 0, "unused reservations unmapped");
+    // Only the heap's own bookkeeping mapping is left.
+    assert_eq!(
+        src.syscalls().mapped_bytes,
+        src.syscalls().mapped_bytes.min(64 << 10)
+    );
+}
+
+#[test]
+fn dropping_a_heap_unmaps_everything_even_live_objects() {
+    let (h, src) = heap(Config::DEFAULT);
+    for i in 0..1000 {
+        let _ = alloc(&h, 1 + i * 50);
+    }
+    let _ = alloc(&h, 100 * MIB);
+    assert!(src.syscalls().mapped_bytes > 100 * MIB as u64);
+    drop(h);
+    let c = src.syscalls();
+    assert_eq!(c.mapped_bytes, 0, "{c:?}");
+    assert_eq!(
+        c.mmap, c.munmap,
+        "every mapping unmapped exactly once: {c:?}"
+    );
+}
+
+#[test]
+fn memory_is_released_page_by_page_inside_a_segment() {
+    // One live object pins its slab page, not its segment.
+    let (h, _src) = heap(Config {
+        decay_ms: 0,
+        ..Config::DEFAULT
+    });
+    let objs: Vec<_> = (0..20_000).map(|_| alloc(&h, 512)).collect();
+    let peak = h.stats().committed_bytes;
+    assert!(peak >= 20_000 * 512);
+    for (i, p) in objs.iter().enumerate() {
+        if i != 10_000 {
+            free(&h, *p, 512);
+        }
+    }
+    h.trim();
+    let s = h.stats();
+    assert_eq!(s.live_allocations, 1);
+    assert!(
+        s.committed_bytes <= 64 << 10,
+        "only the survivor's page stays: {s:?}"
+    );
+    assert!(s.reserved_bytes > 0, "the segment itself is kept");
+    free(&h, objs[10_000], 512);
+}
+
+#[test]
+fn placement_prefers_the_fullest_page() {
+    let (h, _src) = heap(Config::DEFAULT);
+    // Fill three pages of 1 KiB slots (64 per page).
+    let objs: Vec<_> = (0..192).map(|_| alloc(&h, 1024)).collect();
+    let page_of = |p: NonNull<u8>| p.as_ptr() as usize >> 16;
+    // Page A keeps 60 live, page B keeps 4 live, page C (current) keeps 62.
+    let pages: Vec<usize> = objs.iter().map(|p| page_of(*p)).collect();
+    let (a, b) = (pages[0], pages[64]);
+    let mut freed_a = 0;
+    let mut freed_b = 0;
+    for (i, p) in objs.iter().enumerate() {
+        if pages[i] == a && freed_a < 4 {
+            free(&h, *p, 1024);
+            freed_a += 1;
+        } else if pages[i] == b && freed_b < 60 {
+            free(&h, *p, 1024);
+            freed_b += 1;
+        }
+    }
+    // Exhaust the current page, then new allocations must go to A (fuller).
+    let mut placed = Vec::new();
+    for _ in 0..70 {
+        placed.push(alloc(&h, 1024));
+    }
+    let in_a = placed.iter().filter(|p| page_of(**p) == a).count();
+    let in_b = placed.iter().filter(|p| page_of(**p) == b).count();
+    assert_eq!(in_a, 4, "the fuller page is filled first");
+    assert!(in_b <= 60 && in_b > 0);
+}
+
+#[test]
+fn madv_free_is_an_option() {
+    let (h, src) = heap(Config {
+        decay_ms: 0,
+        purge: Purge::Free,
+        ..Config::DEFAULT
+    });
+    let p = alloc(&h, MIB);
+    free(&h, p, MIB);
+    let q = alloc(&h, 64);
+    free(&h, q, 64);
+    assert!(src.syscalls().madvise >= 1);
+    assert_eq!(h.stats().retained_bytes, 0);
+}
