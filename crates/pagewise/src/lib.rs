@@ -8,3 +8,10 @@ pub mod size_class;
 pub mod source;
 
 pub use source::{FakePages, PageSource, Purge, SyscallCounts, SystemPages};
+
+// --- runtime building blocks (issue 5) ---
+pub mod arena;
+mod block_pool;
+pub mod pool;
+mod protect;
+pub use arena::Arena;
