@@ -54,11 +54,11 @@ fn fits_choose_as_named() {
 fn best_fit_differs_from_first_fit() {
     let pages = fake();
     let p = pools(pages, 4, Fit::Best);
-    let h = vec![p.alloc(30 * K).unwrap(), p.alloc(60 * K).unwrap()]; // 34K, 4K left
+    let h = [p.alloc(30 * K).unwrap(), p.alloc(60 * K).unwrap()]; // 34K, 4K left
     assert!(p.alloc(4 * K).unwrap().same_pool(&h[1]));
     let pages = fake();
     let p = pools(pages, 4, Fit::First);
-    let h = vec![p.alloc(30 * K).unwrap(), p.alloc(60 * K).unwrap()];
+    let h = [p.alloc(30 * K).unwrap(), p.alloc(60 * K).unwrap()];
     assert!(p.alloc(4 * K).unwrap().same_pool(&h[0]));
 }
 
