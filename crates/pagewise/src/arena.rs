@@ -42,6 +42,11 @@ pub use crate::block_pool::{BlockPool, BlockPoolConfig, BlockPoolStats, DEFAULT_
 use crate::layout::{align_up, OS_PAGE};
 use crate::source::{PageSource, SystemPages};
 
+/// The examples of `docs/arena-and-pools.md`, run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../../../docs/arena-and-pools.md")]
+pub struct DesignDocExamples;
+
 /// Size of an arena's first block (unless [`Arena::with_capacity`] asks for
 /// more): 64 KiB.
 ///
