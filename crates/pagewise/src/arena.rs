@@ -490,8 +490,11 @@ impl<S: PageSource + 'static> Arena<S> {
     /// block (so it can be resized or freed in place).
     #[inline]
     fn is_last(&self, ptr: NonNull<u8>, size: usize) -> bool {
-        let base = self.base.get();
-        !base.is_null() && ptr.as_ptr() as usize + size == base as usize + self.off.get()
+        let (base, p) = (self.base.get() as usize, ptr.as_ptr() as usize);
+        // `p >= base` matters: a retired block may end exactly where the
+        // current one starts (adjacent mappings), and its last allocation
+        // must not be mistaken for the current block's.
+        base != 0 && p >= base && p + size == base + self.off.get()
     }
 }
 

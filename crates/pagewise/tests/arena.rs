@@ -292,6 +292,42 @@ fn allocator_api2_collections_grow_in_place() {
     assert_eq!(b.iter().sum::<u32>(), 30);
 }
 
+#[test]
+fn allocator_resizes_in_place_only_at_the_end() {
+    use allocator_api2::alloc::Allocator;
+    let pages = fake();
+    let a = Arena::with_pool(pool_on(pages, 64 * M, Purge::Free));
+    let alloc = &a;
+    let l16 = Layout::from_size_align(16, 8).unwrap();
+    let l64 = Layout::from_size_align(64, 8).unwrap();
+    let x = alloc.allocate(l16).unwrap().cast::<u8>();
+    // SAFETY: `x` is 16 fresh bytes of ours.
+    unsafe { x.as_ptr().write_bytes(7, 16) };
+    let y = alloc.allocate(l16).unwrap().cast::<u8>();
+    // SAFETY: `x` was allocated with `l16` by this allocator; it is not the
+    // last allocation, so growing it copies.
+    let x2 = unsafe { alloc.grow(x, l16, l64) }.unwrap().cast::<u8>();
+    assert_ne!(x2, x);
+    // SAFETY: the first 16 bytes were copied from `x`.
+    assert_eq!(
+        unsafe { core::slice::from_raw_parts(x2.as_ptr(), 16) },
+        &[7; 16]
+    );
+    // `x2` is now the last allocation: shrinking and freeing it move the end back.
+    // SAFETY: `x2` was allocated with `l64` by this allocator.
+    let x3 = unsafe { alloc.shrink(x2, l64, l16) }.unwrap().cast::<u8>();
+    assert_eq!(x3, x2);
+    // SAFETY: `x3` holds `l16`; after this it is not used.
+    unsafe { alloc.deallocate(x3, l16) };
+    let z = alloc.allocate(l16).unwrap().cast::<u8>();
+    assert_eq!(z, x2, "the freed tail is reused");
+    // Freeing something that is not last changes nothing.
+    // SAFETY: `y` holds `l16` and is not used again.
+    unsafe { alloc.deallocate(y, l16) };
+    let w = alloc.allocate(l16).unwrap().cast::<u8>();
+    assert_eq!(w.as_ptr() as usize, z.as_ptr() as usize + 16);
+}
+
 thread_local! {
     static TEST_POOL: std::cell::RefCell<Option<Arc<BlockPool<FakePages>>>> =
         const { std::cell::RefCell::new(None) };
