@@ -24,7 +24,8 @@
 //! - [`raw`]: unsized entry points for the C library;
 //! - [`purger`]: the background purger;
 //! - [`stats`]: counters and their meaning;
-//! - [`fault`]: what bad input does.
+//! - [`fault`]: what bad input does;
+//! - [`arena`], [`pool`]: building blocks for runtimes (bump arenas on pooled blocks, ref-counted code pools).
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]
 
@@ -52,3 +53,10 @@ pub use global::{stats, trim, usable_size, Pagewise};
 pub use owned_heap::Heap;
 pub use source::{FakePages, PageSource, Purge, SyscallCounts, SystemPages};
 pub use stats::{ClassStats, ObjectStats, Stats};
+
+// --- runtime building blocks (issue 5) ---
+pub mod arena;
+mod block_pool;
+pub mod pool;
+mod protect;
+pub use arena::Arena;
