@@ -169,9 +169,13 @@ unsafe impl<T: PageSource + ?Sized> PageSource for &'static T {
 /// assert_eq!(pages.syscalls().madvise, 1);
 /// ```
 pub struct SystemPages {
-    hint: AtomicUsize,
     counters: SyscallCounters,
 }
+
+/// The next aligned address to hint at, shared by every `SystemPages` so
+/// that independent sources (heaps, arena pools) do not hint at the same
+/// ranges and fall back to over-mapping.
+static HINT: AtomicUsize = AtomicUsize::new(HINT_START);
 
 /// Where the aligned-hint search starts: 2 TiB, far above the heap and the
 /// usual mmap area, below the 47-bit user address limit.
@@ -182,7 +186,6 @@ impl SystemPages {
     /// A source with fresh counters.
     pub const fn new() -> Self {
         SystemPages {
-            hint: AtomicUsize::new(HINT_START),
             counters: SyscallCounters::new(),
         }
     }
@@ -223,7 +226,7 @@ impl SystemPages {
 
     /// Claims the next aligned hint, so concurrent callers try disjoint ranges.
     fn next_hint(&self, size: usize, align: usize) -> usize {
-        let mut cur = self.hint.load(Relaxed);
+        let mut cur = HINT.load(Relaxed);
         loop {
             let start = (cur + align - 1) & !(align - 1);
             let next = if start + size > HINT_END {
@@ -231,7 +234,7 @@ impl SystemPages {
             } else {
                 start + size
             };
-            match self.hint.compare_exchange_weak(cur, next, Relaxed, Relaxed) {
+            match HINT.compare_exchange_weak(cur, next, Relaxed, Relaxed) {
                 Ok(_) => return start,
                 Err(seen) => cur = seen,
             }
