@@ -1,0 +1,101 @@
+//! Bad input gets a clear abort, never silent corruption. Each case runs in
+//! a child process (this test binary re-executed) and the parent checks the
+//! exit and the message.
+
+use std::alloc::{GlobalAlloc, Layout};
+use std::process::Command;
+
+const CASE: &str = "PAGEWISE_MISUSE_CASE";
+
+fn run_case(case: &str) -> (bool, String) {
+    let exe = std::env::current_exe().unwrap();
+    let out = Command::new(exe)
+        .args(["--exact", "child_entry", "--nocapture", "--test-threads=1"])
+        .env(CASE, case)
+        .output()
+        .unwrap();
+    (out.status.success(), String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+/// Runs one misuse in the child; does nothing in a normal test run.
+#[test]
+fn child_entry() {
+    let Ok(case) = std::env::var(CASE) else { return };
+    let a = pagewise::Pagewise;
+    let l = Layout::from_size_align(64, 8).unwrap();
+    // SAFETY: deliberately wrong calls, each expected to abort.
+    unsafe {
+        match case.as_str() {
+            "foreign" => {
+                let x = Box::new(5u64);
+                a.dealloc(Box::into_raw(x).cast(), Layout::new::<u64>());
+            }
+            "double" => {
+                let p = a.alloc(l);
+                a.dealloc(p, l);
+                a.dealloc(p, l);
+            }
+            "interior" => {
+                let p = a.alloc(l);
+                a.dealloc(p.add(8), l);
+            }
+            "large-double" => {
+                let big = Layout::from_size_align(1 << 20, 8).unwrap();
+                let p = a.alloc(big);
+                a.dealloc(p, big);
+                a.dealloc(p, big);
+            }
+            "huge-double" => {
+                let huge = Layout::from_size_align(64 << 20, 8).unwrap();
+                let p = a.alloc(huge);
+                a.dealloc(p, huge);
+                a.dealloc(p, huge);
+            }
+            "wrong-heap" => {
+                let h1 = pagewise::Heap::new();
+                let h2 = pagewise::Heap::new();
+                let p = h1.allocate(l).unwrap();
+                h2.deallocate(p.cast(), l);
+            }
+            _ => unreachable!(),
+        }
+    }
+    // Reaching here means the misuse went undetected.
+    std::process::exit(0);
+}
+
+fn expect_abort(case: &str, message: &str) {
+    let (ok, stderr) = run_case(case);
+    assert!(!ok, "{case}: the child should abort");
+    assert!(stderr.contains(message), "{case}: stderr was {stderr:?}");
+}
+
+#[test]
+fn foreign_pointer_aborts() {
+    expect_abort("foreign", "pagewise: free of a pointer pagewise did not allocate");
+}
+
+#[test]
+fn immediate_double_free_aborts() {
+    expect_abort("double", "pagewise: double free");
+}
+
+#[test]
+fn interior_pointer_aborts() {
+    expect_abort("interior", "not the start of an allocation");
+}
+
+#[test]
+fn large_double_free_aborts() {
+    expect_abort("large-double", "pagewise: double free");
+}
+
+#[test]
+fn huge_double_free_aborts() {
+    expect_abort("huge-double", "pagewise: double free");
+}
+
+#[test]
+fn freeing_into_the_wrong_heap_aborts() {
+    expect_abort("wrong-heap", "belongs to another pagewise heap");
+}
