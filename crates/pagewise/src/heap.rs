@@ -152,8 +152,10 @@ pub struct HeapCore {
     pub classes: [ClassCounters; CLASSES],
     /// Committed bytes in slab pages (owner-maintained).
     pub slab_committed: Counter,
-    /// Highest `slab_committed + spans.committed` seen by the owner.
+    /// Highest `slab_committed + span_committed` seen.
     pub peak_committed: Counter,
+    /// The span pool's committed bytes as last published (under its lock).
+    pub span_committed: Counter,
     source: *const dyn PageSource,
     reservations: *const Locked<Reservations>,
     /// Retention policy.
@@ -201,6 +203,7 @@ impl HeapCore {
             classes: [ClassCounters::ZERO; CLASSES],
             slab_committed: Counter::ZERO,
             peak_committed: Counter::ZERO,
+            span_committed: Counter::ZERO,
             source,
             reservations,
             config,
@@ -370,24 +373,25 @@ impl HeapCore {
     /// Gives `page` a free slot if it can: remote frees first, then fresh
     /// slots. Owner only.
     unsafe fn refill(&self, page: *mut Page) -> bool {
-        // SAFETY: owner only; `page` is a slab page of this heap.
-        let p = unsafe { &mut *page };
-        if p.has_free() {
-            return true;
-        }
-        let n = p.collect_thread_free();
-        if n > 0 {
-            self.classes[p.class as usize].frees.add(n as u64);
-            return true;
-        }
-        if p.capacity < p.reserved {
-            let (first, count) = p.extend();
-            // SAFETY: `first` is inside this page's segment.
-            let seg = unsafe { &*Segment::of(crate::layout::segment_base(first)) };
-            let newly = seg.set_committed(seg.os_page(first), count);
-            self.slab_committed.add((newly * OS_PAGE) as u64);
-            self.note_peak();
-            return true;
+        // SAFETY: owner only; `page` is a slab page of this heap. Page
+        // methods borrow it only for the call.
+        unsafe {
+            if (*page).has_free() {
+                return true;
+            }
+            let n = (*page).collect_thread_free();
+            if n > 0 {
+                self.classes[(*page).class as usize].frees.add(n as u64);
+                return true;
+            }
+            if (*page).capacity < (*page).reserved {
+                let (first, count) = (*page).extend();
+                let seg = &*Segment::of(crate::layout::segment_base(first));
+                let newly = seg.set_committed(seg.os_page(first), count);
+                self.slab_committed.add((newly * OS_PAGE) as u64);
+                self.note_peak();
+                return true;
+            }
         }
         false
     }
@@ -396,14 +400,13 @@ impl HeapCore {
     /// just arrived). Owner only.
     unsafe fn retire_exhausted(&self, page: *mut Page) {
         // SAFETY: owner only; `page` is this heap's current page of its class.
+        // If remote frees arrived meanwhile, try_mark_full collected them and
+        // the page stays on its queue with free slots.
         unsafe {
-            let p = &mut *page;
-            // If remote frees arrived meanwhile, try_mark_full collected
-            // them and the page stays on its queue with free slots.
-            if p.try_mark_full() {
-                let l = self.local();
-                l.queues[p.class as usize].remove(page);
-                l.full.push(page);
+            if (*page).try_mark_full() {
+                let class = (*page).class as usize;
+                self.local().queues[class].remove(page);
+                self.local().full.push(page);
             }
         }
     }
@@ -411,22 +414,25 @@ impl HeapCore {
     /// The fullest page of the class queue (among the first few), other
     /// than an exhausted current page. Owner only.
     unsafe fn fullest_nonfull(&self, class: usize) -> Option<*mut Page> {
-        // SAFETY: owner only.
-        let l = unsafe { self.local() };
         let mut best: *mut Page = null_mut();
-        let mut p = l.queues[class].head;
+        let mut best_used = 0;
+        // SAFETY: owner only.
+        let mut p = unsafe { self.local().queues[class].head };
         let mut seen = 0;
         while !p.is_null() && seen < FULLEST_CANDIDATES {
             // SAFETY: queue entries are slab pages of this heap.
-            let pg = unsafe { &*p };
-            let usable =
-                pg.has_free() || pg.capacity < pg.reserved || pg.thread_free.load(Relaxed) > 1;
-            // SAFETY: as above.
-            if usable && (best.is_null() || pg.used() > unsafe { (*best).used() }) {
+            let (usable, used, next) = unsafe {
+                let usable = (*p).has_free()
+                    || (*p).capacity < (*p).reserved
+                    || (*p).thread_free.load(Relaxed) > 1;
+                (usable, (*p).used(), (*p).next)
+            };
+            if usable && (best.is_null() || used > best_used) {
                 best = p;
+                best_used = used;
             }
             seen += 1;
-            p = pg.next;
+            p = next;
         }
         (!best.is_null()).then_some(best)
     }
@@ -439,45 +445,43 @@ impl HeapCore {
             spans.take_for_slab(&ctx, slices)?
         };
         self.slab_committed.add(committed as u64);
-        // SAFETY: a freshly taken span, exclusively ours.
-        let p = unsafe { &mut *page };
-        p.init_slab(class, SLOT_SIZE[class] as usize, slices * SLICE, self.me());
-        let c = &self.classes[class];
-        c.pages.add(1);
-        c.slots.add(p.reserved as u64);
-        // SAFETY: owner only.
-        unsafe { self.local().queues[class].push(page) };
+        // SAFETY: a freshly taken span, exclusively ours; owner only.
+        unsafe {
+            (*page).init_slab(class, SLOT_SIZE[class] as usize, slices * SLICE, self.me());
+            let c = &self.classes[class];
+            c.pages.add(1);
+            c.slots.add((*page).reserved as u64);
+            self.local().queues[class].push(page);
+        }
         Some(page)
     }
 
     /// Returns an empty slab page to the span pool. Owner only.
     unsafe fn release_page(&self, page: *mut Page) {
         // SAFETY: owner only; `page` is an empty slab page of this heap, on
-        // its class queue, not the current page.
+        // its class queue or the full list.
         unsafe {
-            let p = &mut *page;
-            let class = p.class as usize;
-            let l = self.local();
-            if p.in_full {
-                l.full.remove(page);
-                p.clear_full();
+            let class = (*page).class as usize;
+            if (*page).in_full {
+                self.local().full.remove(page);
+                (*page).clear_full();
             } else {
-                l.queues[class].remove(page);
+                self.local().queues[class].remove(page);
             }
             if self.current_page(class) == page {
                 self.set_current_page(class, empty_page());
             }
             let c = &self.classes[class];
             c.pages.sub(1);
-            c.slots.sub(p.reserved as u64);
-            p.kind = Kind::Free;
-            let now = self.source().now_ms();
-            let ctx = self.ctx();
-            let mut spans = self.spans.lock();
-            let moved = spans.give_back_slab(page, now);
-            self.slab_committed.sub(moved as u64);
-            self.after_span_change(&ctx, &mut spans, now);
+            c.slots.sub((*page).reserved as u64);
+            (*page).kind = Kind::Free;
         }
+        let now = self.source().now_ms();
+        let ctx = self.ctx();
+        let mut spans = self.spans.lock();
+        let moved = spans.give_back_slab(page, now);
+        self.slab_committed.sub(moved as u64);
+        self.after_span_change(&ctx, &mut spans, now);
     }
 
     // ----- free --------------------------------------------------------------
@@ -505,14 +509,17 @@ impl HeapCore {
             return true;
         }
         let page = lookup_page(seg, addr);
-        // SAFETY: `lookup_page` returns a descriptor of this segment.
-        let p = unsafe { &mut *page };
-        match p.kind {
+        // SAFETY: `lookup_page` returns a descriptor of this segment. Only
+        // fields fixed while the span is in use are read here (the page may
+        // belong to another thread, which mutates its other fields).
+        let (kind, heap, start) =
+            unsafe { ((*page).kind, (*page).heap as *const HeapCore, (*page).start) };
+        match kind {
             Kind::Slab => {
-                if p.slot_index(addr).is_none() {
+                // SAFETY: as above; slot geometry is fixed for a slab's life.
+                if unsafe { (*page).slot_index(addr) }.is_none() {
                     misuse(Misuse::Misaligned, addr);
                 }
-                let heap = p.heap as *const HeapCore;
                 if heap == current {
                     // SAFETY: the calling thread owns `current`.
                     unsafe { (*heap).free_local(page, addr as *mut Block) }
@@ -523,11 +530,11 @@ impl HeapCore {
                 }
             }
             Kind::Large => {
-                if addr != p.start {
+                if addr != start {
                     misuse(Misuse::Misaligned, addr);
                 }
                 // SAFETY: the heap outlives its pages.
-                unsafe { (*(p.heap as *const HeapCore)).free_large(page) };
+                unsafe { (*heap).free_large(page) };
                 true
             }
             _ => misuse(Misuse::DoubleFree, addr),
@@ -556,18 +563,18 @@ impl HeapCore {
     /// Returns true if a page went back to the span pool.
     #[inline]
     unsafe fn free_local(&self, page: *mut Page, block: *mut Block) -> bool {
-        // SAFETY: per the caller.
+        // SAFETY: per the caller; the page is only touched through `page`.
         unsafe {
-            let p = &mut *page;
-            let used = p.used();
-            if used == 0 || p.free == block {
+            let used = (*page).used();
+            let head = (*page).free;
+            if used == 0 || head == block {
                 misuse(Misuse::DoubleFree, block as usize);
             }
-            (*block).next = p.free;
-            p.free = block;
-            p.set_used(used - 1);
-            self.classes[p.class as usize].frees.add(1);
-            if used == 1 || p.in_full {
+            (*block).next = head;
+            (*page).free = block;
+            (*page).set_used(used - 1);
+            self.classes[(*page).class as usize].frees.add(1);
+            if used == 1 || (*page).in_full {
                 return self.free_slow(page);
             }
             false
@@ -578,15 +585,13 @@ impl HeapCore {
     unsafe fn free_slow(&self, page: *mut Page) -> bool {
         // SAFETY: owner only (caller); `page` is a slab page of this heap.
         unsafe {
-            let p = &mut *page;
-            let class = p.class as usize;
-            let l = self.local();
-            if p.in_full {
-                l.full.remove(page);
-                p.clear_full();
-                l.queues[class].push(page);
+            let class = (*page).class as usize;
+            if (*page).in_full {
+                self.local().full.remove(page);
+                (*page).clear_full();
+                self.local().queues[class].push(page);
             }
-            if p.used() == 0 && self.current_page(class) != page {
+            if (*page).used() == 0 && self.current_page(class) != page {
                 self.release_page(page);
                 return true;
             }
@@ -628,32 +633,43 @@ impl HeapCore {
         let Some(page) = spans.take(&ctx, n, align_slices) else {
             return null_mut();
         };
-        // SAFETY: a freshly taken span, exclusively ours.
-        let p = unsafe { &mut *page };
-        p.kind = Kind::Large;
-        p.large_size = n * SLICE;
-        p.large_requested = size;
+        // SAFETY: a freshly taken span, exclusively ours under the lock.
+        let start = unsafe {
+            (*page).kind = Kind::Large;
+            (*page).large_size = n * SLICE;
+            (*page).large_requested = size;
+            (*page).start
+        };
         spans.commit_whole(page);
         spans.counts.large_count += 1;
         spans.counts.large_bytes += n * SLICE;
         spans.counts.large_requested += size;
         self.after_span_change(&ctx, &mut spans, now);
-        p.start as *mut u8
+        start as *mut u8
     }
 
+    /// Frees a large object (any thread: the span lock serialises it).
     unsafe fn free_large(&self, page: *mut Page) {
         let now = self.source().now_ms();
         let ctx = self.ctx();
         let mut spans = self.spans.lock();
-        // SAFETY: `page` is a live large span of this heap (checked by kind
-        // under... the caller); the lock serialises span changes.
-        let p = unsafe { &mut *page };
-        if p.kind != Kind::Large {
-            misuse(Misuse::DoubleFree, p.start);
+        // SAFETY: `page` is a span descriptor of this heap; under the lock
+        // its kind tells whether it is still a live large object.
+        let (kind, start, size, requested) = unsafe {
+            (
+                (*page).kind,
+                (*page).start,
+                (*page).large_size,
+                (*page).large_requested,
+            )
+        };
+        if kind != Kind::Large {
+            drop(spans);
+            misuse(Misuse::DoubleFree, start);
         }
         spans.counts.large_count -= 1;
-        spans.counts.large_bytes -= p.large_size;
-        spans.counts.large_requested -= p.large_requested;
+        spans.counts.large_bytes -= size;
+        spans.counts.large_requested -= requested;
         spans.give_back(page, now);
         self.after_span_change(&ctx, &mut spans, now);
     }
@@ -666,27 +682,33 @@ impl HeapCore {
         let now = self.source().now_ms();
         let ctx = self.ctx();
         let mut spans = self.spans.lock();
-        let p = spans.take_huge(&ctx, size, align, now);
+        let p = spans.take_huge(&ctx, size, align);
         self.after_span_change(&ctx, &mut spans, now);
         p.map_or(null_mut(), |a| a as *mut u8)
     }
 
+    /// Frees a huge object (any thread: the span lock serialises it).
     fn free_huge(&self, seg: &Segment, addr: usize) {
-        if seg.huge_size == 0 {
-            misuse(Misuse::DoubleFree, addr);
-        }
-        if addr != seg.base() + seg.huge_offset {
-            misuse(Misuse::Misaligned, addr);
-        }
         let now = self.source().now_ms();
         let ctx = self.ctx();
         let mut spans = self.spans.lock();
+        // SAFETY: the huge state is read under the span lock.
+        let st = unsafe { *seg.huge_state() };
+        if st.size == 0 {
+            drop(spans);
+            misuse(Misuse::DoubleFree, addr);
+        }
+        if addr != seg.base() + st.offset {
+            drop(spans);
+            misuse(Misuse::Misaligned, addr);
+        }
         spans.give_back_huge(seg as *const Segment as *mut Segment, now);
         self.after_span_change(&ctx, &mut spans, now);
     }
 
-    /// After a span operation: purge what has expired or exceeds the cap,
-    /// and publish the next deadline for the background purger.
+    /// After a span operation (span lock held): purge what has expired or
+    /// exceeds the cap, publish the next deadline for the background purger,
+    /// and track the peak.
     fn after_span_change(&self, ctx: &Ctx, spans: &mut Spans, now: u64) {
         let due = self.next_deadline.load(Relaxed) <= now
             || spans.retained() > self.config.retain_max_bytes;
@@ -694,18 +716,16 @@ impl HeapCore {
             let next = spans.decay(ctx, now, false);
             self.next_deadline.store(next.unwrap_or(u64::MAX), Relaxed);
         }
-        let total = self.slab_committed.get() + spans.counts.committed as u64;
-        if total > self.peak_committed.get() {
-            self.peak_committed.0.store(total, Relaxed);
-        }
+        self.span_committed
+            .0
+            .store(spans.counts.committed as u64, Relaxed);
+        self.note_peak();
     }
 
+    /// Records a new peak of committed bytes (slab pages plus the span
+    /// pool's last published figure).
     fn note_peak(&self) {
-        // Racy read of the span count is fine for a peak estimate.
-        // SAFETY: reading a plain usize another thread may update under the
-        // lock; a torn value is impossible on the supported 64-bit targets.
-        let spans = unsafe { self.spans.get_unchecked().counts.committed } as u64;
-        let total = self.slab_committed.get() + spans;
+        let total = self.slab_committed.get() + self.span_committed.get();
         if total > self.peak_committed.get() {
             self.peak_committed.0.store(total, Relaxed);
         }
@@ -715,30 +735,30 @@ impl HeapCore {
     /// stayed empty since the last pass, and run the decay if due.
     unsafe fn maintenance(&self) {
         let now = self.source().now_ms();
-        // SAFETY: owner only (caller).
-        let l = unsafe { self.local() };
-        if now < l.next_maintenance {
-            return;
+        // SAFETY: owner only (caller); the borrow ends before any call.
+        unsafe {
+            let next = &mut self.local().next_maintenance;
+            if now < *next {
+                return;
+            }
+            *next = now + (self.config.decay_ms / 2).max(1);
         }
-        l.next_maintenance = now + (self.config.decay_ms / 2).max(1);
         for class in 0..CLASSES {
             let page = self.current_page(class);
             if page == empty_page() {
                 continue;
             }
-            // SAFETY: a current page of this heap.
-            let p = unsafe { &mut *page };
-            if p.used() == 0 {
-                if p.idle {
-                    self.set_current_page(class, empty_page());
-                    // SAFETY: empty, on its queue, no longer current.
-                    unsafe { self.release_page(page) };
-                } else {
+            // SAFETY: a current page of this heap; owner only.
+            unsafe {
+                if (*page).used() != 0 {
+                    (*page).idle = false;
+                } else if !(*page).idle {
                     // Mark it; if still empty at the next pass it goes.
-                    p.idle = true;
+                    (*page).idle = true;
+                } else {
+                    self.set_current_page(class, empty_page());
+                    self.release_page(page);
                 }
-            } else {
-                p.idle = false;
             }
         }
         if self.next_deadline.load(Relaxed) <= now {
@@ -762,14 +782,19 @@ impl HeapCore {
         // SAFETY: registered segments are mapped and headed by a `Segment`.
         let seg = unsafe { &*Segment::of(base) };
         if seg.huge {
-            return seg.huge_size - (addr - base - seg.huge_offset);
+            // SAFETY: the object is live (caller), so its state is stable.
+            let st = unsafe { *seg.huge_state() };
+            return st.size - (addr - base - st.offset);
         }
-        // SAFETY: descriptor of this segment.
-        let p = unsafe { &*lookup_page(seg, addr) };
-        match p.kind {
-            Kind::Slab => p.slot_size as usize,
-            Kind::Large => p.large_size - (addr - p.start),
-            _ => misuse(Misuse::DoubleFree, addr),
+        let p = lookup_page(seg, addr);
+        // SAFETY: a descriptor of this segment; only fields fixed while the
+        // object lives are read.
+        unsafe {
+            match (*p).kind {
+                Kind::Slab => (*p).slot_size as usize,
+                Kind::Large => (*p).large_size - (addr - (*p).start),
+                _ => misuse(Misuse::DoubleFree, addr),
+            }
         }
     }
 
@@ -819,16 +844,16 @@ impl HeapCore {
             return false;
         }
         let page = lookup_page(seg, addr);
-        // SAFETY: descriptor of this segment.
-        let p = unsafe { &mut *page };
-        if p.kind != Kind::Large || addr != p.start {
-            return false;
-        }
-        let have = p.slice_count as usize;
-        let want = new_size.div_ceil(SLICE);
         let now = self.source().now_ms();
         let ctx = self.ctx();
         let mut spans = self.spans.lock();
+        // SAFETY: descriptor of this segment, read under the span lock.
+        let (kind, start, have) =
+            unsafe { ((*page).kind, (*page).start, (*page).slice_count as usize) };
+        if kind != Kind::Large || addr != start {
+            return false;
+        }
+        let want = new_size.div_ceil(SLICE);
         let ok = if want > have {
             spans.grow_in_place(page, want - have)
         } else if want < have {
@@ -838,11 +863,15 @@ impl HeapCore {
             true
         };
         if ok {
-            spans.counts.large_bytes = spans.counts.large_bytes - p.large_size + want * SLICE;
-            spans.counts.large_requested =
-                spans.counts.large_requested - p.large_requested + new_size;
-            p.large_size = want * SLICE;
-            p.large_requested = new_size;
+            // SAFETY: our live large span, under the lock.
+            unsafe {
+                spans.counts.large_bytes =
+                    spans.counts.large_bytes - (*page).large_size + want * SLICE;
+                spans.counts.large_requested =
+                    spans.counts.large_requested - (*page).large_requested + new_size;
+                (*page).large_size = want * SLICE;
+                (*page).large_requested = new_size;
+            }
             spans.commit_whole(page);
             self.after_span_change(&ctx, &mut spans, now);
         }
@@ -873,33 +902,32 @@ impl HeapCore {
 
     /// Collects remote frees everywhere and releases every empty slab page.
     unsafe fn release_empty_pages(&self) {
-        // SAFETY: owner only (caller).
-        let l = unsafe { self.local() };
         for class in 0..CLASSES {
             self.set_current_page(class, empty_page());
-            let mut p = l.queues[class].head;
-            while !p.is_null() {
-                // SAFETY: queue entries are slab pages of this heap.
-                let next = unsafe { (*p).next };
-                // SAFETY: as above; owner only.
-                unsafe { self.collect_and_release_if_empty(p) };
-                p = next;
-            }
-        }
-        let mut p = l.full.head;
-        while !p.is_null() {
-            // SAFETY: full-list entries are slab pages of this heap.
-            let next = unsafe { (*p).next };
-            // SAFETY: as above.
+            // SAFETY: owner only (caller); queue entries are slab pages of
+            // this heap; the next link is read before the page may leave.
             unsafe {
-                if (*p).thread_free.load(Relaxed) > 1 {
-                    l.full.remove(p);
-                    (*p).clear_full();
-                    l.queues[(*p).class as usize].push(p);
+                let mut p = self.local().queues[class].head;
+                while !p.is_null() {
+                    let next = (*p).next;
                     self.collect_and_release_if_empty(p);
+                    p = next;
                 }
             }
-            p = next;
+        }
+        // SAFETY: as above, for the full list.
+        unsafe {
+            let mut p = self.local().full.head;
+            while !p.is_null() {
+                let next = (*p).next;
+                if (*p).thread_free.load(Relaxed) > 1 {
+                    self.local().full.remove(p);
+                    (*p).clear_full();
+                    self.local().queues[(*p).class as usize].push(p);
+                    self.collect_and_release_if_empty(p);
+                }
+                p = next;
+            }
         }
     }
 
@@ -963,11 +991,16 @@ impl HeapCore {
 #[inline]
 fn lookup_page(seg: &Segment, addr: usize) -> *mut Page {
     let idx = (addr - seg.base()) >> SLICE_SHIFT;
-    let off = seg.slices[idx].slice_offset as usize;
-    if idx < crate::segment::HEADER_SLICES || off > idx - crate::segment::HEADER_SLICES {
+    if idx < crate::segment::HEADER_SLICES {
         misuse(Misuse::Foreign, addr);
     }
-    &seg.slices[idx - off] as *const Page as *mut Page
+    // SAFETY: a descriptor of this segment; `slice_offset` is fixed while
+    // the span is in use (a stale one, for free memory, is range-checked).
+    let off = unsafe { (*seg.page(idx)).slice_offset } as usize;
+    if off > idx - crate::segment::HEADER_SLICES {
+        misuse(Misuse::Foreign, addr);
+    }
+    seg.page(idx - off)
 }
 
 /// Frees a slot of a page owned by another thread's heap.

@@ -138,11 +138,12 @@ impl Page {
     }
 
     /// The slot index of `addr` if it is the start of a slot of this page.
+    /// Reads only fields fixed for the slab's life, so any thread may ask.
     #[inline]
     pub fn slot_index(&self, addr: usize) -> Option<usize> {
         let off = addr.wrapping_sub(self.start);
-        let idx = ((off as u64 * self.recip) >> 42) as usize;
-        (idx < self.capacity as usize && idx * self.slot_size as usize == off).then_some(idx)
+        let idx = ((off as u64).wrapping_mul(self.recip) >> 42) as usize;
+        (idx < self.reserved as usize && idx * self.slot_size as usize == off).then_some(idx)
     }
 
     /// Carves fresh slots up to the end of the next OS page (at least one
@@ -302,6 +303,7 @@ mod tests {
         assert!(p.slot_index(p.start + 48).is_some());
         assert!(p.slot_index(p.start + 47).is_none());
         assert!(p.slot_index(p.start + 48 * 1000).is_none());
+        assert!(p.slot_index(p.start - 48).is_none());
     }
 
     #[test]

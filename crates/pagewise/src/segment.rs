@@ -6,8 +6,9 @@
 //! bitmap is what lets pagewise give memory back page by page, and count
 //! exactly what it holds.
 
-use crate::layout::{OS_PAGE, OS_PAGES_PER_SEGMENT, SEGMENT, SLICE, SLICES_PER_SEGMENT};
+use crate::layout::{OS_PAGE, OS_PAGES_PER_SEGMENT, SLICE, SLICES_PER_SEGMENT};
 use crate::page::{Kind, Page};
+use core::cell::UnsafeCell;
 use core::ptr::null_mut;
 use core::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
@@ -17,7 +18,40 @@ const COOKIE_KEY: usize = 0x7061_6765_7769_7365; // "pagewise"
 
 const BITMAP_WORDS: usize = OS_PAGES_PER_SEGMENT / 64;
 
+/// State of a huge object's segment run (mutated under the heap's span lock).
+#[derive(Clone, Copy)]
+pub struct Huge {
+    /// The object's pages hold data not yet purged.
+    pub dirty: bool,
+    /// Offset of the object from the segment base.
+    pub offset: usize,
+    /// Usable bytes of the object (0 while cached for reuse).
+    pub size: usize,
+    /// Requested bytes.
+    pub requested: usize,
+    /// When it was freed (decay timer).
+    pub freed_at: u64,
+    /// Committed bytes of the object's pages.
+    pub committed: usize,
+}
+
+/// Links and counts of a segment in its heap (mutated under the span lock).
+#[derive(Clone, Copy)]
+pub struct Links {
+    /// Next in the heap's segment list or huge cache.
+    pub next: *mut Segment,
+    /// Previous in the heap's segment list or huge cache.
+    pub prev: *mut Segment,
+    /// Slices in free spans.
+    pub free_slices: usize,
+}
+
 /// The header at the start of every segment.
+///
+/// Accessed through shared references only: everything that changes after
+/// `init` sits in an `UnsafeCell` (descriptors, links, huge state) or is
+/// atomic (commit bitmap), so raw pointers to descriptors and references to
+/// the header can coexist soundly (checked by Miri).
 #[repr(C)]
 pub struct Segment {
     /// `base ^ COOKIE_KEY`: checked before trusting the header.
@@ -28,28 +62,13 @@ pub struct Segment {
     pub nsegs: usize,
     /// A huge-object segment run (no slices in use).
     pub huge: bool,
-    /// Huge: the object's pages hold data not yet purged.
-    pub huge_dirty: bool,
-    /// Huge: offset of the object from the segment base.
-    pub huge_offset: usize,
-    /// Huge: usable bytes of the object (0 when cached for reuse).
-    pub huge_size: usize,
-    /// Huge: requested bytes.
-    pub huge_requested: usize,
-    /// Huge: when it was freed (decay timer).
-    pub huge_freed_at: u64,
-    /// Links in the heap's segment list or huge cache.
-    pub next: *mut Segment,
-    /// Links in the heap's segment list or huge cache.
-    pub prev: *mut Segment,
-    /// Slices in free spans.
-    pub free_slices: usize,
+    huge_state: UnsafeCell<Huge>,
+    links: UnsafeCell<Links>,
     /// One bit per OS page: may be resident. Atomic because the owner sets
     /// bits of its slab pages without the span lock while the purger clears
     /// bits of free spans that share a word.
     pub committed: [AtomicU64; BITMAP_WORDS],
-    /// One descriptor per slice.
-    pub slices: [Page; SLICES_PER_SEGMENT],
+    slices: [UnsafeCell<Page>; SLICES_PER_SEGMENT],
 }
 
 /// OS pages the header occupies (counted as metadata while the segment lives).
@@ -79,25 +98,33 @@ impl Segment {
     /// Initialises the header of a fresh (zeroed) segment run.
     ///
     /// # Safety
-    /// `base` is a fresh, zeroed, exclusively owned segment run.
+    /// `base` is a fresh, zeroed, exclusively owned segment run; no
+    /// reference to its header exists.
     pub unsafe fn init(base: usize, nsegs: usize, heap: *mut u8, huge: bool) -> *mut Segment {
         let seg = Segment::of(base);
         // SAFETY: exclusive and mapped per the caller; zeroed memory is a
-        // valid `Segment` except for the fields set here (all-zero Page
-        // descriptors are `Page::EMPTY`).
+        // valid `Segment` except for the fields written here (all-zero Page
+        // descriptors are `Page::EMPTY`, zero links are null).
         unsafe {
             (*seg).cookie = base ^ COOKIE_KEY;
             (*seg).heap = heap;
             (*seg).nsegs = nsegs;
             (*seg).huge = huge;
-            (*seg).huge_dirty = false;
-            (*seg).huge_size = 0;
-            (*seg).huge_offset = 0;
-            (*seg).next = null_mut();
-            (*seg).prev = null_mut();
-            (*seg).free_slices = 0;
+            *(*seg).huge_state.get_mut() = Huge {
+                dirty: false,
+                offset: 0,
+                size: 0,
+                requested: 0,
+                freed_at: 0,
+                committed: 0,
+            };
+            *(*seg).links.get_mut() = Links {
+                next: null_mut(),
+                prev: null_mut(),
+                free_slices: 0,
+            };
             for i in 0..HEADER_SLICES {
-                let h = &mut (*seg).slices[i];
+                let h = (*seg).slices[i].get_mut();
                 h.kind = Kind::Header;
                 h.slice_count = HEADER_SLICES as u32;
                 h.slice_offset = i as u32;
@@ -106,6 +133,24 @@ impl Segment {
             (*seg).set_committed(0, HEADER_PAGES);
         }
         seg
+    }
+
+    /// The descriptor of slice `i`.
+    #[inline]
+    pub fn page(&self, i: usize) -> *mut Page {
+        self.slices[i].get()
+    }
+
+    /// The huge-object state.
+    #[inline]
+    pub fn huge_state(&self) -> *mut Huge {
+        self.huge_state.get()
+    }
+
+    /// Links and counts in the owning heap.
+    #[inline]
+    pub fn links(&self) -> *mut Links {
+        self.links.get()
     }
 
     /// Base address.
@@ -209,11 +254,6 @@ fn for_bits(first: usize, n: usize, mut f: impl FnMut(usize, u64)) {
     }
 }
 
-/// Bytes of the segment run that huge objects can use.
-pub fn huge_capacity(nsegs: usize, offset: usize) -> usize {
-    nsegs * SEGMENT - offset
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -222,10 +262,10 @@ mod tests {
     fn header_fits_and_bitmap_runs() {
         assert!(HEADER_PAGES <= HEADER_SLICES * SLICE / OS_PAGE);
         // Metadata stays under 1 % of the segment.
-        assert!(HEADER_PAGES * OS_PAGE * 100 < SEGMENT);
+        assert!(HEADER_PAGES * OS_PAGE * 100 < crate::layout::SEGMENT);
         let layout = core::alloc::Layout::new::<Segment>();
         // SAFETY: a zeroed Segment is valid (only used as a bitmap holder here).
-        let seg = unsafe { &mut *(std::alloc::alloc_zeroed(layout) as *mut Segment) };
+        let seg = unsafe { &*(std::alloc::alloc_zeroed(layout) as *mut Segment) };
         assert_eq!(seg.set_committed(3, 70), 70);
         assert_eq!(seg.set_committed(60, 20), 7);
         assert_eq!(seg.count_committed(0, 200), 77);

@@ -7,11 +7,13 @@
 //! objects, and the background purger to purge expired spans.
 
 use crate::config::Config;
-use crate::layout::{align_up, OS_PAGE, OS_PAGES_PER_SLICE, SEGMENT, SLICE, SLICES_PER_SEGMENT};
+use crate::layout::{
+    align_up, OS_PAGE, OS_PAGES_PER_SEGMENT, OS_PAGES_PER_SLICE, SEGMENT, SLICE, SLICES_PER_SEGMENT,
+};
 use crate::lock::Locked;
 use crate::page::{Kind, Page};
 use crate::reservation::Reservations;
-use crate::segment::{Segment, HEADER_PAGES, HEADER_SLICES};
+use crate::segment::{Huge, Segment, HEADER_PAGES, HEADER_SLICES};
 use crate::source::PageSource;
 use core::ptr::{null_mut, NonNull};
 
@@ -79,10 +81,18 @@ pub struct Spans {
 // the lock around `Spans`.
 unsafe impl Send for Spans {}
 
-fn seg_of(page: *const Page) -> &'static mut Segment {
+fn seg_of(page: *const Page) -> &'static Segment {
     // SAFETY: descriptors live inside their segment's header, so masking the
-    // descriptor address finds the header (mapped while the span exists).
-    unsafe { &mut *Segment::of(crate::layout::segment_base(page as usize)) }
+    // descriptor address finds the header, mapped while the span exists.
+    // Only shared references to headers are made; mutable state in them is
+    // in cells or atomics.
+    unsafe { &*Segment::of(crate::layout::segment_base(page as usize)) }
+}
+
+/// Slice count of the span whose first descriptor is `p`.
+fn count_of(p: *mut Page) -> usize {
+    // SAFETY: `p` is a span's first descriptor; the span lock is held.
+    unsafe { (*p).slice_count as usize }
 }
 
 impl Spans {
@@ -134,21 +144,30 @@ impl Spans {
         None
     }
 
+    /// Committed OS pages in the span of `n` slices starting at descriptor `f`.
+    fn committed_pages(f: *mut Page, n: usize) -> usize {
+        let seg = seg_of(f);
+        let idx = seg.index_of(f);
+        seg.count_committed(idx * OS_PAGES_PER_SLICE, n * OS_PAGES_PER_SLICE)
+    }
+
     /// Links a free span into its bin (address order) and, if it holds
     /// committed pages, at the tail of the retention FIFO.
     fn insert(&mut self, f: *mut Page, n: usize, freed_at: u64) {
         let seg = seg_of(f);
         let idx = seg.index_of(f);
-        // SAFETY: `f` and its last slice are descriptors of this segment.
+        // SAFETY: `f` and the span's last descriptor belong to this segment;
+        // the span lock is held, so no one else touches free spans.
         unsafe {
             (*f).kind = Kind::Free;
             (*f).slice_count = n as u32;
             (*f).slice_offset = 0;
             (*f).start = seg.slice_addr(idx);
             (*f).freed_at = freed_at;
-            let last = &mut seg.slices[idx + n - 1];
-            last.slice_offset = (n - 1) as u32;
-            last.slice_count = n as u32;
+            (*f).in_dirty = false;
+            let last = seg.page(idx + n - 1);
+            (*last).slice_offset = (n - 1) as u32;
+            (*last).slice_count = n as u32;
             // Address-ordered insert: best fit picks the lowest address.
             let mut prev: *mut Page = null_mut();
             let mut cur = self.bins[n];
@@ -166,10 +185,10 @@ impl Spans {
             } else {
                 (*prev).next = f;
             }
+            (*seg.links()).free_slices += n;
         }
         self.nonempty[n / 64] |= 1 << (n % 64);
-        seg.free_slices += n;
-        let dirty = seg.count_committed(idx * OS_PAGES_PER_SLICE, n * OS_PAGES_PER_SLICE);
+        let dirty = Self::committed_pages(f, n);
         if dirty > 0 {
             self.counts.retained += dirty * OS_PAGE;
             self.dirty_push(f);
@@ -177,10 +196,13 @@ impl Spans {
     }
 
     fn remove(&mut self, f: *mut Page) {
-        let seg = seg_of(f);
-        // SAFETY: `f` is a linked free span of this pool.
+        let n = count_of(f);
+        if self.is_dirty(f) {
+            self.counts.retained -= Self::committed_pages(f, n) * OS_PAGE;
+            self.dirty_unlink(f);
+        }
+        // SAFETY: `f` is a linked free span of this pool (lock held).
         unsafe {
-            let n = (*f).slice_count as usize;
             if (*f).prev.is_null() {
                 self.bins[n] = (*f).next;
             } else {
@@ -189,21 +211,20 @@ impl Spans {
             if !(*f).next.is_null() {
                 (*(*f).next).prev = (*f).prev;
             }
-            if self.bins[n].is_null() {
-                self.nonempty[n / 64] &= !(1 << (n % 64));
-            }
-            seg.free_slices -= n;
-            if (*f).in_dirty {
-                let idx = seg.index_of(f);
-                let dirty = seg.count_committed(idx * OS_PAGES_PER_SLICE, n * OS_PAGES_PER_SLICE);
-                self.counts.retained -= dirty * OS_PAGE;
-                self.dirty_unlink(f);
-            }
+            (*seg_of(f).links()).free_slices -= n;
+        }
+        if self.bins[n].is_null() {
+            self.nonempty[n / 64] &= !(1 << (n % 64));
         }
     }
 
+    fn is_dirty(&self, f: *mut Page) -> bool {
+        // SAFETY: a free span descriptor (lock held).
+        unsafe { (*f).in_dirty }
+    }
+
     fn dirty_push(&mut self, f: *mut Page) {
-        // SAFETY: `f` is a free span descriptor not on the FIFO.
+        // SAFETY: `f` is a free span descriptor not on the FIFO (lock held).
         unsafe {
             (*f).in_dirty = true;
             (*f).dirty_next = null_mut();
@@ -218,7 +239,7 @@ impl Spans {
     }
 
     fn dirty_unlink(&mut self, f: *mut Page) {
-        // SAFETY: `f` is on the FIFO.
+        // SAFETY: `f` is on the FIFO (lock held).
         unsafe {
             (*f).in_dirty = false;
             if (*f).dirty_prev.is_null() {
@@ -238,8 +259,8 @@ impl Spans {
 
     /// Takes a span of `n` slices whose start is aligned to `align_slices`
     /// slices (1 for no alignment): best fit, lowest address. Maps a new
-    /// segment if no free span fits. The span's descriptors are set up as a
-    /// used span of `kind`; committed bits are the caller's business.
+    /// segment if no free span fits. Every descriptor of the span points
+    /// back to its first; committed bits are the caller's business.
     pub fn take(&mut self, ctx: &Ctx, n: usize, align_slices: usize) -> Option<*mut Page> {
         debug_assert!(n >= 1 && n + align_slices - 1 <= SPAN_SLICES);
         let want = n + align_slices - 1;
@@ -263,15 +284,14 @@ impl Spans {
         let start = idx + lead;
         let tail = bin - lead - n;
         if tail > 0 {
-            let t: *mut Page = &mut seg.slices[start + n];
-            self.insert(t, tail, freed_at);
+            self.insert(seg.page(start + n), tail, freed_at);
         }
-        for i in 0..n {
-            seg.slices[start + i].slice_offset = i as u32;
-        }
-        let p: *mut Page = &mut seg.slices[start];
-        // SAFETY: `p` is the first descriptor of the span just carved.
+        let p = seg.page(start);
+        // SAFETY: the descriptors of the span just carved, ours under the lock.
         unsafe {
+            for i in 0..n {
+                (*seg.page(start + i)).slice_offset = i as u32;
+            }
             (*p).slice_count = n as u32;
             (*p).start = seg.slice_addr(start);
             (*p).heap = ctx.heap;
@@ -284,8 +304,7 @@ impl Spans {
     pub fn commit_whole(&mut self, p: *mut Page) {
         let seg = seg_of(p);
         let idx = seg.index_of(p);
-        // SAFETY: `p` is a used span's first descriptor.
-        let n = unsafe { (*p).slice_count } as usize;
+        let n = count_of(p);
         let newly = seg.set_committed(idx * OS_PAGES_PER_SLICE, n * OS_PAGES_PER_SLICE);
         self.add_committed(newly * OS_PAGE);
     }
@@ -295,7 +314,7 @@ impl Spans {
     /// Returns the page and its committed bytes.
     pub fn take_for_slab(&mut self, ctx: &Ctx, n: usize) -> Option<(*mut Page, usize)> {
         let p = self.take(ctx, n, 1)?;
-        let bytes = self.span_committed(p);
+        let bytes = Self::committed_pages(p, n) * OS_PAGE;
         self.counts.committed -= bytes;
         Some((p, bytes))
     }
@@ -303,46 +322,38 @@ impl Spans {
     /// Returns a slab page's span; its committed pages join this pool's
     /// accounting (as retained).
     pub fn give_back_slab(&mut self, p: *mut Page, now: u64) -> usize {
-        let bytes = self.span_committed(p);
+        let bytes = Self::committed_pages(p, count_of(p)) * OS_PAGE;
         self.add_committed(bytes);
         self.give_back(p, now);
         bytes
-    }
-
-    fn span_committed(&self, p: *mut Page) -> usize {
-        let seg = seg_of(p);
-        let idx = seg.index_of(p);
-        // SAFETY: `p` is a span's first descriptor.
-        let n = unsafe { (*p).slice_count } as usize;
-        seg.count_committed(idx * OS_PAGES_PER_SLICE, n * OS_PAGES_PER_SLICE) * OS_PAGE
     }
 
     /// Returns a used span to the pool, coalescing with free neighbours.
     pub fn give_back(&mut self, p: *mut Page, now: u64) {
         let seg = seg_of(p);
         let mut idx = seg.index_of(p);
-        // SAFETY: `p` is a used span's first descriptor.
-        let mut n = unsafe { (*p).slice_count } as usize;
-        seg.slices[idx].kind = Kind::Free;
-        let end = idx + n;
-        if end < SLICES_PER_SEGMENT && seg.slices[end].kind == Kind::Free {
-            let next: *mut Page = &mut seg.slices[end];
-            // SAFETY: the slice after a span always starts a span.
-            n += unsafe { (*next).slice_count } as usize;
-            self.remove(next);
-        }
-        if idx > HEADER_SLICES {
-            let before = idx - 1;
-            let first = before - seg.slices[before].slice_offset as usize;
-            if seg.slices[first].kind == Kind::Free && first >= HEADER_SLICES {
-                let prev: *mut Page = &mut seg.slices[first];
-                self.remove(prev);
-                n += idx - first;
-                idx = first;
+        let mut n = count_of(p);
+        // SAFETY: descriptors of this segment; the lock serialises span
+        // changes, and the slice after a span always starts a span.
+        unsafe {
+            (*p).kind = Kind::Free;
+            let end = idx + n;
+            if end < SLICES_PER_SEGMENT && (*seg.page(end)).kind == Kind::Free {
+                let next = seg.page(end);
+                n += count_of(next);
+                self.remove(next);
+            }
+            if idx > HEADER_SLICES {
+                let before = idx - 1;
+                let first = before - (*seg.page(before)).slice_offset as usize;
+                if first >= HEADER_SLICES && (*seg.page(first)).kind == Kind::Free {
+                    self.remove(seg.page(first));
+                    n += idx - first;
+                    idx = first;
+                }
             }
         }
-        let f: *mut Page = &mut seg.slices[idx];
-        self.insert(f, n, now);
+        self.insert(seg.page(idx), n, now);
     }
 
     /// Grows a used large span in place by `extra` slices if the span after
@@ -350,28 +361,27 @@ impl Spans {
     pub fn grow_in_place(&mut self, p: *mut Page, extra: usize) -> bool {
         let seg = seg_of(p);
         let idx = seg.index_of(p);
-        // SAFETY: `p` is a used span's first descriptor.
-        let n = unsafe { (*p).slice_count } as usize;
+        let n = count_of(p);
         let end = idx + n;
-        if end >= SLICES_PER_SEGMENT || seg.slices[end].kind != Kind::Free {
-            return false;
+        // SAFETY: descriptors of this segment, under the lock.
+        unsafe {
+            if end >= SLICES_PER_SEGMENT || (*seg.page(end)).kind != Kind::Free {
+                return false;
+            }
+            let next = seg.page(end);
+            let (m, freed_at) = (count_of(next), (*next).freed_at);
+            if m < extra {
+                return false;
+            }
+            self.remove(next);
+            if m > extra {
+                self.insert(seg.page(end + extra), m - extra, freed_at);
+            }
+            for i in n..n + extra {
+                (*seg.page(idx + i)).slice_offset = i as u32;
+            }
+            (*p).slice_count = (n + extra) as u32;
         }
-        let next: *mut Page = &mut seg.slices[end];
-        // SAFETY: the slice after a span starts a span.
-        let (m, freed_at) = unsafe { ((*next).slice_count as usize, (*next).freed_at) };
-        if m < extra {
-            return false;
-        }
-        self.remove(next);
-        if m > extra {
-            let t: *mut Page = &mut seg.slices[end + extra];
-            self.insert(t, m - extra, freed_at);
-        }
-        for i in n..n + extra {
-            seg.slices[idx + i].slice_offset = i as u32;
-        }
-        // SAFETY: as above.
-        unsafe { (*p).slice_count = (n + extra) as u32 };
         true
     }
 
@@ -379,16 +389,17 @@ impl Spans {
     pub fn shrink_in_place(&mut self, p: *mut Page, keep: usize, now: u64) {
         let seg = seg_of(p);
         let idx = seg.index_of(p);
-        // SAFETY: `p` is a used span's first descriptor.
-        let n = unsafe { (*p).slice_count } as usize;
+        let n = count_of(p);
         if keep >= n {
             return;
         }
-        // SAFETY: as above.
-        unsafe { (*p).slice_count = keep as u32 };
-        let t: *mut Page = &mut seg.slices[idx + keep];
-        // SAFETY: `t` becomes the first descriptor of the tail span.
-        unsafe { (*t).slice_count = (n - keep) as u32 };
+        let t = seg.page(idx + keep);
+        // SAFETY: descriptors of this segment, under the lock; `t` becomes
+        // the first descriptor of the tail span.
+        unsafe {
+            (*p).slice_count = keep as u32;
+            (*t).slice_count = (n - keep) as u32;
+        }
         self.give_back(t, now);
     }
 
@@ -399,18 +410,28 @@ impl Spans {
                 .take(ctx.source, 1, SEGMENT, ctx.config.reservation_bytes)?;
         // SAFETY: the reservation layer handed us this segment exclusively;
         // it is fresh (zero) or its header was zeroed when it was released.
-        let seg = unsafe { &mut *Segment::init(base, 1, ctx.heap, false) };
-        seg.next = self.segments;
-        if !self.segments.is_null() {
-            // SAFETY: list head is a live segment of this heap.
-            unsafe { (*self.segments).prev = seg };
-        }
-        self.segments = seg;
+        let seg = unsafe { Segment::init(base, 1, ctx.heap, false) };
+        self.push_segment(seg);
         self.counts.segments += 1;
         self.counts.metadata += HEADER_PAGES * OS_PAGE;
-        let f: *mut Page = &mut seg.slices[HEADER_SLICES];
-        self.insert(f, SPAN_SLICES, 0);
+        // SAFETY: initialised above.
+        let first = unsafe { (*seg).page(HEADER_SLICES) };
+        self.insert(first, SPAN_SLICES, 0);
         Some(())
+    }
+
+    fn push_segment(&mut self, seg: *mut Segment) {
+        // SAFETY: `seg` and the list head are live segments of this heap;
+        // links are mutated under the span lock.
+        unsafe {
+            let l = (*seg).links();
+            (*l).prev = null_mut();
+            (*l).next = self.segments;
+            if !self.segments.is_null() {
+                (*(*self.segments).links()).prev = seg;
+            }
+        }
+        self.segments = seg;
     }
 
     // ----- purging -----------------------------------------------------------
@@ -418,9 +439,8 @@ impl Spans {
     fn purge_span(&mut self, ctx: &Ctx, f: *mut Page) {
         let seg = seg_of(f);
         let idx = seg.index_of(f);
-        // SAFETY: `f` is a free span on the FIFO.
-        let n = unsafe { (*f).slice_count } as usize;
-        let dirty = seg.count_committed(idx * OS_PAGES_PER_SLICE, n * OS_PAGES_PER_SLICE);
+        let n = count_of(f);
+        let dirty = Self::committed_pages(f, n);
         self.counts.retained -= dirty * OS_PAGE;
         self.dirty_unlink(f);
         let base = seg.base();
@@ -447,8 +467,7 @@ impl Spans {
         self.counts.purged += cleared * OS_PAGE;
         if failed {
             self.counts.purge_failures += 1;
-            let left = dirty - cleared;
-            self.counts.retained += left * OS_PAGE;
+            self.counts.retained += (dirty - cleared) * OS_PAGE;
             self.dirty_push(f);
         }
     }
@@ -465,10 +484,9 @@ impl Spans {
             if !expired && self.counts.retained <= ctx.config.retain_max_bytes {
                 break;
             }
-            let before = self.counts.retained;
             self.purge_span(ctx, f);
-            if self.counts.retained >= before && self.dirty_head == f {
-                break; // purge failed; do not spin
+            if self.dirty_tail == f && self.is_dirty(f) {
+                break; // the purge failed and it went back on the FIFO: do not spin
             }
         }
         self.decay_huge(ctx, now, force);
@@ -481,11 +499,12 @@ impl Spans {
         while !h.is_null() {
             // SAFETY: cache entries are huge segment headers of this heap.
             unsafe {
-                if (*h).huge_dirty {
-                    let d = (*h).huge_freed_at + delay;
+                let st = *(*h).huge_state();
+                if st.dirty {
+                    let d = st.freed_at + delay;
                     next = Some(next.map_or(d, |n: u64| n.min(d)));
                 }
-                h = (*h).next;
+                h = (*(*h).links()).next;
             }
         }
         next
@@ -497,17 +516,14 @@ impl Spans {
         let mut seg = self.segments;
         while !seg.is_null() {
             // SAFETY: list entries are live segments of this heap.
-            let s = unsafe { &mut *seg };
-            let next = s.next;
-            if s.free_slices == SPAN_SLICES
-                && s.count_committed(
-                    HEADER_PAGES,
-                    crate::layout::OS_PAGES_PER_SEGMENT - HEADER_PAGES,
-                ) == 0
-            {
-                let f: *mut Page = &mut s.slices[HEADER_SLICES];
-                self.remove(f);
-                self.unlink_segment(seg);
+            let s = unsafe { &*seg };
+            // SAFETY: links are read under the span lock.
+            let (next, free) = unsafe { ((*s.links()).next, (*s.links()).free_slices) };
+            let untouched =
+                s.count_committed(HEADER_PAGES, OS_PAGES_PER_SEGMENT - HEADER_PAGES) == 0;
+            if free == SPAN_SLICES && untouched {
+                self.remove(s.page(HEADER_SLICES));
+                self.unlink(seg, false);
                 self.release_run(ctx, s.base(), 1);
             }
             seg = next;
@@ -515,11 +531,17 @@ impl Spans {
         let mut h = self.huge_cache;
         while !h.is_null() {
             // SAFETY: cache entries are huge segment headers of this heap.
-            let s = unsafe { &mut *h };
-            let next = s.next;
-            if !s.huge_dirty {
-                self.unlink_huge(h);
-                self.release_run(ctx, s.base(), s.nsegs);
+            let (next, dirty, base, nsegs) = unsafe {
+                (
+                    (*(*h).links()).next,
+                    (*(*h).huge_state()).dirty,
+                    (*h).base(),
+                    (*h).nsegs,
+                )
+            };
+            if !dirty {
+                self.unlink(h, true);
+                self.release_run(ctx, base, nsegs);
             }
             h = next;
         }
@@ -527,7 +549,8 @@ impl Spans {
     }
 
     fn release_run(&mut self, ctx: &Ctx, base: usize, nsegs: usize) {
-        // The header pages are the only committed ones left: give them back too.
+        // The header pages are the only committed ones left: give them back
+        // too, which also zeroes the header for the segment's next user.
         // SAFETY: the run is wholly free; its header is metadata we drop now.
         let ok = unsafe {
             ctx.source.purge(
@@ -537,7 +560,6 @@ impl Spans {
             )
         };
         if !ok {
-            // Zero by hand so a reused segment still starts clean.
             // SAFETY: as above; the header is ours to overwrite.
             unsafe { core::ptr::write_bytes(base as *mut u8, 0, HEADER_PAGES * OS_PAGE) };
         }
@@ -546,141 +568,146 @@ impl Spans {
         ctx.reservations.lock().give_back(base, nsegs);
     }
 
-    fn unlink_segment(&mut self, seg: *mut Segment) {
-        // SAFETY: `seg` is on the segment list.
+    /// Unlinks a segment from the segment list or (huge) the huge cache.
+    fn unlink(&mut self, seg: *mut Segment, huge: bool) {
+        let head = if huge {
+            &mut self.huge_cache
+        } else {
+            &mut self.segments
+        };
+        // SAFETY: `seg` is on that list; links change under the span lock.
         unsafe {
-            if (*seg).prev.is_null() {
-                self.segments = (*seg).next;
+            let l = (*seg).links();
+            if (*l).prev.is_null() {
+                *head = (*l).next;
             } else {
-                (*(*seg).prev).next = (*seg).next;
+                (*(*(*l).prev).links()).next = (*l).next;
             }
-            if !(*seg).next.is_null() {
-                (*(*seg).next).prev = (*seg).prev;
+            if !(*l).next.is_null() {
+                (*(*(*l).next).links()).prev = (*l).prev;
             }
+            (*l).next = null_mut();
+            (*l).prev = null_mut();
         }
     }
 
     // ----- huge objects ------------------------------------------------------
 
     /// Allocates a huge object: reuses the smallest cached run that fits
-    /// (lowest address on ties), else takes a new run of segments.
-    pub fn take_huge(&mut self, ctx: &Ctx, size: usize, align: usize, now: u64) -> Option<usize> {
+    /// (at most twice the need, lowest address on ties), else takes a new
+    /// run of segments.
+    pub fn take_huge(&mut self, ctx: &Ctx, size: usize, align: usize) -> Option<usize> {
         let offset = align.max(HEADER_SLICES * SLICE);
         let usable = align_up(size, OS_PAGE);
         let need = offset + usable;
-        let mut best: *mut Segment = null_mut();
-        let mut h = self.huge_cache;
-        while !h.is_null() {
-            // SAFETY: cache entries are huge segment headers of this heap.
-            let s = unsafe { &*h };
-            let cap = s.nsegs * SEGMENT;
-            let fits =
-                cap >= need && cap <= 2 * need && (align <= SEGMENT || s.base() % align == 0);
-            if fits {
-                // SAFETY: as above.
-                let better = best.is_null()
-                    || cap < unsafe { (*best).nsegs } * SEGMENT
-                    || (cap == unsafe { (*best).nsegs } * SEGMENT && h < best);
-                if better {
-                    best = h;
+        let seg = match self.best_cached_huge(need, align) {
+            Some(h) => {
+                self.unlink(h, true);
+                // SAFETY: a cached huge header we own again (lock held).
+                let st = unsafe { &*(*h).huge_state() };
+                if st.dirty {
+                    self.counts.retained -= st.committed;
                 }
+                h
             }
-            h = s.next;
-        }
-        let seg = if !best.is_null() {
-            self.unlink_huge(best);
-            // SAFETY: `best` is a cached huge header we now own again.
-            let s = unsafe { &mut *best };
-            if s.huge_dirty {
-                self.counts.retained -= s.huge_size_committed();
+            None => {
+                let nsegs = need.div_ceil(SEGMENT);
+                let base = ctx.reservations.lock().take(
+                    ctx.source,
+                    nsegs,
+                    align.max(SEGMENT),
+                    ctx.config.reservation_bytes,
+                )?;
+                self.counts.segments += 1;
+                self.counts.metadata += HEADER_PAGES * OS_PAGE;
+                // SAFETY: the run is ours; fresh, or its header was zeroed on release.
+                unsafe { Segment::init(base, nsegs, ctx.heap, true) }
             }
-            s
-        } else {
-            let nsegs = need.div_ceil(SEGMENT);
-            let base = ctx.reservations.lock().take(
-                ctx.source,
-                nsegs,
-                align.max(SEGMENT),
-                ctx.config.reservation_bytes,
-            )?;
-            // SAFETY: the run is ours; it is fresh or was purged and its header zeroed.
-            let s = unsafe { &mut *Segment::init(base, nsegs, ctx.heap, true) };
-            self.counts.segments += 1;
-            self.counts.metadata += HEADER_PAGES * OS_PAGE;
-            s
         };
-        let _ = now;
+        // SAFETY: the huge state of a run we own, under the lock.
+        let st = unsafe { &mut *(*seg).huge_state() };
         // Committed: whatever the object spans, beyond what was already dirty.
-        let before = seg.huge_size_committed();
-        seg.huge_offset = offset;
-        seg.huge_size = usable;
-        seg.huge_requested = size;
+        let before = st.committed;
         let after = before.max(usable);
-        seg.huge_dirty = true;
-        seg.huge_committed_bytes(after);
+        *st = Huge {
+            dirty: true,
+            offset,
+            size: usable,
+            requested: size,
+            freed_at: st.freed_at,
+            committed: after,
+        };
         self.add_committed(after - before);
         self.counts.huge_count += 1;
         self.counts.huge_bytes += usable;
         self.counts.huge_requested += size;
-        Some(seg.base() + offset)
+        Some(seg as usize + offset)
+    }
+
+    fn best_cached_huge(&self, need: usize, align: usize) -> Option<*mut Segment> {
+        let mut best: Option<(usize, *mut Segment)> = None;
+        let mut h = self.huge_cache;
+        while !h.is_null() {
+            // SAFETY: cache entries are huge segment headers of this heap.
+            let (cap, next) = unsafe { ((*h).nsegs * SEGMENT, (*(*h).links()).next) };
+            let aligned = align <= SEGMENT || (h as usize) % align == 0;
+            if cap >= need
+                && cap <= 2 * need
+                && aligned
+                && best.is_none_or(|(c, b)| cap < c || (cap == c && h < b))
+            {
+                best = Some((cap, h));
+            }
+            h = next;
+        }
+        best.map(|(_, h)| h)
     }
 
     /// Frees a huge object into the cache (retained, purged after the delay).
     pub fn give_back_huge(&mut self, seg: *mut Segment, now: u64) {
-        // SAFETY: `seg` is a huge header of this heap holding a live object.
-        let s = unsafe { &mut *seg };
+        // SAFETY: `seg` is a huge header of this heap holding a live object;
+        // its state changes under the span lock.
+        let st = unsafe { &mut *(*seg).huge_state() };
         self.counts.huge_count -= 1;
-        self.counts.huge_bytes -= s.huge_size;
-        self.counts.huge_requested -= s.huge_requested;
-        s.huge_size = 0;
-        s.huge_freed_at = now;
-        self.counts.retained += s.huge_size_committed();
-        s.prev = null_mut();
-        s.next = self.huge_cache;
-        if !self.huge_cache.is_null() {
-            // SAFETY: cache head is a huge header of this heap.
-            unsafe { (*self.huge_cache).prev = s };
-        }
-        self.huge_cache = s;
-    }
-
-    fn unlink_huge(&mut self, seg: *mut Segment) {
-        // SAFETY: `seg` is in the huge cache.
+        self.counts.huge_bytes -= st.size;
+        self.counts.huge_requested -= st.requested;
+        st.size = 0;
+        st.requested = 0;
+        st.freed_at = now;
+        self.counts.retained += st.committed;
+        // SAFETY: links of a header we own, under the lock.
         unsafe {
-            if (*seg).prev.is_null() {
-                self.huge_cache = (*seg).next;
-            } else {
-                (*(*seg).prev).next = (*seg).next;
+            let l = (*seg).links();
+            (*l).prev = null_mut();
+            (*l).next = self.huge_cache;
+            if !self.huge_cache.is_null() {
+                (*(*self.huge_cache).links()).prev = seg;
             }
-            if !(*seg).next.is_null() {
-                (*(*seg).next).prev = (*seg).prev;
-            }
-            (*seg).next = null_mut();
-            (*seg).prev = null_mut();
         }
+        self.huge_cache = seg;
     }
 
     fn decay_huge(&mut self, ctx: &Ctx, now: u64, force: bool) {
         let delay = ctx.config.decay_ms;
         let mut h = self.huge_cache;
         while !h.is_null() {
-            // SAFETY: cache entries are huge headers of this heap.
-            let s = unsafe { &mut *h };
+            // SAFETY: cache entries are huge headers of this heap (lock held).
+            let (st, next, base) =
+                unsafe { (&mut *(*h).huge_state(), (*(*h).links()).next, (*h).base()) };
             let over_cap = self.counts.retained > ctx.config.retain_max_bytes;
-            if s.huge_dirty && (force || over_cap || s.huge_freed_at + delay <= now) {
-                let bytes = s.huge_size_committed();
-                let addr = s.base() + s.huge_offset;
+            if st.dirty && (force || over_cap || st.freed_at + delay <= now) {
+                let bytes = st.committed;
                 // SAFETY: the cached object is dead; the range is page-aligned and mapped.
                 let ok = unsafe {
                     ctx.source.purge(
-                        NonNull::new_unchecked(addr as *mut u8),
+                        NonNull::new_unchecked((base + st.offset) as *mut u8),
                         bytes,
                         ctx.config.purge,
                     )
                 };
                 if ok {
-                    s.huge_dirty = false;
-                    s.huge_committed_bytes(0);
+                    st.dirty = false;
+                    st.committed = 0;
                     self.counts.retained -= bytes;
                     self.counts.committed -= bytes;
                     self.counts.purged += bytes;
@@ -688,7 +715,7 @@ impl Spans {
                     self.counts.purge_failures += 1;
                 }
             }
-            h = s.next;
+            h = next;
         }
     }
 
@@ -696,27 +723,10 @@ impl Spans {
     pub fn retained(&self) -> usize {
         self.counts.retained
     }
-
-    /// Unmaps nothing, but forgets every segment (the owner unmaps its
-    /// reservations wholesale). Used by `Heap` drop.
-    pub fn forget_all(&mut self) {
-        *self = Spans::new();
-    }
 }
 
 impl Default for Spans {
     fn default() -> Self {
         Self::new()
-    }
-}
-
-impl Segment {
-    /// Committed bytes of a huge object's run (beyond the header).
-    fn huge_size_committed(&self) -> usize {
-        // Stored in the (otherwise unused) first span descriptor.
-        self.slices[HEADER_SLICES].large_size
-    }
-    fn huge_committed_bytes(&mut self, bytes: usize) {
-        self.slices[HEADER_SLICES].large_size = bytes;
     }
 }

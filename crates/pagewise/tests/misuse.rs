@@ -14,13 +14,18 @@ fn run_case(case: &str) -> (bool, String) {
         .env(CASE, case)
         .output()
         .unwrap();
-    (out.status.success(), String::from_utf8_lossy(&out.stderr).into_owned())
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
 }
 
 /// Runs one misuse in the child; does nothing in a normal test run.
 #[test]
 fn child_entry() {
-    let Ok(case) = std::env::var(CASE) else { return };
+    let Ok(case) = std::env::var(CASE) else {
+        return;
+    };
     let a = pagewise::Pagewise;
     let l = Layout::from_size_align(64, 8).unwrap();
     // SAFETY: deliberately wrong calls, each expected to abort.
@@ -72,7 +77,10 @@ fn expect_abort(case: &str, message: &str) {
 
 #[test]
 fn foreign_pointer_aborts() {
-    expect_abort("foreign", "pagewise: free of a pointer pagewise did not allocate");
+    expect_abort(
+        "foreign",
+        "pagewise: free of a pointer pagewise did not allocate",
+    );
 }
 
 #[test]
