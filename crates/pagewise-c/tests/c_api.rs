@@ -1,0 +1,145 @@
+//! The C test program (`tests/c/edge.c`): every exported function's edge
+//! cases, threads with cross-thread frees, fork from a threaded parent, misuse,
+//! and the environment knobs.
+
+mod common;
+
+use common::*;
+use std::os::unix::process::ExitStatusExt;
+
+fn assert_all_ok(o: &std::process::Output, what: &str) {
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        o.status.success() && stdout.contains("edge: all ok"),
+        "{what}: {:?}\nstdout:\n{stdout}\nstderr:\n{stderr}",
+        o.status
+    );
+}
+
+#[test]
+fn edge_cases_hold_under_glibc_too() {
+    // The same standard-semantics checks pass against glibc: they test C
+    // semantics, not pagewise's own choices.
+    let o = command(edge()).arg("glibc").output().unwrap();
+    assert_all_ok(&o, "edge glibc (no preload)");
+}
+
+#[test]
+fn edge_cases_threads_and_fork_under_preload() {
+    let o = preloaded({
+        let mut c = command(edge());
+        c.arg("pagewise");
+        c
+    });
+    assert_all_ok(&o, "edge pagewise (LD_PRELOAD)");
+}
+
+#[test]
+fn edge_cases_with_the_static_library() {
+    let o = command(edge_linked()).arg("linked").output().unwrap();
+    assert_all_ok(&o, "edge linked (libpagewise.a)");
+}
+
+#[test]
+fn misuse_aborts_with_one_clear_line() {
+    for (mode, message) in [
+        ("double-free", "pagewise: double free"),
+        (
+            "foreign-free",
+            "pagewise: free of a pointer pagewise did not allocate",
+        ),
+        (
+            "interior-free",
+            "pagewise: free of a pointer that is not the start of an allocation",
+        ),
+    ] {
+        let o = preloaded({
+            let mut c = command(edge());
+            c.arg(mode);
+            c
+        });
+        let stderr = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.signal(), Some(libc::SIGABRT), "{mode}: {stderr}");
+        assert!(stderr.contains(message), "{mode}: {stderr}");
+        assert_eq!(stderr.lines().count(), 1, "{mode}: {stderr}");
+    }
+}
+
+#[test]
+fn malformed_environment_gets_one_line_and_the_default() {
+    let o = preloaded({
+        let mut c = command(edge());
+        c.arg("hello")
+            .env("PAGEWISE_DECAY_MS", "soon")
+            .env("PAGEWISE_STATS", "maybe")
+            .env("PAGEWISE_SAMPLE_MS", "-3");
+        c
+    });
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{stderr}");
+    assert_eq!(String::from_utf8_lossy(&o.stdout), "hello\n");
+    let lines: Vec<&str> = stderr.lines().collect();
+    assert_eq!(
+        lines,
+        [
+            "pagewise: ignoring malformed PAGEWISE_DECAY_MS=soon (using the default)",
+            "pagewise: ignoring malformed PAGEWISE_STATS=maybe (expected 1 or 0)",
+        ],
+        "{stderr}"
+    );
+}
+
+#[test]
+fn stats_at_exit_to_stderr_or_json_file() {
+    let o = preloaded({
+        let mut c = command(edge());
+        c.arg("hello").env("PAGEWISE_STATS", "1");
+        c
+    });
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success());
+    assert!(stderr.starts_with("pagewise report (pid "), "{stderr}");
+    assert!(stderr.contains("free slots in used pages"), "{stderr}");
+
+    let dir = scratch("stats-file");
+    let mut child = command(edge())
+        .arg("hello")
+        .env("LD_PRELOAD", lib_so())
+        .env("PAGEWISE_STATS", "1") // the file wins
+        .env("PAGEWISE_STATS_FILE", dir.join("stats.%p.json"))
+        .stderr(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let mut err = String::new();
+    std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut err).unwrap();
+    assert!(child.wait().unwrap().success());
+    assert_eq!(err, "", "nothing on stderr when writing the file");
+    let v = stats_of(&dir, pid);
+    assert_eq!(field(&v, &["pid"]), pid as u64);
+    assert!(total_allocs(&v) > 0, "malloc resolved to pagewise");
+    assert!(field(&v, &["os", "vm_rss"]) > 0);
+}
+
+#[test]
+fn sampler_writes_lines_while_running() {
+    let dir = scratch("sampler");
+    let o = preloaded({
+        let mut c = command(edge());
+        c.arg("hello")
+            .env("PAGEWISE_SAMPLE_FILE", dir.join("samples.txt"))
+            .env("PAGEWISE_SAMPLE_MS", "5");
+        c
+    });
+    assert!(o.status.success());
+    let text = std::fs::read_to_string(dir.join("samples.txt")).unwrap();
+    // At least the first sample (at load) and the last (at exit).
+    assert!(text.lines().count() >= 2, "{text}");
+    for line in text.lines() {
+        let f: Vec<u64> = line.split(' ').map(|x| x.parse().unwrap()).collect();
+        assert_eq!(f.len(), 4, "{line}");
+        assert!(f[1] > 0, "RSS sampled: {line}");
+    }
+}

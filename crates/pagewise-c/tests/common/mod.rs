@@ -1,0 +1,208 @@
+//! Shared helpers: find the built library, compile the C test program,
+//! locate Debian's programs.
+
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::OnceLock;
+
+/// The profile directory of this build (`$CARGO_TARGET_DIR/<profile>`):
+/// test binaries live in its `deps/`.
+pub fn profile_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("current_exe");
+    exe.parent()
+        .and_then(Path::parent)
+        .expect("test binary is in <target>/<profile>/deps")
+        .to_path_buf()
+}
+
+/// The `libpagewise.so` cargo built for these tests.
+pub fn lib_so() -> PathBuf {
+    find_artifact("libpagewise.so")
+}
+
+/// The `libpagewise.a` cargo built for these tests.
+pub fn lib_a() -> PathBuf {
+    find_artifact("libpagewise.a")
+}
+
+fn find_artifact(name: &str) -> PathBuf {
+    let dir = profile_dir();
+    for p in [dir.join(name), dir.join("deps").join(name)] {
+        if p.exists() {
+            return p;
+        }
+    }
+    panic!(
+        "{name} not found in {} (cargo test -p pagewise-c builds it)",
+        dir.display()
+    );
+}
+
+/// A scratch directory for this test binary's outputs.
+pub fn scratch(name: &str) -> PathBuf {
+    let d = profile_dir()
+        .join("pagewise-c-tests")
+        .join(format!("{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn c_source() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/edge.c")
+}
+
+fn cc(out: &Path, extra: &[&str]) {
+    let include = repo_root().join("include");
+    let mut cmd = Command::new("cc");
+    cmd.args([
+        "-O0",
+        "-fno-builtin",
+        "-g",
+        "-Wall",
+        "-Wextra",
+        "-Werror",
+        "-pthread",
+    ])
+    .arg("-I")
+    .arg(&include)
+    .arg(c_source())
+    .arg("-o")
+    .arg(out)
+    .args(extra);
+    let o = cmd.output().expect("running cc (install a C compiler)");
+    assert!(
+        o.status.success(),
+        "cc failed:\n{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
+
+/// The C test program (`tests/c/edge.c`), linked against glibc only.
+pub fn edge() -> &'static Path {
+    static EDGE: OnceLock<PathBuf> = OnceLock::new();
+    EDGE.get_or_init(|| {
+        let out = scratch("cc").join("edge");
+        cc(&out, &["-ldl"]);
+        out
+    })
+}
+
+/// The C test program with libpagewise.a linked in.
+pub fn edge_linked() -> &'static Path {
+    static EDGE: OnceLock<PathBuf> = OnceLock::new();
+    EDGE.get_or_init(|| {
+        let out = scratch("cc-static").join("edge-linked");
+        let a = lib_a();
+        cc(
+            &out,
+            &[
+                "-rdynamic",
+                "-Wl,--whole-archive",
+                a.to_str().unwrap(),
+                "-Wl,--no-whole-archive",
+                "-lgcc_s",
+                "-lutil",
+                "-lrt",
+                "-lpthread",
+                "-lm",
+                "-ldl",
+            ],
+        );
+        out
+    })
+}
+
+/// A command with a clean pagewise environment (no inherited knobs).
+pub fn command(program: impl AsRef<std::ffi::OsStr>) -> Command {
+    let mut c = Command::new(program);
+    for (k, _) in std::env::vars_os() {
+        if k.to_string_lossy().starts_with("PAGEWISE_") || k == "LD_PRELOAD" {
+            c.env_remove(k);
+        }
+    }
+    c
+}
+
+/// Runs `cmd` with the library preloaded.
+pub fn preloaded(mut cmd: Command) -> Output {
+    cmd.env("LD_PRELOAD", lib_so());
+    cmd.output().expect("spawn")
+}
+
+/// Debian's program at `/usr/bin/<name>`, or None (with a message saying the
+/// test is skipped) when it is not installed.
+pub fn debian_program(name: &str, package: &str) -> Option<PathBuf> {
+    let p = Path::new("/usr/bin").join(name);
+    if p.exists() {
+        Some(p)
+    } else {
+        eprintln!(
+            "SKIPPED: {} is not installed (apt-get install -y {package}; .ci/clib-deps.sh does)",
+            p.display()
+        );
+        None
+    }
+}
+
+/// The test programs' input files.
+pub fn program_file(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/programs")
+        .join(name)
+}
+
+/// Reads the JSON report a process wrote to `dir/stats.<pid>.json`.
+pub fn stats_of(dir: &Path, pid: u32) -> serde_json::Value {
+    let path = dir.join(format!("stats.{pid}.json"));
+    let text = std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("no report at {}: {e}", path.display()));
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("bad JSON in {}: {e}", path.display()))
+}
+
+/// Field of a JSON report as u64.
+pub fn field(v: &serde_json::Value, path: &[&str]) -> u64 {
+    let mut v = v;
+    for k in path {
+        v = &v[*k];
+    }
+    v.as_u64()
+        .unwrap_or_else(|| panic!("missing field {path:?}"))
+}
+
+/// Allocations pagewise served in the process the report is from.
+pub fn total_allocs(v: &serde_json::Value) -> u64 {
+    v["classes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["total_allocs"].as_u64().unwrap())
+        .sum()
+}
+
+/// Checks the report against the kernel's own figures: pagewise's accounted
+/// bytes plus the memory outside pagewise (measured in smaps) must be within
+/// `pct` percent of VmRSS; and pagewise's accounting within `pct` percent
+/// (plus 1 MiB of slack for tiny heaps) of its mappings' resident bytes.
+pub fn assert_attribution(v: &serde_json::Value, pct: f64) {
+    let accounted = field(v, &["committed_bytes"]) + field(v, &["metadata_bytes"]);
+    let other = field(v, &["os", "other_anon_rss"]) + field(v, &["os", "file_rss"]);
+    let rss = field(v, &["os", "vm_rss"]);
+    let pw_rss = field(v, &["os", "pagewise_rss"]);
+    let total = accounted + other;
+    let err = (total as f64 - rss as f64).abs() / rss as f64 * 100.0;
+    assert!(
+        err <= pct,
+        "attributed {total} vs RSS {rss}: {err:.1}% off (accounted {accounted}, pagewise resident {pw_rss}, other {other})"
+    );
+    let slack = pw_rss as f64 * pct / 100.0 + (1 << 20) as f64;
+    assert!(
+        (accounted as f64 - pw_rss as f64).abs() <= slack,
+        "pagewise accounted {accounted} vs its resident {pw_rss}"
+    );
+}
