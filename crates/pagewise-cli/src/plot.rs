@@ -31,7 +31,8 @@ pub fn draw(r: &RunReport, path: &Path) -> Result<(), Box<dyn std::error::Error>
         .x_desc("seconds")
         .y_desc("MiB")
         .draw()?;
-    let series: [(&str, RGBColor, fn(&crate::report::Sample) -> u64); 3] = [
+    type Field = fn(&crate::report::Sample) -> u64;
+    let series: [(&str, RGBColor, Field); 3] = [
         ("RSS", RED, |s| s.rss),
         ("committed", BLUE, |s| s.committed),
         ("live", GREEN, |s| s.live),

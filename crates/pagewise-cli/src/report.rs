@@ -328,7 +328,7 @@ fn render_into(s: &mut String, r: &RunReport) -> std::fmt::Result {
         "slot", "allocations", "live", "pages", "free slots"
     )?;
     let mut classes: Vec<&Class> = a.classes.iter().filter(|c| c.total_allocs > 0).collect();
-    classes.sort_by(|x, y| y.total_allocs.cmp(&x.total_allocs));
+    classes.sort_by_key(|k| std::cmp::Reverse(k.total_allocs));
     for k in classes.iter().take(8) {
         writeln!(
             s,
