@@ -128,10 +128,19 @@ fn a_signal_becomes_128_plus_its_number() {
 
 #[test]
 fn missing_library_says_which_command_builds_it() {
-    let dir = scratch("nolib");
-    let copy = dir.join("pagewise");
-    std::fs::copy(env!("CARGO_BIN_EXE_pagewise"), &copy).unwrap();
-    let o = Command::new(&copy)
+    // A hard link in a directory without the library (beside the target
+    // directory, so on the same file system). A copy would be open for
+    // writing while other tests fork, and exec would fail with ETXTBSY.
+    let exe = Path::new(env!("CARGO_BIN_EXE_pagewise"));
+    let dir = exe
+        .parent()
+        .unwrap()
+        .join(format!("pagewise-cli-nolib-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let link = dir.join("pagewise");
+    let _ = std::fs::remove_file(&link);
+    std::fs::hard_link(exe, &link).unwrap();
+    let o = Command::new(&link)
         .env_remove("PAGEWISE_LIB")
         .args(["run", "--", "true"])
         .output()
