@@ -3,10 +3,12 @@
 //! every `PAGEWISE_SAMPLE_MS` milliseconds (default 50):
 //!
 //! ```text
-//! <ms since load> <RSS bytes> <live bytes> <committed bytes>
+//! <CLOCK_MONOTONIC ms> <RSS bytes> <live bytes> <committed bytes>
 //! ```
 //!
-//! and a last line at exit. A raw pthread with no Rust runtime; its loop
+//! and a last line at exit. The clock is absolute so that the samples of
+//! successive images of one pid (a shell script that execs its program)
+//! line up on one time axis in the same file. A raw pthread with no Rust runtime; its loop
 //! neither allocates nor holds a lock between samples.
 
 use crate::out::{expand_path, FdWriter};
@@ -15,10 +17,10 @@ use core::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering::*};
 
 static FD: AtomicI32 = AtomicI32::new(-1);
 static INTERVAL_MS: AtomicU64 = AtomicU64::new(50);
-static START_MS: AtomicU64 = AtomicU64::new(0);
 static STOPPED: AtomicBool = AtomicBool::new(false);
 
-fn now_ms() -> u64 {
+/// Milliseconds on `CLOCK_MONOTONIC` (the sample lines' time base).
+pub fn now_ms() -> u64 {
     let mut ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,
@@ -51,7 +53,6 @@ pub fn start_from_env() {
         pw::fault::write_stderr(&[b"pagewise: cannot write PAGEWISE_SAMPLE_FILE=", path, b"\n"]);
         return;
     }
-    START_MS.store(now_ms(), Relaxed);
     FD.store(fd, Release);
     sample();
     // SAFETY: plain pthread calls with valid out-pointers; `run` has the
@@ -92,7 +93,7 @@ fn sample() {
     }
     let s = pw::stats();
     let rss = crate::proc::rss_now();
-    let t = now_ms().saturating_sub(START_MS.load(Relaxed));
+    let t = now_ms();
     let mut w = FdWriter::new(fd);
     let _ = writeln!(w, "{t} {rss} {} {}", s.live_bytes, s.committed_bytes);
 }

@@ -102,6 +102,7 @@ fn run_in(args: &RunArgs, lib: &Path, work: &Path) -> Result<i32, String> {
         .env("PAGEWISE_SAMPLE_MS", args.interval_ms.max(1).to_string())
         .env_remove("PAGEWISE_STATS");
     let started = Instant::now();
+    let started_ms = monotonic_ms();
     let child = cmd
         .spawn()
         .map_err(|e| format!("cannot run {}: {e}", args.command[0].to_string_lossy()))?;
@@ -124,7 +125,7 @@ fn run_in(args: &RunArgs, lib: &Path, work: &Path) -> Result<i32, String> {
     };
 
     let allocator = read_allocator_report(&work.join(format!("stats.{pid}.json")))?;
-    let samples = read_samples(&work.join(format!("samples.{pid}.txt")));
+    let samples = read_samples(&work.join(format!("samples.{pid}.txt")), started_ms);
     let report = RunReport {
         command: args
             .command
@@ -178,22 +179,39 @@ fn read_allocator_report(path: &Path) -> Result<Option<AllocatorReport>, String>
     }
 }
 
-fn read_samples(path: &Path) -> Vec<Sample> {
+/// Milliseconds on `CLOCK_MONOTONIC`, the clock of the library's samples.
+fn monotonic_ms() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: a valid out-pointer.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1000 + ts.tv_nsec as u64 / 1_000_000
+}
+
+/// Reads the sample lines, with times made relative to `start_ms`.
+fn read_samples(path: &Path, start_ms: u64) -> Vec<Sample> {
     let Ok(text) = std::fs::read_to_string(path) else {
         return Vec::new();
     };
-    text.lines()
+    let mut samples: Vec<Sample> = text
+        .lines()
         .filter_map(|l| {
             let f: Vec<u64> = l
                 .split(' ')
                 .map(|x| x.parse().ok())
                 .collect::<Option<_>>()?;
             (f.len() == 4).then(|| Sample {
-                t_ms: f[0],
+                t_ms: f[0].saturating_sub(start_ms),
                 rss: f[1],
                 live: f[2],
                 committed: f[3],
             })
         })
-        .collect()
+        .collect();
+    // Successive images of one pid append in time order; the exit sample
+    // may race the sampler thread's last line.
+    samples.sort_by_key(|s| s.t_ms);
+    samples
 }
