@@ -57,6 +57,25 @@ fn edge_cases_with_the_static_library() {
 }
 
 #[test]
+fn free_under_glibc_stack_cache_lock_does_not_deadlock() {
+    // glibc frees a dead thread's TLS block while holding the lock that
+    // pthread_create needs; the purger must not be started from that free.
+    let child = command(edge())
+        .arg("stack-cache")
+        .arg(bigtls_so())
+        .env("LD_PRELOAD", lib_so())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Generous: the program needs milliseconds; the limit only turns a
+    // deadlock into a failure instead of a hung test.
+    let o = wait_or_kill(child, std::time::Duration::from_secs(60))
+        .expect("deadlock: free() started the purger inside glibc's stack-cache lock");
+    assert_all_ok(&o, "edge stack-cache");
+}
+
+#[test]
 fn misuse_aborts_with_one_clear_line() {
     for (mode, message) in [
         ("double-free", "pagewise: double free"),

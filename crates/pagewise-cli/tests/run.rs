@@ -3,16 +3,37 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::OnceLock;
+
+/// `pagewise` as installed: the binary and libpagewise.so side by side (hard
+/// links in a directory of their own: cargo test builds the library into
+/// deps/ and only `cargo build` copies it next to the binary).
+fn installed() -> &'static Path {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let exe = Path::new(env!("CARGO_BIN_EXE_pagewise"));
+        let profile = exe.parent().unwrap();
+        let lib = profile.join("deps/libpagewise.so");
+        assert!(
+            lib.exists(),
+            "{} missing (cargo test -p pagewise-cli builds it)",
+            lib.display()
+        );
+        let dir = profile.join("pagewise-cli-installed");
+        std::fs::create_dir_all(&dir).unwrap();
+        for (from, name) in [(exe, "pagewise"), (lib.as_path(), "libpagewise.so")] {
+            let to = dir.join(name);
+            let _ = std::fs::remove_file(&to);
+            // A hard link, not a copy: a copy is open for writing while other
+            // tests fork, and exec would then fail with ETXTBSY.
+            std::fs::hard_link(from, &to).unwrap();
+        }
+        dir
+    })
+}
 
 fn pagewise() -> Command {
-    let exe = env!("CARGO_BIN_EXE_pagewise");
-    let lib = Path::new(exe).with_file_name("libpagewise.so");
-    assert!(
-        lib.exists(),
-        "{} missing: build it with `cargo build -p pagewise-c` (cargo test --workspace does)",
-        lib.display()
-    );
-    let mut c = Command::new(exe);
+    let mut c = Command::new(installed().join("pagewise"));
     c.env_remove("PAGEWISE_LIB").env_remove("LD_PRELOAD");
     c
 }

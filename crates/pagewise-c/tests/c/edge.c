@@ -6,6 +6,7 @@
  *   edge glibc      the same checks of standard semantics against glibc
  *   edge linked     all checks, pagewise linked in statically (libpagewise.a)
  *   edge hello      prints "hello" (for the environment tests)
+ *   edge stack-cache LIB   frees under glibc's stack-cache lock (see below)
  *   edge double-free | foreign-free | interior-free   misuse (must abort)
  *
  * Prints "edge: all ok" and exits 0 on success; on a failed check prints
@@ -344,6 +345,36 @@ static void pagewise_own(void) {
     CHECK(strstr(text, "pagewise report") != NULL);
 }
 
+/* ----- free() inside glibc's stack-cache lock ----------------------------
+ * A thread touches the big TLS block of a dlopened library (malloc'd), exits
+ * and is joined: its stack goes to glibc's cache. Four threads with larger
+ * stacks then overflow the cache (40 MiB); evicting the first stack frees
+ * its TLS block while glibc holds the stack-cache lock. That free is the
+ * first to retain memory, the cue for pagewise's purger thread, and
+ * pthread_create needs the same lock: starting the thread there deadlocks. */
+static char *(*touch_tls)(void);
+static void *tls_toucher(void *arg) { touch_tls(); return arg; }
+static void *idle_thread(void *arg) { return arg; }
+
+static int stack_cache(const char *lib) {
+    void *h = dlopen(lib, RTLD_NOW);
+    if (!h) { fprintf(stderr, "%s\n", dlerror()); return 1; }
+    touch_tls = (char *(*)(void))dlsym(h, "pagewise_test_touch_tls");
+    pthread_t t;
+    pthread_create(&t, NULL, tls_toucher, NULL);
+    pthread_join(t, NULL);
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setstacksize(&attr, 16u << 20);
+    pthread_t ts[4];
+    for (int i = 0; i < 4; i++) CHECK(pthread_create(&ts[i], &attr, idle_thread, NULL) == 0);
+    for (int i = 0; i < 4; i++) pthread_join(ts[i], NULL);
+    free(malloc(100)); /* the purger starts here, outside glibc's locks */
+    if (failures) return 1;
+    printf("edge: all ok\n");
+    return 0;
+}
+
 int main(int argc, char **argv) {
     const char *mode = argc > 1 ? argv[1] : "pagewise";
     if (!strcmp(mode, "double-free")) {
@@ -362,6 +393,7 @@ int main(int argc, char **argv) {
         free(p + 8);
         return 0;
     }
+    if (!strcmp(mode, "stack-cache") && argc > 2) return stack_cache(argv[2]);
     if (!strcmp(mode, "hello")) {
         free(malloc(10));
         printf("hello\n");

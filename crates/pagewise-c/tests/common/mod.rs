@@ -29,7 +29,10 @@ pub fn lib_a() -> PathBuf {
 
 fn find_artifact(name: &str) -> PathBuf {
     let dir = profile_dir();
-    for p in [dir.join(name), dir.join("deps").join(name)] {
+    // deps/ first: `cargo test` rebuilds the library there (it is a
+    // dependency of the tests through its rlib) but only `cargo build`
+    // copies it up to the profile directory, where it may be stale.
+    for p in [dir.join("deps").join(name), dir.join(name)] {
         if p.exists() {
             return p;
         }
@@ -40,11 +43,11 @@ fn find_artifact(name: &str) -> PathBuf {
     );
 }
 
-/// A scratch directory for this test binary's outputs.
+/// An empty scratch directory for one test's outputs (names are unique per
+/// test; the previous run's directory is replaced).
 pub fn scratch(name: &str) -> PathBuf {
-    let d = profile_dir()
-        .join("pagewise-c-tests")
-        .join(format!("{name}-{}", std::process::id()));
+    let d = profile_dir().join("pagewise-c-tests").join(name);
+    let _ = std::fs::remove_dir_all(&d);
     std::fs::create_dir_all(&d).unwrap();
     d
 }
@@ -116,6 +119,40 @@ pub fn edge_linked() -> &'static Path {
         );
         out
     })
+}
+
+/// `tests/c/bigtls.c` as a shared library (a big thread-local array).
+pub fn bigtls_so() -> &'static Path {
+    static LIB: OnceLock<PathBuf> = OnceLock::new();
+    LIB.get_or_init(|| {
+        let out = scratch("cc-bigtls").join("libbigtls.so");
+        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/bigtls.c");
+        let o = Command::new("cc")
+            .args(["-shared", "-fPIC", "-O0", "-o"])
+            .arg(&out)
+            .arg(src)
+            .output()
+            .expect("running cc");
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        out
+    })
+}
+
+/// Waits for `child` at most `limit`; kills it and returns None if it is
+/// still running then (a deadlock: the test must fail, not hang).
+pub fn wait_or_kill(mut child: std::process::Child, limit: std::time::Duration) -> Option<Output> {
+    let start = std::time::Instant::now();
+    loop {
+        if child.try_wait().unwrap().is_some() {
+            return Some(child.wait_with_output().unwrap());
+        }
+        if start.elapsed() > limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            return None;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
 }
 
 /// A command with a clean pagewise environment (no inherited knobs).
