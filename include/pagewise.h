@@ -4,6 +4,8 @@
  * Use it as the process allocator without recompiling:
  *     LD_PRELOAD=/path/to/libpagewise.so ./program
  * or link it: cc prog.c -L/path/to -lpagewise   (then malloc/free are pagewise's).
+ * Do not dlopen() it: memory that glibc's malloc handed out before would then
+ * be freed by pagewise, which aborts on pointers it did not allocate.
  *
  * The standard functions below keep glibc's semantics:
  *  - every function returns NULL and sets errno = ENOMEM when memory is short
