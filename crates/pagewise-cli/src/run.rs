@@ -103,9 +103,21 @@ fn run_in(args: &RunArgs, lib: &Path, work: &Path) -> Result<i32, String> {
         .env_remove("PAGEWISE_STATS");
     let started = Instant::now();
     let started_ms = monotonic_ms();
-    let child = cmd
-        .spawn()
-        .map_err(|e| format!("cannot run {}: {e}", args.command[0].to_string_lossy()))?;
+    let child = match cmd.spawn() {
+        Ok(c) => c,
+        Err(e) => {
+            // The shell's conventions: 127 not found, 126 not executable.
+            eprintln!(
+                "pagewise: cannot run {}: {e}",
+                args.command[0].to_string_lossy()
+            );
+            return Ok(if e.kind() == std::io::ErrorKind::NotFound {
+                127
+            } else {
+                126
+            });
+        }
+    };
     let pid = child.id() as libc::pid_t;
     // The program gets ^C; we stay to report.
     // SAFETY: setting a signal disposition to SIG_IGN has no preconditions;

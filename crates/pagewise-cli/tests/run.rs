@@ -179,3 +179,13 @@ fn run_needs_a_command() {
     assert!(!o.status.success());
     assert!(String::from_utf8_lossy(&o.stderr).contains("CMD"));
 }
+
+#[test]
+fn a_missing_command_exits_127() {
+    let o = pagewise()
+        .args(["run", "--", "/nonexistent/program"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(127));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("cannot run /nonexistent/program"));
+}
