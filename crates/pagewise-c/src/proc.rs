@@ -1,11 +1,15 @@
 //! The operating system's own view of the process, read from /proc without
 //! allocating, to check pagewise's accounting against it.
 
-/// Where pagewise maps its memory: the core's page source places every
-/// mapping at an aligned hint inside this range (`source.rs`: `HINT_START`,
-/// `HINT_END`), and falls back to a kernel-chosen address only when a hint
-/// is refused. Mappings that start here are attributed to pagewise.
-pub const PAGEWISE_RANGE: core::ops::Range<usize> = (2 << 40)..(96 << 40);
+/// Where pagewise maps its memory: the core's page source places its
+/// mappings at aligned hints that start at 2 TiB and climb (`source.rs`:
+/// `HINT_START`), falling back to a kernel-chosen address only when a hint
+/// is refused. The range stops at 80 TiB, below where x86-64 Linux puts
+/// position-independent executables and their brk heap (from
+/// 0x5555_5555_4000, i.e. 85 TiB, plus randomisation); pagewise would need
+/// 78 TiB of address space to reach it. Unnamed anonymous mappings that
+/// start here, or that hold a registered pagewise segment, are pagewise's.
+pub const PAGEWISE_RANGE: core::ops::Range<usize> = (2 << 40)..(80 << 40);
 
 /// Resident memory as the kernel reports it, in bytes.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -81,10 +85,18 @@ fn hex_prefix(s: &[u8]) -> Option<(usize, usize)> {
     (n > 0).then_some((v, n))
 }
 
-/// A smaps mapping header (`start-end perms ...`): the start address.
-fn mapping_start(line: &[u8]) -> Option<usize> {
+/// A smaps mapping header (`start-end perms offset dev inode [path]`): the
+/// start address, and whether the mapping is anonymous and unnamed (no path
+/// and no `[heap]`/`[stack]`-style name).
+fn mapping_start(line: &[u8]) -> Option<(usize, bool)> {
     let (start, n) = hex_prefix(line)?;
-    (line.get(n) == Some(&b'-')).then_some(start)
+    if line.get(n) != Some(&b'-') {
+        return None;
+    }
+    let mut fields = line.split(|&b| b == b' ').filter(|f| !f.is_empty());
+    let inode = fields.nth(4);
+    let unnamed = inode == Some(b"0") && fields.next().is_none();
+    Some((start, unnamed))
 }
 
 /// Accumulates smaps lines.
@@ -98,9 +110,10 @@ struct Smaps {
 
 impl Smaps {
     fn line(&mut self, line: &[u8]) {
-        if let Some(start) = mapping_start(line) {
+        if let Some((start, unnamed)) = mapping_start(line) {
             self.end_mapping();
-            self.in_pagewise = PAGEWISE_RANGE.contains(&start) || pw::raw::owns(start as *const u8);
+            self.in_pagewise =
+                unnamed && (PAGEWISE_RANGE.contains(&start) || pw::raw::owns(start as *const u8));
         } else if let Some(v) = kb_field(line, b"Rss:") {
             self.rss = v;
         } else if let Some(v) = kb_field(line, b"Anonymous:") {
@@ -215,10 +228,49 @@ mod tests {
         assert_eq!(kb_field(b"VmRSS:\t  1234 kB", b"VmRSS:"), Some(1234 * 1024));
         assert_eq!(kb_field(b"VmHWM: 1 kB", b"VmRSS:"), None);
         assert_eq!(
-            mapping_start(b"7f12ab-7f12ff rw-p 0 00:00 0"),
-            Some(0x7f12ab)
+            mapping_start(b"7f12ab-7f12ff rw-p 00000000 00:00 0 "),
+            Some((0x7f12ab, true))
+        );
+        assert_eq!(
+            mapping_start(b"5555-6666 r-xp 00026000 fe:00 326279     /usr/bin/bash"),
+            Some((0x5555, false))
+        );
+        assert_eq!(
+            mapping_start(b"5555-6666 rw-p 00000000 00:00 0     [heap]"),
+            Some((0x5555, false))
         );
         assert_eq!(mapping_start(b"Rss: 4 kB"), None);
+    }
+
+    #[test]
+    fn attributes_only_pagewise_mappings_to_pagewise() {
+        // A position-independent executable (text, bss, brk heap) at 85 TiB
+        // is not pagewise's; the reservation at 2 TiB is.
+        let smaps = "\
+20002000000-20042000000 rw-p 00000000 00:00 0 
+Rss:                 144 kB
+Anonymous:           144 kB
+555555554000-555555583000 r--p 00000000 fe:00 326246                     /usr/bin/bash
+Rss:                 188 kB
+Anonymous:             0 kB
+555555689000-555555693000 rw-p 00000000 00:00 0 
+Rss:                  40 kB
+Anonymous:            40 kB
+555555693000-5555556b4000 rw-p 00000000 00:00 0                          [heap]
+Rss:                  12 kB
+Anonymous:            12 kB
+7ffff7844000-7ffff799a000 r-xp 00026000 fe:00 326279                     /usr/lib/x86_64-linux-gnu/libc.so.6
+Rss:                1008 kB
+Anonymous:             0 kB
+";
+        let mut m = Smaps::default();
+        for line in smaps.lines() {
+            m.line(line.as_bytes());
+        }
+        m.end_mapping();
+        assert_eq!(m.out.pagewise_rss, 144 * 1024);
+        assert_eq!(m.out.other_anon_rss, 52 * 1024);
+        assert_eq!(m.out.file_rss, (188 + 1008) * 1024);
     }
 
     #[test]

@@ -155,6 +155,16 @@ fn stats_at_exit_to_stderr_or_json_file() {
     assert_eq!(field(&v, &["pid"]), pid as u64);
     assert!(total_allocs(&v) > 0, "malloc resolved to pagewise");
     assert!(field(&v, &["os", "vm_rss"]) > 0);
+    // What the kernel finds resident in pagewise's mappings is what pagewise
+    // accounts for (committed pages may be untouched, so resident may be
+    // less; more would be memory it does not know about, or another
+    // mapping, such as this PIE executable's, taken for its own).
+    let accounted = field(&v, &["committed_bytes"]) + field(&v, &["metadata_bytes"]);
+    let resident = field(&v, &["os", "pagewise_rss"]);
+    assert!(
+        resident <= accounted + (64 << 10),
+        "resident {resident} vs accounted {accounted}"
+    );
 }
 
 #[test]
