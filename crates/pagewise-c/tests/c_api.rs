@@ -76,6 +76,28 @@ fn free_under_glibc_stack_cache_lock_does_not_deadlock() {
 }
 
 #[test]
+fn many_dlopened_tls_modules_then_malloc_in_an_older_thread() {
+    // 40 modules with TLS: more than the 14 spare dtv slots glibc gives a
+    // thread, so the waiting thread's dtv must grow on its next TLS access,
+    // which is pagewise's malloc. Copies of one library are distinct modules.
+    let dir = scratch("tls-modules");
+    for i in 0..40 {
+        std::fs::copy(bigtls_so(), dir.join(format!("tls{i}.so"))).unwrap();
+    }
+    let child = command(edge())
+        .arg("tls-modules")
+        .arg(&dir)
+        .arg("40")
+        .env("LD_PRELOAD", lib_so())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let o = wait_or_kill(child, std::time::Duration::from_secs(60)).expect("hung");
+    assert_all_ok(&o, "edge tls-modules");
+}
+
+#[test]
 fn misuse_aborts_with_one_clear_line() {
     for (mode, message) in [
         ("double-free", "pagewise: double free"),

@@ -7,6 +7,7 @@
  *   edge linked     all checks, pagewise linked in statically (libpagewise.a)
  *   edge hello      prints "hello" (for the environment tests)
  *   edge stack-cache LIB   frees under glibc's stack-cache lock (see below)
+ *   edge tls-modules DIR N dlopens DIR/tls<i>.so, i < N, while a thread waits
  *   edge double-free | foreign-free | interior-free   misuse (must abort)
  *
  * Prints "edge: all ok" and exits 0 on success; on a failed check prints
@@ -375,6 +376,40 @@ static int stack_cache(const char *lib) {
     return 0;
 }
 
+/* ----- many dlopened TLS modules ----------------------------------------
+ * A thread that allocated before gets its next malloc after N modules with
+ * thread-local storage were dlopened: its dtv is stale and too short, and
+ * glibc's __tls_get_addr (which pagewise's own thread-local heap pointer
+ * goes through in a shared library) resizes it with malloc. */
+static pthread_barrier_t tls_barrier;
+static void *tls_waiter(void *arg) {
+    free(malloc(100));
+    pthread_barrier_wait(&tls_barrier);
+    pthread_barrier_wait(&tls_barrier);
+    for (int i = 0; i < 1000; i++) free(malloc((size_t)i * 8 + 1));
+    return arg;
+}
+
+static int tls_modules(const char *dir, int n) {
+    pthread_barrier_init(&tls_barrier, NULL, 2);
+    pthread_t t;
+    CHECK(pthread_create(&t, NULL, tls_waiter, NULL) == 0);
+    pthread_barrier_wait(&tls_barrier);
+    for (int i = 0; i < n; i++) {
+        char path[4096];
+        snprintf(path, sizeof path, "%s/tls%d.so", dir, i);
+        void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+        if (!h) { fprintf(stderr, "%s\n", dlerror()); return 1; }
+        char *(*touch)(void) = (char *(*)(void))dlsym(h, "pagewise_test_touch_tls");
+        CHECK(touch && touch()[0] == 1);
+    }
+    pthread_barrier_wait(&tls_barrier);
+    pthread_join(t, NULL);
+    if (failures) return 1;
+    printf("edge: all ok\n");
+    return 0;
+}
+
 int main(int argc, char **argv) {
     const char *mode = argc > 1 ? argv[1] : "pagewise";
     if (!strcmp(mode, "double-free")) {
@@ -394,6 +429,7 @@ int main(int argc, char **argv) {
         return 0;
     }
     if (!strcmp(mode, "stack-cache") && argc > 2) return stack_cache(argv[2]);
+    if (!strcmp(mode, "tls-modules") && argc > 3) return tls_modules(argv[2], atoi(argv[3]));
     if (!strcmp(mode, "hello")) {
         free(malloc(10));
         printf("hello\n");
