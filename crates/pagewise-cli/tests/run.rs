@@ -5,27 +5,52 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
 
-/// `pagewise` as installed: the binary and libpagewise.so side by side (hard
-/// links in a directory of their own: cargo test builds the library into
-/// deps/ and only `cargo build` copies it next to the binary).
+/// `cargo build -p pagewise-c` for this test's profile and target directory
+/// (cargo test builds only this package's targets; cargo releases its
+/// build lock while tests run).
+fn build_library(profile_dir: &Path) {
+    let profile = profile_dir
+        .file_name()
+        .unwrap()
+        .to_str()
+        .unwrap()
+        .to_owned();
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let mut cmd = Command::new(cargo);
+    cmd.args(["build", "--quiet", "-p", "pagewise-c", "--target-dir"])
+        .arg(profile_dir.parent().unwrap());
+    match profile.as_str() {
+        "debug" => {}
+        "release" => {
+            cmd.arg("--release");
+        }
+        other => {
+            cmd.args(["--profile", other]);
+        }
+    }
+    let o = cmd.output().expect("running cargo");
+    assert!(
+        o.status.success(),
+        "cargo build -p pagewise-c failed:\n{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
+
+/// `pagewise` as installed: the binary and libpagewise.so side by side, in
+/// a directory of their own (hard links: a copy is open for writing while
+/// other tests fork, and exec would then fail with ETXTBSY).
 fn installed() -> &'static Path {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
     DIR.get_or_init(|| {
         let exe = Path::new(env!("CARGO_BIN_EXE_pagewise"));
         let profile = exe.parent().unwrap();
-        let lib = profile.join("deps/libpagewise.so");
-        assert!(
-            lib.exists(),
-            "{} missing (cargo test -p pagewise-cli builds it)",
-            lib.display()
-        );
+        build_library(profile);
+        let lib = profile.join("libpagewise.so");
         let dir = profile.join("pagewise-cli-installed");
         std::fs::create_dir_all(&dir).unwrap();
         for (from, name) in [(exe, "pagewise"), (lib.as_path(), "libpagewise.so")] {
             let to = dir.join(name);
             let _ = std::fs::remove_file(&to);
-            // A hard link, not a copy: a copy is open for writing while other
-            // tests fork, and exec would then fail with ETXTBSY.
             std::fs::hard_link(from, &to).unwrap();
         }
         dir

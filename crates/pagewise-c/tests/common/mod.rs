@@ -17,30 +17,52 @@ pub fn profile_dir() -> PathBuf {
         .to_path_buf()
 }
 
-/// The `libpagewise.so` cargo built for these tests.
+/// `cargo build -p pagewise-c` for this test binary's profile and target
+/// directory, once per test process: cargo test does not build a
+/// cdylib/staticlib-only library, and a stale one would be tested otherwise.
+/// (cargo releases its build lock while tests run, so this does not block.)
+pub fn build_library() {
+    static BUILT: OnceLock<()> = OnceLock::new();
+    BUILT.get_or_init(|| {
+        let dir = profile_dir();
+        let profile = dir.file_name().unwrap().to_str().unwrap().to_owned();
+        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+        let mut cmd = Command::new(cargo);
+        cmd.args(["build", "--quiet", "-p", "pagewise-c", "--target-dir"])
+            .arg(dir.parent().unwrap());
+        match profile.as_str() {
+            "debug" => {}
+            "release" => {
+                cmd.arg("--release");
+            }
+            other => {
+                cmd.args(["--profile", other]);
+            }
+        }
+        let o = cmd.output().expect("running cargo");
+        assert!(
+            o.status.success(),
+            "cargo build -p pagewise-c failed:\n{}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+    });
+}
+
+/// The current `libpagewise.so`.
 pub fn lib_so() -> PathBuf {
     find_artifact("libpagewise.so")
 }
 
-/// The `libpagewise.a` cargo built for these tests.
+/// The current `libpagewise.a`.
 pub fn lib_a() -> PathBuf {
     find_artifact("libpagewise.a")
 }
 
 fn find_artifact(name: &str) -> PathBuf {
-    let dir = profile_dir();
-    // deps/ first: `cargo test` rebuilds the library there (it is a
-    // dependency of the tests through its rlib) but only `cargo build`
-    // copies it up to the profile directory, where it may be stale.
-    for p in [dir.join("deps").join(name), dir.join(name)] {
-        if p.exists() {
-            return p;
-        }
-    }
-    panic!(
-        "{name} not found in {} (cargo test -p pagewise-c builds it)",
-        dir.display()
-    );
+    build_library();
+    let p = profile_dir().join(name);
+    assert!(p.exists(), "{} not built", p.display());
+    p
 }
 
 /// An empty scratch directory for one test's outputs (names are unique per
