@@ -255,11 +255,21 @@ pub extern "C" fn pagewise_trim() {
     pw::trim();
 }
 
+/// The allocator's counters and the kernel's view, taken with the purger
+/// paused so that no purge falls between the two (which would make the
+/// accounting and the resident bytes disagree by what it purged).
+fn snapshot() -> (pw::Stats, proc::OsMemory) {
+    pw::purger::pause();
+    let s = pw::stats();
+    let os = proc::os_memory();
+    pw::purger::resume();
+    (s, os)
+}
+
 /// Writes a human-readable report of the allocator's state to `fd`.
 #[no_mangle]
 pub extern "C" fn pagewise_stats_print(fd: c_int) {
-    let s = pw::stats();
-    let os = proc::os_memory();
+    let (s, os) = snapshot();
     let mut w = out::FdWriter::new(fd);
     let _ = report::text(&mut w, &s, &os);
 }
@@ -273,8 +283,7 @@ pub extern "C" fn pagewise_stats_print(fd: c_int) {
 /// `buf` is valid for `len` bytes of writes.
 #[no_mangle]
 pub unsafe extern "C" fn pagewise_stats_json(buf: *mut c_char, len: usize) -> usize {
-    let s = pw::stats();
-    let os = proc::os_memory();
+    let (s, os) = snapshot();
     let slice: &mut [u8] = if buf.is_null() || len == 0 {
         &mut []
     } else {
@@ -363,8 +372,7 @@ fn exit_report() {
             pw::fault::write_stderr(&[b"pagewise: cannot write PAGEWISE_STATS_FILE=", path, b"\n"]);
             return;
         }
-        let s = pw::stats();
-        let os = proc::os_memory();
+        let (s, os) = snapshot();
         {
             let mut w = out::FdWriter::new(fd);
             let _ = report::json(&mut w, &s, &os);
