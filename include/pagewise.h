@@ -37,6 +37,7 @@
  *                              ("%p" in the path is replaced by the pid)
  *   PAGEWISE_SAMPLE_FILE=path  append "ms rss live committed" lines while the
  *   PAGEWISE_SAMPLE_MS=50      program runs (used by `pagewise run --plot`)
+ *   PAGEWISE_SAMPLE_PARENT=pid only sample in a process whose parent is pid
  */
 #ifndef PAGEWISE_H
 #define PAGEWISE_H

@@ -30,11 +30,26 @@ pub fn now_ms() -> u64 {
     ts.tv_sec as u64 * 1000 + ts.tv_nsec as u64 / 1_000_000
 }
 
-/// Starts the sampler if `PAGEWISE_SAMPLE_FILE` is set (called at load).
+/// Starts the sampler if `PAGEWISE_SAMPLE_FILE` is set (called at load),
+/// and, if `PAGEWISE_SAMPLE_PARENT=pid` is set too, only in a process whose
+/// parent is that pid: `pagewise run` samples the program it started, not
+/// every descendant that inherits the environment.
 pub fn start_from_env() {
     let Some(path) = crate::getenv(c"PAGEWISE_SAMPLE_FILE").filter(|p| !p.is_empty()) else {
         return;
     };
+    if let Some(v) = crate::getenv(c"PAGEWISE_SAMPLE_PARENT") {
+        // SAFETY: getppid has no preconditions.
+        let parent = unsafe { libc::getppid() } as u64;
+        match pw::config::parse_u64(v) {
+            Some(p) if p == parent => {}
+            Some(_) => return,
+            None => {
+                crate::malformed(b"PAGEWISE_SAMPLE_PARENT", v, b" (expected a pid)\n");
+                return;
+            }
+        }
+    }
     if let Some(v) = crate::getenv(c"PAGEWISE_SAMPLE_MS") {
         match pw::config::parse_u64(v).filter(|&ms| ms > 0) {
             Some(ms) => INTERVAL_MS.store(ms, Relaxed),

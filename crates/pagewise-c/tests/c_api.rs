@@ -200,6 +200,16 @@ fn sampler_writes_lines_while_running() {
         c
     });
     assert!(o.status.success());
+    // Not our child's parent: that process does not sample.
+    let o = preloaded({
+        let mut c = command(edge());
+        c.arg("hello")
+            .env("PAGEWISE_SAMPLE_FILE", dir.join("other.txt"))
+            .env("PAGEWISE_SAMPLE_PARENT", "1");
+        c
+    });
+    assert!(o.status.success());
+    assert!(!dir.join("other.txt").exists());
     let text = std::fs::read_to_string(dir.join("samples.txt")).unwrap();
     // At least the first sample (at load) and the last (at exit).
     assert!(text.lines().count() >= 2, "{text}");

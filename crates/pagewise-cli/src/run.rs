@@ -100,6 +100,8 @@ fn run_in(args: &RunArgs, lib: &Path, work: &Path) -> Result<i32, String> {
         .env("PAGEWISE_STATS_FILE", work.join("stats.%p.json"))
         .env("PAGEWISE_SAMPLE_FILE", work.join("samples.%p.txt"))
         .env("PAGEWISE_SAMPLE_MS", args.interval_ms.max(1).to_string())
+        // Only CMD samples, not its descendants.
+        .env("PAGEWISE_SAMPLE_PARENT", std::process::id().to_string())
         .env_remove("PAGEWISE_STATS");
     let started = Instant::now();
     let started_ms = monotonic_ms();
