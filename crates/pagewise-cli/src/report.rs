@@ -156,50 +156,78 @@ pub struct RunReport {
 pub struct Category {
     /// What it is.
     pub name: &'static str,
-    /// Bytes.
-    pub bytes: u64,
+    /// Bytes (negative for the correction of committed-but-untouched memory).
+    pub bytes: i64,
 }
 
 /// Every resident byte at exit, by category: pagewise's five from its
-/// accounting, the rest from the kernel's smaps.
+/// accounting; then, from the kernel's smaps, the correction for memory
+/// pagewise committed that the program never touched (allocated, so
+/// accounted, but never faulted in) or, if the kernel finds more resident
+/// in pagewise's mappings than pagewise accounts for, that excess; then the
+/// memory outside pagewise.
 pub fn attribution(a: &AllocatorReport) -> Vec<Category> {
-    vec![
+    let accounted = (a.committed_bytes + a.metadata_bytes) as i64;
+    let resident = a.os.pagewise_rss as i64;
+    let mut cats = vec![
         Category {
             name: "live (requested by the program)",
-            bytes: a.live_requested_bytes,
+            bytes: a.live_requested_bytes as i64,
         },
         Category {
             name: "internal rounding (slot/page size)",
-            bytes: a.live_bytes.saturating_sub(a.live_requested_bytes),
+            bytes: a.live_bytes.saturating_sub(a.live_requested_bytes) as i64,
         },
         Category {
             name: "free slots in used pages",
-            bytes: a.free_slot_bytes,
+            bytes: a.free_slot_bytes as i64,
         },
         Category {
             name: "retained empty pages",
-            bytes: a.retained_bytes,
+            bytes: a.retained_bytes as i64,
         },
         Category {
             name: "allocator metadata",
-            bytes: a.metadata_bytes,
+            bytes: a.metadata_bytes as i64,
         },
-        Category {
-            name: "outside pagewise: anonymous",
-            bytes: a.os.other_anon_rss,
-        },
-        Category {
-            name: "outside pagewise: file-backed",
-            bytes: a.os.file_rss,
-        },
-    ]
+    ];
+    if accounted > resident {
+        cats.push(Category {
+            name: "minus: committed, never touched",
+            bytes: resident - accounted,
+        });
+    } else if resident > accounted {
+        cats.push(Category {
+            name: "resident, not accounted (!)",
+            bytes: resident - accounted,
+        });
+    }
+    cats.push(Category {
+        name: "outside pagewise: anonymous",
+        bytes: a.os.other_anon_rss as i64,
+    });
+    cats.push(Category {
+        name: "outside pagewise: file-backed",
+        bytes: a.os.file_rss as i64,
+    });
+    cats
 }
 
 /// Attributed total and its difference from VmRSS, in percent.
 pub fn attribution_error(a: &AllocatorReport) -> (u64, f64) {
-    let total: u64 = attribution(a).iter().map(|c| c.bytes).sum();
+    let total: i64 = attribution(a).iter().map(|c| c.bytes).sum();
+    let total = total.max(0) as u64;
     let rss = a.os.vm_rss.max(1);
     (total, (total as f64 - rss as f64) / rss as f64 * 100.0)
+}
+
+/// pagewise's own accounting against the kernel: bytes accounted in its
+/// mappings, bytes resident there, and the gap as a percentage of RSS.
+pub fn accounting_gap(a: &AllocatorReport) -> (u64, u64, f64) {
+    let accounted = a.committed_bytes + a.metadata_bytes;
+    let resident = a.os.pagewise_rss;
+    let gap = (accounted as f64 - resident as f64) / a.os.vm_rss.max(1) as f64 * 100.0;
+    (accounted, resident, gap)
 }
 
 /// Bytes as a short human figure.
@@ -217,8 +245,17 @@ pub fn human(b: u64) -> String {
     format!("{v:.1} {}", units[u])
 }
 
-fn pct(part: u64, whole: u64) -> f64 {
+fn pct(part: i64, whole: u64) -> f64 {
     part as f64 * 100.0 / whole.max(1) as f64
+}
+
+/// A signed byte figure: `-37.2 MiB`.
+fn human_signed(b: i64) -> String {
+    if b < 0 {
+        format!("-{}", human(b.unsigned_abs()))
+    } else {
+        human(b as u64)
+    }
 }
 
 /// The text report.
@@ -286,7 +323,7 @@ fn render_into(s: &mut String, r: &RunReport) -> std::fmt::Result {
             s,
             "  {:<36} {:>11} {:>6.1}%",
             c.name,
-            human(c.bytes),
+            human_signed(c.bytes),
             pct(c.bytes, total)
         )?;
     }
@@ -299,11 +336,18 @@ fn render_into(s: &mut String, r: &RunReport) -> std::fmt::Result {
         human(a.os.vm_rss),
         err
     )?;
+    let (accounted, resident, gap) = accounting_gap(a);
+    let why = if gap >= 0.0 {
+        "committed pages the program has not touched yet"
+    } else {
+        "memory pagewise does not account for: please report it"
+    };
     writeln!(
         s,
-        "  (pagewise accounts {} in its mappings; the kernel says {} are resident there)",
-        human(a.committed_bytes + a.metadata_bytes),
-        human(a.os.pagewise_rss)
+        "  pagewise accounts {} in its mappings, the kernel finds {} resident there\n  (difference {:+.1}% of RSS: {why})",
+        human(accounted),
+        human(resident),
+        gap
     )?;
 
     writeln!(s)?;
@@ -378,6 +422,7 @@ mod tests {
             ],
             os: Os {
                 vm_rss: 10_000,
+                pagewise_rss: 1100 + 500 + 4096 + 300,
                 other_anon_rss: 2000,
                 file_rss: 2004,
                 ..Default::default()
@@ -393,6 +438,25 @@ mod tests {
         assert_eq!(total, 1000 + 100 + 500 + 4096 + 300 + 2000 + 2004);
         assert_eq!(total, 10_000);
         assert_eq!(err, 0.0);
+    }
+
+    #[test]
+    fn untouched_allocations_are_a_named_correction() {
+        let mut a = sample();
+        // pagewise accounts 5996 bytes; the kernel finds only 3996 resident.
+        a.os.pagewise_rss = 3996;
+        a.os.vm_rss = 8000;
+        let cats = attribution(&a);
+        let fix = cats
+            .iter()
+            .find(|c| c.name.contains("never touched"))
+            .unwrap();
+        assert_eq!(fix.bytes, -2000);
+        let (total, err) = attribution_error(&a);
+        assert_eq!(total, 8000);
+        assert_eq!(err, 0.0);
+        let (accounted, resident, gap) = accounting_gap(&a);
+        assert_eq!((accounted, resident, gap), (5996, 3996, 25.0));
     }
 
     #[test]
