@@ -1,0 +1,163 @@
+//! The library's own reports: a text summary and the JSON document that
+//! `pagewise run` reads. Both format a `Stats` snapshot (a plain `Copy`
+//! struct) and the OS figures through `core::fmt` into fixed buffers.
+
+use crate::out::Bytes;
+use crate::proc::OsMemory;
+use core::fmt::{self, Write};
+use pw::Stats;
+
+/// Version of the JSON document (bumped when a field changes meaning).
+pub const JSON_VERSION: u32 = 1;
+
+/// Writes the JSON document.
+pub fn json(w: &mut impl Write, s: &Stats, os: &OsMemory) -> fmt::Result {
+    // SAFETY: getpid has no preconditions.
+    let pid = unsafe { libc::getpid() };
+    write!(w, "{{\"version\":{JSON_VERSION},\"pid\":{pid},")?;
+    let c = &s.syscalls;
+    write!(
+        w,
+        "\"syscalls\":{{\"mmap\":{},\"munmap\":{},\"madvise\":{},\"mapped_bytes\":{},\"peak_mapped_bytes\":{},\"purged_bytes\":{}}},",
+        c.mmap, c.munmap, c.madvise, c.mapped_bytes, c.peak_mapped_bytes, c.purged_bytes
+    )?;
+    write!(
+        w,
+        "\"reserved_bytes\":{},\"committed_bytes\":{},\"peak_committed_bytes\":{},\"metadata_bytes\":{},\"live_bytes\":{},\"live_requested_bytes\":{},\"live_allocations\":{},\"retained_bytes\":{},\"free_slot_bytes\":{},\"purged_bytes\":{},\"segments\":{},\"heaps\":{},",
+        s.reserved_bytes,
+        s.committed_bytes,
+        s.peak_committed_bytes,
+        s.metadata_bytes,
+        s.live_bytes,
+        s.live_requested_bytes,
+        s.live_allocations,
+        s.retained_bytes,
+        s.free_slot_bytes,
+        s.purged_bytes,
+        s.segments,
+        s.heaps
+    )?;
+    for (name, o) in [("large", &s.large), ("huge", &s.huge)] {
+        write!(
+            w,
+            "\"{name}\":{{\"count\":{},\"bytes\":{},\"requested_bytes\":{}}},",
+            o.count, o.bytes, o.requested_bytes
+        )?;
+    }
+    w.write_str("\"classes\":[")?;
+    let mut first = true;
+    for (i, k) in s.classes.iter().enumerate() {
+        if k.total_allocs == 0 && k.pages == 0 {
+            continue;
+        }
+        if !first {
+            w.write_str(",")?;
+        }
+        first = false;
+        write!(
+            w,
+            "{{\"class\":{i},\"slot_size\":{},\"pages\":{},\"live_slots\":{},\"free_slots\":{},\"retained_pages\":{},\"total_allocs\":{},\"live_requested_bytes\":{}}}",
+            k.slot_size,
+            k.pages,
+            k.live_slots,
+            k.free_slots,
+            k.retained_pages,
+            k.total_allocs,
+            k.live_requested_bytes
+        )?;
+    }
+    write!(
+        w,
+        "],\"os\":{{\"vm_rss\":{},\"vm_hwm\":{},\"rss_anon\":{},\"rss_file\":{},\"rss_shmem\":{},\"pagewise_rss\":{},\"other_anon_rss\":{},\"file_rss\":{}}}}}",
+        os.vm_rss,
+        os.vm_hwm,
+        os.rss_anon,
+        os.rss_file,
+        os.rss_shmem,
+        os.pagewise_rss,
+        os.other_anon_rss,
+        os.file_rss
+    )
+}
+
+/// Writes the text summary.
+pub fn text(w: &mut impl Write, s: &Stats, os: &OsMemory) -> fmt::Result {
+    // SAFETY: getpid has no preconditions.
+    let pid = unsafe { libc::getpid() };
+    let rounding = s.live_bytes.saturating_sub(s.live_requested_bytes);
+    let heap = s.committed_bytes + s.metadata_bytes;
+    writeln!(w, "pagewise report (pid {pid})")?;
+    writeln!(
+        w,
+        "  RSS {} (peak {}), pagewise mappings resident {}",
+        Bytes(os.vm_rss),
+        Bytes(os.vm_hwm),
+        Bytes(os.pagewise_rss)
+    )?;
+    writeln!(
+        w,
+        "  live {} in {} allocations ({} requested)",
+        Bytes(s.live_bytes),
+        s.live_allocations,
+        Bytes(s.live_requested_bytes)
+    )?;
+    writeln!(w, "  pagewise committed + metadata {}:", Bytes(heap))?;
+    let rows = [
+        ("live (requested)", s.live_requested_bytes),
+        ("internal rounding", rounding),
+        ("free slots in used pages", s.free_slot_bytes),
+        ("retained empty pages", s.retained_bytes),
+        ("metadata", s.metadata_bytes),
+    ];
+    for (name, v) in rows {
+        writeln!(w, "    {name:<26} {:>12}", Bytes(v))?;
+    }
+    writeln!(
+        w,
+        "  outside pagewise: anonymous {}, file-backed {}",
+        Bytes(os.other_anon_rss),
+        Bytes(os.file_rss)
+    )?;
+    let c = &s.syscalls;
+    writeln!(
+        w,
+        "  syscalls: mmap {} munmap {} madvise {}; mapped {} (peak {}), purged {}",
+        c.mmap,
+        c.munmap,
+        c.madvise,
+        Bytes(c.mapped_bytes),
+        Bytes(c.peak_mapped_bytes),
+        Bytes(c.purged_bytes)
+    )?;
+    writeln!(
+        w,
+        "  large objects {} ({}), huge objects {} ({}), heaps {}, segments {}",
+        s.large.count,
+        Bytes(s.large.bytes),
+        s.huge.count,
+        Bytes(s.huge.bytes),
+        s.heaps,
+        s.segments
+    )?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::out::SliceWriter;
+
+    #[test]
+    fn json_is_complete_and_balanced() {
+        let mut s = Stats::ZERO;
+        s.classes[3].total_allocs = 7;
+        s.classes[3].slot_size = 32;
+        let mut buf = vec![0u8; 8192];
+        let mut w = SliceWriter::new(&mut buf);
+        json(&mut w, &s, &OsMemory::default()).unwrap();
+        let text = core::str::from_utf8(w.written()).unwrap();
+        assert!(text.contains("\"classes\":[{\"class\":3,\"slot_size\":32"));
+        assert_eq!(text.matches('{').count(), text.matches('}').count());
+        assert!(text.ends_with("}}"));
+    }
+}

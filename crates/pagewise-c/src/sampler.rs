@@ -1,0 +1,133 @@
+//! The sampler behind `pagewise run --plot`: with `PAGEWISE_SAMPLE_FILE=path`
+//! (`%p` is replaced by the pid) a thread started at load appends one line
+//! every `PAGEWISE_SAMPLE_MS` milliseconds (default 50):
+//!
+//! ```text
+//! <CLOCK_MONOTONIC ms> <RSS bytes> <live bytes> <committed bytes>
+//! ```
+//!
+//! and a last line at exit. The clock is absolute so that the samples of
+//! successive images of one pid (a shell script that execs its program)
+//! line up on one time axis in the same file. A raw pthread with no Rust runtime; its loop
+//! neither allocates nor holds a lock between samples.
+
+use crate::out::{expand_path, FdWriter};
+use core::fmt::Write;
+use core::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering::*};
+
+static FD: AtomicI32 = AtomicI32::new(-1);
+static INTERVAL_MS: AtomicU64 = AtomicU64::new(50);
+static STOPPED: AtomicBool = AtomicBool::new(false);
+
+/// Milliseconds on `CLOCK_MONOTONIC` (the sample lines' time base).
+pub fn now_ms() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: a valid out-pointer.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1000 + ts.tv_nsec as u64 / 1_000_000
+}
+
+/// Starts the sampler if `PAGEWISE_SAMPLE_FILE` is set (called at load),
+/// and, if `PAGEWISE_SAMPLE_PARENT=pid` is set too, only in a process whose
+/// parent is that pid: `pagewise run` samples the program it started, not
+/// every descendant that inherits the environment.
+pub fn start_from_env() {
+    let Some(path) = crate::getenv(c"PAGEWISE_SAMPLE_FILE").filter(|p| !p.is_empty()) else {
+        return;
+    };
+    if let Some(v) = crate::getenv(c"PAGEWISE_SAMPLE_PARENT") {
+        // SAFETY: getppid has no preconditions.
+        let parent = unsafe { libc::getppid() } as u64;
+        match pw::config::parse_u64(v) {
+            Some(p) if p == parent => {}
+            Some(_) => return,
+            None => {
+                crate::malformed(b"PAGEWISE_SAMPLE_PARENT", v, b" (expected a pid)\n");
+                return;
+            }
+        }
+    }
+    if let Some(v) = crate::getenv(c"PAGEWISE_SAMPLE_MS") {
+        match pw::config::parse_u64(v).filter(|&ms| ms > 0) {
+            Some(ms) => INTERVAL_MS.store(ms, Relaxed),
+            None => crate::malformed(b"PAGEWISE_SAMPLE_MS", v, b" (using 50)\n"),
+        }
+    }
+    let mut name = [0u8; 4096];
+    if !expand_path(path, &mut name) {
+        crate::malformed(b"PAGEWISE_SAMPLE_FILE", path, b" (path too long)\n");
+        return;
+    }
+    let flags = libc::O_WRONLY | libc::O_CREAT | libc::O_APPEND | libc::O_CLOEXEC;
+    // SAFETY: `name` is NUL-terminated.
+    let fd = unsafe { libc::open(name.as_ptr().cast(), flags, 0o644 as libc::c_uint) };
+    if fd < 0 {
+        pw::fault::write_stderr(&[b"pagewise: cannot write PAGEWISE_SAMPLE_FILE=", path, b"\n"]);
+        return;
+    }
+    FD.store(fd, Release);
+    sample();
+    // SAFETY: plain pthread calls with valid out-pointers; `run` has the
+    // required signature and takes no argument.
+    unsafe {
+        let mut attr: libc::pthread_attr_t = core::mem::zeroed();
+        libc::pthread_attr_init(&mut attr);
+        libc::pthread_attr_setdetachstate(&mut attr, libc::PTHREAD_CREATE_DETACHED);
+        libc::pthread_attr_setstacksize(&mut attr, 128 * 1024);
+        let mut tid: libc::pthread_t = core::mem::zeroed();
+        libc::pthread_create(&mut tid, &attr, run, core::ptr::null_mut());
+        libc::pthread_attr_destroy(&mut attr);
+    }
+}
+
+extern "C" fn run(_: *mut libc::c_void) -> *mut libc::c_void {
+    let ms = INTERVAL_MS.load(Relaxed);
+    let ts = libc::timespec {
+        tv_sec: (ms / 1000) as libc::time_t,
+        tv_nsec: ((ms % 1000) * 1_000_000) as libc::c_long,
+    };
+    while !STOPPED.load(Acquire) {
+        // SAFETY: a valid timespec; an early wake-up only shortens a period.
+        unsafe { libc::nanosleep(&ts, core::ptr::null_mut()) };
+        if STOPPED.load(Acquire) {
+            break;
+        }
+        sample();
+    }
+    core::ptr::null_mut()
+}
+
+/// Appends one sample line (a single `write`, so lines never interleave).
+fn sample() {
+    let fd = FD.load(Acquire);
+    if fd < 0 {
+        return;
+    }
+    let s = pw::stats();
+    let rss = crate::proc::rss_now();
+    let t = now_ms();
+    let mut w = FdWriter::new(fd);
+    let _ = writeln!(w, "{t} {rss} {} {}", s.live_bytes, s.committed_bytes);
+}
+
+/// Stops the sampler after a last sample (at exit).
+pub fn stop() {
+    if FD.load(Acquire) < 0 {
+        return;
+    }
+    STOPPED.store(true, Release);
+    sample();
+}
+
+/// In a forked child the sampler thread does not exist; the child does not
+/// sample (a child that execs starts its own sampler at load).
+pub fn after_fork_child() {
+    let fd = FD.swap(-1, AcqRel);
+    if fd >= 0 {
+        // SAFETY: our descriptor; the parent keeps its own copy.
+        unsafe { libc::close(fd) };
+    }
+}

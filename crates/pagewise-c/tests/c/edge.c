@@ -1,0 +1,453 @@
+/*
+ * Edge cases of every function libpagewise.so exports, threads with
+ * cross-thread frees, and fork from a multi-threaded parent.
+ *
+ *   edge pagewise   all checks, and malloc must resolve to libpagewise
+ *   edge glibc      the same checks of standard semantics against glibc
+ *   edge linked     all checks, pagewise linked in statically (libpagewise.a)
+ *   edge hello      prints "hello" (for the environment tests)
+ *   edge stack-cache LIB   frees under glibc's stack-cache lock (see below)
+ *   edge tls-modules DIR N dlopens DIR/tls<i>.so, i < N, while a thread waits
+ *   edge double-free | foreign-free | interior-free   misuse (must abort)
+ *
+ * Prints "edge: all ok" and exits 0 on success; on a failed check prints
+ * the line and exits 1.
+ */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <errno.h>
+#include <malloc.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "pagewise.h"
+
+/* The misuse and impossible sizes below are deliberate. */
+#pragma GCC diagnostic ignored "-Wpragmas"
+#pragma GCC diagnostic ignored "-Wfree-nonheap-object"
+#pragma GCC diagnostic ignored "-Wuse-after-free"
+#pragma GCC diagnostic ignored "-Walloc-size-larger-than="
+
+static int failures;
+#define CHECK(cond)                                                            \
+    do {                                                                       \
+        if (!(cond)) {                                                         \
+            fprintf(stderr, "edge.c:%d: check failed: %s\n", __LINE__, #cond); \
+            failures++;                                                        \
+        }                                                                      \
+    } while (0)
+
+static int pagewise_mode;
+static int linked_mode;
+/* Keeps the compiler from folding or eliding allocator calls. */
+static void *volatile sink;
+
+static int aligned(void *p, size_t a) { return ((uintptr_t)p & (a - 1)) == 0; }
+
+static void basics(void) {
+    void *a = malloc(0), *b = malloc(0);
+    CHECK(a && b && a != b);
+    free(a);
+    free(b);
+    free(NULL);
+
+    for (size_t n = 1; n < (8u << 20); n = n * 3 + 1) {
+        unsigned char *p = malloc(n);
+        CHECK(p && aligned(p, 16));
+        CHECK(malloc_usable_size(p) >= n);
+        memset(p, 0xab, n);
+        CHECK(p[0] == 0xab && p[n - 1] == 0xab);
+        free(p);
+    }
+    CHECK(malloc_usable_size(NULL) == 0);
+
+    errno = 0;
+    sink = malloc(SIZE_MAX);
+    CHECK(sink == NULL && errno == ENOMEM);
+    errno = 0;
+    sink = malloc((size_t)PTRDIFF_MAX + 1);
+    CHECK(sink == NULL && errno == ENOMEM);
+}
+
+static void calloc_cases(void) {
+    /* Dirty a block, free it, and calloc the same size: it must read zero. */
+    for (size_t n = 8; n <= (1u << 22); n *= 4) {
+        unsigned char *d = malloc(n);
+        memset(d, 0x5a, n);
+        free(d);
+        unsigned char *z = calloc(1, n);
+        CHECK(z != NULL);
+        size_t bad = 0;
+        for (size_t i = 0; i < n; i++) bad += z[i] != 0;
+        CHECK(bad == 0);
+        free(z);
+    }
+    void *z = calloc(0, 16);
+    CHECK(z != NULL);
+    free(z);
+    errno = 0;
+    sink = calloc(SIZE_MAX / 2, 3); /* overflows */
+    CHECK(sink == NULL && errno == ENOMEM);
+    errno = 0;
+    sink = calloc((size_t)1 << 32, (size_t)1 << 32);
+    CHECK(sink == NULL && errno == ENOMEM);
+}
+
+static void realloc_cases(void) {
+    unsigned char *p = realloc(NULL, 10); /* realloc(NULL, n) == malloc(n) */
+    CHECK(p != NULL);
+    for (int i = 0; i < 10; i++) p[i] = (unsigned char)i;
+    /* Grow through small, large and huge sizes, shrink back: contents kept. */
+    size_t sizes[] = {24, 1000, 70000, 5u << 20, 40u << 20, 300, 7};
+    size_t prev = 10;
+    for (size_t k = 0; k < sizeof sizes / sizeof *sizes; k++) {
+        unsigned char *q = realloc(p, sizes[k]);
+        CHECK(q != NULL && aligned(q, 16));
+        size_t keep = prev < sizes[k] ? prev : sizes[k];
+        if (keep > 10) keep = 10;
+        for (size_t i = 0; i < keep; i++) CHECK(q[i] == (unsigned char)i);
+        if (sizes[k] > prev) memset(q + prev, 0xee, sizes[k] - prev);
+        p = q;
+        prev = sizes[k];
+    }
+    /* A failed realloc returns NULL, sets ENOMEM and leaves p intact. */
+    errno = 0;
+    void *r = realloc(p, SIZE_MAX);
+    CHECK(r == NULL && errno == ENOMEM);
+    for (int i = 0; i < 7; i++) CHECK(p[i] == (unsigned char)i);
+    /* glibc: realloc(p, 0) frees p and returns NULL. */
+    CHECK(realloc(p, 0) == NULL);
+
+    unsigned char *a = reallocarray(NULL, 10, 10);
+    CHECK(a != NULL);
+    a[99] = 7;
+    errno = 0;
+    CHECK(reallocarray(a, SIZE_MAX / 2, 4) == NULL && errno == ENOMEM);
+    CHECK(a[99] == 7);
+    a = reallocarray(a, 100, 100);
+    CHECK(a != NULL && a[99] == 7);
+    free(a);
+}
+
+static void aligned_cases(void) {
+    void *p = (void *)1;
+    int saved;
+    CHECK(posix_memalign(&p, 3, 10) == EINVAL);
+    CHECK(posix_memalign(&p, 4, 10) == EINVAL); /* not a multiple of void* */
+    CHECK(posix_memalign(&p, 0, 10) == EINVAL);
+    CHECK(p == (void *)1);
+    errno = 1234;
+    saved = posix_memalign(&p, 64, SIZE_MAX - 100);
+    CHECK(saved == ENOMEM && p == (void *)1);
+    if (pagewise_mode) CHECK(errno == 1234); /* glibc sets it */
+    size_t aligns[] = {8, 16, 32, 64, 256, 4096, 65536, 1u << 20, 1u << 24};
+    for (size_t k = 0; k < sizeof aligns / sizeof *aligns; k++) {
+        for (size_t n = 0; n < 200000; n = n * 7 + 5) {
+            void *q = NULL;
+            CHECK(posix_memalign(&q, aligns[k], n) == 0);
+            CHECK(q != NULL && aligned(q, aligns[k]));
+            memset(q, 1, n);
+            free(q);
+        }
+    }
+
+    void *q = aligned_alloc(256, 10);
+    CHECK(q && aligned(q, 256));
+    free(q);
+    q = aligned_alloc(1u << 21, 3u << 20);
+    CHECK(q && aligned(q, 1u << 21));
+    free(q);
+    if (pagewise_mode) { /* glibc before 2.38 rounds up instead */
+        errno = 0;
+        CHECK(aligned_alloc(24, 48) == NULL && errno == EINVAL);
+    }
+
+    q = memalign(24, 100); /* rounded up to 32 */
+    CHECK(q && aligned(q, 32));
+    free(q);
+    q = memalign(4096, 1);
+    CHECK(q && aligned(q, 4096));
+    free(q);
+    errno = 0;
+    CHECK(memalign(SIZE_MAX / 2 + 2, 8) == NULL && errno == EINVAL);
+
+    long page = sysconf(_SC_PAGESIZE);
+    q = valloc(10);
+    CHECK(q && aligned(q, (size_t)page));
+    free(q);
+    q = pvalloc(10);
+    CHECK(q && aligned(q, (size_t)page) && malloc_usable_size(q) >= (size_t)page);
+    free(q);
+    q = pvalloc(0);
+    CHECK(q && aligned(q, (size_t)page));
+    free(q);
+    errno = 0;
+    CHECK(pvalloc(SIZE_MAX - 10) == NULL && errno == ENOMEM);
+    CHECK(malloc_trim(0) == 1);
+}
+
+/* ----- threads: each frees what its neighbour allocated ------------------ */
+
+#define THREADS 4
+#define ROUNDS 200
+#define BATCH 256
+static void *volatile mailbox[THREADS][BATCH];
+static pthread_barrier_t barrier;
+
+static void *worker(void *arg) {
+    int me = (int)(intptr_t)arg;
+    for (int r = 0; r < ROUNDS; r++) {
+        for (int i = 0; i < BATCH; i++) {
+            size_t n = (size_t)((i * 37 + r * 11 + me) % 3000) + 1;
+            if (i % 64 == 0) n = 100000 + (size_t)i * 100; /* large objects too */
+            unsigned char *p = malloc(n);
+            p[0] = (unsigned char)me;
+            p[n - 1] = (unsigned char)me;
+            mailbox[me][i] = p;
+        }
+        pthread_barrier_wait(&barrier);
+        int from = (me + 1) % THREADS;
+        for (int i = 0; i < BATCH; i++) {
+            unsigned char *p = mailbox[from][i];
+            if (p[0] != (unsigned char)from) __atomic_add_fetch(&failures, 1, __ATOMIC_RELAXED);
+            free(p);
+        }
+        pthread_barrier_wait(&barrier);
+    }
+    return NULL;
+}
+
+static void *short_lived(void *arg) {
+    /* Exits with live blocks that the main thread frees later. */
+    void **out = arg;
+    for (int i = 0; i < 100; i++) free(malloc(64));
+    *out = malloc(123);
+    return NULL;
+}
+
+static void threads(void) {
+    pthread_t t[THREADS];
+    pthread_barrier_init(&barrier, NULL, THREADS);
+    for (int i = 0; i < THREADS; i++)
+        CHECK(pthread_create(&t[i], NULL, worker, (void *)(intptr_t)i) == 0);
+    for (int i = 0; i < THREADS; i++) pthread_join(t[i], NULL);
+    pthread_barrier_destroy(&barrier);
+    /* Many short threads: heaps of exited threads are reused. */
+    void *left[64];
+    for (int i = 0; i < 64; i++) {
+        pthread_t s;
+        CHECK(pthread_create(&s, NULL, short_lived, &left[i]) == 0);
+        pthread_join(s, NULL);
+    }
+    for (int i = 0; i < 64; i++) free(left[i]);
+}
+
+/* ----- fork from a multi-threaded parent ---------------------------------- */
+
+static volatile int stop_churn;
+static void *churn(void *arg) {
+    (void)arg;
+    unsigned k = 0;
+    while (!stop_churn) {
+        void *p[16];
+        for (int i = 0; i < 16; i++) p[i] = malloc((k++ % 5000) + 1);
+        for (int i = 0; i < 16; i++) free(p[i]);
+        if (k % 4096 == 0) free(malloc(3u << 20));
+    }
+    return NULL;
+}
+
+static void *child_thread(void *arg) {
+    free(malloc(1000));
+    return arg;
+}
+
+static void forks(void) {
+    pthread_t t[3];
+    for (int i = 0; i < 3; i++) pthread_create(&t[i], NULL, churn, NULL);
+    for (int f = 0; f < 20; f++) {
+        void *held = malloc(4000);
+        pid_t pid = fork();
+        if (pid == 0) {
+            /* In the child: allocate, free the parent's block, make a thread. */
+            for (int i = 0; i < 2000; i++) free(malloc((size_t)(i % 9000) + 1));
+            free(held);
+            void *big = malloc(50u << 20);
+            memset(big, 1, 1u << 20);
+            free(big);
+            pthread_t c;
+            if (pthread_create(&c, NULL, child_thread, NULL) != 0) _exit(3);
+            pthread_join(c, NULL);
+            _exit(0);
+        }
+        CHECK(pid > 0);
+        int status = 0;
+        CHECK(waitpid(pid, &status, 0) == pid);
+        CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+        free(held);
+    }
+    stop_churn = 1;
+    for (int i = 0; i < 3; i++) pthread_join(t[i], NULL);
+}
+
+/* ----- pagewise's own functions, and that malloc really is pagewise ------- */
+
+static long json_field(const char *json, const char *key) {
+    const char *p = strstr(json, key);
+    return p ? atol(p + strlen(key)) : -1;
+}
+
+static void pagewise_own(void) {
+    Dl_info info;
+    CHECK(dladdr((void *)dlsym(RTLD_DEFAULT, "malloc"), &info) != 0);
+    CHECK(info.dli_fname && strstr(info.dli_fname, "libc.so") == NULL);
+    if (!linked_mode) CHECK(info.dli_fname && strstr(info.dli_fname, "libpagewise") != NULL);
+    size_t (*json)(char *, size_t) = (size_t(*)(char *, size_t))dlsym(RTLD_DEFAULT, "pagewise_stats_json");
+    void (*print)(int) = (void (*)(int))dlsym(RTLD_DEFAULT, "pagewise_stats_print");
+    void (*trim)(void) = (void (*)(void))dlsym(RTLD_DEFAULT, "pagewise_trim");
+    CHECK(json && print && trim);
+    if (!json || !print || !trim) return;
+
+    char small[8];
+    size_t need = json(NULL, 0);
+    CHECK(need > 100);
+    CHECK(json(small, sizeof small) == need && small[7] == 0 && strlen(small) == 7);
+    /* Allocating the buffer changes the figures: leave some slack. */
+    char *buf = malloc(need + 256);
+    size_t got = json(buf, need + 256);
+    CHECK(got < need + 256 && strlen(buf) == got && buf[got - 1] == '}');
+    long before = json_field(buf, "\"live_allocations\":");
+    void *blocks[1000];
+    for (int i = 0; i < 1000; i++) blocks[i] = malloc(48);
+    size_t need2 = json(NULL, 0);
+    char *buf2 = malloc(need2 + 64);
+    json(buf2, need2 + 64);
+    long after = json_field(buf2, "\"live_allocations\":");
+    CHECK(after >= before + 1000);
+    for (int i = 0; i < 1000; i++) free(blocks[i]);
+    free(buf);
+    free(buf2);
+    trim();
+
+    int fds[2];
+    CHECK(pipe(fds) == 0);
+    print(fds[1]);
+    close(fds[1]);
+    char text[8192];
+    ssize_t n = read(fds[0], text, sizeof text - 1);
+    close(fds[0]);
+    CHECK(n > 0);
+    text[n > 0 ? n : 0] = 0;
+    CHECK(strstr(text, "pagewise report") != NULL);
+}
+
+/* ----- free() inside glibc's stack-cache lock ----------------------------
+ * A thread touches the big TLS block of a dlopened library (malloc'd), exits
+ * and is joined: its stack goes to glibc's cache. Four threads with larger
+ * stacks then overflow the cache (40 MiB); evicting the first stack frees
+ * its TLS block while glibc holds the stack-cache lock. That free is the
+ * first to retain memory, the cue for pagewise's purger thread, and
+ * pthread_create needs the same lock: starting the thread there deadlocks. */
+static char *(*touch_tls)(void);
+static void *tls_toucher(void *arg) { touch_tls(); return arg; }
+static void *idle_thread(void *arg) { return arg; }
+
+static int stack_cache(const char *lib) {
+    void *h = dlopen(lib, RTLD_NOW);
+    if (!h) { fprintf(stderr, "%s\n", dlerror()); return 1; }
+    touch_tls = (char *(*)(void))dlsym(h, "pagewise_test_touch_tls");
+    pthread_t t;
+    pthread_create(&t, NULL, tls_toucher, NULL);
+    pthread_join(t, NULL);
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setstacksize(&attr, 16u << 20);
+    pthread_t ts[4];
+    for (int i = 0; i < 4; i++) CHECK(pthread_create(&ts[i], &attr, idle_thread, NULL) == 0);
+    for (int i = 0; i < 4; i++) pthread_join(ts[i], NULL);
+    free(malloc(100)); /* the purger starts here, outside glibc's locks */
+    if (failures) return 1;
+    printf("edge: all ok\n");
+    return 0;
+}
+
+/* ----- many dlopened TLS modules ----------------------------------------
+ * A thread that allocated before gets its next malloc after N modules with
+ * thread-local storage were dlopened: its dtv is stale and too short, and
+ * glibc's __tls_get_addr (which pagewise's own thread-local heap pointer
+ * goes through in a shared library) resizes it with malloc. */
+static pthread_barrier_t tls_barrier;
+static void *tls_waiter(void *arg) {
+    free(malloc(100));
+    pthread_barrier_wait(&tls_barrier);
+    pthread_barrier_wait(&tls_barrier);
+    for (int i = 0; i < 1000; i++) free(malloc((size_t)i * 8 + 1));
+    return arg;
+}
+
+static int tls_modules(const char *dir, int n) {
+    pthread_barrier_init(&tls_barrier, NULL, 2);
+    pthread_t t;
+    CHECK(pthread_create(&t, NULL, tls_waiter, NULL) == 0);
+    pthread_barrier_wait(&tls_barrier);
+    for (int i = 0; i < n; i++) {
+        char path[4096];
+        snprintf(path, sizeof path, "%s/tls%d.so", dir, i);
+        void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+        if (!h) { fprintf(stderr, "%s\n", dlerror()); return 1; }
+        char *(*touch)(void) = (char *(*)(void))dlsym(h, "pagewise_test_touch_tls");
+        CHECK(touch && touch()[0] == 1);
+    }
+    pthread_barrier_wait(&tls_barrier);
+    pthread_join(t, NULL);
+    if (failures) return 1;
+    printf("edge: all ok\n");
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    const char *mode = argc > 1 ? argv[1] : "pagewise";
+    if (!strcmp(mode, "double-free")) {
+        char *p = malloc(32);
+        free(p);
+        free(p);
+        return 0;
+    }
+    if (!strcmp(mode, "foreign-free")) {
+        static char not_heap[64];
+        free(not_heap + 16);
+        return 0;
+    }
+    if (!strcmp(mode, "interior-free")) {
+        char *p = malloc(100000);
+        free(p + 8);
+        return 0;
+    }
+    if (!strcmp(mode, "stack-cache") && argc > 2) return stack_cache(argv[2]);
+    if (!strcmp(mode, "tls-modules") && argc > 3) return tls_modules(argv[2], atoi(argv[3]));
+    if (!strcmp(mode, "hello")) {
+        free(malloc(10));
+        printf("hello\n");
+        return 0;
+    }
+    linked_mode = !strcmp(mode, "linked");
+    pagewise_mode = linked_mode || !strcmp(mode, "pagewise");
+    basics();
+    calloc_cases();
+    realloc_cases();
+    aligned_cases();
+    threads();
+    forks();
+    if (pagewise_mode) pagewise_own();
+    if (failures) {
+        fprintf(stderr, "edge: %d checks failed\n", failures);
+        return 1;
+    }
+    printf("edge: all ok\n");
+    return 0;
+}

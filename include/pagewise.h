@@ -1,0 +1,86 @@
+/*
+ * pagewise.h: the C interface of libpagewise.so / libpagewise.a.
+ *
+ * Use it as the process allocator without recompiling:
+ *     LD_PRELOAD=/path/to/libpagewise.so ./program
+ * or link it: cc prog.c -L/path/to -lpagewise   (then malloc/free are pagewise's).
+ * Do not dlopen() it: memory that glibc's malloc handed out before would then
+ * be freed by pagewise, which aborts on pointers it did not allocate.
+ *
+ * The standard functions below keep glibc's semantics:
+ *  - every function returns NULL and sets errno = ENOMEM when memory is short
+ *    or a size is impossible (above PTRDIFF_MAX, or n * size overflows);
+ *  - malloc(0) returns a unique non-NULL pointer (freed as usual);
+ *  - malloc results are aligned to 16 bytes (alignof(max_align_t));
+ *  - realloc(NULL, n) == malloc(n); realloc(p, 0) frees p and returns NULL;
+ *    a failed realloc returns NULL and leaves p valid and unchanged;
+ *  - posix_memalign returns EINVAL when align is not a power of two multiple
+ *    of sizeof(void *), ENOMEM when memory is short, and leaves errno alone;
+ *  - aligned_alloc sets EINVAL for an alignment that is not a power of two;
+ *    memalign rounds such an alignment up to the next power of two.
+ *
+ * Bad input: free(), realloc() or malloc_usable_size() of a pointer pagewise
+ * did not allocate, of a pointer inside (not at the start of) a block, or a
+ * detected double free aborts the process with one line on stderr naming the
+ * problem and the address ("pagewise: double free ...: 0x..."). Continuing
+ * after a corrupting free turns a clear bug into a mysterious one.
+ *
+ * Environment (read once, at the first allocation or when the library loads;
+ * a malformed value prints one line on stderr and the default is used):
+ *   PAGEWISE_DECAY_MS=1000     ms a freed span stays committed before purging
+ *   PAGEWISE_RETAIN_MAX=64M    committed free bytes a thread heap may keep
+ *   PAGEWISE_PURGE=dontneed    or "free" (MADV_FREE)
+ *   PAGEWISE_BACKGROUND=1      a background thread purges idle memory
+ *   PAGEWISE_RESERVE=1G        address space mapped at a time
+ *   PAGEWISE_STATS=1           print pagewise_stats_print(2) at exit
+ *   PAGEWISE_STATS_FILE=path   write the JSON report there at exit instead
+ *                              ("%p" in the path is replaced by the pid)
+ *   PAGEWISE_SAMPLE_FILE=path  append "ms rss live committed" lines while the
+ *   PAGEWISE_SAMPLE_MS=50      program runs (used by `pagewise run --plot`)
+ *   PAGEWISE_SAMPLE_PARENT=pid only sample in a process whose parent is pid
+ */
+#ifndef PAGEWISE_H
+#define PAGEWISE_H
+
+#include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The glibc malloc family (also declared by <stdlib.h> and <malloc.h>). */
+void *malloc(size_t size);
+void free(void *ptr);
+void *calloc(size_t n, size_t size);
+void *realloc(void *ptr, size_t size);
+void *reallocarray(void *ptr, size_t n, size_t size);
+int posix_memalign(void **out, size_t align, size_t size);
+void *aligned_alloc(size_t align, size_t size);
+void *memalign(size_t align, size_t size);
+void *valloc(size_t size);
+void *pvalloc(size_t size);
+size_t malloc_usable_size(void *ptr);
+/* Gives back everything pagewise retains (pad is ignored); returns 1. */
+int malloc_trim(size_t pad);
+
+/* Gives back to the OS all the free memory pagewise retains: empty pages,
+ * retained spans, cached huge blocks, wholly free segments. */
+void pagewise_trim(void);
+
+/* Writes a human-readable report of the allocator's state (live bytes,
+ * where every committed byte is, syscall counts, RSS from /proc) to fd.
+ * Does not allocate. */
+void pagewise_stats_print(int fd);
+
+/* Writes the allocator's state as one JSON object into buf (len bytes;
+ * NUL-terminated whenever len > 0, truncated if it does not fit). Returns
+ * the length of the whole document, like snprintf: if the result is >= len,
+ * call again with a buffer of at least result + 1 bytes. buf may be NULL
+ * when len is 0. Does not allocate. */
+size_t pagewise_stats_json(char *buf, size_t len);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* PAGEWISE_H */
