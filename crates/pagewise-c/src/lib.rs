@@ -33,7 +33,6 @@ pub mod sampler;
 
 use core::ffi::{c_char, c_int, c_void};
 use core::ptr::null_mut;
-use core::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use out::set_errno;
 
 /// Alignment of `malloc` results: `alignof(max_align_t)` on x86-64 and aarch64.
@@ -41,22 +40,8 @@ pub const MIN_ALIGN: usize = 16;
 /// The page size `valloc` and `pvalloc` align to.
 const PAGE: usize = 4096;
 
-/// Set by `free` when memory was retained and the background purger is not
-/// running; the next allocation starts it (see [`free`] for why not free).
-static PURGER_WANTED: AtomicBool = AtomicBool::new(false);
-
-#[cold]
-#[inline(never)]
-fn start_purger() {
-    PURGER_WANTED.store(false, Relaxed);
-    pw::purger::ensure();
-}
-
 #[inline]
 fn alloc(size: usize, align: usize) -> *mut c_void {
-    if PURGER_WANTED.load(Relaxed) {
-        start_purger();
-    }
     if size > isize::MAX as usize {
         set_errno(libc::ENOMEM);
         return null_mut();
@@ -78,11 +63,11 @@ pub extern "C" fn malloc(size: usize) -> *mut c_void {
 
 /// Frees a block from any of the functions here (null is ignored).
 ///
-/// Unlike `pw::raw::free`, this never starts the background purger itself:
-/// glibc calls `free` while holding its thread-stack cache lock (evicting a
-/// cached stack frees the dead thread's dtv and TLS blocks), and creating a
-/// thread there takes the same lock and deadlocks. A free that retains
-/// memory only asks for the purger; the next allocation starts it.
+/// Never starts the background purger itself: glibc calls `free` while
+/// holding its thread-stack cache lock (evicting a cached stack frees the
+/// dead thread's dtv and TLS blocks), and creating a thread there takes the
+/// same lock and deadlocks. A free that retains memory only asks for the
+/// purger (`pw::purger::request`); the next allocation starts it.
 ///
 /// # Safety
 /// `ptr` is null or a live block of this allocator. A pointer pagewise did
@@ -93,13 +78,8 @@ pub unsafe extern "C" fn free(ptr: *mut c_void) {
     if ptr.is_null() {
         return;
     }
-    // SAFETY: `ptr` is a live block (caller); the current heap, possibly
-    // null, is the calling thread's.
-    let retained =
-        unsafe { pw::heap::HeapCore::free_any(ptr.cast(), pw::thread::current_or_null()) };
-    if retained && !pw::purger::running() && !PURGER_WANTED.load(Relaxed) {
-        PURGER_WANTED.store(true, Relaxed);
-    }
+    // SAFETY: `ptr` is a live block (caller).
+    unsafe { pw::raw::free(ptr.cast()) };
 }
 
 /// Allocates `n * size` zeroed bytes; null with `ENOMEM` if the product
@@ -110,12 +90,17 @@ pub extern "C" fn calloc(n: usize, size: usize) -> *mut c_void {
         set_errno(libc::ENOMEM);
         return null_mut();
     };
-    let p = alloc(total, MIN_ALIGN);
-    if !p.is_null() {
-        // SAFETY: a fresh block of at least `total` bytes.
-        unsafe { core::ptr::write_bytes(p.cast::<u8>(), 0, total) };
+    if total > isize::MAX as usize {
+        set_errno(libc::ENOMEM);
+        return null_mut();
     }
-    p
+    // SAFETY: 16 is a power of two. Memory known to be zero is not written,
+    // so a large calloc stays out of RSS until it is used.
+    let p = unsafe { pw::raw::calloc(total, MIN_ALIGN) };
+    if p.is_null() {
+        set_errno(libc::ENOMEM);
+    }
+    p.cast()
 }
 
 /// Resizes a block, glibc-style: `realloc(NULL, n)` is `malloc(n)`;
@@ -137,9 +122,6 @@ pub unsafe extern "C" fn realloc(ptr: *mut c_void, size: usize) -> *mut c_void {
     if size > isize::MAX as usize {
         set_errno(libc::ENOMEM);
         return null_mut();
-    }
-    if PURGER_WANTED.load(Relaxed) {
-        start_purger();
     }
     // SAFETY: live block (caller); 16 is a power of two.
     let p = unsafe { pw::raw::realloc(ptr.cast(), size, MIN_ALIGN) };

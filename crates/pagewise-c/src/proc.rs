@@ -9,7 +9,7 @@
 /// 0x5555_5555_4000, i.e. 85 TiB, plus randomisation); pagewise would need
 /// 78 TiB of address space to reach it. Unnamed anonymous mappings that
 /// start here, or that hold a registered pagewise segment, are pagewise's.
-pub const PAGEWISE_RANGE: core::ops::Range<usize> = (2 << 40)..(80 << 40);
+pub const PAGEWISE_RANGE: core::ops::Range<usize> = pw::source::HINT_START..pw::source::HINT_END;
 
 /// Resident memory as the kernel reports it, in bytes.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

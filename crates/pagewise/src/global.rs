@@ -30,6 +30,7 @@ pub struct Pagewise;
 unsafe impl GlobalAlloc for Pagewise {
     #[inline]
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        crate::purger::poll();
         let heap = thread::current();
         if heap.is_null() {
             return core::ptr::null_mut();
@@ -43,19 +44,19 @@ unsafe impl GlobalAlloc for Pagewise {
         // SAFETY: the caller gives back a live allocation; the current heap
         // (possibly null) is the calling thread's.
         if unsafe { HeapCore::free_any(ptr, thread::current_or_null()) } {
-            crate::purger::ensure();
+            crate::purger::request();
         }
     }
 
     #[inline]
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        // SAFETY: forwarded.
-        let p = unsafe { self.alloc(layout) };
-        if !p.is_null() {
-            // SAFETY: `p` is a fresh allocation of at least `size` bytes.
-            unsafe { core::ptr::write_bytes(p, 0, layout.size()) };
+        crate::purger::poll();
+        let heap = thread::current();
+        if heap.is_null() {
+            return core::ptr::null_mut();
         }
-        p
+        // SAFETY: `heap` is the calling thread's own heap.
+        unsafe { (*heap).alloc_zeroed(layout.size(), layout.align()) }
     }
 
     #[inline]

@@ -17,7 +17,7 @@
 
 use crate::config::Config;
 use crate::fault::{misuse, Misuse};
-use crate::layout::{align_up, LARGE_ALIGN_MAX, LARGE_MAX, OS_PAGE, SLICE, SLICE_SHIFT};
+use crate::layout::{LARGE_ALIGN_MAX, LARGE_MAX, OS_PAGE, SLICE, SLICE_SHIFT};
 use crate::lock::Locked;
 use crate::page::{Block, Kind, Page};
 use crate::registry;
@@ -38,7 +38,7 @@ struct EmptyPage(UnsafeCell<Page>);
 // SAFETY: the empty page is never written: its free list is null, so the
 // fast path falls through to the slow path, which checks for it first.
 unsafe impl Sync for EmptyPage {}
-static EMPTY_PAGE: EmptyPage = EmptyPage(UnsafeCell::new(Page::EMPTY));
+static EMPTY_PAGE: EmptyPage = EmptyPage(UnsafeCell::new(Page::empty()));
 
 fn empty_page() -> *mut Page {
     EMPTY_PAGE.0.get()
@@ -50,7 +50,9 @@ fn empty_page() -> *mut Page {
 pub struct Counter(AtomicU64);
 
 impl Counter {
-    const ZERO: Counter = Counter(AtomicU64::new(0));
+    const fn zero() -> Counter {
+        Counter(AtomicU64::new(0))
+    }
     #[inline]
     fn add(&self, n: u64) {
         self.0.store(self.0.load(Relaxed).wrapping_add(n), Relaxed);
@@ -80,13 +82,15 @@ pub struct ClassCounters {
 }
 
 impl ClassCounters {
-    const ZERO: ClassCounters = ClassCounters {
-        allocs: Counter::ZERO,
-        frees: Counter::ZERO,
-        requested: Counter::ZERO,
-        pages: Counter::ZERO,
-        slots: Counter::ZERO,
-    };
+    const fn zero() -> ClassCounters {
+        ClassCounters {
+            allocs: Counter::zero(),
+            frees: Counter::zero(),
+            requested: Counter::zero(),
+            pages: Counter::zero(),
+            slots: Counter::zero(),
+        }
+    }
 }
 
 #[derive(Clone, Copy)]
@@ -200,10 +204,10 @@ impl HeapCore {
             }),
             delayed: AtomicPtr::new(null_mut()),
             spans: Locked::new(Spans::new()),
-            classes: [ClassCounters::ZERO; CLASSES],
-            slab_committed: Counter::ZERO,
-            peak_committed: Counter::ZERO,
-            span_committed: Counter::ZERO,
+            classes: [const { ClassCounters::zero() }; CLASSES],
+            slab_committed: Counter::zero(),
+            peak_committed: Counter::zero(),
+            span_committed: Counter::zero(),
             source,
             reservations,
             config,
@@ -301,6 +305,28 @@ impl HeapCore {
             // SAFETY: forwarded.
             unsafe { self.alloc_large(size, align) }
         }
+    }
+
+    /// Allocates zeroed memory, writing zeros only where the memory is not
+    /// known to be zero already (large and huge objects on never-used or
+    /// `MADV_DONTNEED`-purged pages are left alone).
+    ///
+    /// # Safety
+    /// Called by the owning thread only.
+    pub unsafe fn alloc_zeroed(&self, size: usize, align: usize) -> *mut u8 {
+        // SAFETY: forwarded (owner).
+        let (p, zero) = unsafe {
+            if size <= SMALL_MAX && class_for(size, align).is_some() {
+                (self.alloc(size, align), false)
+            } else {
+                self.alloc_span(size, align)
+            }
+        };
+        if !p.is_null() && !zero {
+            // SAFETY: a fresh allocation of at least `size` bytes.
+            unsafe { core::ptr::write_bytes(p, 0, size) };
+        }
+        p
     }
 
     /// # Safety
@@ -622,6 +648,13 @@ impl HeapCore {
 
     #[cold]
     unsafe fn alloc_large(&self, size: usize, align: usize) -> *mut u8 {
+        // SAFETY: forwarded.
+        unsafe { self.alloc_span(size, align).0 }
+    }
+
+    /// Allocates a large or huge object; also says whether its memory is
+    /// known to be zero.
+    unsafe fn alloc_span(&self, size: usize, align: usize) -> (*mut u8, bool) {
         if size > LARGE_MAX || align > LARGE_ALIGN_MAX {
             return self.alloc_huge(size, align);
         }
@@ -631,7 +664,7 @@ impl HeapCore {
         let ctx = self.ctx();
         let mut spans = self.spans.lock();
         let Some(page) = spans.take(&ctx, n, align_slices) else {
-            return null_mut();
+            return (null_mut(), false);
         };
         // SAFETY: a freshly taken span, exclusively ours under the lock.
         let start = unsafe {
@@ -640,12 +673,16 @@ impl HeapCore {
             (*page).large_requested = size;
             (*page).start
         };
-        spans.commit_whole(page);
+        let newly = spans.commit_whole(page);
         spans.counts.large_count += 1;
         spans.counts.large_bytes += n * SLICE;
         spans.counts.large_requested += size;
         self.after_span_change(&ctx, &mut spans, now);
-        start as *mut u8
+        // Pages not committed before were never used or purged; purged ones
+        // read as zero only after MADV_DONTNEED.
+        let zero =
+            newly == n * SLICE / OS_PAGE && self.config.purge == crate::source::Purge::DontNeed;
+        (start as *mut u8, zero)
     }
 
     /// Frees a large object (any thread: the span lock serialises it).
@@ -675,16 +712,19 @@ impl HeapCore {
     }
 
     #[cold]
-    fn alloc_huge(&self, size: usize, align: usize) -> *mut u8 {
+    fn alloc_huge(&self, size: usize, align: usize) -> (*mut u8, bool) {
         if size > isize::MAX as usize / 2 || align > 1 << 40 {
-            return null_mut();
+            return (null_mut(), false);
         }
         let now = self.source().now_ms();
         let ctx = self.ctx();
         let mut spans = self.spans.lock();
         let p = spans.take_huge(&ctx, size, align);
         self.after_span_change(&ctx, &mut spans, now);
-        p.map_or(null_mut(), |a| a as *mut u8)
+        let dontneed = self.config.purge == crate::source::Purge::DontNeed;
+        p.map_or((null_mut(), false), |(a, fresh)| {
+            (a as *mut u8, fresh && dontneed)
+        })
     }
 
     /// Frees a huge object (any thread: the span lock serialises it).
@@ -1026,21 +1066,5 @@ unsafe fn free_remote(page: *mut Page, block: *mut Block) {
                 Err(seen) => head = seen,
             }
         }
-    }
-}
-
-/// Rounds a request the way the heap will serve it (for docs and tests).
-///
-/// ```
-/// assert_eq!(pagewise::heap::served_size(100), 112);
-/// assert_eq!(pagewise::heap::served_size(300 * 1024), 320 * 1024);
-/// ```
-pub fn served_size(size: usize) -> usize {
-    if size <= SMALL_MAX {
-        SLOT_SIZE[class_of(size)] as usize
-    } else if size <= LARGE_MAX {
-        align_up(size, SLICE)
-    } else {
-        align_up(size, OS_PAGE)
     }
 }

@@ -11,15 +11,17 @@
 //! println!("{} bytes committed", pagewise::stats().committed_bytes);
 //! ```
 //!
-//! Map of the crate (one concept per module):
-//! - [`source`]: the OS layer (mmap/munmap/madvise behind the `PageSource` trait);
-//! - [`reservation`]: address space mapped once and carved into segments;
-//! - [`segment`]: 32 MiB segments, their header and commit bitmap;
-//! - [`page`]: page (span) descriptors and slab free lists;
-//! - [`size_class`]: the size-class table;
-//! - [`spans`]: the per-heap span pool: best fit, coalescing, retention FIFO, huge cache;
-//! - [`config`]: the retention policy and its environment variables;
-//! - [`heap`]: size-class queues, fast paths, placement;
+//! Map of the crate (one concept per file in `src/`):
+//! - [`source`] (`source.rs`): the OS layer (mmap/munmap/madvise behind the `PageSource` trait);
+//! - `reservation.rs`: address space mapped once and carved into segments;
+//! - `segment.rs`: 32 MiB segments, their header and commit bitmap;
+//! - `page.rs`: page (span) descriptors and slab free lists;
+//! - [`size_class`] (`size_class.rs`): the size-class table;
+//! - `spans.rs`: the per-heap span pool: best fit, coalescing, retention FIFO, huge cache;
+//! - [`config`] (`config.rs`): the retention policy and its environment variables;
+//! - `heap.rs`: size-class queues, fast paths, placement;
+//! - `registry.rs`: which addresses are pagewise's (foreign-pointer detection);
+//! - `lock.rs`: the spin lock of the slow paths;
 //! - [`thread`]: per-thread heaps, thread exit, fork hooks;
 //! - [`raw`]: unsized entry points for the C library;
 //! - [`purger`]: the background purger;
@@ -32,19 +34,19 @@
 pub mod config;
 pub mod fault;
 mod global;
-pub mod heap;
+pub(crate) mod heap;
 pub mod layout;
-pub mod lock;
+pub(crate) mod lock;
 mod owned_heap;
-pub mod page;
+pub(crate) mod page;
 pub mod purger;
 pub mod raw;
-pub mod registry;
-pub mod reservation;
-pub mod segment;
+pub(crate) mod registry;
+pub(crate) mod reservation;
+pub(crate) mod segment;
 pub mod size_class;
 pub mod source;
-pub mod spans;
+pub(crate) mod spans;
 pub mod stats;
 pub mod thread;
 

@@ -95,31 +95,33 @@ pub struct Page {
 
 impl Page {
     /// An all-zero descriptor: a free, unused slice.
-    pub const EMPTY: Page = Page {
-        free: null_mut(),
-        used: AtomicU32::new(0),
-        capacity: 0,
-        reserved: 0,
-        slot_size: 0,
-        recip: 0,
-        start: 0,
-        kind: Kind::Free,
-        class: 0,
-        in_full: false,
-        in_dirty: false,
-        idle: false,
-        slice_count: 0,
-        slice_offset: 0,
-        heap: null_mut(),
-        thread_free: AtomicUsize::new(0),
-        next: null_mut(),
-        prev: null_mut(),
-        dirty_next: null_mut(),
-        dirty_prev: null_mut(),
-        freed_at: 0,
-        large_size: 0,
-        large_requested: 0,
-    };
+    pub const fn empty() -> Page {
+        Page {
+            free: null_mut(),
+            used: AtomicU32::new(0),
+            capacity: 0,
+            reserved: 0,
+            slot_size: 0,
+            recip: 0,
+            start: 0,
+            kind: Kind::Free,
+            class: 0,
+            in_full: false,
+            in_dirty: false,
+            idle: false,
+            slice_count: 0,
+            slice_offset: 0,
+            heap: null_mut(),
+            thread_free: AtomicUsize::new(0),
+            next: null_mut(),
+            prev: null_mut(),
+            dirty_next: null_mut(),
+            dirty_prev: null_mut(),
+            freed_at: 0,
+            large_size: 0,
+            large_requested: 0,
+        }
+    }
 
     /// Makes this span a slab page for `class` with `slot` bytes per slot.
     pub fn init_slab(&mut self, class: usize, slot: usize, bytes: usize, heap: *mut u8) {
@@ -284,7 +286,7 @@ mod tests {
     use super::*;
 
     fn page_over(buf: &mut [u64], slot: usize) -> Page {
-        let mut p = Page::EMPTY;
+        let mut p = Page::empty();
         p.start = buf.as_mut_ptr() as usize;
         p.init_slab(3, slot, buf.len() * 8, null_mut());
         p

@@ -4,7 +4,8 @@
 //! jemalloc and mimalloc advance their decay only when the program calls the
 //! allocator, so an idle process keeps its peak RSS (jemalloc #1398, #2688;
 //! mimalloc_rust #141). pagewise starts one thread (raw pthread, no Rust
-//! runtime, no allocation in its loop) the first time memory is retained. It
+//! runtime, no allocation in its loop) at the first allocation after memory
+//! was first retained. It
 //! wakes every quarter of the decay delay, and for each heap whose earliest
 //! deadline has passed it purges expired spans under that heap's span lock
 //! (`try_lock`: a busy heap is simply visited next round). Owner threads
@@ -20,17 +21,39 @@ use core::sync::atomic::{AtomicU8, Ordering::*};
 const NOT_STARTED: u8 = 0;
 const RUNNING: u8 = 1;
 const OFF: u8 = 2;
+/// A free retained memory; the next allocation starts the purger.
+const REQUESTED: u8 = 3;
 
 static STATE: AtomicU8 = AtomicU8::new(NOT_STARTED);
 /// Held by the purger for each pass, and by `fork_prepare`.
 static PASS: Locked<()> = Locked::new(());
 
-/// Starts the purger if it is enabled and not running. Cheap when it is.
-/// Must be called where no allocator lock is held and no heap operation is
-/// in progress on this thread: creating a thread may allocate.
+/// Asks for the purger (a free retained memory). Never starts a thread
+/// itself: glibc frees a dead thread's TLS while holding its stack-cache
+/// lock, which `pthread_create` needs too, so starting one from `free`
+/// can deadlock. The next allocation starts it ([`poll`]).
 #[inline]
-pub fn ensure() {
+pub fn request() {
     if STATE.load(Relaxed) == NOT_STARTED {
+        STATE.store(REQUESTED, Relaxed);
+    }
+}
+
+/// Starts the purger if a free asked for it. One relaxed load when not.
+/// Call from allocation entry points, where no allocator lock is held and
+/// no heap operation is in progress on this thread (creating a thread may
+/// allocate).
+#[inline]
+pub fn poll() {
+    if STATE.load(Relaxed) == REQUESTED {
+        start();
+    }
+}
+
+/// Starts the purger now if it is enabled and not running.
+pub fn ensure() {
+    let s = STATE.load(Relaxed);
+    if s == NOT_STARTED || s == REQUESTED {
         start();
     }
 }

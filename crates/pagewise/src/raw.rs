@@ -21,6 +21,7 @@ use crate::thread;
 /// ```
 #[inline]
 pub unsafe fn malloc(size: usize, align: usize) -> *mut u8 {
+    crate::purger::poll();
     let heap = thread::current();
     if heap.is_null() {
         return core::ptr::null_mut();
@@ -41,8 +42,33 @@ pub unsafe fn free(ptr: *mut u8) {
     }
     // SAFETY: forwarded; the current heap is the calling thread's.
     if unsafe { HeapCore::free_any(ptr, thread::current_or_null()) } {
-        crate::purger::ensure();
+        crate::purger::request();
     }
+}
+
+/// Allocates `size` zeroed bytes aligned to `align`. Memory pagewise knows
+/// to be zero (never touched, or purged with `MADV_DONTNEED`) is not
+/// written, so a large `calloc` stays out of RSS until it is used.
+///
+/// # Safety
+/// `align` is a power of two.
+///
+/// ```
+/// // SAFETY: 8 is a power of two; freed below.
+/// unsafe {
+///     let p = pagewise::raw::calloc(10 << 20, 8);
+///     assert_eq!(p.add(5 << 20).read(), 0);
+///     pagewise::raw::free(p);
+/// }
+/// ```
+pub unsafe fn calloc(size: usize, align: usize) -> *mut u8 {
+    crate::purger::poll();
+    let heap = thread::current();
+    if heap.is_null() {
+        return core::ptr::null_mut();
+    }
+    // SAFETY: the calling thread's own heap.
+    unsafe { (*heap).alloc_zeroed(size.max(1), align) }
 }
 
 /// Resizes a block (contents preserved up to the smaller size), in place
@@ -67,6 +93,7 @@ pub unsafe fn realloc(ptr: *mut u8, new_size: usize, align: usize) -> *mut u8 {
         // SAFETY: forwarded.
         return unsafe { malloc(new_size, align) };
     }
+    crate::purger::poll();
     let heap = thread::current();
     if heap.is_null() {
         return core::ptr::null_mut();

@@ -77,6 +77,8 @@ pub const HEADER_PAGES: usize = core::mem::size_of::<Segment>().div_ceil(OS_PAGE
 pub const HEADER_SLICES: usize = core::mem::size_of::<Segment>().div_ceil(SLICE);
 
 const _: () = assert!(HEADER_SLICES <= 2);
+// Metadata stays under 1 % of the segment (checked at compile time).
+const _: () = assert!(HEADER_PAGES * OS_PAGE * 100 < crate::layout::SEGMENT);
 
 impl Segment {
     /// The segment containing `addr`'s base, as a header pointer.
@@ -104,7 +106,7 @@ impl Segment {
         let seg = Segment::of(base);
         // SAFETY: exclusive and mapped per the caller; zeroed memory is a
         // valid `Segment` except for the fields written here (all-zero Page
-        // descriptors are `Page::EMPTY`, zero links are null).
+        // descriptors are `Page::empty()`, zero links are null).
         unsafe {
             (*seg).cookie = base ^ COOKIE_KEY;
             (*seg).heap = heap;
@@ -260,9 +262,6 @@ mod tests {
 
     #[test]
     fn header_fits_and_bitmap_runs() {
-        assert!(HEADER_PAGES <= HEADER_SLICES * SLICE / OS_PAGE);
-        // Metadata stays under 1 % of the segment.
-        assert!(HEADER_PAGES * OS_PAGE * 100 < crate::layout::SEGMENT);
         let layout = core::alloc::Layout::new::<Segment>();
         // SAFETY: a zeroed Segment is valid (only used as a bitmap holder here).
         let seg = unsafe { &*(std::alloc::alloc_zeroed(layout) as *mut Segment) };
@@ -279,6 +278,6 @@ mod tests {
         assert_eq!(cleared, 79);
         assert_eq!(seg.count_committed(0, OS_PAGES_PER_SEGMENT), 0);
         // SAFETY: allocated above with this layout.
-        unsafe { std::alloc::dealloc(seg as *mut Segment as *mut u8, layout) };
+        unsafe { std::alloc::dealloc(seg as *const Segment as *mut u8, layout) };
     }
 }

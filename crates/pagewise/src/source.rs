@@ -179,8 +179,10 @@ static HINT: AtomicUsize = AtomicUsize::new(HINT_START);
 
 /// Where the aligned-hint search starts: 2 TiB, far above the heap and the
 /// usual mmap area, below the 47-bit user address limit.
-const HINT_START: usize = 2 << 40;
-const HINT_END: usize = 96 << 40;
+pub const HINT_START: usize = 2 << 40;
+/// Where it wraps around: 80 TiB, below where Linux places PIE executables
+/// (about 85 TiB) and the stack.
+pub const HINT_END: usize = 80 << 40;
 
 impl SystemPages {
     /// A source with fresh counters.

@@ -301,12 +301,14 @@ impl Spans {
 
     /// Marks all OS pages of a used span committed (large objects, whose
     /// use pagewise cannot see).
-    pub fn commit_whole(&mut self, p: *mut Page) {
+    /// Returns how many OS pages were not committed before.
+    pub fn commit_whole(&mut self, p: *mut Page) -> usize {
         let seg = seg_of(p);
         let idx = seg.index_of(p);
         let n = count_of(p);
         let newly = seg.set_committed(idx * OS_PAGES_PER_SLICE, n * OS_PAGES_PER_SLICE);
         self.add_committed(newly * OS_PAGE);
+        newly
     }
 
     /// Takes a span for a slab page. Its committed pages (if it was
@@ -595,8 +597,9 @@ impl Spans {
 
     /// Allocates a huge object: reuses the smallest cached run that fits
     /// (at most twice the need, lowest address on ties), else takes a new
-    /// run of segments.
-    pub fn take_huge(&mut self, ctx: &Ctx, size: usize, align: usize) -> Option<usize> {
+    /// run of segments. Also says whether no page of it was committed
+    /// (fresh or purged).
+    pub fn take_huge(&mut self, ctx: &Ctx, size: usize, align: usize) -> Option<(usize, bool)> {
         let offset = align.max(HEADER_SLICES * SLICE);
         let usable = align_up(size, OS_PAGE);
         let need = offset + usable;
@@ -641,7 +644,7 @@ impl Spans {
         self.counts.huge_count += 1;
         self.counts.huge_bytes += usable;
         self.counts.huge_requested += size;
-        Some(seg as usize + offset)
+        Some((seg as usize + offset, before == 0))
     }
 
     fn best_cached_huge(&self, need: usize, align: usize) -> Option<*mut Segment> {
