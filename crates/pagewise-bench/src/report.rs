@@ -301,6 +301,14 @@ fn table(out: &mut String, head: &[&str], rows: &[Vec<String>]) {
     }
 }
 
+fn idle_label(ms: u64) -> String {
+    if ms % 1000 == 0 {
+        format!("{} s", ms / 1000)
+    } else {
+        format!("{ms} ms")
+    }
+}
+
 pub(crate) fn machine() -> (usize, String, String) {
     let nproc = std::thread::available_parallelism()
         .map(|n| n.get())
@@ -332,7 +340,8 @@ pub(crate) fn render(plan: &Plan, s: &Summary, wall: Duration) -> String {
     );
     let _ = writeln!(
         out,
-        "RSS is net of the worker's RSS before the workload; util = live / RSS; floor = live / (pages holding a live byte × 4 KiB)."
+        "RSS is net of the worker's RSS before the workload; idle = {}; util = live / RSS; floor = live / (pages holding a live byte × 4 KiB).",
+        idle_label(plan.idle_ms)
     );
     for w in &plan.workloads {
         let _ = writeln!(out, "\n## {w}: {}\n", crate::workloads::describe(w));
@@ -379,6 +388,7 @@ pub(crate) fn render(plan: &Plan, s: &Summary, wall: Duration) -> String {
                 short(c.minor_faults.unwrap_or(0.0)),
             ]);
         }
+        let idle_head = format!("RSS +{} idle", idle_label(plan.idle_ms));
         table(
             &mut out,
             &[
@@ -388,7 +398,7 @@ pub(crate) fn render(plan: &Plan, s: &Summary, wall: Duration) -> String {
                 "ns/op",
                 "peak RSS",
                 "RSS after frees",
-                "RSS +1 s idle",
+                &idle_head,
                 "live",
                 "util (after / idle)",
                 "floor",
@@ -464,7 +474,7 @@ pub(crate) fn render(plan: &Plan, s: &Summary, wall: Duration) -> String {
             false,
         ),
         (
-            "RSS +1 s idle",
+            "RSS after idle",
             |c| c.rss_idle_net.map(|x| x.median.max(MIB)),
             false,
         ),

@@ -369,6 +369,11 @@ fn worker(name: &str, source: SyscallSource) -> Result<WorkerResult, String> {
     drop(survivors);
 
     let (syscalls, syscall_source) = match source {
+        SyscallSource::None(_) if std::env::var_os("PAGEWISE_BENCH_PRELOAD").is_some() => (
+            None,
+            "n/a: preloaded library (glibc-internal and raw calls are not countable in-process)"
+                .to_string(),
+        ),
         SyscallSource::None(why) => (None, format!("n/a: {why}")),
         SyscallSource::Pagewise => (
             sys1.zip(sys0).map(|(a, b)| a.since(b)),

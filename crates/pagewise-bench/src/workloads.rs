@@ -392,7 +392,7 @@ fn arena_on_malloc(scale: Scale, rng: &mut Rng, rec: &mut Rec) -> MmapVec<Obj> {
 fn block_cohorts(scale: Scale, rng: &mut Rng, rec: &mut Rec) -> MmapVec<Obj> {
     let live_target: usize = scale.pick(4 << 20, 35 << 20, 35 << 20);
     let cohort_bytes: usize = scale.pick(2 << 20, 16 << 20, 16 << 20);
-    let cohorts: usize = scale.pick(4, 40, 300);
+    let cohorts: usize = scale.pick(4, 150, 1500);
     let block = |rng: &mut Rng| (rng.range(256, 1024) as usize) << 10;
     let mut live: MmapVec<Obj> = MmapVec::with_capacity(live_target / (256 << 10) + 8);
     let mut cohort: MmapVec<Obj> = MmapVec::with_capacity(cohort_bytes / (256 << 10) + 8);
@@ -445,7 +445,7 @@ fn block_cohorts(scale: Scale, rng: &mut Rng, rec: &mut Rec) -> MmapVec<Obj> {
 // 4. phases
 
 fn phases(scale: Scale, rng: &mut Rng, rec: &mut Rec) -> MmapVec<Obj> {
-    let n: usize = scale.pick(20_000, 300_000, 1_500_000);
+    let n: usize = scale.pick(20_000, 300_000, 2_000_000);
     let mut all: MmapVec<Obj> = MmapVec::with_capacity(n);
     // Survivors of every phase accumulate, as in seed 003's "phase 10".
     let mut survivors: MmapVec<Obj> = MmapVec::with_capacity(n);
