@@ -168,3 +168,29 @@ fn missing_workers_say_how_to_build_them() {
     assert!(e.contains("cargo build"), "{e}");
     assert!(e.contains("-p pagewise-bench --bins"), "{e}");
 }
+
+#[test]
+fn page_floor_counts_pages_holding_live_bytes() {
+    use pagewise_bench::util::{pages_touched, Obj, PAGE};
+    let base = 1 << 30;
+    let objs = [
+        Obj {
+            addr: base,
+            size: 16,
+        }, // page 0
+        Obj {
+            addr: base + 100,
+            size: 16,
+        }, // page 0 again
+        Obj {
+            addr: base + PAGE - 8,
+            size: 16,
+        }, // pages 0 and 1
+        Obj {
+            addr: base + 5 * PAGE,
+            size: 3 * PAGE,
+        }, // pages 5, 6, 7
+    ];
+    assert_eq!(pages_touched(&objs), 5);
+    assert_eq!(pages_touched(&[]), 0);
+}
