@@ -1,0 +1,34 @@
+//! `pagewise bench`: the seeds' workloads, side by side with glibc, jemalloc
+//! and mimalloc.
+//!
+//! The runner ([`run`]) spawns one worker process per (workload, allocator,
+//! repetition), interleaving allocators (A B C A B C …) so drift in the
+//! machine's load spreads over all of them. Each worker binary installs its
+//! own `#[global_allocator]` (`pagewise-bench-worker-{pagewise,system,
+//! jemalloc,mimalloc}`); an allocator given as a path to a `.so` runs the
+//! system worker under `LD_PRELOAD`. A worker prints one JSON line
+//! ([`worker::WorkerResult`]); the runner reports medians with min–max,
+//! a summary of ratios to the best other allocator, and optionally writes
+//! every raw run as JSON and SVG charts.
+//!
+//! ```no_run
+//! use clap::Parser;
+//! #[derive(Parser)]
+//! struct Cli {
+//!     #[command(flatten)]
+//!     bench: pagewise_bench::BenchArgs,
+//! }
+//! let cli = Cli::parse_from(["x", "--quick", "--only", "churn"]);
+//! std::process::exit(pagewise_bench::run(&cli.bench).unwrap());
+//! ```
+
+#![deny(unsafe_op_in_unsafe_fn)]
+
+mod plot;
+mod report;
+mod runner;
+pub mod util;
+pub mod worker;
+pub mod workloads;
+
+pub use runner::{run, AllocSpec, BenchArgs, RunRecord};

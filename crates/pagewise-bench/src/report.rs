@@ -1,0 +1,580 @@
+//! Medians, tables and the JSON file.
+
+use crate::runner::{Plan, RunRecord};
+use crate::util::PAGE;
+use crate::worker::{Syscalls, WorkerResult};
+use serde::Serialize;
+use std::fmt::Write as _;
+use std::path::Path;
+use std::time::Duration;
+
+/// Median, min and max of one figure over the runs.
+#[derive(Clone, Copy, Debug, Default, Serialize)]
+pub struct Stat {
+    pub median: f64,
+    pub min: f64,
+    pub max: f64,
+}
+
+impl Stat {
+    fn of(mut v: Vec<f64>) -> Option<Stat> {
+        if v.is_empty() {
+            return None;
+        }
+        v.sort_by(|a, b| a.total_cmp(b));
+        let n = v.len();
+        let median = if n % 2 == 1 {
+            v[n / 2]
+        } else {
+            (v[n / 2 - 1] + v[n / 2]) / 2.0
+        };
+        Some(Stat {
+            median,
+            min: v[0],
+            max: v[n - 1],
+        })
+    }
+}
+
+/// Medians of one sub-part.
+#[derive(Clone, Debug, Serialize)]
+pub struct PartSummary {
+    pub name: String,
+    pub ops_per_s: Stat,
+    pub rss_net: Option<f64>,
+    pub live_bytes: Option<f64>,
+    pub floor: Option<f64>,
+    pub utilization: Option<f64>,
+}
+
+/// Medians of one (workload, allocator) pair. RSS figures are net of the
+/// worker's RSS before the workload.
+#[derive(Clone, Debug, Serialize)]
+pub struct Cell {
+    pub workload: String,
+    pub allocator: String,
+    pub runs_ok: usize,
+    pub errors: Vec<String>,
+    pub ops_per_s: Option<Stat>,
+    pub ns_per_op: Option<f64>,
+    pub peak_rss_net: Option<Stat>,
+    pub rss_after_free_net: Option<Stat>,
+    pub rss_idle_net: Option<Stat>,
+    pub live_bytes: Option<f64>,
+    /// live / net RSS right after the frees.
+    pub utilization_after_free: Option<f64>,
+    /// live / net RSS after the idle period.
+    pub utilization_idle: Option<f64>,
+    /// live / (pages holding a live byte × page size).
+    pub page_floor: Option<f64>,
+    pub syscalls: Option<Syscalls>,
+    pub syscall_source: String,
+    pub minor_faults: Option<f64>,
+    pub parts: Vec<PartSummary>,
+    pub extra: Vec<(String, f64)>,
+}
+
+/// Everything derived from the runs.
+#[derive(Clone, Debug, Serialize)]
+pub struct Summary {
+    pub cells: Vec<Cell>,
+}
+
+impl Summary {
+    pub fn cell(&self, workload: &str, alloc: &str) -> Option<&Cell> {
+        self.cells
+            .iter()
+            .find(|c| c.workload == workload && c.allocator == alloc)
+    }
+}
+
+fn net(v: u64, base: u64) -> f64 {
+    v.saturating_sub(base) as f64
+}
+
+fn med(v: impl Iterator<Item = f64>) -> Option<f64> {
+    Stat::of(v.collect()).map(|s| s.median)
+}
+
+fn ratio(live: f64, rss: f64) -> Option<f64> {
+    (live > 0.0 && rss > 0.0).then(|| live / rss)
+}
+
+pub(crate) fn summarize(plan: &Plan, records: &[RunRecord]) -> Summary {
+    let mut cells = Vec::new();
+    for w in &plan.workloads {
+        for a in &plan.allocs {
+            let runs: Vec<&RunRecord> = records
+                .iter()
+                .filter(|r| &r.workload == w && r.allocator == a.label)
+                .collect();
+            let ok: Vec<&WorkerResult> = runs.iter().filter_map(|r| r.result.as_ref()).collect();
+            let errors: Vec<String> = runs.iter().filter_map(|r| r.error.clone()).collect();
+            let per =
+                |f: &dyn Fn(&WorkerResult) -> f64| Stat::of(ok.iter().map(|r| f(r)).collect());
+            let ops = per(&|r| r.ops as f64 / (r.elapsed_ns as f64 / 1e9));
+            let ns_per_op = med(ok.iter().map(|r| r.elapsed_ns as f64 / r.ops.max(1) as f64));
+            let peak = per(&|r| net(r.peak_rss, r.baseline_rss));
+            let after = per(&|r| net(r.rss_after_free, r.baseline_rss));
+            // Only runs that waited the idle period say anything about it.
+            let idled: Vec<&WorkerResult> = ok
+                .iter()
+                .copied()
+                .filter(|r| r.idle_ms as f64 >= plan.idle_ms as f64 * 0.9)
+                .collect();
+            let idle = Stat::of(
+                idled
+                    .iter()
+                    .map(|r| net(r.rss_idle, r.baseline_rss))
+                    .collect(),
+            );
+            let live = med(ok.iter().map(|r| r.live_bytes as f64));
+            let util_after = med(ok
+                .iter()
+                .filter_map(|r| ratio(r.live_bytes as f64, net(r.rss_after_free, r.baseline_rss))));
+            let util_idle = med(idled
+                .iter()
+                .filter_map(|r| ratio(r.live_bytes as f64, net(r.rss_idle, r.baseline_rss))));
+            let floor = med(ok.iter().filter_map(|r| {
+                r.floor_pages
+                    .map(|p| r.live_bytes as f64 / (p as f64 * PAGE as f64))
+            }));
+            let syscalls = if ok.iter().all(|r| r.syscalls.is_some()) && !ok.is_empty() {
+                let m = |f: &dyn Fn(&Syscalls) -> u64| {
+                    med(ok.iter().map(|r| f(&r.syscalls.expect("checked")) as f64)).unwrap_or(0.0)
+                        as u64
+                };
+                Some(Syscalls {
+                    mmap: m(&|s| s.mmap),
+                    munmap: m(&|s| s.munmap),
+                    madvise: m(&|s| s.madvise),
+                })
+            } else {
+                None
+            };
+            let syscall_source = ok
+                .first()
+                .map(|r| r.syscall_source.clone())
+                .unwrap_or_default();
+            let minor = med(ok.iter().map(|r| r.minor_faults as f64));
+            let mut parts = Vec::new();
+            if let Some(first) = ok.first() {
+                for (i, p) in first.parts.iter().enumerate() {
+                    let ps: Vec<(&WorkerResult, &crate::workloads::Part)> = ok
+                        .iter()
+                        .filter_map(|r| r.parts.get(i).map(|p| (*r, p)))
+                        .collect();
+                    let ops_per_s = Stat::of(
+                        ps.iter()
+                            .map(|(_, p)| p.ops as f64 / (p.ns.max(1) as f64 / 1e9))
+                            .collect(),
+                    )
+                    .unwrap_or_default();
+                    let rss_net = med(ps
+                        .iter()
+                        .filter_map(|(r, p)| p.rss.map(|x| net(x, r.baseline_rss))));
+                    let live_bytes = med(ps
+                        .iter()
+                        .filter_map(|(_, p)| p.live_bytes.map(|x| x as f64)));
+                    let floor = med(ps.iter().filter_map(|(_, p)| {
+                        Some(p.live_bytes? as f64 / (p.floor_pages? as f64 * PAGE as f64))
+                    }));
+                    let utilization = med(ps.iter().filter_map(|(r, p)| {
+                        ratio(p.live_bytes? as f64, net(p.rss?, r.baseline_rss))
+                    }));
+                    parts.push(PartSummary {
+                        name: p.name.clone(),
+                        ops_per_s,
+                        rss_net,
+                        live_bytes,
+                        floor,
+                        utilization,
+                    });
+                }
+            }
+            let mut extra = Vec::new();
+            if let Some(first) = ok.first() {
+                for (k, _) in &first.extra {
+                    let v = med(ok
+                        .iter()
+                        .filter_map(|r| r.extra.iter().find(|(kk, _)| kk == k).map(|(_, v)| *v)));
+                    if let Some(v) = v {
+                        extra.push((k.clone(), v));
+                    }
+                }
+            }
+            cells.push(Cell {
+                workload: w.clone(),
+                allocator: a.label.clone(),
+                runs_ok: ok.len(),
+                errors,
+                ops_per_s: ops,
+                ns_per_op,
+                peak_rss_net: peak,
+                rss_after_free_net: after,
+                rss_idle_net: idle,
+                live_bytes: live,
+                utilization_after_free: util_after,
+                utilization_idle: util_idle,
+                page_floor: floor,
+                syscalls,
+                syscall_source,
+                minor_faults: minor,
+                parts,
+                extra,
+            });
+        }
+    }
+    Summary { cells }
+}
+
+fn rate(v: f64) -> String {
+    if v >= 1e9 {
+        format!("{:.2} G/s", v / 1e9)
+    } else if v >= 1e6 {
+        format!("{:.2} M/s", v / 1e6)
+    } else if v >= 1e3 {
+        format!("{:.1} k/s", v / 1e3)
+    } else {
+        format!("{v:.0} /s")
+    }
+}
+
+fn short(v: f64) -> String {
+    if v >= 1e9 {
+        format!("{:.2}G", v / 1e9)
+    } else if v >= 1e6 {
+        format!("{:.2}M", v / 1e6)
+    } else if v >= 1e3 {
+        format!("{:.1}k", v / 1e3)
+    } else {
+        format!("{v:.0}")
+    }
+}
+
+fn mib(v: f64) -> String {
+    format!("{:.1} MiB", v / (1024.0 * 1024.0))
+}
+
+fn pct(v: Option<f64>) -> String {
+    v.map(|x| format!("{:.0}%", x * 100.0))
+        .unwrap_or_else(|| "—".into())
+}
+
+fn count(v: u64) -> String {
+    short(v as f64)
+}
+
+/// A markdown table with aligned columns.
+fn table(out: &mut String, head: &[&str], rows: &[Vec<String>]) {
+    let n = head.len();
+    let mut w: Vec<usize> = head.iter().map(|h| h.chars().count()).collect();
+    for r in rows {
+        for (i, c) in r.iter().enumerate().take(n) {
+            w[i] = w[i].max(c.chars().count());
+        }
+    }
+    let line = |out: &mut String, cells: &[String]| {
+        out.push('|');
+        for (i, c) in cells.iter().enumerate() {
+            let pad = w[i] - c.chars().count();
+            if i == 0 {
+                let _ = write!(out, " {c}{} |", " ".repeat(pad));
+            } else {
+                let _ = write!(out, " {}{c} |", " ".repeat(pad));
+            }
+        }
+        out.push('\n');
+    };
+    line(out, &head.iter().map(|s| s.to_string()).collect::<Vec<_>>());
+    out.push('|');
+    for (i, wi) in w.iter().enumerate() {
+        if i == 0 {
+            let _ = write!(out, "{}|", "-".repeat(wi + 2));
+        } else {
+            let _ = write!(out, "{}:|", "-".repeat(wi + 1));
+        }
+    }
+    out.push('\n');
+    for r in rows {
+        line(out, r);
+    }
+}
+
+fn idle_label(ms: u64) -> String {
+    if ms % 1000 == 0 {
+        format!("{} s", ms / 1000)
+    } else {
+        format!("{ms} ms")
+    }
+}
+
+pub(crate) fn machine() -> (usize, String, String) {
+    let nproc = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1);
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split(':').nth(1))
+                .map(|s| s.trim().to_string())
+        })
+        .unwrap_or_else(|| "unknown".into());
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_else(|_| "unknown".into());
+    (nproc, cpu, kernel)
+}
+
+pub(crate) fn render(plan: &Plan, s: &Summary, wall: Duration) -> String {
+    let mut out = String::new();
+    let (nproc, cpu, kernel) = machine();
+    let _ = writeln!(
+        out,
+        "pagewise bench: scale {}, {} run(s) per allocator and workload, {:.0} s; {nproc} CPUs, {cpu}, Linux {kernel}",
+        plan.scale.name(),
+        plan.reps,
+        wall.as_secs_f64()
+    );
+    let _ = writeln!(
+        out,
+        "RSS is net of the worker's RSS before the workload; idle = {}; util = live / RSS; floor = live / (pages holding a live byte × 4 KiB).",
+        idle_label(plan.idle_ms)
+    );
+    for w in &plan.workloads {
+        let _ = writeln!(out, "\n## {w}: {}\n", crate::workloads::describe(w));
+        let mut rows = Vec::new();
+        for a in &plan.allocs {
+            let Some(c) = s.cell(w, &a.label) else {
+                continue;
+            };
+            let Some(ops) = c.ops_per_s else {
+                rows.push(vec![
+                    a.label.clone(),
+                    format!("FAILED: {}", c.errors.first().cloned().unwrap_or_default()),
+                ]);
+                continue;
+            };
+            let sys = match c.syscalls {
+                Some(x) => format!("{}/{}/{}", count(x.mmap), count(x.munmap), count(x.madvise)),
+                None => "n/a".into(),
+            };
+            let failed = if c.errors.is_empty() {
+                String::new()
+            } else {
+                format!(" ({} failed)", c.errors.len())
+            };
+            rows.push(vec![
+                format!("{}{failed}", a.label),
+                rate(ops.median),
+                format!("{}–{}", short(ops.min), short(ops.max)),
+                format!("{:.1}", c.ns_per_op.unwrap_or(0.0)),
+                mib(c.peak_rss_net.map(|x| x.median).unwrap_or(0.0)),
+                mib(c.rss_after_free_net.map(|x| x.median).unwrap_or(0.0)),
+                mib(c.rss_idle_net.map(|x| x.median).unwrap_or(0.0)),
+                c.live_bytes
+                    .filter(|&l| l > 0.0)
+                    .map(mib)
+                    .unwrap_or_else(|| "0".into()),
+                format!(
+                    "{} / {}",
+                    pct(c.utilization_after_free),
+                    pct(c.utilization_idle)
+                ),
+                pct(c.page_floor),
+                sys,
+                short(c.minor_faults.unwrap_or(0.0)),
+            ]);
+        }
+        let idle_head = format!("RSS +{} idle", idle_label(plan.idle_ms));
+        table(
+            &mut out,
+            &[
+                "allocator",
+                "ops/s",
+                "min–max",
+                "ns/op",
+                "peak RSS",
+                "RSS after frees",
+                &idle_head,
+                "live",
+                "util (after / idle)",
+                "floor",
+                "mmap/munmap/madvise",
+                "minor faults",
+            ],
+            &rows,
+        );
+        // Sub-parts.
+        let mut prow = Vec::new();
+        for a in &plan.allocs {
+            let Some(c) = s.cell(w, &a.label) else {
+                continue;
+            };
+            for p in &c.parts {
+                prow.push(vec![
+                    a.label.clone(),
+                    p.name.clone(),
+                    rate(p.ops_per_s.median),
+                    format!("{:.1}", 1e9 / p.ops_per_s.median.max(1e-9)),
+                    p.rss_net.map(mib).unwrap_or_else(|| "—".into()),
+                    p.live_bytes.map(mib).unwrap_or_else(|| "—".into()),
+                    pct(p.utilization),
+                    pct(p.floor),
+                ]);
+            }
+            for (k, v) in &c.extra {
+                prow.push(vec![
+                    a.label.clone(),
+                    k.clone(),
+                    short(*v),
+                    String::new(),
+                    String::new(),
+                    String::new(),
+                    String::new(),
+                    String::new(),
+                ]);
+            }
+        }
+        if prow.len() > plan.allocs.len() {
+            out.push('\n');
+            table(
+                &mut out,
+                &[
+                    "allocator",
+                    "part",
+                    "ops/s",
+                    "ns/op",
+                    "RSS at end",
+                    "live",
+                    "util",
+                    "floor",
+                ],
+                &prow,
+            );
+        }
+    }
+    // Summary: each allocator against the best *other* allocator.
+    let _ = writeln!(
+        out,
+        "\n## Summary: ratio to the best other allocator\n\nops/s: own / fastest other (> 1: faster than every other). RSS: own / leanest other (< 1: leaner than every other); RSS under 1 MiB counts as 1 MiB, so tiny footprints do not make huge ratios.\n"
+    );
+    let mut head: Vec<String> = vec!["workload".into(), "figure".into()];
+    head.extend(plan.allocs.iter().map(|a| a.label.clone()));
+    let mut rows = Vec::new();
+    const MIB: f64 = 1024.0 * 1024.0;
+    type Getter = fn(&Cell) -> Option<f64>;
+    let figures: [(&str, Getter, bool); 3] = [
+        ("ops/s", |c| c.ops_per_s.map(|x| x.median), true),
+        (
+            "peak RSS",
+            |c| c.peak_rss_net.map(|x| x.median.max(MIB)),
+            false,
+        ),
+        (
+            "RSS after idle",
+            |c| c.rss_idle_net.map(|x| x.median.max(MIB)),
+            false,
+        ),
+    ];
+    for w in &plan.workloads {
+        for (fig, f, best_high) in figures {
+            let mut row = vec![w.clone(), fig.to_string()];
+            for a in &plan.allocs {
+                let own = s.cell(w, &a.label).and_then(f);
+                let others = plan
+                    .allocs
+                    .iter()
+                    .filter(|b| b.label != a.label)
+                    .filter_map(|b| s.cell(w, &b.label).and_then(f));
+                let best = if best_high {
+                    others.fold(None, |m: Option<f64>, x| Some(m.map_or(x, |m| m.max(x))))
+                } else {
+                    others.fold(None, |m: Option<f64>, x| Some(m.map_or(x, |m| m.min(x))))
+                };
+                row.push(match (own, best) {
+                    (Some(o), Some(b)) if b > 0.0 => format!("{:.2}", o / b),
+                    (Some(_), _) => "—".into(),
+                    _ => "fail".into(),
+                });
+            }
+            rows.push(row);
+        }
+    }
+    let head_ref: Vec<&str> = head.iter().map(|s| s.as_str()).collect();
+    table(&mut out, &head_ref, &rows);
+    let failed: usize = s.cells.iter().map(|c| c.errors.len()).sum();
+    if failed > 0 {
+        let _ = writeln!(out, "\n{failed} run(s) FAILED:");
+        for c in &s.cells {
+            for e in &c.errors {
+                let _ = writeln!(out, "- {} under {}: {e}", c.workload, c.allocator);
+            }
+        }
+    }
+    let sources: Vec<String> = plan
+        .allocs
+        .iter()
+        .filter_map(|a| {
+            s.cells
+                .iter()
+                .find(|c| c.allocator == a.label && !c.syscall_source.is_empty())
+                .map(|c| format!("{}: {}", a.label, c.syscall_source))
+        })
+        .collect();
+    let _ = writeln!(out, "\nsyscall counts: {}", sources.join("; "));
+    out
+}
+
+#[derive(Serialize)]
+struct JsonOut<'a> {
+    version: u32,
+    command: Vec<String>,
+    machine: JsonMachine,
+    scale: &'static str,
+    runs_per: usize,
+    idle_ms: u64,
+    wall_s: f64,
+    allocators: &'a [crate::runner::AllocSpec],
+    workloads: &'a [String],
+    runs: &'a [RunRecord],
+    summary: &'a Summary,
+}
+
+#[derive(Serialize)]
+struct JsonMachine {
+    nproc: usize,
+    cpu: String,
+    kernel: String,
+}
+
+pub(crate) fn write_json(
+    path: &Path,
+    plan: &Plan,
+    records: &[RunRecord],
+    s: &Summary,
+    wall: Duration,
+) -> anyhow::Result<()> {
+    let (nproc, cpu, kernel) = machine();
+    let out = JsonOut {
+        version: 1,
+        command: std::env::args().collect(),
+        machine: JsonMachine { nproc, cpu, kernel },
+        scale: plan.scale.name(),
+        runs_per: plan.reps,
+        idle_ms: plan.idle_ms,
+        wall_s: wall.as_secs_f64(),
+        allocators: &plan.allocs,
+        workloads: &plan.workloads,
+        runs: records,
+        summary: s,
+    };
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir)?;
+    }
+    let f = std::io::BufWriter::new(std::fs::File::create(path)?);
+    serde_json::to_writer_pretty(f, &out)?;
+    Ok(())
+}

@@ -1,0 +1,453 @@
+//! The runner: allocator specs, worker lookup, the interleaved run loop.
+
+use crate::worker::WorkerResult;
+use crate::workloads::{Scale, WORKLOADS};
+use anyhow::{bail, Context, Result};
+use indicatif::{ProgressBar, ProgressStyle};
+use serde::{Deserialize, Serialize};
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Flags of `pagewise bench`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct BenchArgs {
+    /// Allocators to compare, comma-separated: pagewise, system (glibc),
+    /// jemalloc, mimalloc, or a path to a malloc `.so` to preload (run under
+    /// the system worker with LD_PRELOAD).
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "pagewise,system,jemalloc,mimalloc"
+    )]
+    pub alloc: Vec<String>,
+
+    /// Workloads to run, comma-separated (default: all): churn,
+    /// arena-on-malloc, block-cohorts, phases, threads, mixed.
+    #[arg(long, value_delimiter = ',')]
+    pub only: Vec<String>,
+
+    /// Small sizes, 3 runs each, the idle second only in the first run:
+    /// about a minute on 2 cores.
+    #[arg(long)]
+    pub quick: bool,
+
+    /// Write every raw run (and the medians) to this JSON file.
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+
+    /// Write SVG charts into this directory: throughput bars per workload,
+    /// RSS over time per allocator for the phase workloads.
+    #[arg(long, value_name = "DIR")]
+    pub plot: Option<PathBuf>,
+
+    /// Runs per workload and allocator (default: 3 with --quick, 5 otherwise).
+    #[arg(long)]
+    pub runs: Option<usize>,
+
+    /// Directory holding the worker binaries (default: next to this program).
+    #[arg(long, value_name = "DIR")]
+    pub worker_dir: Option<PathBuf>,
+
+    /// Workload size: tiny, quick or full (default: quick with --quick, else full).
+    #[arg(long, hide = true)]
+    pub scale: Option<String>,
+
+    /// Idle period after the frees before RSS is read again, in ms
+    /// (default 1000).
+    #[arg(long, value_name = "MS")]
+    pub idle_ms: Option<u64>,
+}
+
+impl Default for BenchArgs {
+    fn default() -> Self {
+        BenchArgs {
+            alloc: vec![
+                "pagewise".into(),
+                "system".into(),
+                "jemalloc".into(),
+                "mimalloc".into(),
+            ],
+            only: Vec::new(),
+            quick: false,
+            json: None,
+            plot: None,
+            runs: None,
+            worker_dir: None,
+            scale: None,
+            idle_ms: None,
+        }
+    }
+}
+
+/// An allocator to run.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AllocSpec {
+    /// Name shown in tables.
+    pub label: String,
+    /// Worker binary suffix (`pagewise`, `system`, `jemalloc`, `mimalloc`).
+    pub worker: String,
+    /// Library preloaded into the system worker, if any.
+    pub preload: Option<PathBuf>,
+}
+
+const BUILTIN: &[&str] = &["pagewise", "system", "jemalloc", "mimalloc"];
+
+impl AllocSpec {
+    /// Parses one `--alloc` entry: a built-in name or a path to a `.so`.
+    pub fn parse(s: &str) -> Result<AllocSpec> {
+        let name = match s {
+            "glibc" => "system",
+            other => other,
+        };
+        if BUILTIN.contains(&name) {
+            return Ok(AllocSpec {
+                label: name.to_string(),
+                worker: name.to_string(),
+                preload: None,
+            });
+        }
+        if !s.contains('/') && !s.contains(".so") {
+            bail!(
+                "unknown allocator `{s}`: expected one of {} or a path to a malloc .so to preload",
+                BUILTIN.join(", ")
+            );
+        }
+        let path = Path::new(s);
+        let meta = std::fs::metadata(path)
+            .with_context(|| format!("allocator `{s}`: cannot read the shared library"))?;
+        if !meta.is_file() {
+            bail!("allocator `{s}`: not a file");
+        }
+        let mut magic = [0u8; 4];
+        std::fs::File::open(path)
+            .and_then(|mut f| f.read_exact(&mut magic))
+            .with_context(|| format!("allocator `{s}`: cannot read the shared library"))?;
+        if &magic != b"\x7fELF" {
+            bail!("allocator `{s}`: not an ELF shared library");
+        }
+        let canon = std::fs::canonicalize(path)
+            .with_context(|| format!("allocator `{s}`: cannot resolve the path"))?;
+        let label = canon
+            .file_name()
+            .map(|f| f.to_string_lossy().into_owned())
+            .unwrap_or_else(|| s.to_string());
+        Ok(AllocSpec {
+            label,
+            worker: "system".to_string(),
+            preload: Some(canon),
+        })
+    }
+}
+
+/// One worker run as recorded in the JSON output.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct RunRecord {
+    /// Workload.
+    pub workload: String,
+    /// Allocator label.
+    pub allocator: String,
+    /// Repetition index (0-based).
+    pub rep: usize,
+    /// Wall time of the whole worker process, ms.
+    pub process_ms: f64,
+    /// The worker's result, if it succeeded.
+    pub result: Option<WorkerResult>,
+    /// Why it failed, if it did.
+    pub error: Option<String>,
+}
+
+fn worker_name(w: &str) -> String {
+    format!("pagewise-bench-worker-{w}")
+}
+
+/// The `cargo build` command that builds the workers into `dir`.
+fn build_hint(dir: &Path) -> String {
+    let profile = dir
+        .file_name()
+        .and_then(|f| f.to_str())
+        .unwrap_or("release");
+    match profile {
+        "debug" => "cargo build -p pagewise-bench --bins".to_string(),
+        "release" => "cargo build --release -p pagewise-bench --bins".to_string(),
+        p => format!("cargo build --profile {p} -p pagewise-bench --bins"),
+    }
+}
+
+/// Directory to look for workers in.
+fn worker_dir(args: &BenchArgs) -> Result<PathBuf> {
+    if let Some(d) = &args.worker_dir {
+        return Ok(d.clone());
+    }
+    if let Some(d) = std::env::var_os("PAGEWISE_BENCH_WORKER_DIR") {
+        return Ok(PathBuf::from(d));
+    }
+    let exe = std::env::current_exe().context("cannot locate the running executable")?;
+    let mut dir = exe
+        .parent()
+        .context("the running executable has no directory")?
+        .to_path_buf();
+    // Test and bench executables live in target/<profile>/deps.
+    if dir.file_name().is_some_and(|f| f == "deps") {
+        dir.pop();
+    }
+    Ok(dir)
+}
+
+fn find_worker(dir: &Path, worker: &str) -> Result<PathBuf> {
+    let p = dir.join(worker_name(worker));
+    if p.is_file() {
+        Ok(p)
+    } else {
+        bail!(
+            "worker binary `{}` not found in {}\n  build the workers with: {}",
+            worker_name(worker),
+            dir.display(),
+            build_hint(dir)
+        )
+    }
+}
+
+/// Settings derived from the flags.
+pub(crate) struct Plan {
+    pub allocs: Vec<AllocSpec>,
+    pub workloads: Vec<String>,
+    pub scale: Scale,
+    pub reps: usize,
+    pub idle_ms: u64,
+    /// Whether every repetition waits the idle period (else only the first:
+    /// `--quick` keeps its minute that way).
+    pub idle_every_rep: bool,
+    pub workers: Vec<PathBuf>,
+}
+
+fn plan(args: &BenchArgs) -> Result<Plan> {
+    if args.alloc.is_empty() {
+        bail!("--alloc: no allocator given");
+    }
+    let mut allocs: Vec<AllocSpec> = Vec::new();
+    for a in &args.alloc {
+        let spec = AllocSpec::parse(a.trim())?;
+        if allocs.iter().any(|x| x.label == spec.label) {
+            bail!("--alloc: `{}` given twice", spec.label);
+        }
+        allocs.push(spec);
+    }
+    let workloads: Vec<String> = if args.only.is_empty() {
+        WORKLOADS.iter().map(|s| s.to_string()).collect()
+    } else {
+        for w in &args.only {
+            if !WORKLOADS.contains(&w.as_str()) {
+                bail!(
+                    "--only: unknown workload `{w}` (known: {})",
+                    WORKLOADS.join(", ")
+                );
+            }
+        }
+        WORKLOADS
+            .iter()
+            .filter(|w| args.only.iter().any(|o| o == *w))
+            .map(|s| s.to_string())
+            .collect()
+    };
+    let scale = match &args.scale {
+        Some(s) => Scale::parse(s).with_context(|| format!("--scale: bad value `{s}`"))?,
+        None if args.quick => Scale::Quick,
+        None => Scale::Full,
+    };
+    let reps = args.runs.unwrap_or(if args.quick { 3 } else { 5 }).max(1);
+    let dir = worker_dir(args)?;
+    let workers = allocs
+        .iter()
+        .map(|a| find_worker(&dir, &a.worker))
+        .collect::<Result<Vec<_>>>()?;
+    Ok(Plan {
+        allocs,
+        workloads,
+        scale,
+        reps,
+        idle_ms: args.idle_ms.unwrap_or(1000),
+        idle_every_rep: scale == Scale::Full,
+        workers,
+    })
+}
+
+/// Spawns one worker and waits for its JSON line.
+fn run_worker(
+    exe: &Path,
+    spec: &AllocSpec,
+    workload: &str,
+    scale: Scale,
+    idle_ms: u64,
+    seed: u64,
+) -> Result<WorkerResult, String> {
+    let mut cmd = Command::new(exe);
+    cmd.arg(workload)
+        .arg(scale.name())
+        .arg("--idle-ms")
+        .arg(idle_ms.to_string())
+        .arg("--sample-ms")
+        .arg(if scale == Scale::Full { "10" } else { "5" })
+        .arg("--seed")
+        .arg(seed.to_string())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    if let Some(so) = &spec.preload {
+        cmd.env("LD_PRELOAD", so);
+        cmd.env("PAGEWISE_BENCH_PRELOAD", so);
+    }
+    let mut child = cmd
+        .spawn()
+        .map_err(|e| format!("cannot start {}: {e}", exe.display()))?;
+    let mut out = child.stdout.take().expect("piped stdout");
+    let mut err = child.stderr.take().expect("piped stderr");
+    let t_out = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = out.read_to_string(&mut s);
+        s
+    });
+    let t_err = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = err.read_to_string(&mut s);
+        s
+    });
+    // A hung worker (a deadlocked allocator) must not hang the suite.
+    let limit = Duration::from_secs(if scale == Scale::Full { 300 } else { 120 });
+    let start = Instant::now();
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(st)) => break st,
+            Ok(None) if start.elapsed() > limit => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(format!("timed out after {} s (killed)", limit.as_secs()));
+            }
+            Ok(None) => std::thread::sleep(Duration::from_millis(5)),
+            Err(e) => return Err(format!("wait: {e}")),
+        }
+    };
+    let stdout = t_out.join().unwrap_or_default();
+    let stderr = t_err.join().unwrap_or_default();
+    if !status.success() {
+        use std::os::unix::process::ExitStatusExt;
+        let how = match status.signal() {
+            Some(sig) => format!("killed by signal {sig} ({})", signal_name(sig)),
+            None => format!("exited with {}", status.code().unwrap_or(-1)),
+        };
+        let tail: String = stderr.lines().rev().take(6).collect::<Vec<_>>().join(" | ");
+        return Err(if tail.is_empty() {
+            how
+        } else {
+            format!("{how}: {tail}")
+        });
+    }
+    let line = stdout
+        .lines()
+        .rev()
+        .find(|l| l.starts_with('{'))
+        .ok_or_else(|| format!("no result line on stdout (stderr: {})", stderr.trim()))?;
+    serde_json::from_str(line).map_err(|e| format!("bad result line: {e}"))
+}
+
+fn signal_name(sig: i32) -> &'static str {
+    match sig {
+        libc::SIGSEGV => "SIGSEGV",
+        libc::SIGABRT => "SIGABRT",
+        libc::SIGBUS => "SIGBUS",
+        libc::SIGKILL => "SIGKILL",
+        libc::SIGILL => "SIGILL",
+        libc::SIGFPE => "SIGFPE",
+        _ => "signal",
+    }
+}
+
+/// Runs the suite as `args` says; returns the process exit code (0: every
+/// run succeeded, 1: some worker failed; errors in the flags or a missing
+/// worker are `Err`).
+pub fn run(args: &BenchArgs) -> Result<i32> {
+    let plan = plan(args)?;
+    // A preloaded library that the loader refuses fails here, clearly,
+    // before any measurement.
+    for (spec, exe) in plan.allocs.iter().zip(&plan.workers) {
+        if spec.preload.is_some() {
+            run_worker(exe, spec, "churn", Scale::Tiny, 0, 1).map_err(|e| {
+                anyhow::anyhow!(
+                    "allocator `{}` cannot be preloaded: {e}",
+                    spec.preload.as_ref().expect("preload").display()
+                )
+            })?;
+        }
+    }
+    let total = plan.workloads.len() * plan.reps * plan.allocs.len();
+    let pb = ProgressBar::new(total as u64);
+    pb.set_style(
+        ProgressStyle::with_template(
+            "{elapsed_precise} [{bar:32.cyan/blue}] {pos}/{len} {msg} (eta {eta})",
+        )
+        .expect("template")
+        .progress_chars("=> "),
+    );
+    let started = Instant::now();
+    let mut records: Vec<RunRecord> = Vec::with_capacity(total);
+    for w in &plan.workloads {
+        for rep in 0..plan.reps {
+            // Interleaved: every allocator once per repetition, rotating the
+            // starting allocator so none always runs first.
+            let n = plan.allocs.len();
+            for k in 0..n {
+                let i = (k + rep) % n;
+                let spec = &plan.allocs[i];
+                pb.set_message(format!(
+                    "{w} · {} · run {}/{}",
+                    spec.label,
+                    rep + 1,
+                    plan.reps
+                ));
+                let t = Instant::now();
+                let seed = 0x5eed + rep as u64;
+                let idle = if rep == 0 || plan.idle_every_rep {
+                    plan.idle_ms
+                } else {
+                    0
+                };
+                let r = run_worker(&plan.workers[i], spec, w, plan.scale, idle, seed);
+                let process_ms = t.elapsed().as_secs_f64() * 1e3;
+                if let Err(e) = &r {
+                    pb.println(format!(
+                        "FAILED {w} under {} (run {}): {e}",
+                        spec.label,
+                        rep + 1
+                    ));
+                }
+                records.push(RunRecord {
+                    workload: w.clone(),
+                    allocator: spec.label.clone(),
+                    rep,
+                    process_ms,
+                    result: r.as_ref().ok().cloned(),
+                    error: r.err(),
+                });
+                pb.inc(1);
+            }
+        }
+    }
+    pb.finish_and_clear();
+    let wall = started.elapsed();
+    let summary = crate::report::summarize(&plan, &records);
+    let text = crate::report::render(&plan, &summary, wall);
+    println!("{text}");
+    if let Some(path) = &args.json {
+        crate::report::write_json(path, &plan, &records, &summary, wall)
+            .with_context(|| format!("writing {}", path.display()))?;
+        eprintln!("wrote {}", path.display());
+    }
+    if let Some(dir) = &args.plot {
+        let files = crate::plot::write_all(dir, &plan, &records, &summary)
+            .with_context(|| format!("writing charts into {}", dir.display()))?;
+        eprintln!("wrote {} charts into {}", files, dir.display());
+    }
+    let failed = records.iter().filter(|r| r.error.is_some()).count();
+    Ok(if failed == 0 { 0 } else { 1 })
+}

@@ -1,0 +1,373 @@
+//! Tools the workloads share: a small RNG, bookkeeping arrays that live
+//! outside the allocator under test, and readings from `/proc/self`.
+
+use std::alloc::{alloc, dealloc, handle_alloc_error, Layout};
+use std::fs::File;
+use std::io::{self, Read, Seek, SeekFrom};
+
+/// OS page size assumed by the page floor (x86-64 and aarch64 Linux default).
+pub const PAGE: usize = 4096;
+
+/// wyrand: fast, good enough for workload shapes, reproducible from a seed.
+#[derive(Clone, Debug)]
+pub struct Rng(u64);
+
+impl Rng {
+    /// A generator from `seed`.
+    pub fn new(seed: u64) -> Rng {
+        Rng(seed ^ 0x9e37_79b9_7f4a_7c15)
+    }
+
+    /// The next 64 random bits.
+    #[inline]
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0xa076_1d64_78bd_642f);
+        let t = (self.0 as u128).wrapping_mul((self.0 ^ 0xe703_7ed1_a0b4_28db) as u128);
+        ((t >> 64) as u64) ^ (t as u64)
+    }
+
+    /// Uniform in `0..n` (n > 0).
+    #[inline]
+    pub fn below(&mut self, n: u64) -> u64 {
+        ((self.next_u64() as u128 * n as u128) >> 64) as u64
+    }
+
+    /// Uniform in `lo..=hi`.
+    #[inline]
+    pub fn range(&mut self, lo: u64, hi: u64) -> u64 {
+        lo + self.below(hi - lo + 1)
+    }
+
+    /// Uniform in `[0, 1)`.
+    #[inline]
+    pub fn unit(&mut self) -> f64 {
+        (self.next_u64() >> 11) as f64 * (1.0 / (1u64 << 53) as f64)
+    }
+}
+
+/// A live object as the harness tracks it: address and requested size.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Obj {
+    /// Address returned by the allocator.
+    pub addr: usize,
+    /// Requested size in bytes.
+    pub size: usize,
+}
+
+/// Alignment of every workload allocation (what a Rust `Box<[u64]>` asks).
+pub const ALIGN: usize = 8;
+
+/// Allocates `size` bytes through the global allocator and writes `touch`
+/// bytes of it (at least the first byte), like a program initialising it.
+#[inline]
+pub fn new_obj(size: usize, touch: usize) -> Obj {
+    let layout = Layout::from_size_align(size, ALIGN).expect("layout");
+    // SAFETY: size > 0 for every workload (callers never ask 0).
+    let p = unsafe { alloc(layout) };
+    if p.is_null() {
+        handle_alloc_error(layout);
+    }
+    let n = touch.clamp(1, size);
+    // SAFETY: `p` points to `size` >= `n` writable bytes.
+    unsafe { core::ptr::write_bytes(p, 0xa5, n) };
+    Obj {
+        addr: std::hint::black_box(p) as usize,
+        size,
+    }
+}
+
+/// Writes one byte per OS page of the object (as a copying collector or a
+/// buffer fill would), so every page is committed.
+#[inline]
+pub fn touch_pages(o: Obj) {
+    let mut off = 0;
+    while off < o.size {
+        // SAFETY: `off < size`, the object is live and writable.
+        unsafe { core::ptr::write_volatile((o.addr + off) as *mut u8, 1) };
+        off += PAGE;
+    }
+}
+
+/// Frees an object made by [`new_obj`].
+#[inline]
+pub fn free_obj(o: Obj) {
+    let layout = Layout::from_size_align(o.size, ALIGN).expect("layout");
+    // SAFETY: `o` came from `new_obj` with this layout and is freed once.
+    unsafe { dealloc(o.addr as *mut u8, layout) };
+}
+
+/// A fixed-capacity array mapped straight from the OS with `MAP_POPULATE`,
+/// so the harness's own bookkeeping neither goes through the allocator under
+/// test nor changes RSS during the measured part: it is resident before the
+/// baseline is read.
+pub struct MmapVec<T: Copy> {
+    ptr: *mut T,
+    len: usize,
+    cap: usize,
+}
+
+// SAFETY: the array owns its mapping; `T: Copy + Send` values move with it.
+unsafe impl<T: Copy + Send> Send for MmapVec<T> {}
+
+impl<T: Copy> MmapVec<T> {
+    /// An empty array with room for `cap` elements, pages resident.
+    pub fn with_capacity(cap: usize) -> MmapVec<T> {
+        let bytes = (cap.max(1) * core::mem::size_of::<T>()).div_ceil(PAGE) * PAGE;
+        // The raw system call, not libc's `mmap`: workers interpose that
+        // symbol to count the allocator's calls, and these are not its.
+        // SAFETY: anonymous private mapping, no address hint.
+        let p = unsafe {
+            libc::syscall(
+                libc::SYS_mmap,
+                core::ptr::null_mut::<libc::c_void>(),
+                bytes,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_POPULATE,
+                -1,
+                0,
+            ) as *mut libc::c_void
+        };
+        assert!(
+            p != libc::MAP_FAILED,
+            "bookkeeping mmap of {bytes} bytes failed"
+        );
+        MmapVec {
+            ptr: p.cast(),
+            len: 0,
+            cap,
+        }
+    }
+
+    /// Appends (panics when full: capacities are computed from the workload).
+    #[inline]
+    pub fn push(&mut self, v: T) {
+        assert!(
+            self.len < self.cap,
+            "MmapVec capacity {} exceeded",
+            self.cap
+        );
+        // SAFETY: `len < cap`, inside the mapping.
+        unsafe { self.ptr.add(self.len).write(v) };
+        self.len += 1;
+    }
+
+    /// Removes and returns the last element.
+    #[inline]
+    pub fn pop(&mut self) -> Option<T> {
+        if self.len == 0 {
+            return None;
+        }
+        self.len -= 1;
+        // SAFETY: the element at `len` was written by `push`.
+        Some(unsafe { self.ptr.add(self.len).read() })
+    }
+
+    /// Forgets the contents (keeps the mapping).
+    pub fn clear(&mut self) {
+        self.len = 0;
+    }
+
+    /// Number of elements.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether there are no elements.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The elements.
+    pub fn as_slice(&self) -> &[T] {
+        // SAFETY: `len` initialised elements at `ptr`.
+        unsafe { core::slice::from_raw_parts(self.ptr, self.len) }
+    }
+
+    /// The elements, mutably.
+    pub fn as_mut_slice(&mut self) -> &mut [T] {
+        // SAFETY: `len` initialised elements at `ptr`, uniquely borrowed.
+        unsafe { core::slice::from_raw_parts_mut(self.ptr, self.len) }
+    }
+
+    /// Keeps the elements for which `keep` is true (order kept).
+    pub fn retain(&mut self, mut keep: impl FnMut(&T) -> bool) {
+        let mut w = 0;
+        for r in 0..self.len {
+            // SAFETY: `r < len`.
+            let v = unsafe { self.ptr.add(r).read() };
+            if keep(&v) {
+                // SAFETY: `w <= r < len`.
+                unsafe { self.ptr.add(w).write(v) };
+                w += 1;
+            }
+        }
+        self.len = w;
+    }
+}
+
+impl<T: Copy> Drop for MmapVec<T> {
+    fn drop(&mut self) {
+        let bytes = (self.cap.max(1) * core::mem::size_of::<T>()).div_ceil(PAGE) * PAGE;
+        // SAFETY: the mapping made in `with_capacity`, unmapped once (raw
+        // call, as in `with_capacity`).
+        unsafe { libc::syscall(libc::SYS_munmap, self.ptr, bytes) };
+    }
+}
+
+/// A set of page numbers (open addressing, outside the allocator).
+pub struct PageSet {
+    slots: MmapVec<u64>,
+    mask: usize,
+    len: usize,
+}
+
+impl PageSet {
+    /// Room for about `n` pages.
+    pub fn with_capacity(n: usize) -> PageSet {
+        let cap = (n.max(16) * 2).next_power_of_two();
+        let mut slots = MmapVec::with_capacity(cap);
+        for _ in 0..cap {
+            slots.push(0);
+        }
+        PageSet {
+            slots,
+            mask: cap - 1,
+            len: 0,
+        }
+    }
+
+    /// Inserts page `page`; true if it was not there.
+    pub fn insert(&mut self, page: usize) -> bool {
+        assert!(self.len * 4 < self.slots.len() * 3, "PageSet full");
+        let key = page as u64 + 1;
+        let mut i = (key.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 20) as usize & self.mask;
+        let s = self.slots.as_mut_slice();
+        loop {
+            if s[i] == key {
+                return false;
+            }
+            if s[i] == 0 {
+                s[i] = key;
+                self.len += 1;
+                return true;
+            }
+            i = (i + 1) & self.mask;
+        }
+    }
+
+    /// Pages in the set.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the set is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
+/// Number of distinct OS pages holding at least one byte of a live object:
+/// no page-granular allocator can hold these objects in fewer pages.
+pub fn pages_touched(objs: &[Obj]) -> u64 {
+    let spanned: usize = objs
+        .iter()
+        .map(|o| (o.addr + o.size - 1) / PAGE - o.addr / PAGE + 1)
+        .sum();
+    let mut set = PageSet::with_capacity(spanned + 16);
+    for o in objs {
+        let first = o.addr / PAGE;
+        let last = (o.addr + o.size - 1) / PAGE;
+        for p in first..=last {
+            set.insert(p);
+        }
+    }
+    set.len() as u64
+}
+
+/// Reads `/proc/self/statm` and `/proc/self/status` without allocating
+/// (the sampler thread must not perturb the allocator it watches).
+pub struct ProcReader {
+    statm: File,
+    status: File,
+    page: u64,
+}
+
+impl ProcReader {
+    /// Opens the files.
+    pub fn open() -> io::Result<ProcReader> {
+        // SAFETY: sysconf has no preconditions.
+        let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as u64;
+        Ok(ProcReader {
+            statm: File::open("/proc/self/statm")?,
+            status: File::open("/proc/self/status")?,
+            page,
+        })
+    }
+
+    /// Resident set size in bytes.
+    pub fn rss(&mut self) -> u64 {
+        let mut buf = [0u8; 256];
+        let n = read_all(&mut self.statm, &mut buf);
+        // Second field: resident pages.
+        let mut fields = buf[..n].split(|&b| b == b' ');
+        fields.next();
+        fields.next().map(parse_u64).unwrap_or(0) * self.page
+    }
+
+    /// Peak RSS (`VmHWM`) in bytes.
+    pub fn hwm(&mut self) -> u64 {
+        self.status_field(b"VmHWM:")
+    }
+
+    fn status_field(&mut self, key: &[u8]) -> u64 {
+        let mut buf = [0u8; 4096];
+        let n = read_all(&mut self.status, &mut buf);
+        for line in buf[..n].split(|&b| b == b'\n') {
+            if let Some(rest) = line.strip_prefix(key) {
+                let digits: &[u8] = rest
+                    .split(|b| !b.is_ascii_digit())
+                    .find(|s| !s.is_empty())
+                    .unwrap_or(b"0");
+                return parse_u64(digits) * 1024;
+            }
+        }
+        0
+    }
+}
+
+fn read_all(f: &mut File, buf: &mut [u8]) -> usize {
+    if f.seek(SeekFrom::Start(0)).is_err() {
+        return 0;
+    }
+    let mut n = 0;
+    while n < buf.len() {
+        match f.read(&mut buf[n..]) {
+            Ok(0) | Err(_) => break,
+            Ok(k) => n += k,
+        }
+    }
+    n
+}
+
+fn parse_u64(s: &[u8]) -> u64 {
+    s.iter()
+        .take_while(|b| b.is_ascii_digit())
+        .fold(0u64, |a, &b| a * 10 + (b - b'0') as u64)
+}
+
+/// Resets the kernel's peak-RSS mark (`VmHWM`) to the current RSS, so the
+/// peak read later belongs to the workload (Linux >= 4.0). Returns false if
+/// the kernel refused.
+pub fn reset_hwm() -> bool {
+    std::fs::write("/proc/self/clear_refs", b"5").is_ok()
+}
+
+/// Minor page faults of the process so far.
+pub fn minor_faults() -> u64 {
+    // SAFETY: `ru` is a valid out-parameter.
+    unsafe {
+        let mut ru: libc::rusage = core::mem::zeroed();
+        libc::getrusage(libc::RUSAGE_SELF, &mut ru);
+        ru.ru_minflt as u64
+    }
+}

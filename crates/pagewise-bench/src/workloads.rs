@@ -1,0 +1,639 @@
+//! The workload suite, written from the seeds in `shared/seeds`.
+//!
+//! Every workload allocates through the global allocator (whichever the
+//! worker binary installed) and keeps its own bookkeeping in [`MmapVec`]s
+//! mapped before the baseline RSS is read, so RSS growth is the allocator's
+//! and the objects'. A workload returns the objects still live at its end
+//! (its "survivors"): the worker measures RSS, live bytes and the page floor
+//! with them in place, waits the idle second, then frees them.
+
+use crate::util::{free_obj, new_obj, pages_touched, touch_pages, MmapVec, Obj, ProcReader, Rng};
+use serde::{Deserialize, Serialize};
+use std::alloc::{alloc, dealloc, handle_alloc_error, Layout};
+use std::sync::{Arc, Barrier, Mutex};
+use std::time::Instant;
+
+/// Names of the workloads, in suite order.
+pub const WORKLOADS: &[&str] = &[
+    "churn",
+    "arena-on-malloc",
+    "block-cohorts",
+    "phases",
+    "threads",
+    "mixed",
+];
+
+/// One line of description per workload (for `--help` and the report).
+pub fn describe(name: &str) -> &'static str {
+    match name {
+        "churn" => "seed 000 reproducer: N x allocate-then-free at 64 B, 4 KiB, 64 KiB, 256 KiB, 1 MiB",
+        "arena-on-malloc" => "seed 000 consumer: 31-class small-block arena on 4 KiB malloc'd arenas freed when empty",
+        "block-cohorts" => "seed 001: 256 KiB-1 MiB blocks for promoted cohorts, dropped, over a ~35 MB live set",
+        "phases" => "seed 003: phases of 16-512 B objects, most freed: dense random, clustered, sparse (1 survivor/page)",
+        "threads" => "larson-like server: random replace in per-thread slot arrays handed on, cross-thread frees; 2 then 4 threads",
+        "mixed" => "alloc-test shape: short-lived objects, Pareto sizes (16 B..64 KiB), some realloc",
+        _ => "unknown workload",
+    }
+}
+
+/// How big a run is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Scale {
+    /// Seconds-long sanity sizes for tests.
+    Tiny,
+    /// `--quick`: the whole suite in about a minute on 2 cores.
+    Quick,
+    /// The full suite.
+    Full,
+}
+
+impl Scale {
+    /// Parses `tiny`, `quick` or `full`.
+    pub fn parse(s: &str) -> Option<Scale> {
+        match s {
+            "tiny" => Some(Scale::Tiny),
+            "quick" => Some(Scale::Quick),
+            "full" => Some(Scale::Full),
+            _ => None,
+        }
+    }
+
+    /// The name `parse` accepts.
+    pub fn name(self) -> &'static str {
+        match self {
+            Scale::Tiny => "tiny",
+            Scale::Quick => "quick",
+            Scale::Full => "full",
+        }
+    }
+
+    fn pick<T>(self, tiny: T, quick: T, full: T) -> T {
+        match self {
+            Scale::Tiny => tiny,
+            Scale::Quick => quick,
+            Scale::Full => full,
+        }
+    }
+}
+
+/// A measured sub-part of a workload (a size, a phase, a thread count).
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct Part {
+    /// What the part is.
+    pub name: String,
+    /// Allocator operations (allocations + frees + reallocs) in the part.
+    pub ops: u64,
+    /// Wall time of the part in nanoseconds.
+    pub ns: u64,
+    /// RSS at the end of the part, if read.
+    pub rss: Option<u64>,
+    /// Requested bytes live at the end of the part, if known.
+    pub live_bytes: Option<u64>,
+    /// Pages holding a live byte at the end of the part, if computed.
+    pub floor_pages: Option<u64>,
+}
+
+/// What a workload reports while it runs.
+pub struct Rec {
+    /// Total allocator operations.
+    pub ops: u64,
+    /// Sub-parts.
+    pub parts: Vec<Part>,
+    /// Named extra figures (e.g. arena mallocs).
+    pub extra: Vec<(String, f64)>,
+    /// Phase marks: (ms since the workload started, label).
+    pub marks: Vec<(f64, String)>,
+    start: Instant,
+    proc: Option<ProcReader>,
+}
+
+impl Rec {
+    /// A recorder starting now.
+    pub fn new() -> Rec {
+        Rec {
+            ops: 0,
+            parts: Vec::with_capacity(16),
+            extra: Vec::with_capacity(8),
+            marks: Vec::with_capacity(16),
+            start: Instant::now(),
+            proc: ProcReader::open().ok(),
+        }
+    }
+
+    fn mark(&mut self, label: &str) {
+        let ms = self.start.elapsed().as_secs_f64() * 1e3;
+        self.marks.push((ms, label.to_string()));
+    }
+
+    fn rss(&mut self) -> Option<u64> {
+        self.proc.as_mut().map(|p| p.rss())
+    }
+}
+
+impl Default for Rec {
+    fn default() -> Self {
+        Rec::new()
+    }
+}
+
+/// Runs workload `name` at `scale`; returns the survivors.
+pub fn run(name: &str, scale: Scale, seed: u64, rec: &mut Rec) -> Result<MmapVec<Obj>, String> {
+    let mut rng = Rng::new(seed);
+    match name {
+        "churn" => Ok(churn(scale, rec)),
+        "arena-on-malloc" => Ok(arena_on_malloc(scale, &mut rng, rec)),
+        "block-cohorts" => Ok(block_cohorts(scale, &mut rng, rec)),
+        "phases" => Ok(phases(scale, &mut rng, rec)),
+        "threads" => Ok(threads(scale, seed, rec)),
+        "mixed" => Ok(mixed(scale, &mut rng, rec)),
+        _ => Err(format!(
+            "unknown workload `{name}` (known: {})",
+            WORKLOADS.join(", ")
+        )),
+    }
+}
+
+fn part_since(rec: &mut Rec, name: &str, ops: u64, t: Instant) {
+    let ns = t.elapsed().as_nanos() as u64;
+    let rss = rec.rss();
+    rec.parts.push(Part {
+        name: name.to_string(),
+        ops,
+        ns,
+        rss,
+        ..Part::default()
+    });
+}
+
+// ---------------------------------------------------------------------------
+// 1. churn
+
+fn churn(scale: Scale, rec: &mut Rec) -> MmapVec<Obj> {
+    let n = scale.pick(500, 50_000, 200_000);
+    for (size, label) in [
+        (64usize, "64 B"),
+        (4096, "4 KiB"),
+        (65536, "64 KiB"),
+        (256 << 10, "256 KiB"),
+        (1 << 20, "1 MiB"),
+    ] {
+        rec.mark(label);
+        let t = Instant::now();
+        for _ in 0..n {
+            let o = new_obj(size, 1);
+            free_obj(o);
+        }
+        rec.ops += 2 * n;
+        part_since(rec, label, 2 * n, t);
+    }
+    MmapVec::with_capacity(1)
+}
+
+// ---------------------------------------------------------------------------
+// 2. arena-on-malloc
+
+/// Block sizes of the arena's 31 classes: 16 B to 512 B in 16 B steps, with
+/// 496 B folded into 512 B (QuickJS 2026-06-04: "31 size classes from 16 to
+/// 512 bytes").
+fn arena_class_size(c: usize) -> usize {
+    if c < 30 {
+        16 * (c + 1)
+    } else {
+        512
+    }
+}
+
+const ARENA_BYTES: usize = 4096;
+const ARENA_CLASSES: usize = 31;
+
+#[derive(Clone, Copy, Default)]
+struct Arena {
+    base: usize,
+    class: u32,
+    live: u32,
+    bump: u32,
+    /// Offset + 1 of the first free block (0: none).
+    free_head: u32,
+    partial: bool,
+}
+
+/// A QuickJS-like small-block allocator: blocks are carved from 4 KiB arenas
+/// taken from malloc, and an arena is freed as soon as its last block is.
+struct SmallArena {
+    arenas: MmapVec<Arena>,
+    free_ids: MmapVec<u32>,
+    partial: Vec<MmapVec<u32>>,
+    arena_mallocs: u64,
+    arena_frees: u64,
+}
+
+impl SmallArena {
+    fn new(max_arenas: usize) -> SmallArena {
+        SmallArena {
+            arenas: MmapVec::with_capacity(max_arenas),
+            free_ids: MmapVec::with_capacity(max_arenas),
+            partial: (0..ARENA_CLASSES)
+                .map(|_| MmapVec::with_capacity(max_arenas))
+                .collect(),
+            arena_mallocs: 0,
+            arena_frees: 0,
+        }
+    }
+
+    fn layout() -> Layout {
+        Layout::from_size_align(ARENA_BYTES, 16).expect("layout")
+    }
+
+    /// Allocates a block of class `c`; returns (arena id, address).
+    fn alloc(&mut self, c: usize) -> (u32, usize) {
+        let bsize = arena_class_size(c) as u32;
+        let id = match self.partial[c].as_slice().last() {
+            Some(&id) => id,
+            None => {
+                // SAFETY: non-zero layout.
+                let p = unsafe { alloc(Self::layout()) };
+                if p.is_null() {
+                    handle_alloc_error(Self::layout());
+                }
+                self.arena_mallocs += 1;
+                let a = Arena {
+                    base: p as usize,
+                    class: c as u32,
+                    partial: true,
+                    ..Arena::default()
+                };
+                let id = match self.free_ids.pop() {
+                    Some(id) => {
+                        self.arenas.as_mut_slice()[id as usize] = a;
+                        id
+                    }
+                    None => {
+                        self.arenas.push(a);
+                        (self.arenas.len() - 1) as u32
+                    }
+                };
+                self.partial[c].push(id);
+                id
+            }
+        };
+        let a = &mut self.arenas.as_mut_slice()[id as usize];
+        let off = if a.free_head != 0 {
+            let off = a.free_head - 1;
+            // SAFETY: a free block of this arena holds the next link.
+            a.free_head = unsafe { ((a.base + off as usize) as *const u32).read() };
+            off
+        } else {
+            let off = a.bump;
+            a.bump += bsize;
+            off
+        };
+        a.live += 1;
+        let full = a.free_head == 0 && a.bump + bsize > ARENA_BYTES as u32;
+        if full {
+            a.partial = false;
+            self.partial[c].pop();
+        }
+        let addr = a.base + off as usize;
+        // SAFETY: the block is inside the arena; a program initialises it.
+        unsafe { core::ptr::write_bytes(addr as *mut u8, 0x5a, bsize as usize) };
+        (id, addr)
+    }
+
+    fn free(&mut self, id: u32, addr: usize) {
+        let a = &mut self.arenas.as_mut_slice()[id as usize];
+        let c = a.class as usize;
+        let off = (addr - a.base) as u32;
+        // SAFETY: the block is ours and dead; its first 4 bytes become the link.
+        unsafe { (addr as *mut u32).write(a.free_head) };
+        a.free_head = off + 1;
+        a.live -= 1;
+        if a.live == 0 {
+            // Free-on-empty: QuickJS's policy that resonated with seed 000's.
+            let base = a.base;
+            let was_partial = a.partial;
+            // SAFETY: the arena came from `alloc(layout())` and is now empty.
+            unsafe { dealloc(base as *mut u8, Self::layout()) };
+            self.arena_frees += 1;
+            if was_partial {
+                let list = &mut self.partial[c];
+                let pos = list
+                    .as_slice()
+                    .iter()
+                    .rposition(|&x| x == id)
+                    .expect("partial arena listed");
+                let last = list.pop().expect("non-empty");
+                if pos < list.len() {
+                    list.as_mut_slice()[pos] = last;
+                }
+            }
+            self.free_ids.push(id);
+        } else if !a.partial {
+            a.partial = true;
+            self.partial[c].push(id);
+        }
+    }
+}
+
+fn arena_on_malloc(scale: Scale, rng: &mut Rng, rec: &mut Rec) -> MmapVec<Obj> {
+    // A call-stack-like driver: frames of short-lived objects are pushed and
+    // popped in a random walk over the depth, so every class's live count
+    // keeps crossing zero (all classes drain whenever the stack empties).
+    let steps: u64 = scale.pick(2_000, 1_000_000, 6_000_000);
+    let max_depth = 12usize;
+    let max_objs_per_frame = 48usize;
+    let mut sa = SmallArena::new(max_depth * max_objs_per_frame + 64);
+    let mut objs: MmapVec<(u32, usize)> = MmapVec::with_capacity(max_depth * max_objs_per_frame);
+    let mut frames: MmapVec<usize> = MmapVec::with_capacity(max_depth + 1);
+    let t = Instant::now();
+    let mut ops = 0u64;
+    for _ in 0..steps {
+        let push = frames.is_empty() || (frames.len() < max_depth && rng.below(2) == 0);
+        if push {
+            frames.push(objs.len());
+            let n = rng.range(1, max_objs_per_frame as u64) as usize;
+            // Each frame uses one to three classes, small ones more often.
+            let k = rng.range(1, 3) as usize;
+            let mut classes = [0usize; 3];
+            for c in classes.iter_mut().take(k) {
+                let u = rng.unit();
+                *c = ((u * u) * ARENA_CLASSES as f64) as usize % ARENA_CLASSES;
+            }
+            for i in 0..n {
+                let (id, addr) = sa.alloc(classes[i % k]);
+                objs.push((id, addr));
+            }
+            ops += n as u64;
+        } else {
+            let start = frames.pop().expect("frame");
+            while objs.len() > start {
+                let (id, addr) = objs.pop().expect("obj");
+                sa.free(id, addr);
+                ops += 1;
+            }
+        }
+    }
+    while let Some((id, addr)) = objs.pop() {
+        sa.free(id, addr);
+        ops += 1;
+    }
+    rec.ops += ops + sa.arena_mallocs + sa.arena_frees;
+    part_since(rec, "blocks", ops, t);
+    rec.extra
+        .push(("arena_mallocs".to_string(), sa.arena_mallocs as f64));
+    rec.extra
+        .push(("arena_frees".to_string(), sa.arena_frees as f64));
+    MmapVec::with_capacity(1)
+}
+
+// ---------------------------------------------------------------------------
+// 3. block-cohorts
+
+fn block_cohorts(scale: Scale, rng: &mut Rng, rec: &mut Rec) -> MmapVec<Obj> {
+    let live_target: usize = scale.pick(4 << 20, 35 << 20, 35 << 20);
+    let cohort_bytes: usize = scale.pick(2 << 20, 16 << 20, 16 << 20);
+    let cohorts: usize = scale.pick(4, 150, 1500);
+    let block = |rng: &mut Rng| (rng.range(256, 1024) as usize) << 10;
+    let mut live: MmapVec<Obj> = MmapVec::with_capacity(live_target / (256 << 10) + 8);
+    let mut cohort: MmapVec<Obj> = MmapVec::with_capacity(cohort_bytes / (256 << 10) + 8);
+    let t = Instant::now();
+    let mut ops = 0u64;
+    let mut live_bytes = 0usize;
+    rec.mark("live set");
+    while live_bytes < live_target {
+        let o = new_obj(block(rng), 1);
+        touch_pages(o);
+        live_bytes += o.size;
+        live.push(o);
+        ops += 1;
+    }
+    rec.mark("cohorts");
+    for _ in 0..cohorts {
+        // Promote a cohort: blocks filled (every page written) ...
+        let mut b = 0;
+        while b < cohort_bytes {
+            let o = new_obj(block(rng), 1);
+            touch_pages(o);
+            b += o.size;
+            cohort.push(o);
+            ops += 1;
+        }
+        // ... a few survivors replace old live-set blocks (the live set
+        // persists but is not frozen) ...
+        for _ in 0..2 {
+            let i = rng.below(live.len() as u64) as usize;
+            let old = live.as_slice()[i];
+            let o = new_obj(block(rng), 1);
+            touch_pages(o);
+            live.as_mut_slice()[i] = o;
+            free_obj(old);
+            live_bytes = live_bytes + o.size - old.size;
+            ops += 2;
+        }
+        // ... and the cohort dies.
+        while let Some(o) = cohort.pop() {
+            free_obj(o);
+            ops += 1;
+        }
+    }
+    rec.ops += ops;
+    part_since(rec, "cohorts", ops, t);
+    live
+}
+
+// ---------------------------------------------------------------------------
+// 4. phases
+
+fn phases(scale: Scale, rng: &mut Rng, rec: &mut Rec) -> MmapVec<Obj> {
+    let n: usize = scale.pick(20_000, 300_000, 2_000_000);
+    let mut all: MmapVec<Obj> = MmapVec::with_capacity(n);
+    // Survivors of every phase accumulate, as in seed 003's "phase 10".
+    let mut survivors: MmapVec<Obj> = MmapVec::with_capacity(n);
+    for phase in ["dense", "clustered", "sparse"] {
+        rec.mark(phase);
+        let t = Instant::now();
+        for _ in 0..n {
+            let size = rng.range(2, 64) as usize * 8;
+            all.push(new_obj(size, size));
+        }
+        let mut ops = n as u64;
+        match phase {
+            // 10% random survivors.
+            "dense" => {
+                for &o in all.as_slice() {
+                    if rng.below(10) == 0 {
+                        survivors.push(o);
+                    } else {
+                        free_obj(o);
+                        ops += 1;
+                    }
+                }
+            }
+            // Runs of 256 consecutive allocations, one run in ten kept.
+            "clustered" => {
+                for (i, &o) in all.as_slice().iter().enumerate() {
+                    if (i / 256) % 10 == 0 {
+                        survivors.push(o);
+                    } else {
+                        free_obj(o);
+                        ops += 1;
+                    }
+                }
+            }
+            // One survivor per OS page: the first object starting on a page
+            // that holds no survivor yet.
+            _ => {
+                let mut pages = crate::util::PageSet::with_capacity(n);
+                for &o in all.as_slice() {
+                    if pages.insert(o.addr / crate::util::PAGE) {
+                        survivors.push(o);
+                    } else {
+                        free_obj(o);
+                        ops += 1;
+                    }
+                }
+            }
+        }
+        all.clear();
+        rec.ops += ops;
+        let ns = t.elapsed().as_nanos() as u64;
+        let rss = rec.rss();
+        let live: u64 = survivors.as_slice().iter().map(|o| o.size as u64).sum();
+        rec.parts.push(Part {
+            name: phase.to_string(),
+            ops,
+            ns,
+            rss,
+            live_bytes: Some(live),
+            floor_pages: Some(pages_touched(survivors.as_slice())),
+        });
+    }
+    survivors
+}
+
+// ---------------------------------------------------------------------------
+// 5. threads
+
+fn threads(scale: Scale, seed: u64, rec: &mut Rec) -> MmapVec<Obj> {
+    let slots: usize = scale.pick(200, 4_000, 10_000);
+    let rounds: usize = scale.pick(4, 20, 60);
+    let per_round: usize = scale.pick(500, 10_000, 40_000);
+    let mut survivors = MmapVec::with_capacity(4 * slots);
+    for nthreads in [2usize, 4] {
+        let label = format!("{nthreads} threads");
+        rec.mark(&label);
+        let t = Instant::now();
+        // One slot array per thread; after each round thread i takes the
+        // array thread i-1 filled, so every free is of another thread's object.
+        let mailbox: Arc<Vec<Mutex<Option<Vec<Obj>>>>> =
+            Arc::new((0..nthreads).map(|_| Mutex::new(None)).collect());
+        let barrier = Arc::new(Barrier::new(nthreads));
+        let handles: Vec<_> = (0..nthreads)
+            .map(|id| {
+                let mailbox = Arc::clone(&mailbox);
+                let barrier = Arc::clone(&barrier);
+                std::thread::spawn(move || {
+                    let mut rng = Rng::new(seed ^ ((id as u64 + 1) * 0x1234_5678));
+                    let size = |rng: &mut Rng| rng.range(16, 1024) as usize;
+                    let mut arr: Vec<Obj> =
+                        (0..slots).map(|_| new_obj(size(&mut rng), 8)).collect();
+                    let mut ops = slots as u64;
+                    for _ in 0..rounds {
+                        for _ in 0..per_round {
+                            let i = rng.below(slots as u64) as usize;
+                            free_obj(arr[i]);
+                            arr[i] = new_obj(size(&mut rng), 8);
+                            ops += 2;
+                        }
+                        *mailbox[(id + 1) % nthreads].lock().expect("mailbox") = Some(arr);
+                        barrier.wait();
+                        arr = mailbox[id].lock().expect("mailbox").take().expect("array");
+                        barrier.wait();
+                    }
+                    (arr, ops)
+                })
+            })
+            .collect();
+        let mut ops = 0;
+        let mut arrays = Vec::new();
+        for h in handles {
+            let (arr, n) = h.join().expect("worker thread panicked");
+            ops += n;
+            arrays.push(arr);
+        }
+        // The 2-thread run's objects die (freed by the main thread); the
+        // 4-thread run's stay live for the measurement.
+        for arr in arrays {
+            for o in arr {
+                if nthreads == 4 {
+                    survivors.push(o);
+                } else {
+                    free_obj(o);
+                    ops += 1;
+                }
+            }
+        }
+        rec.ops += ops;
+        part_since(rec, &label, ops, t);
+    }
+    survivors
+}
+
+// ---------------------------------------------------------------------------
+// 6. mixed
+
+fn mixed(scale: Scale, rng: &mut Rng, rec: &mut Rec) -> MmapVec<Obj> {
+    let steps: u64 = scale.pick(5_000, 1_000_000, 8_000_000);
+    let window = 4096usize;
+    let pareto = |rng: &mut Rng| -> usize {
+        // Pareto(x_m = 16, alpha = 1.1), capped at 64 KiB: mostly tiny
+        // objects, a long tail of larger ones.
+        let u = 1.0 - rng.unit();
+        let x = 16.0 / u.powf(1.0 / 1.1);
+        (x as usize).clamp(16, 64 << 10)
+    };
+    let mut slots: MmapVec<Obj> = MmapVec::with_capacity(window);
+    for _ in 0..window {
+        slots.push(Obj::default());
+    }
+    let t = Instant::now();
+    let mut ops = 0u64;
+    for _ in 0..steps {
+        let i = rng.below(window as u64) as usize;
+        let old = slots.as_slice()[i];
+        if old.addr != 0 && rng.below(8) == 0 {
+            // Grow or shrink in place of a free + malloc.
+            let new_size = pareto(rng);
+            let layout = Layout::from_size_align(old.size, crate::util::ALIGN).expect("layout");
+            // SAFETY: `old` is live with `layout`; new_size > 0.
+            let p = unsafe { std::alloc::realloc(old.addr as *mut u8, layout, new_size) };
+            if p.is_null() {
+                handle_alloc_error(layout);
+            }
+            // SAFETY: `p` has `new_size` bytes.
+            unsafe { p.add(new_size - 1).write(1) };
+            slots.as_mut_slice()[i] = Obj {
+                addr: p as usize,
+                size: new_size,
+            };
+            ops += 1;
+            continue;
+        }
+        if old.addr != 0 {
+            free_obj(old);
+            ops += 1;
+        }
+        let size = pareto(rng);
+        slots.as_mut_slice()[i] = new_obj(size, 64);
+        ops += 1;
+    }
+    rec.ops += ops;
+    part_since(rec, "objects", ops, t);
+    let mut live = MmapVec::with_capacity(window);
+    for &o in slots.as_slice() {
+        if o.addr != 0 {
+            live.push(o);
+        }
+    }
+    live
+}

@@ -1,0 +1,196 @@
+//! The harness, not the numbers: every workload runs under every built-in
+//! worker, the JSON parses, charts are written, bad allocators are refused
+//! with a clear message. No timing is asserted.
+
+use pagewise_bench::workloads::{self, Rec, Scale, WORKLOADS};
+use pagewise_bench::{run, BenchArgs};
+use std::path::PathBuf;
+
+fn worker_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_pagewise-bench-worker-system"))
+        .parent()
+        .expect("bin dir")
+        .to_path_buf()
+}
+
+fn tmp(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("pagewise-bench-test-{}", std::process::id()));
+    std::fs::create_dir_all(&d).expect("tmp dir");
+    d.join(name)
+}
+
+fn tiny(allocs: &[&str]) -> BenchArgs {
+    BenchArgs {
+        alloc: allocs.iter().map(|s| s.to_string()).collect(),
+        scale: Some("tiny".into()),
+        runs: Some(1),
+        idle_ms: Some(0),
+        worker_dir: Some(worker_dir()),
+        ..BenchArgs::default()
+    }
+}
+
+#[test]
+fn every_workload_runs_in_process() {
+    for w in WORKLOADS {
+        let mut rec = Rec::new();
+        let survivors = workloads::run(w, Scale::Tiny, 7, &mut rec).expect("known workload");
+        assert!(rec.ops > 0, "{w}: no operations counted");
+        assert!(!rec.parts.is_empty(), "{w}: no parts recorded");
+        for o in survivors.as_slice() {
+            pagewise_bench::util::free_obj(*o);
+        }
+    }
+    assert!(workloads::run("nope", Scale::Tiny, 7, &mut Rec::new()).is_err());
+}
+
+#[test]
+fn suite_runs_under_every_builtin_and_json_parses() {
+    let json = tmp("all.json");
+    let plots = tmp("plots");
+    let mut args = tiny(&["pagewise", "system", "jemalloc", "mimalloc"]);
+    args.json = Some(json.clone());
+    args.plot = Some(plots.clone());
+    let code = run(&args).expect("suite runs");
+    let text = std::fs::read_to_string(&json).expect("json written");
+    let v: serde_json::Value = serde_json::from_str(&text).expect("json parses");
+    let runs = v["runs"].as_array().expect("runs array");
+    assert_eq!(runs.len(), WORKLOADS.len() * 4);
+    for r in runs {
+        assert!(
+            r["error"].is_null(),
+            "{} under {} failed: {}",
+            r["workload"],
+            r["allocator"],
+            r["error"]
+        );
+        let res = &r["result"];
+        assert!(res["ops"].as_u64().unwrap() > 0);
+        assert!(res["elapsed_ns"].as_u64().unwrap() > 0);
+        assert!(res["peak_rss"].as_u64().is_some());
+        assert!(res["samples"].is_array());
+        // Counted syscalls exist exactly where they can be counted.
+        let counted = !res["syscalls"].is_null();
+        assert_eq!(counted, r["allocator"] != "system", "{r}");
+    }
+    assert_eq!(code, 0);
+    let summary = v["summary"]["cells"].as_array().expect("summary");
+    assert_eq!(summary.len(), WORKLOADS.len() * 4);
+    for w in WORKLOADS {
+        assert!(
+            plots.join(format!("throughput-{w}.svg")).is_file(),
+            "{w} chart"
+        );
+    }
+    let svg = std::fs::read_to_string(plots.join("rss-phases.svg")).expect("rss chart");
+    assert!(svg.starts_with("<svg"));
+}
+
+#[test]
+fn only_filters_workloads() {
+    let json = tmp("only.json");
+    let mut args = tiny(&["system"]);
+    args.only = vec!["churn".into(), "mixed".into()];
+    args.json = Some(json.clone());
+    assert_eq!(run(&args).expect("runs"), 0);
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert_eq!(v["workloads"], serde_json::json!(["churn", "mixed"]));
+}
+
+fn err_of(args: &BenchArgs) -> String {
+    format!("{:#}", run(args).expect_err("must fail"))
+}
+
+#[test]
+fn missing_so_is_a_clear_error() {
+    let e = err_of(&tiny(&[
+        "pagewise",
+        "/nonexistent/libtcmalloc_minimal.so.4",
+    ]));
+    assert!(e.contains("/nonexistent/libtcmalloc_minimal.so.4"), "{e}");
+    assert!(e.contains("cannot read"), "{e}");
+}
+
+#[test]
+fn non_elf_so_is_a_clear_error() {
+    let p = tmp("fake.so");
+    std::fs::write(&p, b"not a library").unwrap();
+    let e = err_of(&tiny(&[p.to_str().unwrap()]));
+    assert!(e.contains("not an ELF"), "{e}");
+}
+
+#[test]
+fn so_the_loader_refuses_is_a_clear_error() {
+    // ELF magic, then garbage: passes the cheap check, ld.so refuses it.
+    let p = tmp("broken.so");
+    let mut bytes = b"\x7fELF".to_vec();
+    bytes.extend_from_slice(&[0u8; 60]);
+    std::fs::write(&p, bytes).unwrap();
+    let e = err_of(&tiny(&[p.to_str().unwrap()]));
+    assert!(e.contains("cannot be preloaded"), "{e}");
+}
+
+#[test]
+fn a_real_so_is_preloaded() {
+    // Any shared library shows the mechanism (the worker checks that the
+    // loader mapped it); libm is on every glibc system.
+    let Some(libm) = [
+        "/lib/x86_64-linux-gnu/libm.so.6",
+        "/lib/aarch64-linux-gnu/libm.so.6",
+    ]
+    .into_iter()
+    .find(|p| std::path::Path::new(p).is_file()) else {
+        return;
+    };
+    let mut args = tiny(&[libm]);
+    args.only = vec!["churn".into()];
+    assert_eq!(run(&args).expect("preload runs"), 0);
+}
+
+#[test]
+fn unknown_names_are_clear_errors() {
+    let e = err_of(&tiny(&["tcmalloc"]));
+    assert!(e.contains("unknown allocator `tcmalloc`"), "{e}");
+    let mut args = tiny(&["system"]);
+    args.only = vec!["nope".into()];
+    let e = err_of(&args);
+    assert!(e.contains("unknown workload `nope`"), "{e}");
+}
+
+#[test]
+fn missing_workers_say_how_to_build_them() {
+    let mut args = tiny(&["pagewise"]);
+    args.worker_dir = Some(tmp("empty-release-dir"));
+    std::fs::create_dir_all(args.worker_dir.as_ref().unwrap()).unwrap();
+    let e = err_of(&args);
+    assert!(e.contains("pagewise-bench-worker-pagewise"), "{e}");
+    assert!(e.contains("cargo build"), "{e}");
+    assert!(e.contains("-p pagewise-bench --bins"), "{e}");
+}
+
+#[test]
+fn page_floor_counts_pages_holding_live_bytes() {
+    use pagewise_bench::util::{pages_touched, Obj, PAGE};
+    let base = 1 << 30;
+    let objs = [
+        Obj {
+            addr: base,
+            size: 16,
+        }, // page 0
+        Obj {
+            addr: base + 100,
+            size: 16,
+        }, // page 0 again
+        Obj {
+            addr: base + PAGE - 8,
+            size: 16,
+        }, // pages 0 and 1
+        Obj {
+            addr: base + 5 * PAGE,
+            size: 3 * PAGE,
+        }, // pages 5, 6, 7
+    ];
+    assert_eq!(pages_touched(&objs), 5);
+    assert_eq!(pages_touched(&[]), 0);
+}
