@@ -1,4 +1,5 @@
-//! `pagewise`: run programs on libpagewise.so and see where their memory went.
+//! `pagewise`: run programs on libpagewise.so and see where their memory went,
+//! and benchmark pagewise against its peers.
 //!
 //! Subcommands live in their own modules; `main` only parses and dispatches.
 
@@ -20,12 +21,21 @@ struct Cli {
 enum Command {
     /// Run a program with libpagewise.so preloaded and report its memory.
     Run(run::RunArgs),
+    /// Run the seeds' workloads under pagewise and its peers, side by side.
+    Bench(pagewise_bench::BenchArgs),
 }
 
 fn main() {
     let cli = Cli::parse();
     let code = match cli.command {
         Command::Run(args) => run::main(args),
+        Command::Bench(args) => match pagewise_bench::run(&args) {
+            Ok(code) => code,
+            Err(e) => {
+                eprintln!("pagewise bench: {e:#}");
+                2
+            }
+        },
     };
     std::process::exit(code);
 }
