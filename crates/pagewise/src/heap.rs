@@ -500,7 +500,9 @@ impl HeapCore {
             let c = &self.classes[class];
             c.pages.sub(1);
             c.slots.sub((*page).reserved as u64);
-            (*page).kind = Kind::Free;
+            // The span becomes `Kind::Free` inside `give_back_slab`, under
+            // the span lock: a neighbour being freed by another thread must
+            // not see it free before it is in the pool.
         }
         let now = self.source().now_ms();
         let ctx = self.ctx();
@@ -663,7 +665,7 @@ impl HeapCore {
         let now = self.source().now_ms();
         let ctx = self.ctx();
         let mut spans = self.spans.lock();
-        let Some(page) = spans.take(&ctx, n, align_slices) else {
+        let Some((page, _)) = spans.take(&ctx, n, align_slices) else {
             return (null_mut(), false);
         };
         // SAFETY: a freshly taken span, exclusively ours under the lock.
@@ -707,7 +709,7 @@ impl HeapCore {
         spans.counts.large_count -= 1;
         spans.counts.large_bytes -= size;
         spans.counts.large_requested -= requested;
-        spans.give_back(page, now);
+        spans.give_back_large(page, now);
         self.after_span_change(&ctx, &mut spans, now);
     }
 

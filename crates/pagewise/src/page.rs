@@ -69,6 +69,9 @@ pub struct Page {
     pub in_dirty: bool,
     /// Slab: the page was found empty by the last maintenance pass.
     pub idle: bool,
+    /// Free span: its committed OS pages (kept so that freeing and
+    /// splitting never recount the bitmap of a whole span).
+    pub dirty_pages: u32,
     /// Span length in slices (first descriptor; and last for free spans).
     pub slice_count: u32,
     /// Distance back to the span's first descriptor.
@@ -109,6 +112,7 @@ impl Page {
             in_full: false,
             in_dirty: false,
             idle: false,
+            dirty_pages: 0,
             slice_count: 0,
             slice_offset: 0,
             heap: null_mut(),

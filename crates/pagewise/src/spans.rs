@@ -151,9 +151,11 @@ impl Spans {
         seg.count_committed(idx * OS_PAGES_PER_SLICE, n * OS_PAGES_PER_SLICE)
     }
 
-    /// Links a free span into its bin (address order) and, if it holds
-    /// committed pages, at the tail of the retention FIFO.
-    fn insert(&mut self, f: *mut Page, n: usize, freed_at: u64) {
+    /// Links a free span of `n` slices holding `dirty` committed OS pages
+    /// into its bin (address order) and, if `dirty > 0`, at the tail of the
+    /// retention FIFO.
+    fn insert(&mut self, f: *mut Page, n: usize, freed_at: u64, dirty: usize) {
+        debug_assert_eq!(dirty, Self::committed_pages(f, n));
         let seg = seg_of(f);
         let idx = seg.index_of(f);
         // SAFETY: `f` and the span's last descriptor belong to this segment;
@@ -165,6 +167,7 @@ impl Spans {
             (*f).start = seg.slice_addr(idx);
             (*f).freed_at = freed_at;
             (*f).in_dirty = false;
+            (*f).dirty_pages = dirty as u32;
             let last = seg.page(idx + n - 1);
             (*last).slice_offset = (n - 1) as u32;
             (*last).slice_count = n as u32;
@@ -188,17 +191,19 @@ impl Spans {
             (*seg.links()).free_slices += n;
         }
         self.nonempty[n / 64] |= 1 << (n % 64);
-        let dirty = Self::committed_pages(f, n);
         if dirty > 0 {
             self.counts.retained += dirty * OS_PAGE;
             self.dirty_push(f);
         }
     }
 
-    fn remove(&mut self, f: *mut Page) {
+    /// Unlinks a free span; returns its committed OS pages.
+    fn remove(&mut self, f: *mut Page) -> usize {
         let n = count_of(f);
+        // SAFETY: a free span descriptor (lock held).
+        let dirty = unsafe { (*f).dirty_pages } as usize;
         if self.is_dirty(f) {
-            self.counts.retained -= Self::committed_pages(f, n) * OS_PAGE;
+            self.counts.retained -= dirty * OS_PAGE;
             self.dirty_unlink(f);
         }
         // SAFETY: `f` is a linked free span of this pool (lock held).
@@ -216,6 +221,7 @@ impl Spans {
         if self.bins[n].is_null() {
             self.nonempty[n / 64] &= !(1 << (n % 64));
         }
+        dirty
     }
 
     fn is_dirty(&self, f: *mut Page) -> bool {
@@ -261,7 +267,8 @@ impl Spans {
     /// slices (1 for no alignment): best fit, lowest address. Maps a new
     /// segment if no free span fits. Every descriptor of the span points
     /// back to its first; committed bits are the caller's business.
-    pub fn take(&mut self, ctx: &Ctx, n: usize, align_slices: usize) -> Option<*mut Page> {
+    /// Returns the span and how many of its OS pages are committed.
+    pub fn take(&mut self, ctx: &Ctx, n: usize, align_slices: usize) -> Option<(*mut Page, usize)> {
         debug_assert!(n >= 1 && n + align_slices - 1 <= SPAN_SLICES);
         let want = n + align_slices - 1;
         let bin = match self.first_bin_at_least(want) {
@@ -274,17 +281,32 @@ impl Spans {
         let f = self.bins[bin];
         // SAFETY: a non-empty bin's head is a free span descriptor.
         let freed_at = unsafe { (*f).freed_at };
-        self.remove(f);
+        let dirty = self.remove(f);
         let seg = seg_of(f);
         let idx = seg.index_of(f);
         let lead = (align_slices - (idx % align_slices)) % align_slices;
-        if lead > 0 {
-            self.insert(f, lead, freed_at);
-        }
         let start = idx + lead;
+        // Count only the parts cut off the front and the part taken; the
+        // tail's count follows from the span's.
+        let (lead_dirty, taken_dirty) = if dirty == 0 {
+            (0, 0)
+        } else {
+            (
+                Self::committed_pages(f, lead),
+                Self::committed_pages(seg.page(start), n),
+            )
+        };
+        if lead > 0 {
+            self.insert(f, lead, freed_at, lead_dirty);
+        }
         let tail = bin - lead - n;
         if tail > 0 {
-            self.insert(seg.page(start + n), tail, freed_at);
+            self.insert(
+                seg.page(start + n),
+                tail,
+                freed_at,
+                dirty - lead_dirty - taken_dirty,
+            );
         }
         let p = seg.page(start);
         // SAFETY: the descriptors of the span just carved, ours under the lock.
@@ -296,7 +318,7 @@ impl Spans {
             (*p).start = seg.slice_addr(start);
             (*p).heap = ctx.heap;
         }
-        Some(p)
+        Some((p, taken_dirty))
     }
 
     /// Marks all OS pages of a used span committed (large objects, whose
@@ -315,8 +337,8 @@ impl Spans {
     /// retained dirty) leave this pool's accounting: the caller counts them.
     /// Returns the page and its committed bytes.
     pub fn take_for_slab(&mut self, ctx: &Ctx, n: usize) -> Option<(*mut Page, usize)> {
-        let p = self.take(ctx, n, 1)?;
-        let bytes = Self::committed_pages(p, n) * OS_PAGE;
+        let (p, dirty) = self.take(ctx, n, 1)?;
+        let bytes = dirty * OS_PAGE;
         self.counts.committed -= bytes;
         Some((p, bytes))
     }
@@ -324,14 +346,22 @@ impl Spans {
     /// Returns a slab page's span; its committed pages join this pool's
     /// accounting (as retained).
     pub fn give_back_slab(&mut self, p: *mut Page, now: u64) -> usize {
-        let bytes = Self::committed_pages(p, count_of(p)) * OS_PAGE;
-        self.add_committed(bytes);
-        self.give_back(p, now);
-        bytes
+        let dirty = Self::committed_pages(p, count_of(p));
+        self.add_committed(dirty * OS_PAGE);
+        self.give_back(p, now, dirty);
+        dirty * OS_PAGE
     }
 
-    /// Returns a used span to the pool, coalescing with free neighbours.
-    pub fn give_back(&mut self, p: *mut Page, now: u64) {
+    /// Returns a large object's span (all of whose pages are committed).
+    pub fn give_back_large(&mut self, p: *mut Page, now: u64) {
+        let dirty = count_of(p) * OS_PAGES_PER_SLICE;
+        debug_assert_eq!(dirty, Self::committed_pages(p, count_of(p)));
+        self.give_back(p, now, dirty);
+    }
+
+    /// Returns a used span holding `dirty` committed OS pages to the pool,
+    /// coalescing with free neighbours.
+    fn give_back(&mut self, p: *mut Page, now: u64, mut dirty: usize) {
         let seg = seg_of(p);
         let mut idx = seg.index_of(p);
         let mut n = count_of(p);
@@ -343,19 +373,19 @@ impl Spans {
             if end < SLICES_PER_SEGMENT && (*seg.page(end)).kind == Kind::Free {
                 let next = seg.page(end);
                 n += count_of(next);
-                self.remove(next);
+                dirty += self.remove(next);
             }
             if idx > HEADER_SLICES {
                 let before = idx - 1;
                 let first = before - (*seg.page(before)).slice_offset as usize;
                 if first >= HEADER_SLICES && (*seg.page(first)).kind == Kind::Free {
-                    self.remove(seg.page(first));
+                    dirty += self.remove(seg.page(first));
                     n += idx - first;
                     idx = first;
                 }
             }
         }
-        self.insert(seg.page(idx), n, now);
+        self.insert(seg.page(idx), n, now, dirty);
     }
 
     /// Grows a used large span in place by `extra` slices if the span after
@@ -375,9 +405,14 @@ impl Spans {
             if m < extra {
                 return false;
             }
-            self.remove(next);
+            let dirty = self.remove(next);
             if m > extra {
-                self.insert(seg.page(end + extra), m - extra, freed_at);
+                let taken = if dirty == 0 {
+                    0
+                } else {
+                    Self::committed_pages(next, extra)
+                };
+                self.insert(seg.page(end + extra), m - extra, freed_at, dirty - taken);
             }
             for i in n..n + extra {
                 (*seg.page(idx + i)).slice_offset = i as u32;
@@ -402,7 +437,8 @@ impl Spans {
             (*p).slice_count = keep as u32;
             (*t).slice_count = (n - keep) as u32;
         }
-        self.give_back(t, now);
+        // A large object's pages are all committed.
+        self.give_back_large(t, now);
     }
 
     fn new_segment(&mut self, ctx: &Ctx) -> Option<()> {
@@ -418,7 +454,7 @@ impl Spans {
         self.counts.metadata += HEADER_PAGES * OS_PAGE;
         // SAFETY: initialised above.
         let first = unsafe { (*seg).page(HEADER_SLICES) };
-        self.insert(first, SPAN_SLICES, 0);
+        self.insert(first, SPAN_SLICES, 0, 0);
         Some(())
     }
 
@@ -442,7 +478,8 @@ impl Spans {
         let seg = seg_of(f);
         let idx = seg.index_of(f);
         let n = count_of(f);
-        let dirty = Self::committed_pages(f, n);
+        // SAFETY: a free span on the FIFO (lock held).
+        let dirty = unsafe { (*f).dirty_pages } as usize;
         self.counts.retained -= dirty * OS_PAGE;
         self.dirty_unlink(f);
         let base = seg.base();
@@ -467,6 +504,8 @@ impl Spans {
         );
         self.counts.committed -= cleared * OS_PAGE;
         self.counts.purged += cleared * OS_PAGE;
+        // SAFETY: as above.
+        unsafe { (*f).dirty_pages = (dirty - cleared) as u32 };
         if failed {
             self.counts.purge_failures += 1;
             self.counts.retained += (dirty - cleared) * OS_PAGE;
