@@ -448,9 +448,7 @@ impl HeapCore {
         while !p.is_null() && seen < FULLEST_CANDIDATES {
             // SAFETY: queue entries are slab pages of this heap.
             let (usable, used, next) = unsafe {
-                let usable = (*p).has_free()
-                    || (*p).capacity < (*p).reserved
-                    || (*p).thread_free.load(Relaxed) > 1;
+                let usable = (*p).has_free() || (*p).capacity < (*p).reserved || (*p).has_remote();
                 (usable, (*p).used(), (*p).next)
             };
             if usable && (best.is_null() || used > best_used) {
@@ -962,7 +960,7 @@ impl HeapCore {
             let mut p = self.local().full.head;
             while !p.is_null() {
                 let next = (*p).next;
-                if (*p).thread_free.load(Relaxed) > 1 {
+                if (*p).has_remote() {
                     self.local().full.remove(p);
                     (*p).clear_full();
                     self.local().queues[(*p).class as usize].push(p);

@@ -35,9 +35,16 @@ pub struct Block {
     pub next: *mut Block,
 }
 
-/// `thread_free` flag: the page is on its heap's full list, so remote frees
-/// go to the heap's `delayed` list, where the owner will notice them.
+/// `thread_free` state: remote frees go onto the page's list.
+pub const NORMAL: usize = 0;
+/// `thread_free` state: the page is on its heap's full list; the next remote
+/// free must tell the owner (through the heap's `delayed` list) that the
+/// page has room again.
 pub const DELAYED: usize = 1;
+/// `thread_free` state: the owner has been told; further remote frees go
+/// onto the page's list, so the heap-wide list sees one slot per full page.
+pub const NOTIFIED: usize = 2;
+const STATE: usize = 3;
 const FLAGS: usize = 7;
 
 /// The descriptor of a span.
@@ -232,6 +239,12 @@ impl Page {
         n
     }
 
+    /// Whether other threads freed slots not yet collected.
+    #[inline]
+    pub fn has_remote(&self) -> bool {
+        self.thread_free.load(Ordering::Relaxed) & !FLAGS != 0
+    }
+
     /// Tries to mark a page whose slots are exhausted as full. Fails (and
     /// collects) if remote frees arrived meanwhile.
     pub fn try_mark_full(&mut self) -> bool {
@@ -241,9 +254,10 @@ impl Page {
                 self.collect_thread_free();
                 return false;
             }
+            let full = (tf & !STATE) | DELAYED;
             if self
                 .thread_free
-                .compare_exchange_weak(tf, tf | DELAYED, Ordering::AcqRel, Ordering::Relaxed)
+                .compare_exchange_weak(tf, full, Ordering::AcqRel, Ordering::Relaxed)
                 .is_ok()
             {
                 self.in_full = true;
@@ -255,20 +269,33 @@ impl Page {
     /// Clears the full mark: remote frees go to the page again.
     pub fn clear_full(&mut self) {
         self.in_full = false;
-        self.thread_free.fetch_and(!DELAYED, Ordering::AcqRel);
+        self.thread_free.fetch_and(!STATE, Ordering::AcqRel);
     }
 
     /// Pushes a slot freed by a thread other than the owner. Returns false
-    /// (without pushing) if the page is full and the slot must go to the
-    /// heap's delayed list instead.
+    /// (without pushing) when this free is the first since the page was
+    /// marked full: the caller must then put the slot on the heap's delayed
+    /// list, which tells the owner the page has room again.
     ///
     /// # Safety
     /// `block` is a live slot of this page, no longer used by the caller.
     pub unsafe fn push_remote(&self, block: *mut Block) -> bool {
         let mut tf = self.thread_free.load(Ordering::Relaxed);
         loop {
-            if tf & DELAYED != 0 {
-                return false;
+            if tf & STATE == DELAYED {
+                let claimed = (tf & !STATE) | NOTIFIED;
+                match self.thread_free.compare_exchange_weak(
+                    tf,
+                    claimed,
+                    Ordering::AcqRel,
+                    Ordering::Relaxed,
+                ) {
+                    Ok(_) => return false,
+                    Err(seen) => {
+                        tf = seen;
+                        continue;
+                    }
+                }
             }
             // SAFETY: the caller gives us the slot.
             unsafe { (*block).next = (tf & !FLAGS) as *mut Block };
@@ -317,20 +344,27 @@ mod tests {
         let mut buf = vec![0u64; 64];
         let mut p = page_over(&mut buf, 64);
         p.extend();
-        let a = p.free;
-        // SAFETY: test-local page.
+        // SAFETY: test-local page; slots are taken off the free list by hand.
         unsafe {
-            p.free = (*a).next;
-            p.set_used(1);
-            let b = p.free;
-            p.free = (*b).next;
-            p.set_used(2);
+            let mut taken = [null_mut(); 3];
+            for t in taken.iter_mut() {
+                *t = p.free;
+                p.free = (*p.free).next;
+                p.set_used(p.used() + 1);
+            }
+            let [a, b, c] = taken;
             assert!(p.push_remote(a));
             assert_eq!(p.collect_thread_free(), 1);
-            assert_eq!(p.used(), 1);
+            assert_eq!(p.used(), 2);
             p.free = null_mut();
             assert!(p.try_mark_full());
-            assert!(!p.push_remote(b), "full page redirects remote frees");
+            assert!(
+                !p.push_remote(b),
+                "the first remote free of a full page notifies the owner"
+            );
+            assert!(p.push_remote(c), "later ones go onto the page's list");
+            assert!(p.has_remote());
+            assert_eq!(p.collect_thread_free(), 1);
             p.clear_full();
             assert!(p.push_remote(b));
             assert!(!p.try_mark_full(), "pending remote frees keep it non-full");
