@@ -524,12 +524,12 @@ impl HeapCore {
     #[inline]
     pub unsafe fn free_any(ptr: *mut u8, current: *const HeapCore) -> bool {
         let addr = ptr as usize;
-        let Some(base) = registry::header_of(addr) else {
+        let Some((base, huge)) = registry::lookup(addr) else {
             misuse(Misuse::Foreign, addr)
         };
         // SAFETY: registered segments are mapped and headed by a `Segment`.
         let seg = unsafe { &*Segment::of(base) };
-        if seg.huge {
+        if huge {
             // SAFETY: the heap of a segment outlives its segments.
             unsafe { (*(seg.heap as *const HeapCore)).free_huge(seg, addr) };
             return true;

@@ -18,6 +18,9 @@ const NONE: u8 = 0;
 const HEADER: u8 = 1;
 /// The interior of a multi-segment huge object; its header is at a lower address.
 const INTERIOR: u8 = 2;
+/// The header of a huge object's segment run (so `free` knows without
+/// reading the header).
+const HUGE: u8 = 3;
 
 static MAP: [AtomicU8; ENTRIES] = [const { AtomicU8::new(NONE) }; ENTRIES];
 
@@ -44,17 +47,32 @@ pub fn unregister(base: usize, nsegs: usize) {
     }
 }
 
-/// The segment header responsible for `addr`, if `addr` is pagewise's.
+/// Marks the run at `base` as holding a huge object.
+pub fn mark_huge(base: usize) {
+    if let Some(i) = index(base) {
+        MAP[i].store(HUGE, Ordering::Release);
+    }
+}
+
+/// The segment header responsible for `addr`, if `addr` is pagewise's,
+/// and whether it heads a huge object.
 #[inline]
-pub fn header_of(addr: usize) -> Option<usize> {
+pub fn lookup(addr: usize) -> Option<(usize, bool)> {
     let mut i = index(addr)?;
     loop {
         match MAP[i].load(Ordering::Acquire) {
-            HEADER => return Some(i * SEGMENT),
+            HEADER => return Some((i * SEGMENT, false)),
+            HUGE => return Some((i * SEGMENT, true)),
             INTERIOR if i > 0 => i -= 1,
             _ => return None,
         }
     }
+}
+
+/// The segment header responsible for `addr`, if `addr` is pagewise's.
+#[inline]
+pub fn header_of(addr: usize) -> Option<usize> {
+    lookup(addr).map(|(base, _)| base)
 }
 
 /// Whether the address range of a segment fits in the map.
@@ -72,6 +90,9 @@ mod tests {
         assert_eq!(header_of(base + 5), None);
         register(base, 3);
         assert_eq!(header_of(base + 5), Some(base));
+        assert_eq!(lookup(base + 5), Some((base, false)));
+        mark_huge(base);
+        assert_eq!(lookup(base + SEGMENT + 5), Some((base, true)));
         assert_eq!(header_of(base + 2 * SEGMENT + 77), Some(base));
         assert_eq!(header_of(base + 3 * SEGMENT), None);
         unregister(base, 3);

@@ -662,6 +662,7 @@ impl Spans {
                 )?;
                 self.counts.segments += 1;
                 self.counts.metadata += HEADER_PAGES * OS_PAGE;
+                crate::registry::mark_huge(base);
                 // SAFETY: the run is ours; fresh, or its header was zeroed on release.
                 unsafe { Segment::init(base, nsegs, ctx.heap, true) }
             }
