@@ -64,10 +64,9 @@ fn start() {
         STATE.store(OFF, Relaxed);
         return;
     }
-    if STATE
-        .compare_exchange(NOT_STARTED, RUNNING, AcqRel, Relaxed)
-        .is_err()
-    {
+    let s = STATE.load(Relaxed);
+    let startable = s == NOT_STARTED || s == REQUESTED;
+    if !startable || STATE.compare_exchange(s, RUNNING, AcqRel, Relaxed).is_err() {
         return;
     }
     // SAFETY: plain pthread calls with valid out-pointers; `run` has the
