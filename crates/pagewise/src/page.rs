@@ -35,8 +35,7 @@ pub struct Block {
     pub next: *mut Block,
 }
 
-/// `thread_free` state: remote frees go onto the page's list.
-pub const NORMAL: usize = 0;
+// `thread_free` state 0: remote frees go onto the page's list.
 /// `thread_free` state: the page is on its heap's full list; the next remote
 /// free must tell the owner (through the heap's `delayed` list) that the
 /// page has room again.
