@@ -5,7 +5,7 @@
 //! Three parts:
 //! 1. **owned** — an owned `pagewise::Heap::with_config(..)` per setting
 //!    (decay 0…5000 ms at the 64 MiB cap, caps 8 MiB…unlimited at 1000 ms, and
-//!    MADV_FREE at the defaults), on three workloads: (a) a request loop of
+//!    MADV_FREE at the defaults; then reservation sizes), on three workloads: (a) a request loop of
 //!    mixed sizes 16 B–1 MiB, (b) seed 000's consumer (several classes drained
 //!    and refilled every few ms), (c) seed 001's large blocks (256 KiB–1 MiB
 //!    cohorts over a persistent live set). An owned heap has no background
@@ -21,7 +21,7 @@
 //!
 //! ```text
 //! cargo run --release -p pagewise --example defaults_sweep               # all parts, 3 runs (~6 min)
-//! cargo run --release -p pagewise --example defaults_sweep -- owned      # one part: owned | idle | advice
+//! cargo run --release -p pagewise --example defaults_sweep -- owned      # one part: owned | reserve | idle | advice
 //! cargo run --release -p pagewise --example defaults_sweep -- --runs 1   # one run of each (~2 min)
 //! ```
 //!
@@ -483,6 +483,52 @@ fn part_owned(runs: usize) {
     }
 }
 
+/// Reservation size: mmap calls and address space held, on (a) and (c).
+fn part_reserve(runs: usize) {
+    let sizes = [32 * M, 256 * M, 1024 * M, 2048 * M];
+    let works: [(&str, Workload); 2] = [
+        ("(a) request loop", workload_a),
+        ("(c) seed 001 blocks", workload_c),
+    ];
+    println!("\n### reservation size, owned heap, defaults otherwise (median of {runs} runs)\n");
+    println!("| workload | reservation | mmap | munmap | peak mapped MiB | CPU vs 1 GiB |");
+    println!("|---|---|---:|---:|---:|---:|");
+    for (name, work) in works {
+        let mut all: Vec<Vec<Vec<f64>>> = vec![Vec::new(); sizes.len()];
+        for _ in 0..runs {
+            for (i, &r) in sizes.iter().enumerate() {
+                let heap = Heap::with_config(Config {
+                    reservation_bytes: r,
+                    ..Config::DEFAULT
+                });
+                let (_, c0) = faults_cpu(libc::RUSAGE_THREAD);
+                let mut avg = Average::new(0);
+                work(&heap, &mut avg);
+                let (_, c1) = faults_cpu(libc::RUSAGE_THREAD);
+                let s = heap.stats().syscalls;
+                all[i].push(vec![
+                    s.mmap as f64,
+                    s.munmap as f64,
+                    s.peak_mapped_bytes as f64,
+                    (c1 - c0) as f64,
+                ]);
+            }
+        }
+        let med: Vec<Vec<f64>> = all.iter().map(|r| median_rows(r)).collect();
+        let base = med[2][3].max(1.0);
+        for (&r, v) in sizes.iter().zip(&med) {
+            println!(
+                "| {name} | {} MiB | {:.0} | {:.0} | {:.0} | {:.2} |",
+                r / M,
+                v[0],
+                v[1],
+                v[2] / M as f64,
+                v[3] / base
+            );
+        }
+    }
+}
+
 // ----- part 2: idle gaps under the global allocator --------------------------
 
 const GAPS: [(u64, usize); 4] = [(0, 12), (50, 8), (500, 4), (2000, 2)];
@@ -759,6 +805,9 @@ fn main() {
     let t = Instant::now();
     if arg.is_empty() || arg == "owned" {
         part_owned(runs);
+    }
+    if arg.is_empty() || arg == "reserve" {
+        part_reserve(runs);
     }
     if arg.is_empty() || arg == "idle" {
         part_idle(runs);
