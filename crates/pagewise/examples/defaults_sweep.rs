@@ -2,19 +2,24 @@
 //! bursty workloads shaped like real programs. The figures behind
 //! `docs/defaults.md`.
 //!
-//! Three parts:
-//! 1. **owned** — an owned `pagewise::Heap::with_config(..)` per setting
-//!    (decay 0…5000 ms at the 64 MiB cap, caps 8 MiB…unlimited at 1000 ms, and
-//!    MADV_FREE at the defaults; then reservation sizes), on three workloads: (a) a request loop of
-//!    mixed sizes 16 B–1 MiB, (b) seed 000's consumer (several classes drained
-//!    and refilled every few ms), (c) seed 001's large blocks (256 KiB–1 MiB
-//!    cohorts over a persistent live set). An owned heap has no background
-//!    purger: its decay runs on its slow paths.
-//! 2. **idle** — the request loop under the *global* allocator, in a child
+//! Four parts:
+//! 1. **owned**: an owned `pagewise::Heap::with_config(..)` per setting
+//!    (decay 0…5000 ms at the 64 MiB cap, caps 8 MiB…unlimited at 1000 ms,
+//!    and MADV_FREE at the defaults) on three workloads: (a) a request loop
+//!    of mixed sizes 16 B–1 MiB, (b) seed 000's consumer (several classes
+//!    drained and refilled every few ms), (c) seed 001's large blocks
+//!    (256 KiB–1 MiB cohorts over a persistent live set). An owned heap has
+//!    no background purger: its decay runs on its slow paths.
+//! 2. **reserve**: reservation sizes 32 MiB…2 GiB on (a) and (c): `mmap`
+//!    calls and address space held.
+//! 3. **idle**: the request loop under the *global* allocator, in a child
 //!    process per setting (`PAGEWISE_DECAY_MS`, `PAGEWISE_RETAIN_MAX`), with
 //!    idle gaps of 0/50/500/2000 ms between bursts: RSS at the end of each
-//!    gap (the benefit) and page faults of the next burst (the cost).
-//! 3. **advice** — MADV_DONTNEED against MADV_FREE (`PAGEWISE_PURGE`), each in
+//!    gap (the benefit) and page faults of the next burst (the cost). The
+//!    background purger does not start by itself (a core bug, see
+//!    `docs/defaults.md`), so children start it with `purger::ensure()`
+//!    (`SWEEP_START_PURGER=1`), except one row that shows the shipped state.
+//! 4. **advice**: MADV_DONTNEED against MADV_FREE (`PAGEWISE_PURGE`), each in
 //!    a child: RSS and `LazyFree` after the decay purged 48 MiB, faults when
 //!    the memory is reused, and RSS after `MADV_PAGEOUT` (what memory
 //!    pressure would do to MADV_FREE'd pages).
