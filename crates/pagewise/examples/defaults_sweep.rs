@@ -16,8 +16,8 @@
 //!    process per setting (`PAGEWISE_DECAY_MS`, `PAGEWISE_RETAIN_MAX`), with
 //!    idle gaps of 0/50/500/2000 ms between bursts: RSS at the end of each
 //!    gap (the benefit) and page faults of the next burst (the cost). The
-//!    background purger does not start by itself (a core bug, see
-//!    `docs/defaults.md`), so children start it with `purger::ensure()`
+//!    runs were taken while the purger did not start by itself (a bug since
+//!    fixed, see `docs/defaults.md`), so children start it with `purger::ensure()`
 //!    (`SWEEP_START_PURGER=1`), except one row that shows the shipped state.
 //! 4. **advice**: MADV_DONTNEED against MADV_FREE (`PAGEWISE_PURGE`), each in
 //!    a child: RSS and `LazyFree` after the decay purged 48 MiB, faults when
@@ -591,9 +591,9 @@ fn child_idle() {
     w.finish(&Global);
 }
 
-/// The background purger as shipped never starts (see docs/defaults.md,
-/// "A core bug"): `purger::request` leaves the state at REQUESTED and
-/// `start` only leaves NOT_STARTED. `purger::ensure()` called before any
+/// The figures in docs/defaults.md were taken while the purger did not start
+/// by itself (a bug since fixed: `start` only left NOT_STARTED, never
+/// REQUESTED). `purger::ensure()` called before any
 /// retained free starts it; children run with `SWEEP_START_PURGER=1` do so,
 /// to measure the design as intended.
 fn start_purger_if_asked() {
@@ -653,8 +653,8 @@ fn part_idle(runs: usize) {
     for (&(d, cap, p, start), v) in list.iter().zip(&rows) {
         let purger = match (start, v[0] > 0.0) {
             (true, true) => "started by hand",
-            (false, false) => "as shipped: not running",
-            (false, true) => "as shipped: running",
+            (false, false) => "not running",
+            (false, true) => "running (started by the allocator)",
             (true, false) => "did not start",
         };
         print!(
