@@ -30,7 +30,6 @@ pub struct Pagewise;
 unsafe impl GlobalAlloc for Pagewise {
     #[inline]
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        crate::purger::poll();
         let heap = thread::current();
         if heap.is_null() {
             return core::ptr::null_mut();
@@ -44,13 +43,15 @@ unsafe impl GlobalAlloc for Pagewise {
         // SAFETY: the caller gives back a live allocation; the current heap
         // (possibly null) is the calling thread's.
         if unsafe { HeapCore::free_any(ptr, thread::current_or_null()) } {
-            crate::purger::request();
+            // A Rust program's frees never come from inside glibc (its own
+            // allocations use its own malloc), so unlike the C library's
+            // `free`, this one may start the purger thread directly.
+            crate::purger::ensure();
         }
     }
 
     #[inline]
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        crate::purger::poll();
         let heap = thread::current();
         if heap.is_null() {
             return core::ptr::null_mut();

@@ -599,8 +599,12 @@ impl HeapCore {
             (*block).next = head;
             (*page).free = block;
             (*page).set_used(used - 1);
-            self.classes[(*page).class as usize].frees.add(1);
-            if used == 1 || (*page).in_full {
+            let class = (*page).class as usize;
+            self.classes[class].frees.add(1);
+            // Slow only if the page leaves the full list, or empties and is
+            // not its class's current page (which is kept: seed 000's churn
+            // then never leaves this function).
+            if (*page).in_full || (used == 1 && self.current_page(class) != page) {
                 return self.free_slow(page);
             }
             false

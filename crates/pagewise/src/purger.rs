@@ -4,8 +4,10 @@
 //! jemalloc and mimalloc advance their decay only when the program calls the
 //! allocator, so an idle process keeps its peak RSS (jemalloc #1398, #2688;
 //! mimalloc_rust #141). pagewise starts one thread (raw pthread, no Rust
-//! runtime, no allocation in its loop) at the first allocation after memory
-//! was first retained. It
+//! runtime, no allocation in its loop) the first time memory is retained:
+//! at that free under the Rust global allocator, at the next allocation in
+//! the C library (whose `free` glibc may call with a lock that
+//! `pthread_create` needs). It
 //! wakes every quarter of the decay delay, and for each heap whose earliest
 //! deadline has passed it purges expired spans under that heap's span lock
 //! (`try_lock`: a busy heap is simply visited next round). Owner threads
@@ -50,7 +52,9 @@ pub fn poll() {
     }
 }
 
-/// Starts the purger now if it is enabled and not running.
+/// Starts the purger now if it is enabled and not running. One relaxed
+/// load when it is. Same conditions as [`poll`].
+#[inline]
 pub fn ensure() {
     let s = STATE.load(Relaxed);
     if s == NOT_STARTED || s == REQUESTED {
