@@ -300,6 +300,14 @@ fn jit_pools_runs_once_and_its_accounting_adds_up() {
         .iter()
         .all(|p| figure(p, "asked_for") == figure(&parts[0], "asked_for")));
     assert_eq!(v["summary"]["cells"].as_array().unwrap().len(), 1);
+    // The trace is fixed: a second run accounts exactly the same bytes.
+    let again = run_json("jit-pools-again.json", "jit-pools", &["pagewise"]);
+    let parts2 = again["runs"][0]["result"]["parts"]
+        .as_array()
+        .expect("parts");
+    for (a, b) in parts.iter().zip(parts2) {
+        assert_eq!(a["figures"], b["figures"]);
+    }
     // Without pagewise in --alloc it runs under the first allocator.
     let v = run_json("jit-pools-system.json", "jit-pools", &["system"]);
     assert_eq!(v["runs"][0]["allocator"], "system");
