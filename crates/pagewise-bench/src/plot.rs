@@ -8,7 +8,13 @@ use plotters::prelude::*;
 use std::path::Path;
 
 /// Workloads whose RSS-over-time chart is drawn.
-const TIMELINES: &[&str] = &["phases", "block-cohorts", "arena-on-malloc", "threads"];
+const TIMELINES: &[&str] = &[
+    "phases",
+    "block-cohorts",
+    "arena-on-malloc",
+    "threads",
+    "arena-churn",
+];
 
 fn err<E: std::fmt::Debug>(e: E) -> anyhow::Error {
     anyhow!("plotters: {e:?}")

@@ -45,6 +45,11 @@ pub struct PartSummary {
     pub live_bytes: Option<f64>,
     pub floor: Option<f64>,
     pub utilization: Option<f64>,
+    /// Peak RSS during the part, net of the worker's baseline (parts that
+    /// measured it).
+    pub peak_rss_net: Option<f64>,
+    /// Medians of the part's named figures.
+    pub figures: Vec<(String, f64)>,
 }
 
 /// Medians of one (workload, allocator) pair. RSS figures are net of the
@@ -108,6 +113,11 @@ pub(crate) fn summarize(plan: &Plan, records: &[RunRecord]) -> Summary {
                 .iter()
                 .filter(|r| &r.workload == w && r.allocator == a.label)
                 .collect();
+            if runs.is_empty() {
+                // Not run: an allocator-independent workload runs under one
+                // allocator only.
+                continue;
+            }
             let ok: Vec<&WorkerResult> = runs.iter().filter_map(|r| r.result.as_ref()).collect();
             let errors: Vec<String> = runs.iter().filter_map(|r| r.error.clone()).collect();
             let per =
@@ -182,6 +192,19 @@ pub(crate) fn summarize(plan: &Plan, records: &[RunRecord]) -> Summary {
                     let utilization = med(ps.iter().filter_map(|(r, p)| {
                         ratio(p.live_bytes? as f64, net(p.rss?, r.baseline_rss))
                     }));
+                    let peak_rss_net = med(ps
+                        .iter()
+                        .filter_map(|(r, p)| p.peak_rss.map(|x| net(x, r.baseline_rss))));
+                    let figures = p
+                        .figures
+                        .iter()
+                        .filter_map(|(k, _)| {
+                            med(ps.iter().filter_map(|(_, p)| {
+                                p.figures.iter().find(|(kk, _)| kk == k).map(|(_, v)| *v)
+                            }))
+                            .map(|v| (k.clone(), v))
+                        })
+                        .collect();
                     parts.push(PartSummary {
                         name: p.name.clone(),
                         ops_per_s,
@@ -189,6 +212,8 @@ pub(crate) fn summarize(plan: &Plan, records: &[RunRecord]) -> Summary {
                         live_bytes,
                         floor,
                         utilization,
+                        peak_rss_net,
+                        figures,
                     });
                 }
             }
@@ -263,6 +288,26 @@ fn pct(v: Option<f64>) -> String {
 
 fn count(v: u64) -> String {
     short(v as f64)
+}
+
+/// A part figure: factors to 3 decimals, MiB to 1, counts and bytes exact
+/// (digits grouped by three, as in the docs).
+fn figure(name: &str, v: f64) -> String {
+    if name == "factor" {
+        return format!("{v:.3}");
+    }
+    if name.ends_with("MiB") {
+        return format!("{v:.1}");
+    }
+    let digits = format!("{}", v.round() as i64);
+    let mut out = String::new();
+    for (i, ch) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 && ch.is_ascii_digit() {
+            out.push(' ');
+        }
+        out.push(ch);
+    }
+    out
 }
 
 /// A markdown table with aligned columns.
@@ -345,6 +390,18 @@ pub(crate) fn render(plan: &Plan, s: &Summary, wall: Duration) -> String {
     );
     for w in &plan.workloads {
         let _ = writeln!(out, "\n## {w}: {}\n", crate::workloads::describe(w));
+        if crate::workloads::allocator_independent(w) {
+            let ran: Vec<&str> = plan
+                .allocs_for(w)
+                .into_iter()
+                .map(|i| plan.allocs[i].label.as_str())
+                .collect();
+            let _ = writeln!(
+                out,
+                "Allocator-independent: the pools map their own pages and the figures are their accounting, so this runs once, under {}; the other allocators' columns would repeat the same figures.\n",
+                ran.join(", ")
+            );
+        }
         let mut rows = Vec::new();
         for a in &plan.allocs {
             let Some(c) = s.cell(w, &a.label) else {
@@ -408,58 +465,88 @@ pub(crate) fn render(plan: &Plan, s: &Summary, wall: Duration) -> String {
             &rows,
         );
         // Sub-parts.
+        let cells: Vec<&Cell> = plan
+            .allocs
+            .iter()
+            .filter_map(|a| s.cell(w, &a.label))
+            .collect();
+        let with_peak = cells
+            .iter()
+            .any(|c| c.parts.iter().any(|p| p.peak_rss_net.is_some()));
         let mut prow = Vec::new();
-        for a in &plan.allocs {
-            let Some(c) = s.cell(w, &a.label) else {
-                continue;
-            };
+        for c in &cells {
             for p in &c.parts {
-                prow.push(vec![
-                    a.label.clone(),
+                let mut row = vec![
+                    c.allocator.clone(),
                     p.name.clone(),
                     rate(p.ops_per_s.median),
                     format!("{:.1}", 1e9 / p.ops_per_s.median.max(1e-9)),
+                ];
+                if with_peak {
+                    row.push(p.peak_rss_net.map(mib).unwrap_or_else(|| "—".into()));
+                }
+                row.extend([
                     p.rss_net.map(mib).unwrap_or_else(|| "—".into()),
                     p.live_bytes.map(mib).unwrap_or_else(|| "—".into()),
                     pct(p.utilization),
                     pct(p.floor),
                 ]);
+                prow.push(row);
             }
             for (k, v) in &c.extra {
-                prow.push(vec![
-                    a.label.clone(),
-                    k.clone(),
-                    short(*v),
-                    String::new(),
-                    String::new(),
-                    String::new(),
-                    String::new(),
-                    String::new(),
-                ]);
+                let mut row = vec![c.allocator.clone(), k.clone(), short(*v)];
+                row.resize(if with_peak { 9 } else { 8 }, String::new());
+                prow.push(row);
             }
         }
-        if prow.len() > plan.allocs.len() {
+        if prow.len() > cells.len() {
             out.push('\n');
-            table(
-                &mut out,
-                &[
-                    "allocator",
-                    "part",
-                    "ops/s",
-                    "ns/op",
-                    "RSS at end",
-                    "live",
-                    "util",
-                    "floor",
-                ],
-                &prow,
-            );
+            let mut head = vec!["allocator", "part", "ops/s", "ns/op"];
+            if with_peak {
+                head.push("peak RSS");
+            }
+            head.extend(["RSS at end", "live", "util", "floor"]);
+            table(&mut out, &head, &prow);
+        }
+        // Named figures of the parts, one column per figure.
+        let mut names: Vec<&str> = Vec::new();
+        for c in &cells {
+            for p in &c.parts {
+                for (k, _) in &p.figures {
+                    if !names.contains(&k.as_str()) {
+                        names.push(k);
+                    }
+                }
+            }
+        }
+        if !names.is_empty() {
+            let mut frows = Vec::new();
+            for c in &cells {
+                for p in c.parts.iter().filter(|p| !p.figures.is_empty()) {
+                    let mut row = vec![c.allocator.clone(), p.name.clone()];
+                    for n in &names {
+                        row.push(
+                            p.figures
+                                .iter()
+                                .find(|(k, _)| k == n)
+                                .map(|(_, v)| figure(n, *v))
+                                .unwrap_or_else(|| "—".into()),
+                        );
+                    }
+                    frows.push(row);
+                }
+            }
+            let mut head = vec!["allocator", "part"];
+            head.extend(names.iter().copied());
+            out.push('\n');
+            table(&mut out, &head, &frows);
         }
     }
     // Summary: each allocator against the best *other* allocator.
     let _ = writeln!(
         out,
-        "\n## Summary: ratio to the best other allocator\n\nops/s: own / fastest other (> 1: faster than every other). RSS: own / leanest other (< 1: leaner than every other); RSS under 1 MiB counts as 1 MiB, so tiny footprints do not make huge ratios.\n"
+        "\n## Summary: ratio to the best other allocator\n\nops/s: own / fastest other (> 1: faster than every other). RSS: own / leanest other (< 1: leaner than every other); RSS under 1 MiB counts as 1 MiB, so tiny footprints do not make huge ratios. Allocator-independent workloads ({}) are left out.\n",
+        crate::workloads::ALLOCATOR_INDEPENDENT.join(", ")
     );
     let mut head: Vec<String> = vec!["workload".into(), "figure".into()];
     head.extend(plan.allocs.iter().map(|a| a.label.clone()));
@@ -479,7 +566,11 @@ pub(crate) fn render(plan: &Plan, s: &Summary, wall: Duration) -> String {
             false,
         ),
     ];
-    for w in &plan.workloads {
+    for w in plan
+        .workloads
+        .iter()
+        .filter(|w| !crate::workloads::allocator_independent(w))
+    {
         for (fig, f, best_high) in figures {
             let mut row = vec![w.clone(), fig.to_string()];
             for a in &plan.allocs {
@@ -539,6 +630,8 @@ struct JsonOut<'a> {
     wall_s: f64,
     allocators: &'a [crate::runner::AllocSpec],
     workloads: &'a [String],
+    /// Workloads run under one allocator only, and which.
+    allocator_independent: Vec<(String, String)>,
     runs: &'a [RunRecord],
     summary: &'a Summary,
 }
@@ -568,6 +661,16 @@ pub(crate) fn write_json(
         wall_s: wall.as_secs_f64(),
         allocators: &plan.allocs,
         workloads: &plan.workloads,
+        allocator_independent: plan
+            .workloads
+            .iter()
+            .filter(|w| crate::workloads::allocator_independent(w))
+            .flat_map(|w| {
+                plan.allocs_for(w)
+                    .into_iter()
+                    .map(move |i| (w.clone(), plan.allocs[i].label.clone()))
+            })
+            .collect(),
         runs: records,
         summary: s,
     };

@@ -1,7 +1,7 @@
 //! The runner: allocator specs, worker lookup, the interleaved run loop.
 
 use crate::worker::WorkerResult;
-use crate::workloads::{Scale, WORKLOADS};
+use crate::workloads::{allocator_independent, Scale, WORKLOADS};
 use anyhow::{bail, Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::{Deserialize, Serialize};
@@ -24,7 +24,8 @@ pub struct BenchArgs {
     pub alloc: Vec<String>,
 
     /// Workloads to run, comma-separated (default: all): churn,
-    /// arena-on-malloc, block-cohorts, phases, threads, mixed.
+    /// arena-on-malloc, block-cohorts, phases, threads, mixed, arena-churn,
+    /// jit-pools (allocator-independent: run under one allocator only).
     #[arg(long, value_delimiter = ',')]
     pub only: Vec<String>,
 
@@ -222,6 +223,23 @@ pub(crate) struct Plan {
     pub workers: Vec<PathBuf>,
 }
 
+impl Plan {
+    /// Indices into `allocs` that run workload `w`: all of them, except for
+    /// an allocator-independent workload, which runs once, under pagewise's
+    /// worker if it is given (else the first allocator).
+    pub fn allocs_for(&self, w: &str) -> Vec<usize> {
+        if !allocator_independent(w) {
+            return (0..self.allocs.len()).collect();
+        }
+        let i = self
+            .allocs
+            .iter()
+            .position(|a| a.worker == "pagewise" && a.preload.is_none())
+            .unwrap_or(0);
+        vec![i]
+    }
+}
+
 fn plan(args: &BenchArgs) -> Result<Plan> {
     if args.alloc.is_empty() {
         bail!("--alloc: no allocator given");
@@ -380,7 +398,11 @@ pub fn run(args: &BenchArgs) -> Result<i32> {
             })?;
         }
     }
-    let total = plan.workloads.len() * plan.reps * plan.allocs.len();
+    let total: usize = plan
+        .workloads
+        .iter()
+        .map(|w| plan.reps * plan.allocs_for(w).len())
+        .sum();
     let pb = ProgressBar::new(total as u64);
     pb.set_style(
         ProgressStyle::with_template(
@@ -395,9 +417,10 @@ pub fn run(args: &BenchArgs) -> Result<i32> {
         for rep in 0..plan.reps {
             // Interleaved: every allocator once per repetition, rotating the
             // starting allocator so none always runs first.
-            let n = plan.allocs.len();
+            let which = plan.allocs_for(w);
+            let n = which.len();
             for k in 0..n {
-                let i = (k + rep) % n;
+                let i = which[(k + rep) % n];
                 let spec = &plan.allocs[i];
                 pb.set_message(format!(
                     "{w} · {} · run {}/{}",

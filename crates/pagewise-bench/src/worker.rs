@@ -335,7 +335,12 @@ fn worker(name: &str, source: SyscallSource) -> Result<WorkerResult, String> {
     let elapsed_ns = t.elapsed().as_nanos() as u64;
     let rss_after_free = proc.rss();
     let peak_rss = if hwm_reset {
-        proc.hwm()
+        // A workload that measures per-part peaks resets the mark itself:
+        // the whole run's peak is then the highest of theirs and the last.
+        rec.parts
+            .iter()
+            .filter_map(|p| p.peak_rss)
+            .fold(proc.hwm(), u64::max)
     } else {
         // Without the reset VmHWM would include start-up; fall back to samples.
         samples

@@ -21,7 +21,20 @@ pub const WORKLOADS: &[&str] = &[
     "phases",
     "threads",
     "mixed",
+    "arena-churn",
+    "jit-pools",
 ];
+
+/// Workloads whose figures do not depend on the global allocator (their
+/// memory comes from pagewise's own page sources, and what they report is
+/// accounting): the runner runs them under one allocator only, pagewise's
+/// worker if it is in `--alloc`, and the report says so.
+pub const ALLOCATOR_INDEPENDENT: &[&str] = &["jit-pools"];
+
+/// Whether `name` is in [`ALLOCATOR_INDEPENDENT`].
+pub fn allocator_independent(name: &str) -> bool {
+    ALLOCATOR_INDEPENDENT.contains(&name)
+}
 
 /// One line of description per workload (for `--help` and the report).
 pub fn describe(name: &str) -> &'static str {
@@ -32,6 +45,8 @@ pub fn describe(name: &str) -> &'static str {
         "phases" => "seed 003: phases of 16-512 B objects, most freed: dense random, clustered, sparse (1 survivor/page)",
         "threads" => "larson-like server: random replace in per-thread slot arrays handed on, cross-thread frees; 2 then 4 threads",
         "mixed" => "alloc-test shape: short-lived objects, Pareto sizes (16 B..64 KiB), some realloc",
+        "arena-churn" => "issue 5 / seed 001: short-lived arenas of 1-64 MiB (4 alive) filled and dropped: pagewise Arena, bumpalo, arena on malloc",
+        "jit-pools" => "issue 5 / seed 002: JIT-like trace of code-sized requests through pagewise::pool, first/best/worst fit; over-allocation and waste",
         _ => "unknown workload",
     }
 }
@@ -92,6 +107,14 @@ pub struct Part {
     pub live_bytes: Option<u64>,
     /// Pages holding a live byte at the end of the part, if computed.
     pub floor_pages: Option<u64>,
+    /// Peak RSS (`VmHWM`, reset when the part started) during the part, if
+    /// the workload measured it (parts that are compared with each other).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub peak_rss: Option<u64>,
+    /// Named figures of the part that are not times or RSS (e.g. a pool's
+    /// over-allocation factor and waste bytes), reported in a table of their own.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub figures: Vec<(String, f64)>,
 }
 
 /// What a workload reports while it runs.
@@ -129,6 +152,17 @@ impl Rec {
     fn rss(&mut self) -> Option<u64> {
         self.proc.as_mut().map(|p| p.rss())
     }
+
+    /// Resets the peak-RSS mark so that [`Rec::peak`] is the peak from now
+    /// on; the worker's whole-run peak then takes the parts' peaks into
+    /// account. Returns false if the kernel refused.
+    fn reset_peak(&mut self) -> bool {
+        self.proc.is_some() && crate::util::reset_hwm()
+    }
+
+    fn peak(&mut self) -> Option<u64> {
+        self.proc.as_mut().map(|p| p.hwm())
+    }
 }
 
 impl Default for Rec {
@@ -147,6 +181,8 @@ pub fn run(name: &str, scale: Scale, seed: u64, rec: &mut Rec) -> Result<MmapVec
         "phases" => Ok(phases(scale, &mut rng, rec)),
         "threads" => Ok(threads(scale, seed, rec)),
         "mixed" => Ok(mixed(scale, &mut rng, rec)),
+        "arena-churn" => Ok(arena_churn(scale, seed, rec)),
+        "jit-pools" => Ok(jit_pools(scale, rec)),
         _ => Err(format!(
             "unknown workload `{name}` (known: {})",
             WORKLOADS.join(", ")
@@ -506,6 +542,7 @@ fn phases(scale: Scale, rng: &mut Rng, rec: &mut Rec) -> MmapVec<Obj> {
             rss,
             live_bytes: Some(live),
             floor_pages: Some(pages_touched(survivors.as_slice())),
+            ..Part::default()
         });
     }
     survivors
@@ -636,4 +673,298 @@ fn mixed(scale: Scale, rng: &mut Rng, rec: &mut Rec) -> MmapVec<Obj> {
         }
     }
     live
+}
+
+// ---------------------------------------------------------------------------
+// 7. arena-churn
+
+/// The arena variants of `arena-churn`, in the order they run.
+pub const ARENA_VARIANTS: &[&str] = &["pagewise Arena", "bumpalo", "arena on malloc"];
+
+/// Page source of the `pagewise Arena` variant's block pool (its own, so
+/// its syscall counts are the variant's).
+static ARENA_CHURN_PAGES: pagewise::SystemPages = pagewise::SystemPages::new();
+
+/// A bump arena on the global allocator: the same block policy as
+/// `pagewise::Arena` (64 KiB first block, doubling to 4 MiB), blocks taken
+/// from the worker's global allocator and given back to it on drop.
+struct MallocArena {
+    /// Blocks, the current one last: (base, size).
+    blocks: Vec<(usize, usize)>,
+    off: usize,
+}
+
+impl MallocArena {
+    const ALIGN: usize = 16;
+
+    fn new() -> MallocArena {
+        MallocArena {
+            blocks: Vec::with_capacity(64),
+            off: 0,
+        }
+    }
+
+    fn alloc(&mut self, l: Layout) -> *mut u8 {
+        if let Some(&(base, size)) = self.blocks.last() {
+            let start = (base + self.off).next_multiple_of(l.align()) - base;
+            if start + l.size() <= size {
+                self.off = start + l.size();
+                return (base + start) as *mut u8;
+            }
+        }
+        let grow = match self.blocks.last() {
+            None => pagewise::arena::FIRST_BLOCK,
+            Some(&(_, size)) => (size * 2).min(pagewise::arena::MAX_BLOCK_GROWTH),
+        };
+        let bsize = grow.max((l.size() + l.align()).next_power_of_two());
+        let bl = Layout::from_size_align(bsize, Self::ALIGN).expect("layout");
+        // SAFETY: non-zero size.
+        let b = unsafe { alloc(bl) };
+        if b.is_null() {
+            handle_alloc_error(bl);
+        }
+        let base = b as usize;
+        let start = base.next_multiple_of(l.align()) - base;
+        self.blocks.push((base, bsize));
+        self.off = start + l.size();
+        (base + start) as *mut u8
+    }
+}
+
+impl Drop for MallocArena {
+    fn drop(&mut self) {
+        for &(base, size) in &self.blocks {
+            let bl = Layout::from_size_align(size, Self::ALIGN).expect("layout");
+            // SAFETY: the block came from `alloc(bl)` and nothing refers to it now.
+            unsafe { dealloc(base as *mut u8, bl) };
+        }
+    }
+}
+
+/// The arena interface the churn needs.
+trait ChurnArena {
+    fn bump(&mut self, l: Layout) -> *mut u8;
+}
+
+impl ChurnArena for pagewise::Arena {
+    fn bump(&mut self, l: Layout) -> *mut u8 {
+        self.alloc_layout(l).as_ptr()
+    }
+}
+
+impl ChurnArena for bumpalo::Bump {
+    fn bump(&mut self, l: Layout) -> *mut u8 {
+        self.alloc_layout(l).as_ptr()
+    }
+}
+
+impl ChurnArena for MallocArena {
+    fn bump(&mut self, l: Layout) -> *mut u8 {
+        self.alloc(l)
+    }
+}
+
+/// Creates `arenas` arenas of 1..=`max_mib` MiB (uniform whole MiB), at most
+/// `window` alive at once (the oldest is dropped first), each filled with
+/// objects of 16-256 B that are all written. Returns the objects allocated.
+fn churn_arenas<A: ChurnArena>(
+    arenas: usize,
+    window: usize,
+    max_mib: u64,
+    seed: u64,
+    mut make: impl FnMut() -> A,
+) -> u64 {
+    // The same trace for every variant.
+    let mut rng = Rng::new(seed ^ 0xa7e4a);
+    let mut live: std::collections::VecDeque<A> = std::collections::VecDeque::with_capacity(window);
+    let mut objects = 0u64;
+    for _ in 0..arenas {
+        if live.len() == window {
+            live.pop_front();
+        }
+        let bytes = (rng.range(1, max_mib) as usize) << 20;
+        let mut a = make();
+        let mut done = 0;
+        while done < bytes {
+            let size = rng.range(16, 256) as usize;
+            let p = a.bump(Layout::from_size_align(size, 8).expect("layout"));
+            // SAFETY: `p` is `size` fresh bytes of the arena.
+            unsafe { core::ptr::write_bytes(p, 0x5a, size) };
+            done += size;
+            objects += 1;
+        }
+        live.push_back(a);
+    }
+    drop(live);
+    objects
+}
+
+fn arena_churn(scale: Scale, seed: u64, rec: &mut Rec) -> MmapVec<Obj> {
+    let arenas: usize = scale.pick(3, 8, 128);
+    let max_mib: u64 = scale.pick(2, 64, 64);
+    let window = 4;
+    for &variant in ARENA_VARIANTS {
+        rec.mark(variant);
+        let peak_ok = rec.reset_peak();
+        let t = Instant::now();
+        let mut pool_stats = None;
+        let objects = match variant {
+            "pagewise Arena" => {
+                // A pool with the default configuration (64 MiB cap,
+                // MADV_FREE), its own so that it is unmapped when this part
+                // ends and the next variant starts from the same RSS.
+                let pool = Arc::new(pagewise::arena::BlockPool::new(
+                    &ARENA_CHURN_PAGES,
+                    pagewise::arena::BlockPoolConfig::default(),
+                ));
+                let n = churn_arenas(arenas, window, max_mib, seed, || {
+                    pagewise::Arena::with_pool(Arc::clone(&pool))
+                });
+                pool_stats = Some(pool);
+                n
+            }
+            "bumpalo" => churn_arenas(arenas, window, max_mib, seed, bumpalo::Bump::new),
+            _ => churn_arenas(arenas, window, max_mib, seed, MallocArena::new),
+        };
+        // Every arena is dropped; the pagewise pool still holds what it
+        // pooled (that is in "RSS at end").
+        let ns = t.elapsed().as_nanos() as u64;
+        let rss = rec.rss();
+        let peak_rss = if peak_ok { rec.peak() } else { None };
+        let mut figures = Vec::new();
+        if let Some(pool) = pool_stats.take() {
+            let s = pool.stats();
+            let sys = pagewise::PageSource::syscalls(&ARENA_CHURN_PAGES);
+            figures.push((
+                "pooled MiB".into(),
+                s.pooled_bytes as f64 / (1 << 20) as f64,
+            ));
+            figures.push(("fresh blocks".into(), s.fresh_blocks as f64));
+            figures.push(("reused blocks".into(), s.reused_blocks as f64));
+            figures.push(("block mmap".into(), sys.mmap as f64));
+            figures.push(("block madvise".into(), sys.madvise as f64));
+            drop(pool);
+        }
+        rec.ops += objects;
+        rec.parts.push(Part {
+            name: variant.to_string(),
+            ops: objects,
+            ns,
+            rss,
+            peak_rss,
+            figures,
+            ..Part::default()
+        });
+    }
+    MmapVec::with_capacity(1)
+}
+
+// ---------------------------------------------------------------------------
+// 8. jit-pools
+
+/// One request of the JIT trace: its size, and whether (and which) live
+/// allocation is discarded after it.
+#[derive(Clone, Copy)]
+struct JitRequest {
+    size: usize,
+    discard: Option<u64>,
+}
+
+/// The trace of `examples/jit_pools.rs`: 94 % log-uniform in 100 B-4 KiB
+/// (stubs, ICs, small functions), 5 % log-uniform in 4-64 KiB, 1 % uniform
+/// in 64-512 KiB (above the 64 KiB threshold: a pool of its own); after each
+/// request, with probability 1/3, one random live allocation is discarded.
+fn jit_trace(n: usize, seed: u64) -> MmapVec<JitRequest> {
+    let mut r = Rng::new(seed ^ 0x717);
+    let log_uniform = |r: &mut Rng, lo: f64, hi: f64| (lo * (hi / lo).powf(r.unit())) as usize;
+    let mut t = MmapVec::with_capacity(n);
+    for _ in 0..n {
+        let k = r.below(100);
+        let size = if k < 94 {
+            log_uniform(&mut r, 100.0, 4096.0)
+        } else if k < 99 {
+            log_uniform(&mut r, 4096.0, 65536.0)
+        } else {
+            65537 + r.below(448 << 10) as usize
+        };
+        let discard = (r.below(3) == 0).then(|| r.next_u64());
+        t.push(JitRequest { size, discard });
+    }
+    t
+}
+
+/// The configurations of `jit-pools`: (part name, pool KiB, open pools, fit).
+const JIT_CONFIGS: &[(&str, usize, usize, pagewise::pool::Fit)] = &[
+    ("first fit", 64, 4, pagewise::pool::Fit::First),
+    ("best fit", 64, 4, pagewise::pool::Fit::Best),
+    ("worst fit", 64, 4, pagewise::pool::Fit::Worst),
+    (
+        "seed before: 16K, 1 open",
+        16,
+        1,
+        pagewise::pool::Fit::First,
+    ),
+];
+
+/// Seed of the `jit-pools` trace: fixed, not the run's, so that every run
+/// replays the same trace and the accounting is identical across runs (the
+/// repetitions only time it, and the medians of the figures stay one run's).
+const JIT_SEED: u64 = 1;
+
+fn jit_pools(scale: Scale, rec: &mut Rec) -> MmapVec<Obj> {
+    use pagewise::pool::{PoolConfig, Pools};
+    let n: usize = scale.pick(2_000, 100_000, 100_000);
+    let trace = jit_trace(n, JIT_SEED);
+    for &(name, pool_kib, open, fit) in JIT_CONFIGS {
+        rec.mark(name);
+        let pools = Pools::with_config(PoolConfig {
+            pool_size: pool_kib << 10,
+            large_threshold: pool_kib << 10,
+            open_pools: open,
+            fit,
+            ..PoolConfig::default()
+        });
+        // The handles (which keep their pools mapped) live in a plain Vec:
+        // the pools' own bookkeeping uses the global allocator anyway.
+        let mut live = Vec::with_capacity(n);
+        let t = Instant::now();
+        let mut ops = 0u64;
+        for q in trace.as_slice() {
+            live.push(pools.alloc(q.size).expect("pool alloc"));
+            ops += 1;
+            if let Some(r) = q.discard {
+                live.swap_remove(r as usize % live.len());
+                ops += 1;
+            }
+        }
+        let ns = t.elapsed().as_nanos() as u64;
+        let s = pools.stats();
+        assert_eq!(s.allocated, s.asked_for + s.waste(), "pool accounting");
+        let rss = rec.rss();
+        drop(live);
+        drop(pools);
+        rec.ops += ops;
+        rec.parts.push(Part {
+            name: name.to_string(),
+            ops,
+            ns,
+            rss,
+            figures: vec![
+                ("factor".into(), s.overallocation()),
+                ("asked_for".into(), s.asked_for as f64),
+                ("allocated".into(), s.allocated as f64),
+                ("lwaste".into(), s.lwaste as f64),
+                ("swaste".into(), s.swaste as f64),
+                ("nwaste".into(), s.nwaste as f64),
+                ("owaste".into(), s.owaste as f64),
+                ("pools".into(), s.pools_created as f64),
+                (
+                    "peak pool MiB".into(),
+                    s.peak_live_bytes as f64 / (1 << 20) as f64,
+                ),
+            ],
+            ..Part::default()
+        });
+    }
+    MmapVec::with_capacity(1)
 }

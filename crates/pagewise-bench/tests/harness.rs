@@ -2,7 +2,7 @@
 //! worker, the JSON parses, charts are written, bad allocators are refused
 //! with a clear message. No timing is asserted.
 
-use pagewise_bench::workloads::{self, Rec, Scale, WORKLOADS};
+use pagewise_bench::workloads::{self, allocator_independent, Rec, Scale, WORKLOADS};
 use pagewise_bench::{run, BenchArgs};
 use std::path::PathBuf;
 
@@ -55,7 +55,13 @@ fn suite_runs_under_every_builtin_and_json_parses() {
     let text = std::fs::read_to_string(&json).expect("json written");
     let v: serde_json::Value = serde_json::from_str(&text).expect("json parses");
     let runs = v["runs"].as_array().expect("runs array");
-    assert_eq!(runs.len(), WORKLOADS.len() * 4);
+    // Allocator-independent workloads run once, under pagewise.
+    let independent = WORKLOADS
+        .iter()
+        .filter(|w| allocator_independent(w))
+        .count();
+    let expected = (WORKLOADS.len() - independent) * 4 + independent;
+    assert_eq!(runs.len(), expected);
     for r in runs {
         assert!(
             r["error"].is_null(),
@@ -75,7 +81,16 @@ fn suite_runs_under_every_builtin_and_json_parses() {
     }
     assert_eq!(code, 0);
     let summary = v["summary"]["cells"].as_array().expect("summary");
-    assert_eq!(summary.len(), WORKLOADS.len() * 4);
+    assert_eq!(summary.len(), expected);
+    for w in WORKLOADS.iter().filter(|w| allocator_independent(w)) {
+        let ran: Vec<&serde_json::Value> = runs.iter().filter(|r| r["workload"] == *w).collect();
+        assert_eq!(ran.len(), 1, "{w} runs once");
+        assert_eq!(ran[0]["allocator"], "pagewise", "{w} runs under pagewise");
+        assert_eq!(
+            v["allocator_independent"],
+            serde_json::json!([[w, "pagewise"]])
+        );
+    }
     for w in WORKLOADS {
         assert!(
             plots.join(format!("throughput-{w}.svg")).is_file(),
@@ -193,4 +208,107 @@ fn page_floor_counts_pages_holding_live_bytes() {
     ];
     assert_eq!(pages_touched(&objs), 5);
     assert_eq!(pages_touched(&[]), 0);
+}
+
+/// Runs one workload under the given allocators at tiny scale, returns the
+/// parsed JSON and the text report's exit code.
+fn run_json(name: &str, workload: &str, allocs: &[&str]) -> serde_json::Value {
+    let json = tmp(name);
+    let mut args = tiny(allocs);
+    args.only = vec![workload.into()];
+    args.json = Some(json.clone());
+    assert_eq!(run(&args).expect("runs"), 0);
+    serde_json::from_str(&std::fs::read_to_string(&json).expect("json written"))
+        .expect("json parses")
+}
+
+fn figure(part: &serde_json::Value, name: &str) -> f64 {
+    part["figures"]
+        .as_array()
+        .expect("figures")
+        .iter()
+        .find(|f| f[0] == name)
+        .unwrap_or_else(|| panic!("figure {name} in {part}"))[1]
+        .as_f64()
+        .expect("number")
+}
+
+#[test]
+fn arena_churn_runs_each_variant_under_each_allocator() {
+    let v = run_json(
+        "arena-churn.json",
+        "arena-churn",
+        &["pagewise", "system", "jemalloc", "mimalloc"],
+    );
+    let runs = v["runs"].as_array().expect("runs");
+    assert_eq!(runs.len(), 4);
+    for r in runs {
+        let res = &r["result"];
+        assert!(r["error"].is_null(), "{r}");
+        let parts = res["parts"].as_array().expect("parts");
+        let names: Vec<&str> = parts.iter().map(|p| p["name"].as_str().unwrap()).collect();
+        assert_eq!(names, workloads::ARENA_VARIANTS);
+        let mut ops = 0;
+        for p in parts {
+            assert!(p["ops"].as_u64().unwrap() > 0, "{p}");
+            assert!(p["ns"].as_u64().unwrap() > 0, "{p}");
+            let peak = p["peak_rss"].as_u64().expect("per-variant peak");
+            // The whole run's peak covers every variant's.
+            assert!(res["peak_rss"].as_u64().unwrap() >= peak, "{r}");
+            ops += p["ops"].as_u64().unwrap();
+        }
+        assert_eq!(res["ops"].as_u64().unwrap(), ops);
+        // Every variant gets the same trace, so the same objects.
+        assert!(parts.iter().all(|p| p["ops"] == parts[0]["ops"]), "{r}");
+        // The pagewise pool's figures.
+        assert!(figure(&parts[0], "fresh blocks") > 0.0);
+    }
+    let cells = v["summary"]["cells"].as_array().expect("cells");
+    assert_eq!(cells.len(), 4);
+    for c in cells {
+        assert_eq!(c["parts"].as_array().unwrap().len(), 3);
+        assert!(c["parts"][0]["peak_rss_net"].as_f64().is_some(), "{c}");
+    }
+}
+
+#[test]
+fn jit_pools_runs_once_and_its_accounting_adds_up() {
+    let v = run_json(
+        "jit-pools.json",
+        "jit-pools",
+        &["system", "pagewise", "jemalloc"],
+    );
+    let runs = v["runs"].as_array().expect("runs");
+    assert_eq!(runs.len(), 1, "allocator-independent: one run");
+    assert_eq!(runs[0]["allocator"], "pagewise");
+    let parts = runs[0]["result"]["parts"].as_array().expect("parts");
+    let names: Vec<&str> = parts.iter().map(|p| p["name"].as_str().unwrap()).collect();
+    assert_eq!(&names[..3], ["first fit", "best fit", "worst fit"]);
+    for p in parts {
+        let asked = figure(p, "asked_for");
+        let allocated = figure(p, "allocated");
+        let waste: f64 = ["lwaste", "swaste", "nwaste", "owaste"]
+            .iter()
+            .map(|w| figure(p, w))
+            .sum();
+        assert!(asked > 0.0);
+        assert_eq!(allocated, asked + waste, "{p}");
+        assert!((figure(p, "factor") - allocated / asked).abs() < 1e-9);
+    }
+    // Same trace for every fit.
+    assert!(parts
+        .iter()
+        .all(|p| figure(p, "asked_for") == figure(&parts[0], "asked_for")));
+    assert_eq!(v["summary"]["cells"].as_array().unwrap().len(), 1);
+    // The trace is fixed: a second run accounts exactly the same bytes.
+    let again = run_json("jit-pools-again.json", "jit-pools", &["pagewise"]);
+    let parts2 = again["runs"][0]["result"]["parts"]
+        .as_array()
+        .expect("parts");
+    for (a, b) in parts.iter().zip(parts2) {
+        assert_eq!(a["figures"], b["figures"]);
+    }
+    // Without pagewise in --alloc it runs under the first allocator.
+    let v = run_json("jit-pools-system.json", "jit-pools", &["system"]);
+    assert_eq!(v["runs"][0]["allocator"], "system");
 }
