@@ -1023,11 +1023,6 @@ impl HeapCore {
         self.next_deadline.store(next.unwrap_or(u64::MAX), Relaxed);
         true
     }
-
-    /// Committed bytes of this heap (slab pages plus spans), excluding metadata.
-    pub fn committed(&self) -> u64 {
-        self.slab_committed.get() + self.spans.lock().counts.committed as u64
-    }
 }
 
 /// The first descriptor of the span containing `addr` in `seg`, checked

@@ -66,17 +66,6 @@ impl<T> Locked<T> {
     pub unsafe fn reset_after_fork(&self) {
         self.locked.store(false, Ordering::Release);
     }
-
-    /// Raw access without the lock.
-    ///
-    /// # Safety
-    /// The caller must have exclusive access by other means (e.g. `&mut self`
-    /// of the owner, or a held lock proven elsewhere).
-    #[allow(clippy::mut_from_ref)]
-    pub unsafe fn get_unchecked(&self) -> &mut T {
-        // SAFETY: the caller guarantees exclusivity.
-        unsafe { &mut *self.data.get() }
-    }
 }
 
 /// Takes the lock and forgets the guard: for fork hooks, which take locks in

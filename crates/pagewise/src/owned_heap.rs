@@ -313,17 +313,8 @@ unsafe impl<S: PageSource + 'static> Allocator for &Heap<S> {
         old: Layout,
         new: Layout,
     ) -> Result<NonNull<[u8]>, AllocError> {
-        if new.align() > old.align() {
-            let n = Heap::allocate(self, new)?;
-            // SAFETY: both live; copy the old contents, then free the old block.
-            unsafe {
-                core::ptr::copy_nonoverlapping(ptr.as_ptr(), n.cast::<u8>().as_ptr(), old.size());
-                Heap::deallocate(self, ptr, old);
-            }
-            return Ok(n);
-        }
         // SAFETY: forwarded from the trait contract.
-        unsafe { self.reallocate(ptr, old, new.size()) }
+        unsafe { resize(self, ptr, old, new) }
     }
 
     unsafe fn shrink(
@@ -332,16 +323,36 @@ unsafe impl<S: PageSource + 'static> Allocator for &Heap<S> {
         old: Layout,
         new: Layout,
     ) -> Result<NonNull<[u8]>, AllocError> {
-        if new.align() > old.align() {
-            let n = Heap::allocate(self, new)?;
-            // SAFETY: both live; copy what fits, then free the old block.
-            unsafe {
-                core::ptr::copy_nonoverlapping(ptr.as_ptr(), n.cast::<u8>().as_ptr(), new.size());
-                Heap::deallocate(self, ptr, old);
-            }
-            return Ok(n);
-        }
         // SAFETY: forwarded from the trait contract.
-        unsafe { self.reallocate(ptr, old, new.size()) }
+        unsafe { resize(self, ptr, old, new) }
     }
+}
+
+/// Resizes a block of `heap` from `old` to `new`: in place when the
+/// alignment allows (`reallocate`), else by moving it to a new block.
+///
+/// # Safety
+/// `ptr` is a live block of `heap` with layout `old`.
+unsafe fn resize<S: PageSource + 'static>(
+    heap: &Heap<S>,
+    ptr: NonNull<u8>,
+    old: Layout,
+    new: Layout,
+) -> Result<NonNull<[u8]>, AllocError> {
+    if new.align() <= old.align() {
+        // SAFETY: forwarded.
+        return unsafe { heap.reallocate(ptr, old, new.size()) };
+    }
+    let n = heap.allocate(new)?;
+    // SAFETY: both blocks are live and distinct; copy what fits, then free
+    // the old one.
+    unsafe {
+        core::ptr::copy_nonoverlapping(
+            ptr.as_ptr(),
+            n.cast::<u8>().as_ptr(),
+            old.size().min(new.size()),
+        );
+        heap.deallocate(ptr, old);
+    }
+    Ok(n)
 }
