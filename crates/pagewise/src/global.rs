@@ -93,8 +93,9 @@ pub unsafe fn usable_size(ptr: *const u8) -> usize {
 }
 
 /// Gives back to the OS everything the global allocator retains: the
-/// calling thread's empty pages, every heap's retained spans and cached huge
-/// objects, wholly free segments, and reservations left unused (munmap).
+/// calling thread's and exited threads' empty pages, every heap's retained
+/// spans and cached huge objects, wholly free segments, and reservations
+/// left unused (munmap).
 /// Other threads' current pages are released by their next slow path.
 ///
 /// ```
@@ -106,6 +107,10 @@ pub fn trim() {
         // SAFETY: our own heap.
         unsafe { (*me).trim() };
     }
+    thread::for_each_abandoned(|h| {
+        // SAFETY: `for_each_abandoned` gives us an owner's exclusive access.
+        unsafe { h.trim() };
+    });
     thread::for_each_heap(|h| {
         if !core::ptr::eq(h, me) {
             h.trim_shared();
@@ -113,13 +118,26 @@ pub fn trim() {
     });
 }
 
-/// A snapshot of the global allocator's counters.
+/// A snapshot of the global allocator's counters. Slots other threads
+/// freed into the calling thread's pages and into exited threads' heaps are
+/// collected first; those freed into other live threads' pages count as
+/// live until their owner collects them.
 ///
 /// ```
 /// let s = pagewise::stats();
 /// assert!(s.committed_bytes >= s.retained_bytes);
 /// ```
 pub fn stats() -> Stats {
+    let me = thread::current_or_null();
+    if !me.is_null() {
+        // SAFETY: our own heap. Collecting what other threads freed into
+        // it makes those slots count as free rather than live.
+        unsafe { (*me).collect_remote() };
+    }
+    thread::for_each_abandoned(|h| {
+        // SAFETY: `for_each_abandoned` gives us an owner's exclusive access.
+        unsafe { h.collect_remote() };
+    });
     let mut s = Stats::ZERO;
     s.syscalls = crate::source::PageSource::syscalls(&thread::SYSTEM);
     {

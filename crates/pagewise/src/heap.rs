@@ -139,7 +139,32 @@ struct Local {
     queues: [Queue; CLASSES],
     full: Queue,
     next_maintenance: u64,
+    /// Per class: slots of other heaps' pages that this thread freed, kept
+    /// to serve its own next allocations of the class without any atomic
+    /// operation (what makes producer/consumer servers cheap, as thread
+    /// caches do in jemalloc and tcmalloc). Bounded by [`FOREIGN_LIMIT`];
+    /// handed back to their pages on trim and thread exit.
+    foreign: [Foreign; CLASSES],
 }
+
+/// A thread's cache of other heaps' free slots of one class.
+#[derive(Clone, Copy)]
+struct Foreign {
+    head: *mut Block,
+    count: u32,
+}
+
+impl Foreign {
+    const EMPTY: Foreign = Foreign {
+        head: null_mut(),
+        count: 0,
+    };
+}
+
+/// Most foreign slots a thread keeps per class.
+const FOREIGN_LIMIT: u32 = 64;
+/// Largest slot kept in the foreign cache (bigger ones go home at once).
+const FOREIGN_MAX_SLOT: u32 = 1024;
 
 /// One heap. Lives in memory from the page source (never the global
 /// allocator) at a fixed address: pages point back to it.
@@ -201,6 +226,7 @@ impl HeapCore {
                 queues: [Queue::EMPTY; CLASSES],
                 full: Queue::EMPTY,
                 next_maintenance: 0,
+                foreign: [Foreign::EMPTY; CLASSES],
             }),
             delayed: AtomicPtr::new(null_mut()),
             spans: Locked::new(Spans::new()),
@@ -336,6 +362,14 @@ impl HeapCore {
         // SAFETY: owner only (caller); `direct` pages are live slab pages of
         // this heap or the never-written empty page.
         unsafe {
+            let cache = &mut self.local().foreign[class];
+            let f = cache.head;
+            if !f.is_null() {
+                cache.head = (*f).next;
+                cache.count -= 1;
+                self.count_alloc(class, size);
+                return f as *mut u8;
+            }
             let page = self.current_page(class);
             let b = (*page).free;
             if !b.is_null() {
@@ -345,6 +379,57 @@ impl HeapCore {
                 return b as *mut u8;
             }
             self.alloc_slow(class, size)
+        }
+    }
+
+    /// Keeps a slot of another heap's page, freed by this heap's thread,
+    /// for this thread's next allocation of the class. Returns false when
+    /// the cache is full or the slot too big (the caller frees it remotely).
+    ///
+    /// # Safety
+    /// Owner only; `block` is a live slot of `page`, a slab page of another
+    /// heap.
+    #[inline]
+    unsafe fn keep_foreign(&self, page: *mut Page, block: *mut Block) -> bool {
+        // SAFETY: slot geometry is fixed while the slab lives; the cache is
+        // owner-only state.
+        unsafe {
+            if (*page).slot_size > FOREIGN_MAX_SLOT {
+                return false;
+            }
+            let class = (*page).class as usize;
+            let cache = &mut self.local().foreign[class];
+            if cache.count >= FOREIGN_LIMIT {
+                return false;
+            }
+            (*block).next = cache.head;
+            cache.head = block;
+            cache.count += 1;
+            // Freed as far as this heap's counters go; if the slot goes home
+            // unused, `return_foreign` counts it allocated again first.
+            self.classes[class].frees.add(1);
+        }
+        true
+    }
+
+    /// Sends every kept foreign slot back to its page. Owner only.
+    unsafe fn return_foreign(&self) {
+        for class in 0..CLASSES {
+            // SAFETY: owner only; the list holds live slots of other heaps'
+            // pages, which outlive them.
+            unsafe {
+                let cache = &mut self.local().foreign[class];
+                let mut b = cache.head;
+                let n = cache.count;
+                *cache = Foreign::EMPTY;
+                self.classes[class].allocs.add(n as u64);
+                while !b.is_null() {
+                    let next = (*b).next;
+                    let seg = &*Segment::of(crate::layout::segment_base(b as usize));
+                    free_remote(lookup_page(seg, b as usize), b);
+                    b = next;
+                }
+            }
         }
     }
 
@@ -550,8 +635,18 @@ impl HeapCore {
                     // SAFETY: the calling thread owns `current`.
                     unsafe { (*heap).free_local(page, addr as *mut Block) }
                 } else {
-                    // SAFETY: `heap` outlives its pages; the slot is live.
-                    unsafe { free_remote(page, addr as *mut Block) };
+                    // SAFETY: `current` is the calling thread's own heap;
+                    // `heap` outlives its pages; the slot is live.
+                    unsafe {
+                        if !(*heap).global {
+                            // An owned `Heap`'s block freed through the
+                            // global allocator (or another heap).
+                            misuse(Misuse::WrongHeap, addr);
+                        }
+                        if current.is_null() || !(*current).keep_foreign(page, addr as *mut Block) {
+                            free_remote(page, addr as *mut Block);
+                        }
+                    }
                     false
                 }
             }
@@ -933,6 +1028,7 @@ impl HeapCore {
     pub unsafe fn trim(&self) {
         // SAFETY: owner only (caller).
         unsafe {
+            self.return_foreign();
             self.process_delayed();
             self.release_empty_pages();
         }
@@ -986,6 +1082,31 @@ impl HeapCore {
         }
     }
 
+    /// Takes in every slot other threads freed into this heap's pages
+    /// (the owner would on its next slow paths), so counters show them as
+    /// free. Owner only.
+    pub unsafe fn collect_remote(&self) {
+        // SAFETY: owner only (caller); queue and full-list entries are slab
+        // pages of this heap, and collecting moves no page between lists.
+        unsafe {
+            self.process_delayed();
+            for class in 0..CLASSES {
+                let mut p = self.local().queues[class].head;
+                while !p.is_null() {
+                    let n = (*p).collect_thread_free();
+                    self.classes[class].frees.add(n as u64);
+                    p = (*p).next;
+                }
+            }
+            let mut p = self.local().full.head;
+            while !p.is_null() {
+                let n = (*p).collect_thread_free();
+                self.classes[(*p).class as usize].frees.add(n as u64);
+                p = (*p).next;
+            }
+        }
+    }
+
     /// Prepares the heap to be left without an owner (its thread exited):
     /// empty pages go back to the span pool, to be purged by decay.
     ///
@@ -994,6 +1115,7 @@ impl HeapCore {
     pub unsafe fn abandon(&self) {
         // SAFETY: owner only.
         unsafe {
+            self.return_foreign();
             self.process_delayed();
             self.release_empty_pages();
         }

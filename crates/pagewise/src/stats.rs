@@ -34,6 +34,8 @@ pub struct ClassStats {
     pub retained_pages: u64,
     /// Allocations served by the class since start.
     pub total_allocs: u64,
+    /// Frees of the class since start (remote frees once collected).
+    pub total_frees: u64,
     /// Bytes requested by live objects, estimated from the class's mean
     /// request size (the C `free` does not say the size).
     pub live_requested_bytes: u64,
@@ -139,6 +141,7 @@ impl Stats {
             free_slots: 0,
             retained_pages: 0,
             total_allocs: 0,
+            total_frees: 0,
             live_requested_bytes: 0,
         }; CLASSES],
     };
@@ -146,22 +149,17 @@ impl Stats {
     /// Adds one heap's figures.
     pub(crate) fn add_heap(&mut self, heap: &HeapCore) {
         self.heaps += 1;
-        let mut small_live = 0u64;
+        // Raw sums only: a heap can free more slots than it allocated (slots
+        // of other heaps' pages kept in its foreign cache), so live figures
+        // are derived in `finish` from the totals of all heaps.
         for (c, cc) in heap.classes.iter().enumerate() {
             let s = &mut self.classes[c];
-            let allocs = cc.allocs.get();
-            let live = allocs.saturating_sub(cc.frees.get());
-            let slots = cc.slots.get();
             s.slot_size = SLOT_SIZE[c] as u64;
             s.pages += cc.pages.get();
-            s.live_slots += live;
-            s.free_slots += slots.saturating_sub(live);
-            s.total_allocs += allocs;
-            if allocs > 0 {
-                s.live_requested_bytes +=
-                    (cc.requested.get() as u128 * live as u128 / allocs as u128) as u64;
-            }
-            small_live += live * SLOT_SIZE[c] as u64;
+            s.free_slots += cc.slots.get(); // capacity for now; see `finish`
+            s.total_allocs += cc.allocs.get();
+            s.total_frees += cc.frees.get();
+            s.live_requested_bytes += cc.requested.get(); // total for now
         }
         let slab_committed = heap.slab_committed.get();
         let spans = heap.spans.lock().counts;
@@ -169,7 +167,7 @@ impl Stats {
         self.peak_committed_bytes += heap.peak_committed.get();
         self.metadata_bytes += spans.metadata as u64 + core::mem::size_of::<HeapCore>() as u64;
         self.retained_bytes += spans.retained as u64;
-        self.free_slot_bytes += slab_committed.saturating_sub(small_live);
+        self.free_slot_bytes += slab_committed; // committed in slabs for now
         self.purged_bytes += spans.purged as u64;
         self.segments += spans.segments as u64;
         self.large.count += spans.large_count as u64;
@@ -182,11 +180,20 @@ impl Stats {
 
     /// Derives the totals from the parts.
     pub(crate) fn finish(&mut self) {
-        let small: u64 = self
-            .classes
-            .iter()
-            .map(|c| c.live_slots * c.slot_size)
-            .sum();
+        let mut small = 0u64;
+        for c in self.classes.iter_mut() {
+            let live = c.total_allocs.saturating_sub(c.total_frees);
+            let requested = c.live_requested_bytes;
+            c.live_requested_bytes = if c.total_allocs > 0 {
+                (requested as u128 * live as u128 / c.total_allocs as u128) as u64
+            } else {
+                0
+            };
+            c.live_slots = live;
+            c.free_slots = c.free_slots.saturating_sub(live);
+            small += live * c.slot_size;
+        }
+        self.free_slot_bytes = self.free_slot_bytes.saturating_sub(small);
         let small_req: u64 = self.classes.iter().map(|c| c.live_requested_bytes).sum();
         let small_n: u64 = self.classes.iter().map(|c| c.live_slots).sum();
         self.live_bytes = small + self.large.bytes + self.huge.bytes;

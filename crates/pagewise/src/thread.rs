@@ -178,6 +178,25 @@ fn push_abandoned(h: *mut HeapCore) {
     *head = h as usize;
 }
 
+/// Runs `f` on every abandoned heap, with the exclusive access of an owner:
+/// the heaps are taken off the list meanwhile (a new thread then makes a
+/// fresh heap rather than wait) and put back afterwards.
+pub fn for_each_abandoned(mut f: impl FnMut(&HeapCore)) {
+    let mut taken = {
+        let mut head = ABANDONED.lock();
+        core::mem::replace(&mut *head, 0) as *mut HeapCore
+    };
+    while !taken.is_null() {
+        // SAFETY: off the list, the heap has no owner but us; heaps are
+        // never freed.
+        let next = unsafe { (*taken).next_abandoned };
+        // SAFETY: as above.
+        f(unsafe { &*taken });
+        push_abandoned(taken);
+        taken = next;
+    }
+}
+
 // ----- thread exit ---------------------------------------------------------
 
 static KEY: AtomicUsize = AtomicUsize::new(0);

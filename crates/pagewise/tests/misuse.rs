@@ -62,6 +62,11 @@ fn child_entry() {
                 let p = h1.allocate(l).unwrap();
                 h2.deallocate(p.cast(), l);
             }
+            "owned-via-global" => {
+                let h = pagewise::Heap::new();
+                let p = h.allocate(l).unwrap();
+                a.dealloc(p.cast::<u8>().as_ptr(), l);
+            }
             _ => unreachable!(),
         }
     }
@@ -106,4 +111,9 @@ fn huge_double_free_aborts() {
 #[test]
 fn freeing_into_the_wrong_heap_aborts() {
     expect_abort("wrong-heap", "belongs to another pagewise heap");
+}
+
+#[test]
+fn freeing_an_owned_heaps_block_through_the_global_allocator_aborts() {
+    expect_abort("owned-via-global", "belongs to another pagewise heap");
 }
