@@ -359,8 +359,10 @@ impl HeapCore {
     /// Owner only.
     #[inline]
     unsafe fn alloc_small(&self, class: usize, size: usize) -> *mut u8 {
-        // SAFETY: owner only (caller); `direct` pages are live slab pages of
-        // this heap or the never-written empty page.
+        // SAFETY: owner only (caller), so the foreign cache is ours and
+        // holds free slots of this class in other heaps' live pages (a page
+        // with a slot out is never released); `direct` pages are live slab
+        // pages of this heap or the never-written empty page.
         unsafe {
             let cache = &mut self.local().foreign[class];
             let f = cache.head;
