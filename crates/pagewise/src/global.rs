@@ -30,9 +30,10 @@ pub struct Pagewise;
 unsafe impl GlobalAlloc for Pagewise {
     #[inline]
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        let heap = thread::current();
+        let heap = thread::current_or_null();
         if heap.is_null() {
-            return core::ptr::null_mut();
+            // A tail call, so the fast path below saves no registers.
+            return first_alloc(layout);
         }
         // SAFETY: `heap` is the calling thread's own heap.
         unsafe { (*heap).alloc(layout.size(), layout.align()) }
@@ -40,14 +41,14 @@ unsafe impl GlobalAlloc for Pagewise {
 
     #[inline]
     unsafe fn dealloc(&self, ptr: *mut u8, _layout: Layout) {
+        let current = thread::current_or_null();
         // SAFETY: the caller gives back a live allocation; the current heap
         // (possibly null) is the calling thread's.
-        if unsafe { HeapCore::free_any(ptr, thread::current_or_null()) } {
-            // A Rust program's frees never come from inside glibc (its own
-            // allocations use its own malloc), so unlike the C library's
-            // `free`, this one may start the purger thread directly.
-            crate::purger::ensure();
+        if unsafe { HeapCore::free_to_cache(ptr, current) } {
+            return;
         }
+        // SAFETY: as above. A tail call, so the fast path saves no registers.
+        unsafe { dealloc_uncached(ptr, current) }
     }
 
     #[inline]
@@ -69,6 +70,33 @@ unsafe impl GlobalAlloc for Pagewise {
         // SAFETY: `heap` is ours; `ptr` is live with `layout` (caller).
         unsafe { (*heap).realloc(ptr, layout.size(), layout.align(), new_size, heap) }
     }
+}
+
+/// A free the thread cache did not take.
+///
+/// # Safety
+/// As `GlobalAlloc::dealloc`; `current` is the calling thread's heap or null.
+#[inline(never)]
+unsafe fn dealloc_uncached(ptr: *mut u8, current: *mut HeapCore) {
+    // SAFETY: forwarded.
+    if unsafe { HeapCore::free_uncached(ptr, current) } {
+        // A Rust program's frees never come from inside glibc (its own
+        // allocations use its own malloc), so unlike the C library's
+        // `free`, this one may start the purger thread directly.
+        crate::purger::ensure();
+    }
+}
+
+/// The calling thread's first allocation: makes or adopts its heap.
+#[cold]
+#[inline(never)]
+fn first_alloc(layout: Layout) -> *mut u8 {
+    let heap = thread::current();
+    if heap.is_null() {
+        return core::ptr::null_mut();
+    }
+    // SAFETY: `heap` is the calling thread's own heap.
+    unsafe { (*heap).alloc(layout.size(), layout.align()) }
 }
 
 /// Usable size of a live allocation made by the global allocator (or any

@@ -15,6 +15,7 @@
 //! nothing (seed 000); kept pages are released at the next maintenance pass
 //! that finds them still empty.
 
+use crate::cache::ClassState;
 use crate::config::Config;
 use crate::fault::{misuse, Misuse};
 use crate::layout::{LARGE_ALIGN_MAX, LARGE_MAX, OS_PAGE, SLICE, SLICE_SHIFT};
@@ -50,46 +51,20 @@ fn empty_page() -> *mut Page {
 pub struct Counter(AtomicU64);
 
 impl Counter {
-    const fn zero() -> Counter {
+    pub(crate) const fn zero() -> Counter {
         Counter(AtomicU64::new(0))
     }
     #[inline]
-    fn add(&self, n: u64) {
+    pub(crate) fn add(&self, n: u64) {
         self.0.store(self.0.load(Relaxed).wrapping_add(n), Relaxed);
     }
     #[inline]
-    fn sub(&self, n: u64) {
+    pub(crate) fn sub(&self, n: u64) {
         self.0.store(self.0.load(Relaxed).wrapping_sub(n), Relaxed);
     }
     /// The current value.
     pub fn get(&self) -> u64 {
         self.0.load(Relaxed)
-    }
-}
-
-/// Per size-class counters of one heap.
-pub struct ClassCounters {
-    /// Slots handed out (cumulative).
-    pub allocs: Counter,
-    /// Slots returned (cumulative; remote frees once collected).
-    pub frees: Counter,
-    /// Bytes requested by those allocations (cumulative).
-    pub requested: Counter,
-    /// Slab pages of the class.
-    pub pages: Counter,
-    /// Slots those pages can hold.
-    pub slots: Counter,
-}
-
-impl ClassCounters {
-    const fn zero() -> ClassCounters {
-        ClassCounters {
-            allocs: Counter::zero(),
-            frees: Counter::zero(),
-            requested: Counter::zero(),
-            pages: Counter::zero(),
-            slots: Counter::zero(),
-        }
     }
 }
 
@@ -139,32 +114,7 @@ struct Local {
     queues: [Queue; CLASSES],
     full: Queue,
     next_maintenance: u64,
-    /// Per class: slots of other heaps' pages that this thread freed, kept
-    /// to serve its own next allocations of the class without any atomic
-    /// operation (what makes producer/consumer servers cheap, as thread
-    /// caches do in jemalloc and tcmalloc). Bounded by [`FOREIGN_LIMIT`];
-    /// handed back to their pages on trim and thread exit.
-    foreign: [Foreign; CLASSES],
 }
-
-/// A thread's cache of other heaps' free slots of one class.
-#[derive(Clone, Copy)]
-struct Foreign {
-    head: *mut Block,
-    count: u32,
-}
-
-impl Foreign {
-    const EMPTY: Foreign = Foreign {
-        head: null_mut(),
-        count: 0,
-    };
-}
-
-/// Most foreign slots a thread keeps per class.
-const FOREIGN_LIMIT: u32 = 64;
-/// Largest slot kept in the foreign cache (bigger ones go home at once).
-const FOREIGN_MAX_SLOT: u32 = 1024;
 
 /// One heap. Lives in memory from the page source (never the global
 /// allocator) at a fixed address: pages point back to it.
@@ -177,8 +127,8 @@ pub struct HeapCore {
     delayed: AtomicPtr<Block>,
     /// Span pool, shared with remote large frees and the purger.
     pub spans: Locked<Spans>,
-    /// Per class counters.
-    pub classes: [ClassCounters; CLASSES],
+    /// Per class: the thread cache of free slots and the counters.
+    pub classes: [ClassState; CLASSES],
     /// Committed bytes in slab pages (owner-maintained).
     pub slab_committed: Counter,
     /// Highest `slab_committed + span_committed` seen.
@@ -226,11 +176,10 @@ impl HeapCore {
                 queues: [Queue::EMPTY; CLASSES],
                 full: Queue::EMPTY,
                 next_maintenance: 0,
-                foreign: [Foreign::EMPTY; CLASSES],
             }),
             delayed: AtomicPtr::new(null_mut()),
             spans: Locked::new(Spans::new()),
-            classes: [const { ClassCounters::zero() }; CLASSES],
+            classes: ClassState::all(),
             slab_committed: Counter::zero(),
             peak_committed: Counter::zero(),
             span_committed: Counter::zero(),
@@ -359,87 +308,60 @@ impl HeapCore {
     /// Owner only.
     #[inline]
     unsafe fn alloc_small(&self, class: usize, size: usize) -> *mut u8 {
-        // SAFETY: owner only (caller), so the foreign cache is ours and
-        // holds free slots of this class in other heaps' live pages (a page
-        // with a slot out is never released); `direct` pages are live slab
-        // pages of this heap or the never-written empty page.
+        debug_assert!(class < CLASSES);
+        // SAFETY: `class_of` and `class_for` return classes below CLASSES.
+        let state = unsafe { self.classes.get_unchecked(class) };
+        // SAFETY: owner only (caller): the cache is ours and holds free slots
+        // of this class (a page with a slot out is never released); `direct`
+        // pages are live slab pages of this heap or the never-written empty
+        // page.
         unsafe {
-            let cache = &mut self.local().foreign[class];
-            let f = cache.head;
-            if !f.is_null() {
-                cache.head = (*f).next;
-                cache.count -= 1;
-                self.count_alloc(class, size);
-                return f as *mut u8;
+            let b = state.pop();
+            if !b.is_null() {
+                state.count_alloc(size);
+                return b as *mut u8;
             }
-            let page = self.current_page(class);
+            let page = self.direct.get_unchecked(class).load(Relaxed);
             let b = (*page).free;
             if !b.is_null() {
                 (*page).free = (*b).next;
                 (*page).set_used((*page).used() + 1);
-                self.count_alloc(class, size);
+                state.count_alloc(size);
                 return b as *mut u8;
             }
             self.alloc_slow(class, size)
         }
     }
 
-    /// Keeps a slot of another heap's page, freed by this heap's thread,
-    /// for this thread's next allocation of the class. Returns false when
-    /// the cache is full or the slot too big (the caller frees it remotely).
+    /// Sends up to `n` cached slots of `class` back to their pages.
     ///
     /// # Safety
-    /// Owner only; `block` is a live slot of `page`, a slab page of another
-    /// heap.
-    #[inline]
-    unsafe fn keep_foreign(&self, page: *mut Page, block: *mut Block) -> bool {
-        // SAFETY: slot geometry is fixed while the slab lives; the cache is
-        // owner-only state.
+    /// Owner only.
+    unsafe fn flush_cache(&self, class: usize, n: u32) {
+        // SAFETY: owner only; the detached list holds live slots of this
+        // class, of this heap's pages or other heaps' (which outlive them).
         unsafe {
-            if (*page).slot_size > FOREIGN_MAX_SLOT {
-                return false;
-            }
-            let class = (*page).class as usize;
-            let cache = &mut self.local().foreign[class];
-            if cache.count >= FOREIGN_LIMIT {
-                return false;
-            }
-            (*block).next = cache.head;
-            cache.head = block;
-            cache.count += 1;
-            // Freed as far as this heap's counters go; if the slot goes home
-            // unused, `return_foreign` counts it allocated again first.
-            self.classes[class].frees.add(1);
-        }
-        true
-    }
-
-    /// Sends every kept foreign slot back to its page. Owner only.
-    unsafe fn return_foreign(&self) {
-        for class in 0..CLASSES {
-            // SAFETY: owner only; the list holds live slots of other heaps'
-            // pages, which outlive them.
-            unsafe {
-                let cache = &mut self.local().foreign[class];
-                let mut b = cache.head;
-                let n = cache.count;
-                *cache = Foreign::EMPTY;
-                self.classes[class].allocs.add(n as u64);
-                while !b.is_null() {
-                    let next = (*b).next;
-                    let seg = &*Segment::of(crate::layout::segment_base(b as usize));
-                    free_remote(lookup_page(seg, b as usize), b);
-                    b = next;
+            let mut b = self.classes[class].take(n);
+            while !b.is_null() {
+                let next = (*b).next;
+                let seg = &*Segment::of(crate::layout::segment_base(b as usize));
+                let page = lookup_page(seg, b as usize);
+                if (*page).heap == self.me() {
+                    let _ = self.free_local(page, b);
+                } else {
+                    free_remote(page, b);
                 }
+                b = next;
             }
         }
     }
 
-    #[inline]
-    fn count_alloc(&self, class: usize, size: usize) {
-        let c = &self.classes[class];
-        c.allocs.add(1);
-        c.requested.add(size as u64);
+    /// Empties every class's cache. Owner only.
+    unsafe fn flush_caches(&self) {
+        for class in 0..CLASSES {
+            // SAFETY: owner only (caller).
+            unsafe { self.flush_cache(class, u32::MAX) };
+        }
     }
 
     #[cold]
@@ -478,7 +400,7 @@ impl HeapCore {
             let b = (*page).free;
             (*page).free = (*b).next;
             (*page).set_used((*page).used() + 1);
-            self.count_alloc(class, size);
+            self.classes[class].count_alloc(size);
             b as *mut u8
         }
     }
@@ -559,6 +481,8 @@ impl HeapCore {
         // SAFETY: a freshly taken span, exclusively ours; owner only.
         unsafe {
             (*page).init_slab(class, SLOT_SIZE[class] as usize, slices * SLICE, self.me());
+            let seg = &*Segment::of(crate::layout::segment_base((*page).start));
+            seg.mark_slab(seg.slice_index((*page).start), slices, class);
             let c = &self.classes[class];
             c.pages.add(1);
             c.slots.add((*page).reserved as u64);
@@ -585,6 +509,8 @@ impl HeapCore {
             let c = &self.classes[class];
             c.pages.sub(1);
             c.slots.sub((*page).reserved as u64);
+            let seg = &*Segment::of(crate::layout::segment_base((*page).start));
+            seg.clear_slab(seg.slice_index((*page).start), PAGE_SLICES[class] as usize);
             // The span becomes `Kind::Free` inside `give_back_slab`, under
             // the span lock: a neighbour being freed by another thread must
             // not see it free before it is in the pool.
@@ -610,6 +536,58 @@ impl HeapCore {
     /// not be used afterwards. Misuse that is detected aborts.
     #[inline]
     pub unsafe fn free_any(ptr: *mut u8, current: *const HeapCore) -> bool {
+        // SAFETY: forwarded.
+        unsafe {
+            if HeapCore::free_to_cache(ptr, current) {
+                return false;
+            }
+            HeapCore::free_uncached(ptr, current)
+        }
+    }
+
+    /// The free fast path: puts a slot of a global-allocator thread heap
+    /// into the calling thread's cache. False if it did not (no heap, not
+    /// such a slot, cache full): then call [`HeapCore::free_uncached`].
+    ///
+    /// # Safety
+    /// As `free_any`; on true, the free is done.
+    #[inline]
+    pub unsafe fn free_to_cache(ptr: *mut u8, current: *const HeapCore) -> bool {
+        let addr = ptr as usize;
+        // SAFETY: the segment is registered, so mapped with a header;
+        // `current` is the calling thread's heap, whose cache may take any
+        // slot of a thread heap of the global allocator.
+        !current.is_null()
+            && registry::in_shared_segment(addr)
+            && unsafe { (*current).cache_free(addr) }
+    }
+
+    /// Puts `addr` in this heap's cache if it starts a slot of a live slab
+    /// page and the class's cache has room.
+    ///
+    /// # Safety
+    /// Owner only; `addr` lies in a registered segment and is a live
+    /// allocation the cache may take (a slot of this heap, or of any thread
+    /// heap if this is one).
+    #[inline]
+    unsafe fn cache_free(&self, addr: usize) -> bool {
+        // SAFETY: registered segments are mapped and headed by a `Segment`.
+        let seg = unsafe { &*Segment::of(crate::layout::segment_base(addr)) };
+        match seg.slab_class(addr) {
+            // SAFETY: owner only (caller); the slot is live (caller) and of
+            // `class` (slab table).
+            Some(class) => unsafe { self.classes[class].push(addr as *mut Block) },
+            None => false,
+        }
+    }
+
+    /// `free_any` past the cache: into the slot's page, or a large or huge
+    /// object; detects misuse.
+    ///
+    /// # Safety
+    /// As `free_any`.
+    #[inline(never)]
+    pub unsafe fn free_uncached(ptr: *mut u8, current: *const HeapCore) -> bool {
         let addr = ptr as usize;
         let Some((base, huge)) = registry::lookup(addr) else {
             misuse(Misuse::Foreign, addr)
@@ -645,9 +623,7 @@ impl HeapCore {
                             // global allocator (or another heap).
                             misuse(Misuse::WrongHeap, addr);
                         }
-                        if current.is_null() || !(*current).keep_foreign(page, addr as *mut Block) {
-                            free_remote(page, addr as *mut Block);
-                        }
+                        free_remote(page, addr as *mut Block);
                     }
                     false
                 }
@@ -677,8 +653,8 @@ impl HeapCore {
         if unsafe { (*Segment::of(base)).heap } != self.me() {
             misuse(Misuse::WrongHeap, addr);
         }
-        // SAFETY: we are the owner and `current`.
-        unsafe { HeapCore::free_any(ptr, self) }
+        // SAFETY: we are the owner and `current`; the slot is ours.
+        unsafe { self.cache_free(addr) || HeapCore::free_uncached(ptr, self) }
     }
 
     /// # Safety
@@ -748,6 +724,7 @@ impl HeapCore {
     // ----- large and huge ----------------------------------------------------
 
     #[cold]
+    #[inline(never)]
     unsafe fn alloc_large(&self, size: usize, align: usize) -> *mut u8 {
         // SAFETY: forwarded.
         unsafe { self.alloc_span(size, align).0 }
@@ -883,6 +860,16 @@ impl HeapCore {
                 return;
             }
             *next = now + (self.config.decay_ms / 2).max(1);
+        }
+        for class in 0..CLASSES {
+            // Halve the caches: slots still wanted come back from their
+            // pages cheaply; slots no longer wanted go home within a few
+            // passes, so their pages can empty.
+            let n = self.classes[class].cached();
+            if n > 0 {
+                // SAFETY: owner only (caller).
+                unsafe { self.flush_cache(class, n.div_ceil(2)) };
+            }
         }
         for class in 0..CLASSES {
             let page = self.current_page(class);
@@ -1030,7 +1017,7 @@ impl HeapCore {
     pub unsafe fn trim(&self) {
         // SAFETY: owner only (caller).
         unsafe {
-            self.return_foreign();
+            self.flush_caches();
             self.process_delayed();
             self.release_empty_pages();
         }
@@ -1117,7 +1104,7 @@ impl HeapCore {
     pub unsafe fn abandon(&self) {
         // SAFETY: owner only.
         unsafe {
-            self.return_foreign();
+            self.flush_caches();
             self.process_delayed();
             self.release_empty_pages();
         }

@@ -19,6 +19,7 @@
 //! - [`size_class`] (`size_class.rs`): the size-class table;
 //! - `spans.rs`: the per-heap span pool: best fit, coalescing, retention FIFO, huge cache;
 //! - [`config`] (`config.rs`): the retention policy and its environment variables;
+//! - `cache.rs`: the thread cache of free slots, per class;
 //! - `heap.rs`: size-class queues, fast paths, placement;
 //! - `registry.rs`: which addresses are pagewise's (foreign-pointer detection);
 //! - `lock.rs`: the spin lock of the slow paths;
@@ -31,6 +32,7 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]
 
+pub(crate) mod cache;
 pub mod config;
 pub mod fault;
 mod global;

@@ -99,7 +99,7 @@ impl<S: PageSource + 'static> Heap<S> {
         // reservations live as long as the core (same allocation).
         unsafe {
             core::ptr::addr_of_mut!((*p).source).write(source);
-            core::ptr::addr_of_mut!((*p).reservations).write(Locked::new(Reservations::new()));
+            core::ptr::addr_of_mut!((*p).reservations).write(Locked::new(Reservations::owned()));
             let src: *const dyn PageSource = core::ptr::addr_of!((*p).source);
             HeapCore::init_at(
                 core::ptr::addr_of_mut!((*p).core),

@@ -138,7 +138,7 @@ impl Page {
         self.kind = Kind::Slab;
         self.class = class as u8;
         self.slot_size = slot as u32;
-        self.recip = (1u64 << 42).div_ceil(slot as u64);
+        self.recip = crate::size_class::recip_of(slot);
         self.reserved = (bytes / slot) as u32;
         self.capacity = 0;
         self.used.store(0, Ordering::Relaxed);

@@ -40,8 +40,23 @@ pub unsafe fn free(ptr: *mut u8) {
     if ptr.is_null() {
         return;
     }
+    let current = thread::current_or_null();
     // SAFETY: forwarded; the current heap is the calling thread's.
-    if unsafe { HeapCore::free_any(ptr, thread::current_or_null()) } {
+    if unsafe { HeapCore::free_to_cache(ptr, current) } {
+        return;
+    }
+    // SAFETY: as above; a tail call keeps the fast path free of spills.
+    unsafe { free_uncached(ptr, current) }
+}
+
+/// A free the thread cache did not take.
+///
+/// # Safety
+/// As [`free`]; `current` is the calling thread's heap or null.
+#[inline(never)]
+unsafe fn free_uncached(ptr: *mut u8, current: *mut HeapCore) {
+    // SAFETY: forwarded.
+    if unsafe { HeapCore::free_uncached(ptr, current) } {
         crate::purger::request();
     }
 }

@@ -14,13 +14,17 @@ const ENTRIES: usize = 1 << (ADDRESS_BITS - SEGMENT_SHIFT);
 
 /// Not a pagewise segment.
 const NONE: u8 = 0;
-/// A segment header lives at the start of this segment.
+/// A segment header of a thread heap of the global allocator lives at the
+/// start of this segment.
 const HEADER: u8 = 1;
 /// The interior of a multi-segment huge object; its header is at a lower address.
 const INTERIOR: u8 = 2;
 /// The header of a huge object's segment run (so `free` knows without
 /// reading the header).
 const HUGE: u8 = 3;
+/// A segment header of an owned `Heap` (whose blocks the global allocator
+/// must not take).
+const OWNED: u8 = 4;
 
 static MAP: [AtomicU8; ENTRIES] = [const { AtomicU8::new(NONE) }; ENTRIES];
 
@@ -29,10 +33,11 @@ fn index(addr: usize) -> Option<usize> {
     (i < ENTRIES).then_some(i)
 }
 
-/// Records `nsegs` segments starting at `base` (a segment header at `base`).
-pub fn register(base: usize, nsegs: usize) {
+/// Records `nsegs` segments starting at `base` (a segment header at `base`),
+/// of an owned heap or of the global allocator's thread heaps.
+pub fn register(base: usize, nsegs: usize, owned: bool) {
     let i = index(base).expect("segment above the 47-bit address range");
-    MAP[i].store(HEADER, Ordering::Release);
+    MAP[i].store(if owned { OWNED } else { HEADER }, Ordering::Release);
     for j in 1..nsegs {
         MAP[i + j].store(INTERIOR, Ordering::Release);
     }
@@ -61,11 +66,21 @@ pub fn lookup(addr: usize) -> Option<(usize, bool)> {
     let mut i = index(addr)?;
     loop {
         match MAP[i].load(Ordering::Acquire) {
-            HEADER => return Some((i * SEGMENT, false)),
+            HEADER | OWNED => return Some((i * SEGMENT, false)),
             HUGE => return Some((i * SEGMENT, true)),
             INTERIOR if i > 0 => i -= 1,
             _ => return None,
         }
+    }
+}
+
+/// Whether `addr` lies in a (non-huge) segment of the global allocator's
+/// thread heaps: one load, the free fast path's ownership check.
+#[inline]
+pub fn in_shared_segment(addr: usize) -> bool {
+    match index(addr) {
+        Some(i) => MAP[i].load(Ordering::Acquire) == HEADER,
+        None => false,
     }
 }
 
@@ -88,7 +103,9 @@ mod tests {
     fn finds_headers_and_interiors() {
         let base = 0x3000_0000_0000usize;
         assert_eq!(header_of(base + 5), None);
-        register(base, 3);
+        register(base, 3, false);
+        assert!(in_shared_segment(base + 5));
+        assert!(!in_shared_segment(base + SEGMENT));
         assert_eq!(header_of(base + 5), Some(base));
         assert_eq!(lookup(base + 5), Some((base, false)));
         mark_huge(base);
@@ -98,5 +115,9 @@ mod tests {
         unregister(base, 3);
         assert_eq!(header_of(base + 5), None);
         assert_eq!(header_of(usize::MAX), None);
+        register(base, 1, true);
+        assert_eq!(header_of(base + 5), Some(base));
+        assert!(!in_shared_segment(base + 5), "an owned heap's segment");
+        unregister(base, 1);
     }
 }

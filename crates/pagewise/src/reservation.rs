@@ -73,16 +73,27 @@ pub struct Reservations {
     pub reserved_bytes: usize,
     /// Segments currently handed out.
     pub segments_in_use: usize,
+    /// Reservations of an owned `Heap` (registered as such).
+    owned: bool,
 }
 
 impl Reservations {
-    /// No reservations yet.
+    /// No reservations yet (the global allocator's).
     pub const fn new() -> Self {
         Reservations {
             list: [Reservation::EMPTY; MAX_RESERVATIONS],
             count: 0,
             reserved_bytes: 0,
             segments_in_use: 0,
+            owned: false,
+        }
+    }
+
+    /// No reservations yet, for an owned `Heap`.
+    pub const fn owned() -> Self {
+        Reservations {
+            owned: true,
+            ..Reservations::new()
         }
     }
 
@@ -103,7 +114,7 @@ impl Reservations {
             None => self.take_new(source, n, align, preferred)?,
         };
         self.segments_in_use += n;
-        registry::register(base, n);
+        registry::register(base, n, self.owned);
         Some(base)
     }
 

@@ -6,11 +6,12 @@
 //! bitmap is what lets pagewise give memory back page by page, and count
 //! exactly what it holds.
 
-use crate::layout::{OS_PAGE, OS_PAGES_PER_SEGMENT, SLICE, SLICES_PER_SEGMENT};
+use crate::layout::{OS_PAGE, OS_PAGES_PER_SEGMENT, SLICE, SLICES_PER_SEGMENT, SLICE_SHIFT};
 use crate::page::{Kind, Page};
+use crate::size_class::GEOMETRY;
 use core::cell::UnsafeCell;
 use core::ptr::null_mut;
-use core::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use core::sync::atomic::{AtomicU16, AtomicU64, Ordering::Relaxed};
 
 /// Mixed into the header cookie so that a random word at a segment-aligned
 /// address is unlikely to pass for a header.
@@ -68,6 +69,12 @@ pub struct Segment {
     /// bits of its slab pages without the span lock while the purger clears
     /// bits of free spans that share a word.
     pub committed: [AtomicU64; BITMAP_WORDS],
+    /// Per slice: `class + 1 | slices_from_page_start << 8` if the slice
+    /// belongs to a slab page, else 0. Written only when a slab page is made
+    /// or released, so other threads' frees read it from their own caches
+    /// (the descriptors, written by the owner on every allocation, would
+    /// bounce between cores).
+    slab_slices: [AtomicU16; SLICES_PER_SEGMENT],
     slices: [UnsafeCell<Page>; SLICES_PER_SEGMENT],
 }
 
@@ -177,6 +184,39 @@ impl Segment {
     #[inline]
     pub fn index_of(&self, page: *const Page) -> usize {
         (page as usize - self.slices.as_ptr() as usize) / core::mem::size_of::<Page>()
+    }
+
+    /// Records slices `first..first + n` as a slab page of `class`.
+    pub fn mark_slab(&self, first: usize, n: usize, class: usize) {
+        for (k, e) in self.slab_slices[first..first + n].iter().enumerate() {
+            e.store((class as u16 + 1) | (k as u16) << 8, Relaxed);
+        }
+    }
+
+    /// Forgets the slab page at slices `first..first + n`.
+    pub fn clear_slab(&self, first: usize, n: usize) {
+        for e in &self.slab_slices[first..first + n] {
+            e.store(0, Relaxed);
+        }
+    }
+
+    /// The size class of the slab slot starting at `addr`, if a slot of a
+    /// live slab page starts there (None for large objects, free memory and
+    /// addresses inside a slot). Any thread may ask: it reads only the
+    /// read-mostly slab table and the static class geometry.
+    #[inline]
+    pub fn slab_class(&self, addr: usize) -> Option<usize> {
+        let offset = addr - self.base();
+        let idx = offset >> SLICE_SHIFT;
+        let e = self.slab_slices.get(idx)?.load(Relaxed) as usize;
+        if e == 0 {
+            return None;
+        }
+        let class = (e & 0xFF) - 1;
+        let page_start = (idx - (e >> 8)) << SLICE_SHIFT;
+        // SAFETY: `mark_slab` writes only classes below CLASSES.
+        let g = unsafe { GEOMETRY.get_unchecked(class) };
+        g.starts_slot(offset - page_start).then_some(class)
     }
 
     /// Marks OS pages `first..first+n` committed; returns how many were not.

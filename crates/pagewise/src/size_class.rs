@@ -87,6 +87,59 @@ pub static PAGE_SLICES: [u8; CLASSES] = build_slices();
 
 const _: () = assert!(slot_size_of(CLASSES - 1) == SMALL_MAX);
 
+/// What the free path needs to check that an address starts a slot, per
+/// class, in one 16-byte entry (one cache line holds four classes).
+#[derive(Clone, Copy, Debug)]
+#[repr(C, align(16))]
+pub struct Geometry {
+    /// ceil(2^64 / slot size): `offset` is a multiple of the slot size
+    /// exactly when `offset * divisor` (mod 2^64) is below it, for any
+    /// offset below 2^32 (Lemire, Kaser and Kurz, "Faster remainder by
+    /// direct computation", 2019). One multiplication, no division.
+    pub divisor: u64,
+    /// Bytes of the page covered by whole slots: slots start below this.
+    pub end: u32,
+    /// Slot size in bytes.
+    pub slot: u32,
+}
+
+impl Geometry {
+    /// Whether a slot starts `offset` bytes into a slab page of the class.
+    #[inline]
+    pub fn starts_slot(&self, offset: usize) -> bool {
+        offset < self.end as usize && (offset as u64).wrapping_mul(self.divisor) < self.divisor
+    }
+}
+
+const fn build_geometry() -> [Geometry; CLASSES] {
+    let mut t = [Geometry {
+        divisor: 0,
+        end: 0,
+        slot: 0,
+    }; CLASSES];
+    let mut i = 0;
+    while i < CLASSES {
+        let slot = slot_size_of(i);
+        let per_page = slices_of(slot) * SLICE / slot;
+        t[i] = Geometry {
+            divisor: (u64::MAX / slot as u64).wrapping_add(1),
+            end: (per_page * slot) as u32,
+            slot: slot as u32,
+        };
+        i += 1;
+    }
+    t
+}
+
+/// ceil(2^42 / slot): a slot index by multiply and shift (exact for offsets
+/// below 2^22, i.e. within a slab page of at most 2 MiB).
+pub const fn recip_of(slot: usize) -> u64 {
+    (1u64 << 42).div_ceil(slot as u64)
+}
+
+/// Slot geometry of each class.
+pub const GEOMETRY: [Geometry; CLASSES] = build_geometry();
+
 /// The class serving a request of `size` bytes (1..=SMALL_MAX; 0 maps to class 0).
 ///
 /// ```
@@ -173,6 +226,21 @@ mod tests {
                 (bytes - slots * SLOT_SIZE[c] as usize) * 8 <= bytes,
                 "class {c}"
             );
+        }
+    }
+
+    #[test]
+    fn geometry_finds_exactly_the_slot_starts() {
+        // Every offset of every class's page, exhaustively (about 20 M).
+        for (c, g) in GEOMETRY.iter().enumerate() {
+            let slot = SLOT_SIZE[c] as usize;
+            let bytes = PAGE_SLICES[c] as usize * SLICE;
+            for off in 0..bytes + 2 * slot {
+                let want = off % slot == 0 && off / slot < bytes / slot;
+                assert_eq!(g.starts_slot(off), want, "class {c} offset {off}");
+            }
+            assert!(!g.starts_slot(usize::MAX - 7), "class {c}");
+            assert!(!g.starts_slot(1 << 40), "class {c}");
         }
     }
 

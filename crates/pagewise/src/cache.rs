@@ -1,0 +1,225 @@
+//! The thread cache: per size class, a short LIFO list of free slots that
+//! the heap's thread hands out again without touching any page.
+//!
+//! A free pushes the slot here whatever page it belongs to (this heap's or
+//! another thread's), as jemalloc's and tcmalloc's thread caches do; an
+//! allocation pops it. So an allocate/free pair, or a server thread freeing
+//! what another thread allocated, touches one cache line of the heap and
+//! the slot itself: no page descriptor, no atomic operation.
+//!
+//! The cache is what stands between a free and the page-level accounting
+//! that lets pages empty and be released, so it is kept short: at most
+//! [`LIMIT`] slots and 64 KiB of slots per class. A free that finds the
+//! cache full goes to its page as before. The maintenance pass that runs on
+//! the heap's slow paths every half decay period halves every cache, so
+//! slots a thread stopped asking for go home; `trim()` and thread exit empty
+//! them.
+//!
+//! The cache shares its cache line with the class's counters, which the
+//! same fast paths update.
+
+use crate::heap::Counter;
+use crate::page::Block;
+use crate::size_class::{CLASSES, SLOT_SIZE};
+use core::cell::UnsafeCell;
+use core::ptr::null_mut;
+use core::sync::atomic::{AtomicU32, Ordering::Relaxed};
+
+/// Most slots cached per class.
+pub const LIMIT: u32 = 64;
+/// Most bytes of slots cached per class (at least one slot is).
+pub const LIMIT_BYTES: usize = 64 << 10;
+
+const fn build_limits() -> [u32; CLASSES] {
+    let mut t = [0u32; CLASSES];
+    let mut i = 0;
+    while i < CLASSES {
+        let n = LIMIT_BYTES / SLOT_SIZE[i] as usize;
+        t[i] = if n == 0 {
+            1
+        } else if n > LIMIT as usize {
+            LIMIT
+        } else {
+            n as u32
+        };
+        i += 1;
+    }
+    t
+}
+
+/// Slots cached at most, per class.
+pub static LIMITS: [u32; CLASSES] = build_limits();
+
+/// One size class of a heap: its cache of free slots and its counters, on
+/// one cache line.
+#[repr(C, align(64))]
+pub struct ClassState {
+    /// Cached free slots (owner only).
+    head: UnsafeCell<*mut Block>,
+    /// Slots the cache can still take (owner writes with plain stores;
+    /// stats read). Counting down saves the free path a table lookup.
+    room: AtomicU32,
+    /// Most slots the cache holds (fixed).
+    limit: u32,
+    /// Slots handed out (cumulative).
+    pub allocs: Counter,
+    /// Slots given back (cumulative): into the cache, into this heap's pages,
+    /// and other threads' frees into its pages once collected; slots that go
+    /// from the cache to another heap's page leave this count.
+    pub frees: Counter,
+    /// Bytes requested by those allocations (cumulative).
+    pub requested: Counter,
+    /// Slab pages of the class.
+    pub pages: Counter,
+    /// Slots those pages can hold.
+    pub slots: Counter,
+}
+
+impl ClassState {
+    /// An empty cache of `limit` slots, zero counters.
+    pub const fn new(limit: u32) -> ClassState {
+        ClassState {
+            head: UnsafeCell::new(null_mut()),
+            room: AtomicU32::new(limit),
+            limit,
+            allocs: Counter::zero(),
+            frees: Counter::zero(),
+            requested: Counter::zero(),
+            pages: Counter::zero(),
+            slots: Counter::zero(),
+        }
+    }
+
+    /// Slots in the cache (any thread; a snapshot).
+    pub fn cached(&self) -> u32 {
+        self.limit - self.room.load(Relaxed)
+    }
+
+    /// A state per class, each cache bounded by [`LIMITS`].
+    pub const fn all() -> [ClassState; CLASSES] {
+        let mut t = [const { ClassState::new(0) }; CLASSES];
+        let mut i = 0;
+        while i < CLASSES {
+            t[i] = ClassState::new(LIMITS[i]);
+            i += 1;
+        }
+        t
+    }
+
+    /// Takes a cached slot, if any.
+    ///
+    /// # Safety
+    /// Owner only.
+    #[inline]
+    pub unsafe fn pop(&self) -> *mut Block {
+        // SAFETY: owner only (caller): the list is ours, and holds free slots
+        // whose first word links the next.
+        unsafe {
+            let b = *self.head.get();
+            if !b.is_null() {
+                *self.head.get() = (*b).next;
+                self.room.store(self.room.load(Relaxed) + 1, Relaxed);
+            }
+            b
+        }
+    }
+
+    /// Caches a freed slot unless the cache is full (then returns false).
+    /// Freeing the slot cached last aborts as a double free.
+    ///
+    /// # Safety
+    /// Owner only; `block` is a live slot of this class, no longer used by
+    /// the caller.
+    #[inline]
+    pub unsafe fn push(&self, block: *mut Block) -> bool {
+        let room = self.room.load(Relaxed);
+        // SAFETY: owner only (caller).
+        let head = unsafe { *self.head.get() };
+        if head == block {
+            crate::fault::misuse(crate::fault::Misuse::DoubleFree, block as usize);
+        }
+        if room == 0 {
+            return false;
+        }
+        // SAFETY: the slot is ours to link (caller); the list is owner-only.
+        unsafe {
+            (*block).next = head;
+            *self.head.get() = block;
+        }
+        self.room.store(room - 1, Relaxed);
+        self.frees.add(1);
+        true
+    }
+
+    /// Detaches up to `n` cached slots (the most recent first) as a list,
+    /// and takes them out of `frees`: the caller frees each to its page,
+    /// which counts it again where it lands.
+    ///
+    /// # Safety
+    /// Owner only.
+    pub unsafe fn take(&self, n: u32) -> *mut Block {
+        let n = n.min(self.cached());
+        if n == 0 {
+            return null_mut();
+        }
+        // SAFETY: owner only (caller); the list holds `cached` slots.
+        unsafe {
+            let first = *self.head.get();
+            let mut last = first;
+            for _ in 1..n {
+                last = (*last).next;
+            }
+            *self.head.get() = (*last).next;
+            (*last).next = null_mut();
+            self.room.store(self.room.load(Relaxed) + n, Relaxed);
+            self.frees.sub(n as u64);
+            first
+        }
+    }
+
+    /// Counts an allocation of `size` bytes.
+    #[inline]
+    pub fn count_alloc(&self, size: usize) {
+        self.allocs.add(1);
+        self.requested.add(size as u64);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn limits_bound_slots_and_bytes() {
+        for c in 0..CLASSES {
+            let l = LIMITS[c];
+            assert!((1..=LIMIT).contains(&l));
+            assert!(l == 1 || l as usize * SLOT_SIZE[c] as usize <= LIMIT_BYTES);
+        }
+        assert_eq!(LIMITS[crate::size_class::class_of(64)], LIMIT);
+        assert_eq!(LIMITS[crate::size_class::class_of(256 << 10)], 1);
+    }
+
+    #[test]
+    fn lifo_with_limit_and_counted() {
+        let mut slots = [[0usize; 2]; 4];
+        let p = |s: &mut [[usize; 2]; 4], i: usize| s[i].as_mut_ptr() as *mut Block;
+        let c = ClassState::new(3);
+        // SAFETY: test-local slots, each pushed once while not in the cache.
+        unsafe {
+            assert!(c.pop().is_null());
+            assert!(c.push(p(&mut slots, 0)));
+            assert!(c.push(p(&mut slots, 1)));
+            assert!(c.push(p(&mut slots, 2)));
+            assert!(!c.push(p(&mut slots, 3)), "full at the limit");
+            assert_eq!((c.cached(), c.frees.get()), (3, 3));
+            assert_eq!(c.pop(), p(&mut slots, 2));
+            let list = c.take(5);
+            assert_eq!(list, p(&mut slots, 1));
+            assert_eq!((*list).next, p(&mut slots, 0));
+            assert!((*(*list).next).next.is_null());
+            assert_eq!((c.cached(), c.frees.get()), (0, 1));
+            assert!(c.take(1).is_null());
+        }
+    }
+}
