@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # What the tests of crates/pagewise-c and crates/pagewise-cli need: a C
 # compiler for the C test program, and Debian's python3, lua5.4 and sqlite3
-# to run under LD_PRELOAD. Called from .ci/run before `cargo test`.
+# to run under LD_PRELOAD; crates/pagewise-bench's need tcmalloc (a built-in
+# peer of `pagewise bench`, preloaded from libtcmalloc_minimal.so.4). Called
+# from .ci/run before `cargo test`.
 set -euo pipefail
 export DEBIAN_FRONTEND=noninteractive
 need=()
@@ -9,8 +11,9 @@ command -v cc >/dev/null 2>&1 || need+=(gcc libc6-dev)
 [ -x /usr/bin/python3 ] || need+=(python3)
 [ -x /usr/bin/lua5.4 ] || need+=(lua5.4)
 [ -x /usr/bin/sqlite3 ] || need+=(sqlite3)
+dpkg-query -W -f='${Status}' libtcmalloc-minimal4 2>/dev/null | grep -q 'ok installed' || need+=(libtcmalloc-minimal4)
 if [ ${#need[@]} -gt 0 ]; then
     apt-get update -qq
     apt-get install -y -qq "${need[@]}" >/dev/null
 fi
-echo "clib-deps: cc $(cc -dumpversion), $(/usr/bin/python3 --version), $(/usr/bin/lua5.4 -v 2>&1 | cut -d' ' -f1-2), sqlite3 $(/usr/bin/sqlite3 --version | cut -d' ' -f1)"
+echo "clib-deps: cc $(cc -dumpversion), $(/usr/bin/python3 --version), $(/usr/bin/lua5.4 -v 2>&1 | cut -d' ' -f1-2), sqlite3 $(/usr/bin/sqlite3 --version | cut -d' ' -f1), libtcmalloc-minimal4 $(dpkg-query -W -f='${Version}' libtcmalloc-minimal4)"

@@ -1,12 +1,13 @@
-//! `pagewise bench`: the seeds' workloads, side by side with glibc, jemalloc
-//! and mimalloc.
+//! `pagewise bench`: the seeds' workloads, side by side with glibc, jemalloc,
+//! mimalloc and tcmalloc.
 //!
 //! The runner ([`run`]) spawns one worker process per (workload, allocator,
 //! repetition), interleaving allocators (A B C A B C …) so drift in the
 //! machine's load spreads over all of them. Each worker binary installs its
 //! own `#[global_allocator]` (`pagewise-bench-worker-{pagewise,system,
-//! jemalloc,mimalloc}`); an allocator given as a path to a `.so` runs the
-//! system worker under `LD_PRELOAD`. A worker prints one JSON line
+//! jemalloc,mimalloc}`); tcmalloc (Debian's `libtcmalloc_minimal.so.4`,
+//! found in the system's library directories) and any allocator given as a
+//! path to a `.so` run the system worker under `LD_PRELOAD`. A worker prints one JSON line
 //! ([`worker::WorkerResult`]); the runner reports medians with min–max,
 //! a summary of ratios to the best other allocator, and optionally writes
 //! every raw run as JSON and SVG charts.
@@ -31,4 +32,4 @@ pub mod util;
 pub mod worker;
 pub mod workloads;
 
-pub use runner::{run, AllocSpec, BenchArgs, RunRecord};
+pub use runner::{run, AllocSpec, BenchArgs, RunRecord, DEFAULT_ALLOCS};

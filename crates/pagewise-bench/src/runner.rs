@@ -10,17 +10,17 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// Flags of `pagewise bench`.
-#[derive(clap::Args, Debug, Clone)]
+/// Flags of `pagewise bench`. `BenchArgs::default()` is the command line
+/// without flags (an empty `alloc` is the default list, [`DEFAULT_ALLOCS`]).
+#[derive(clap::Args, Debug, Clone, Default)]
 pub struct BenchArgs {
     /// Allocators to compare, comma-separated: pagewise, system (glibc),
-    /// jemalloc, mimalloc, or a path to a malloc `.so` to preload (run under
-    /// the system worker with LD_PRELOAD).
-    #[arg(
-        long,
-        value_delimiter = ',',
-        default_value = "pagewise,system,jemalloc,mimalloc"
-    )]
+    /// jemalloc, mimalloc, tcmalloc (Debian's libtcmalloc_minimal.so.4,
+    /// preloaded into the system worker), or a path to a malloc `.so` to
+    /// preload (run under the system worker with LD_PRELOAD). Default:
+    /// pagewise,system,jemalloc,mimalloc,tcmalloc, leaving tcmalloc out with
+    /// a note when it is not installed.
+    #[arg(long, value_delimiter = ',', value_name = "LIST")]
     pub alloc: Vec<String>,
 
     /// Workloads to run, comma-separated (default: all): churn,
@@ -59,27 +59,12 @@ pub struct BenchArgs {
     /// (default 1000).
     #[arg(long, value_name = "MS")]
     pub idle_ms: Option<u64>,
-}
 
-impl Default for BenchArgs {
-    fn default() -> Self {
-        BenchArgs {
-            alloc: vec![
-                "pagewise".into(),
-                "system".into(),
-                "jemalloc".into(),
-                "mimalloc".into(),
-            ],
-            only: Vec::new(),
-            quick: false,
-            json: None,
-            plot: None,
-            runs: None,
-            worker_dir: None,
-            scale: None,
-            idle_ms: None,
-        }
-    }
+    /// Directories to look for the libraries of built-in preloaded
+    /// allocators (tcmalloc) in, instead of the system's library
+    /// directories and ldconfig's cache (for tests).
+    #[arg(long, value_delimiter = ',', value_name = "DIR", hide = true)]
+    pub lib_dir: Vec<PathBuf>,
 }
 
 /// An allocator to run.
@@ -93,11 +78,128 @@ pub struct AllocSpec {
     pub preload: Option<PathBuf>,
 }
 
+/// Allocators with a worker binary of their own.
 const BUILTIN: &[&str] = &["pagewise", "system", "jemalloc", "mimalloc"];
 
+/// A built-in peer that is a system library preloaded into the system worker.
+struct Preloaded {
+    /// Name in `--alloc` and label in tables and JSON.
+    name: &'static str,
+    /// File name of the library (its soname).
+    soname: &'static str,
+    /// Debian package that installs it.
+    package: &'static str,
+}
+
+const PRELOADED: &[Preloaded] = &[Preloaded {
+    name: "tcmalloc",
+    soname: "libtcmalloc_minimal.so.4",
+    package: "libtcmalloc-minimal4",
+}];
+
+/// What `--alloc` means when it is not given. A preloaded peer in it
+/// (tcmalloc) that is not installed is left out with a note, so that the
+/// suite runs on a machine without it; asked for by name, it is an error.
+pub const DEFAULT_ALLOCS: &[&str] = &["pagewise", "system", "jemalloc", "mimalloc", "tcmalloc"];
+
+/// The directories searched for a preloaded peer's library, before
+/// ldconfig's cache: the multiarch directories, then the lib64 and lib ones.
+fn system_lib_dirs() -> Vec<PathBuf> {
+    let triple = format!("{}-linux-gnu", std::env::consts::ARCH);
+    vec![
+        PathBuf::from(format!("/usr/lib/{triple}")),
+        PathBuf::from("/usr/lib64"),
+        PathBuf::from("/usr/lib"),
+        PathBuf::from(format!("/lib/{triple}")),
+    ]
+}
+
+/// The ELF machine number of this build's target, if known.
+fn host_elf_machine() -> Option<u16> {
+    match std::env::consts::ARCH {
+        "x86_64" => Some(62),
+        "aarch64" => Some(183),
+        "riscv64" => Some(243),
+        "powerpc64" => Some(21),
+        "s390x" => Some(22),
+        _ => None,
+    }
+}
+
+/// Whether `path` is an ELF file this process could load: 64-bit (on a
+/// 64-bit target) and of this machine, so that a 32-bit copy in a
+/// multilib directory is passed over.
+fn loadable_elf(path: &Path) -> bool {
+    let mut head = [0u8; 20];
+    let ok = std::fs::File::open(path)
+        .and_then(|mut f| f.read_exact(&mut head))
+        .is_ok();
+    if !ok || &head[..4] != b"\x7fELF" {
+        return false;
+    }
+    let want_class = if cfg!(target_pointer_width = "64") {
+        2
+    } else {
+        1
+    };
+    let class_ok = head[4] == want_class;
+    let machine = if head[5] == 2 {
+        u16::from_be_bytes([head[18], head[19]])
+    } else {
+        u16::from_le_bytes([head[18], head[19]])
+    };
+    class_ok && host_elf_machine().is_none_or(|m| m == machine)
+}
+
+/// Paths that ldconfig's cache (`ldconfig -p`) gives for `soname`.
+fn ldconfig_paths(soname: &str) -> Vec<PathBuf> {
+    for exe in ["ldconfig", "/sbin/ldconfig", "/usr/sbin/ldconfig"] {
+        let Ok(out) = Command::new(exe)
+            .arg("-p")
+            .stdin(Stdio::null())
+            .stderr(Stdio::null())
+            .output()
+        else {
+            continue;
+        };
+        if !out.status.success() {
+            continue;
+        }
+        // Lines look like `\tlibfoo.so.4 (libc6,x86-64) => /lib/x86_64-linux-gnu/libfoo.so.4`.
+        return String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter(|l| l.split_whitespace().next() == Some(soname))
+            .filter_map(|l| l.split_once(" => ").map(|(_, p)| PathBuf::from(p.trim())))
+            .collect();
+    }
+    Vec::new()
+}
+
+/// Finds `soname`: in `dirs` if any are given (and only there), else in the
+/// system's library directories, then in ldconfig's cache.
+fn find_library(soname: &str, dirs: &[PathBuf]) -> Option<PathBuf> {
+    let candidates: Vec<PathBuf> = if dirs.is_empty() {
+        let mut c: Vec<PathBuf> = system_lib_dirs().iter().map(|d| d.join(soname)).collect();
+        c.extend(ldconfig_paths(soname));
+        c
+    } else {
+        dirs.iter().map(|d| d.join(soname)).collect()
+    };
+    candidates
+        .into_iter()
+        .find(|p| p.is_file() && loadable_elf(p))
+}
+
 impl AllocSpec {
-    /// Parses one `--alloc` entry: a built-in name or a path to a `.so`.
+    /// Parses one `--alloc` entry: a built-in name or a path to a `.so`
+    /// (tcmalloc looked up in the system's library directories).
     pub fn parse(s: &str) -> Result<AllocSpec> {
+        Self::parse_in(s, &[])
+    }
+
+    /// As [`AllocSpec::parse`], looking up the libraries of preloaded
+    /// built-in peers in `lib_dirs` only, if it is not empty.
+    pub fn parse_in(s: &str, lib_dirs: &[PathBuf]) -> Result<AllocSpec> {
         let name = match s {
             "glibc" => "system",
             other => other,
@@ -109,12 +211,45 @@ impl AllocSpec {
                 preload: None,
             });
         }
+        if let Some(p) = PRELOADED.iter().find(|p| p.name == name) {
+            let Some(path) = find_library(p.soname, lib_dirs) else {
+                let looked: Vec<String> = if lib_dirs.is_empty() {
+                    let mut v: Vec<String> = system_lib_dirs()
+                        .iter()
+                        .map(|d| d.display().to_string())
+                        .collect();
+                    v.push("ldconfig's cache".into());
+                    v
+                } else {
+                    lib_dirs.iter().map(|d| d.display().to_string()).collect()
+                };
+                bail!(
+                    "allocator `{}`: {} not found (looked in {}); install it with \
+                     `apt-get install {}`, or give the library's path to --alloc",
+                    p.name,
+                    p.soname,
+                    looked.join(", "),
+                    p.package
+                );
+            };
+            let mut spec = Self::preload(&path.to_string_lossy())?;
+            spec.label = p.name.to_string();
+            return Ok(spec);
+        }
         if !s.contains('/') && !s.contains(".so") {
+            let mut known: Vec<&str> = BUILTIN.to_vec();
+            known.extend(PRELOADED.iter().map(|p| p.name));
             bail!(
                 "unknown allocator `{s}`: expected one of {} or a path to a malloc .so to preload",
-                BUILTIN.join(", ")
+                known.join(", ")
             );
         }
+        Self::preload(s)
+    }
+
+    /// A `.so` given by path, run under the system worker with LD_PRELOAD
+    /// and labelled with its file name.
+    fn preload(s: &str) -> Result<AllocSpec> {
         let path = Path::new(s);
         let meta = std::fs::metadata(path)
             .with_context(|| format!("allocator `{s}`: cannot read the shared library"))?;
@@ -241,12 +376,24 @@ impl Plan {
 }
 
 fn plan(args: &BenchArgs) -> Result<Plan> {
-    if args.alloc.is_empty() {
-        bail!("--alloc: no allocator given");
-    }
     let mut allocs: Vec<AllocSpec> = Vec::new();
-    for a in &args.alloc {
-        let spec = AllocSpec::parse(a.trim())?;
+    let mut given: Vec<&str> = args.alloc.iter().map(|a| a.trim()).collect();
+    let default = given.is_empty();
+    if default {
+        given = DEFAULT_ALLOCS.to_vec();
+    }
+    for a in given {
+        // Not installed: the default list goes on without it.
+        if let Some(p) = PRELOADED.iter().find(|p| p.name == a) {
+            if default && find_library(p.soname, &args.lib_dir).is_none() {
+                eprintln!(
+                    "note: {} left out: {} is not installed (apt-get install {})",
+                    p.name, p.soname, p.package
+                );
+                continue;
+            }
+        }
+        let spec = AllocSpec::parse_in(a, &args.lib_dir)?;
         if allocs.iter().any(|x| x.label == spec.label) {
             bail!("--alloc: `{}` given twice", spec.label);
         }

@@ -43,7 +43,7 @@ pub fn describe(name: &str) -> &'static str {
         "arena-on-malloc" => "seed 000 consumer: 31-class small-block arena on 4 KiB malloc'd arenas freed when empty",
         "block-cohorts" => "seed 001: 256 KiB-1 MiB blocks for promoted cohorts, dropped, over a ~35 MB live set",
         "phases" => "seed 003: phases of 16-512 B objects, most freed: dense random, clustered, sparse (1 survivor/page)",
-        "threads" => "larson-like server: random replace in per-thread slot arrays handed on, cross-thread frees; 2 then 4 threads",
+        "threads" => "larson-like server: slot arrays handed on each round, every slot replaced once, every object freed by the other thread; 2 then 4 threads",
         "mixed" => "alloc-test shape: short-lived objects, Pareto sizes (16 B..64 KiB), some realloc",
         "arena-churn" => "issue 5 / seed 001: short-lived arenas of 1-64 MiB (4 alive) filled and dropped: pagewise Arena, bumpalo, arena on malloc",
         "jit-pools" => "issue 5 / seed 002: JIT-like trace of code-sized requests through pagewise::pool, first/best/worst fit; over-allocation and waste",
@@ -552,40 +552,71 @@ fn phases(scale: Scale, rng: &mut Rng, rec: &mut Rec) -> MmapVec<Obj> {
 // 5. threads
 
 fn threads(scale: Scale, seed: u64, rec: &mut Rec) -> MmapVec<Obj> {
+    // Each round replaces every slot once: slots x rounds replacements per
+    // thread (full: 10,000 x 240 = 2.4 M, as many as the 60 rounds of 40,000
+    // random replacements this workload used to make).
     let slots: usize = scale.pick(200, 4_000, 10_000);
-    let rounds: usize = scale.pick(4, 20, 60);
-    let per_round: usize = scale.pick(500, 10_000, 40_000);
+    let rounds: usize = scale.pick(10, 50, 240);
     let mut survivors = MmapVec::with_capacity(4 * slots);
     for nthreads in [2usize, 4] {
         let label = format!("{nthreads} threads");
         rec.mark(&label);
+        // Before the clock: each thread's slot array and the order in which
+        // it visits slots (a shuffled permutation, fixed per thread), both
+        // outside the allocator under test, so that the timed loop allocates
+        // nothing but the objects.
+        let setup: Vec<(MmapVec<Obj>, MmapVec<u32>)> = (0..nthreads)
+            .map(|id| {
+                let mut rng = Rng::new(seed ^ ((id as u64 + 1) * 0x9e37_79b9));
+                let mut order = MmapVec::with_capacity(slots);
+                for i in 0..slots {
+                    order.push(i as u32);
+                }
+                let o = order.as_mut_slice();
+                for i in (1..slots).rev() {
+                    o.swap(i, rng.below(i as u64 + 1) as usize);
+                }
+                (MmapVec::with_capacity(slots), order)
+            })
+            .collect();
         let t = Instant::now();
-        // One slot array per thread; after each round thread i takes the
-        // array thread i-1 filled, so every free is of another thread's object.
-        let mailbox: Arc<Vec<Mutex<Option<Vec<Obj>>>>> =
+        // One slot array per thread, handed on after the fill and after every
+        // round: thread i takes the array thread i-1 filled, and a round
+        // replaces every slot of it exactly once, so every free in the rounds
+        // is of an object the previous thread allocated.
+        let mailbox: Arc<Vec<Mutex<Option<MmapVec<Obj>>>>> =
             Arc::new((0..nthreads).map(|_| Mutex::new(None)).collect());
         let barrier = Arc::new(Barrier::new(nthreads));
-        let handles: Vec<_> = (0..nthreads)
-            .map(|id| {
+        let handles: Vec<_> = setup
+            .into_iter()
+            .enumerate()
+            .map(|(id, (mut arr, order))| {
                 let mailbox = Arc::clone(&mailbox);
                 let barrier = Arc::clone(&barrier);
                 std::thread::spawn(move || {
                     let mut rng = Rng::new(seed ^ ((id as u64 + 1) * 0x1234_5678));
                     let size = |rng: &mut Rng| rng.range(16, 1024) as usize;
-                    let mut arr: Vec<Obj> =
-                        (0..slots).map(|_| new_obj(size(&mut rng), 8)).collect();
-                    let mut ops = slots as u64;
-                    for _ in 0..rounds {
-                        for _ in 0..per_round {
-                            let i = rng.below(slots as u64) as usize;
-                            free_obj(arr[i]);
-                            arr[i] = new_obj(size(&mut rng), 8);
-                            ops += 2;
-                        }
+                    let hand_on = |arr: MmapVec<Obj>| -> MmapVec<Obj> {
                         *mailbox[(id + 1) % nthreads].lock().expect("mailbox") = Some(arr);
                         barrier.wait();
-                        arr = mailbox[id].lock().expect("mailbox").take().expect("array");
+                        let arr = mailbox[id].lock().expect("mailbox").take().expect("array");
                         barrier.wait();
+                        arr
+                    };
+                    for _ in 0..slots {
+                        arr.push(new_obj(size(&mut rng), 8));
+                    }
+                    let mut ops = slots as u64;
+                    arr = hand_on(arr);
+                    for _ in 0..rounds {
+                        let a = arr.as_mut_slice();
+                        for &i in order.as_slice() {
+                            let i = i as usize;
+                            free_obj(a[i]);
+                            a[i] = new_obj(size(&mut rng), 8);
+                        }
+                        ops += 2 * slots as u64;
+                        arr = hand_on(arr);
                     }
                     (arr, ops)
                 })
@@ -601,7 +632,7 @@ fn threads(scale: Scale, seed: u64, rec: &mut Rec) -> MmapVec<Obj> {
         // The 2-thread run's objects die (freed by the main thread); the
         // 4-thread run's stay live for the measurement.
         for arr in arrays {
-            for o in arr {
+            for &o in arr.as_slice() {
                 if nthreads == 4 {
                     survivors.push(o);
                 } else {

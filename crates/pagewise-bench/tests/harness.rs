@@ -1,6 +1,9 @@
 //! The harness, not the numbers: every workload runs under every built-in
-//! worker, the JSON parses, charts are written, bad allocators are refused
-//! with a clear message. No timing is asserted.
+//! allocator, the JSON parses, charts are written, bad allocators are
+//! refused with a clear message. No timing is asserted.
+//!
+//! tcmalloc is a built-in peer: these tests need Debian's
+//! `libtcmalloc-minimal4` (`.ci/clib-deps.sh` installs it).
 
 use pagewise_bench::workloads::{self, allocator_independent, Rec, Scale, WORKLOADS};
 use pagewise_bench::{run, BenchArgs};
@@ -17,6 +20,15 @@ fn tmp(name: &str) -> PathBuf {
     let d = std::env::temp_dir().join(format!("pagewise-bench-test-{}", std::process::id()));
     std::fs::create_dir_all(&d).expect("tmp dir");
     d.join(name)
+}
+
+/// Where tcmalloc is, failing the test with the package to install if it is
+/// not there.
+fn tcmalloc_path() -> PathBuf {
+    pagewise_bench::AllocSpec::parse("tcmalloc")
+        .expect("tcmalloc is a built-in peer: apt-get install libtcmalloc-minimal4")
+        .preload
+        .expect("preloaded")
 }
 
 fn tiny(allocs: &[&str]) -> BenchArgs {
@@ -48,7 +60,9 @@ fn every_workload_runs_in_process() {
 fn suite_runs_under_every_builtin_and_json_parses() {
     let json = tmp("all.json");
     let plots = tmp("plots");
-    let mut args = tiny(&["pagewise", "system", "jemalloc", "mimalloc"]);
+    tcmalloc_path();
+    let all = ["pagewise", "system", "jemalloc", "mimalloc", "tcmalloc"];
+    let mut args = tiny(&all);
     args.json = Some(json.clone());
     args.plot = Some(plots.clone());
     let code = run(&args).expect("suite runs");
@@ -60,7 +74,7 @@ fn suite_runs_under_every_builtin_and_json_parses() {
         .iter()
         .filter(|w| allocator_independent(w))
         .count();
-    let expected = (WORKLOADS.len() - independent) * 4 + independent;
+    let expected = (WORKLOADS.len() - independent) * all.len() + independent;
     assert_eq!(runs.len(), expected);
     for r in runs {
         assert!(
@@ -75,9 +89,16 @@ fn suite_runs_under_every_builtin_and_json_parses() {
         assert!(res["elapsed_ns"].as_u64().unwrap() > 0);
         assert!(res["peak_rss"].as_u64().is_some());
         assert!(res["samples"].is_array());
-        // Counted syscalls exist exactly where they can be counted.
+        // Counted syscalls exist exactly where they can be counted: not
+        // under glibc, nor under a preloaded library.
         let counted = !res["syscalls"].is_null();
-        assert_eq!(counted, r["allocator"] != "system", "{r}");
+        let preloaded = r["allocator"] == "tcmalloc";
+        assert_eq!(counted, r["allocator"] != "system" && !preloaded, "{r}");
+        if preloaded {
+            assert_eq!(res["worker"], "system", "{r}");
+            let why = res["syscall_source"].as_str().unwrap();
+            assert!(why.starts_with("n/a: preloaded library"), "{r}");
+        }
     }
     assert_eq!(code, 0);
     let summary = v["summary"]["cells"].as_array().expect("summary");
@@ -165,12 +186,134 @@ fn a_real_so_is_preloaded() {
 
 #[test]
 fn unknown_names_are_clear_errors() {
-    let e = err_of(&tiny(&["tcmalloc"]));
-    assert!(e.contains("unknown allocator `tcmalloc`"), "{e}");
+    let e = err_of(&tiny(&["hoard"]));
+    assert!(e.contains("unknown allocator `hoard`"), "{e}");
+    assert!(
+        e.contains("tcmalloc"),
+        "the known names include tcmalloc: {e}"
+    );
     let mut args = tiny(&["system"]);
     args.only = vec!["nope".into()];
     let e = err_of(&args);
     assert!(e.contains("unknown workload `nope`"), "{e}");
+}
+
+#[test]
+fn tcmalloc_is_preloaded_from_the_system_library_dirs() {
+    let path = tcmalloc_path();
+    let name = path.file_name().unwrap().to_string_lossy();
+    assert!(name.starts_with("libtcmalloc_minimal.so.4"), "{path:?}");
+    let spec = pagewise_bench::AllocSpec::parse("tcmalloc").unwrap();
+    assert_eq!(spec.label, "tcmalloc");
+    assert_eq!(spec.worker, "system");
+    // Looked up in the directory it is in (and only there): the same file.
+    let dir = std::fs::canonicalize(&path).unwrap();
+    let dir = dir.parent().unwrap().to_path_buf();
+    let spec = pagewise_bench::AllocSpec::parse_in("tcmalloc", &[dir]).unwrap();
+    assert_eq!(spec.preload.as_deref(), Some(path.as_path()));
+}
+
+/// The runner binary with `args` at tiny scale, one run, no idle period,
+/// workers from the test's target dir: (exit code, stderr).
+fn runner(args: &[&str]) -> (i32, String) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_pagewise-bench"))
+        .args(["--scale", "tiny", "--runs", "1", "--idle-ms", "0"])
+        .arg("--worker-dir")
+        .arg(worker_dir())
+        .args(args)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("runner starts");
+    (
+        out.status.code().expect("exit code"),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn tcmalloc_asked_for_but_missing_is_a_usage_error() {
+    let nowhere = tmp("no-libs-here");
+    let mut args = tiny(&["pagewise", "tcmalloc"]);
+    args.lib_dir = vec![nowhere.clone()];
+    let e = err_of(&args);
+    assert!(e.contains("allocator `tcmalloc`"), "{e}");
+    assert!(e.contains("libtcmalloc_minimal.so.4 not found"), "{e}");
+    assert!(e.contains(&nowhere.display().to_string()), "{e}");
+    assert!(e.contains("apt-get install libtcmalloc-minimal4"), "{e}");
+    // The binary reports it as a usage error: exit code 2.
+    let (code, stderr) = runner(&[
+        "--alloc",
+        "pagewise,tcmalloc",
+        "--only",
+        "churn",
+        "--lib-dir",
+        nowhere.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 2, "{stderr}");
+    assert!(
+        stderr.contains("apt-get install libtcmalloc-minimal4"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn default_list_leaves_out_a_missing_tcmalloc_with_a_note() {
+    let json = tmp("default-missing.json");
+    let nowhere = tmp("no-libs-either");
+    let (code, stderr) = runner(&[
+        "--only",
+        "churn",
+        "--lib-dir",
+        nowhere.to_str().unwrap(),
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{stderr}");
+    let notes: Vec<&str> = stderr.lines().filter(|l| l.contains("tcmalloc")).collect();
+    assert_eq!(notes.len(), 1, "one line on tcmalloc: {stderr}");
+    assert!(
+        notes[0].contains("apt-get install libtcmalloc-minimal4"),
+        "{stderr}"
+    );
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let labels: Vec<&str> = v["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["allocator"].as_str().unwrap())
+        .collect();
+    assert_eq!(labels.len(), 4, "{labels:?}");
+    assert!(!labels.contains(&"tcmalloc"), "{labels:?}");
+}
+
+#[test]
+fn default_list_includes_tcmalloc_when_installed() {
+    tcmalloc_path();
+    let json = tmp("default.json");
+    let (code, stderr) = runner(&["--only", "churn", "--json", json.to_str().unwrap()]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(!stderr.contains("left out"), "{stderr}");
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let labels: Vec<&str> = v["allocators"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a["label"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        labels,
+        ["pagewise", "system", "jemalloc", "mimalloc", "tcmalloc"]
+    );
+    let tc = v["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["allocator"] == "tcmalloc")
+        .expect("a tcmalloc run");
+    assert!(tc["error"].is_null(), "{tc}");
+    assert!(tc["result"]["syscalls"].is_null(), "{tc}");
 }
 
 #[test]
