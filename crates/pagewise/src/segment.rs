@@ -69,7 +69,7 @@ pub struct Segment {
     /// bits of its slab pages without the span lock while the purger clears
     /// bits of free spans that share a word.
     pub committed: [AtomicU64; BITMAP_WORDS],
-    /// Per slice: `class + 1 | slices_from_page_start << 8` if the slice
+    /// Per slice: `class + 1 | first_slice_of_its_page << 6` if the slice
     /// belongs to a slab page, else 0. Written only when a slab page is made
     /// or released, so other threads' frees read it from their own caches
     /// (the descriptors, written by the owner on every allocation, would
@@ -84,6 +84,8 @@ pub const HEADER_PAGES: usize = core::mem::size_of::<Segment>().div_ceil(OS_PAGE
 pub const HEADER_SLICES: usize = core::mem::size_of::<Segment>().div_ceil(SLICE);
 
 const _: () = assert!(HEADER_SLICES <= 2);
+// The slab table packs a class below 63 and a slice index below 1024.
+const _: () = assert!(crate::size_class::CLASSES < 63 && SLICES_PER_SEGMENT <= 1024);
 // Metadata stays under 1 % of the segment (checked at compile time).
 const _: () = assert!(HEADER_PAGES * OS_PAGE * 100 < crate::layout::SEGMENT);
 
@@ -188,8 +190,10 @@ impl Segment {
 
     /// Records slices `first..first + n` as a slab page of `class`.
     pub fn mark_slab(&self, first: usize, n: usize, class: usize) {
-        for (k, e) in self.slab_slices[first..first + n].iter().enumerate() {
-            e.store((class as u16 + 1) | (k as u16) << 8, Relaxed);
+        debug_assert!(class < 63 && first < SLICES_PER_SEGMENT);
+        let entry = (class as u16 + 1) | (first as u16) << 6;
+        for e in &self.slab_slices[first..first + n] {
+            e.store(entry, Relaxed);
         }
     }
 
@@ -212,8 +216,8 @@ impl Segment {
         if e == 0 {
             return None;
         }
-        let class = (e & 0xFF) - 1;
-        let page_start = (idx - (e >> 8)) << SLICE_SHIFT;
+        let class = (e & 63) - 1;
+        let page_start = (e >> 6) << SLICE_SHIFT;
         // SAFETY: `mark_slab` writes only classes below CLASSES.
         let g = unsafe { GEOMETRY.get_unchecked(class) };
         g.starts_slot(offset - page_start).then_some(class)
@@ -223,8 +227,12 @@ impl Segment {
     pub fn set_committed(&self, first: usize, n: usize) -> usize {
         let mut newly = 0;
         for_bits(first, n, |w, mask| {
-            let old = self.committed[w].fetch_or(mask, Relaxed);
-            newly += (mask & !old).count_ones() as usize;
+            // Reused memory is usually still committed: a plain load then
+            // spares the locked read-modify-write.
+            if self.committed[w].load(Relaxed) & mask != mask {
+                let old = self.committed[w].fetch_or(mask, Relaxed);
+                newly += (mask & !old).count_ones() as usize;
+            }
         });
         newly
     }

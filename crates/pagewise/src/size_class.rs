@@ -151,6 +151,30 @@ pub const GEOMETRY: [Geometry; CLASSES] = build_geometry();
 /// ```
 #[inline]
 pub fn class_of(size: usize) -> usize {
+    if size <= TABLE_MAX {
+        // SAFETY: (size + 7) / 8 <= TABLE_MAX / 8, the table's last index.
+        unsafe { *CLASS_BY_8.get_unchecked((size + 7) >> 3) as usize }
+    } else {
+        computed_class_of(size)
+    }
+}
+
+/// Requests up to this size find their class with one table load.
+const TABLE_MAX: usize = 1024;
+
+/// The class of each request size rounded up to 8 bytes, up to `TABLE_MAX`.
+const CLASS_BY_8: [u8; TABLE_MAX / 8 + 1] = {
+    let mut t = [0u8; TABLE_MAX / 8 + 1];
+    let mut i = 0;
+    while i < t.len() {
+        t[i] = computed_class_of(i * 8) as u8;
+        i += 1;
+    }
+    t
+};
+
+/// The class formula behind [`class_of`].
+const fn computed_class_of(size: usize) -> usize {
     if size <= 8 {
         0
     } else if size <= 128 {
@@ -205,6 +229,13 @@ mod tests {
                     "size {size} not tightest"
                 );
             }
+        }
+    }
+
+    #[test]
+    fn table_matches_the_formula() {
+        for size in 0..=SMALL_MAX {
+            assert_eq!(class_of(size), computed_class_of(size), "size {size}");
         }
     }
 
