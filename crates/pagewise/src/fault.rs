@@ -5,13 +5,17 @@
 //! turns a clear bug into a mysterious one. Detected cheaply on every free:
 //! - a pointer pagewise never handed out (not in any of its segments);
 //! - a pointer inside an allocation but not at its start;
-//! - a pointer into memory that is free (a double free of a large object,
-//!   a slot whose page has no live slots);
-//! - freeing the slot that was freed last (the common double free);
-//! - freeing into an owned `Heap` a pointer that belongs to another heap.
+//! - a pointer into memory that is free (a large or huge object freed
+//!   twice, a pointer into a free span or a released slab page; a slot
+//!   whose page has no live slots, when the free goes past the thread cache);
+//! - freeing the slot the same thread freed last (the common double free:
+//!   it sits at the head of the thread cache);
+//! - freeing into an owned `Heap`, or through the global allocator, a
+//!   pointer that belongs to another heap.
 //!
-//! Double frees that these checks miss are not detected in this build; the
-//! hardened mode planned next adds full detection.
+//! A slot freed twice with other frees of its class in between is not
+//! detected in this build (the thread cache takes it without reading the
+//! page); the hardened mode planned next adds full detection.
 
 /// The kinds of misuse pagewise detects.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -124,7 +124,8 @@ pub unsafe fn usable_size(ptr: *const u8) -> usize {
 /// calling thread's and exited threads' empty pages, every heap's retained
 /// spans and cached huge objects, wholly free segments, and reservations
 /// left unused (munmap).
-/// Other threads' current pages are released by their next slow path.
+/// Other threads' current pages and cached free slots are released by their
+/// next slow path.
 ///
 /// ```
 /// pagewise::trim();
@@ -142,6 +143,9 @@ pub fn trim() {
     thread::for_each_heap(|h| {
         if !core::ptr::eq(h, me) {
             h.trim_shared();
+            // Their caches are theirs alone: ask them to empty them.
+            h.flush_requested
+                .store(true, core::sync::atomic::Ordering::Relaxed);
         }
     });
 }

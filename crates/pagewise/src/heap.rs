@@ -29,7 +29,7 @@ use crate::source::PageSource;
 use crate::spans::{Ctx, Spans};
 use core::cell::UnsafeCell;
 use core::ptr::null_mut;
-use core::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering::*};
+use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering::*};
 
 /// Candidates looked at when choosing the fullest non-full page.
 const FULLEST_CANDIDATES: usize = 8;
@@ -114,7 +114,14 @@ struct Local {
     queues: [Queue; CLASSES],
     full: Queue,
     next_maintenance: u64,
+    /// Frees past the cache until the next maintenance check.
+    frees_until_check: u32,
 }
+
+/// Frees past the cache between two maintenance checks, so that a thread
+/// that only frees still halves its caches and releases pages in time,
+/// without reading the clock on every such free.
+const FREES_PER_CHECK: u32 = 64;
 
 /// One heap. Lives in memory from the page source (never the global
 /// allocator) at a fixed address: pages point back to it.
@@ -139,6 +146,8 @@ pub struct HeapCore {
     reservations: *const Locked<Reservations>,
     /// Retention policy.
     pub config: Config,
+    /// Set by `trim()` of another thread: empty the caches at the next slow path.
+    pub flush_requested: AtomicBool,
     /// Thread that owns the heap (0: none, abandoned).
     pub owner: AtomicUsize,
     /// Next heap in the list of all heaps.
@@ -176,6 +185,7 @@ impl HeapCore {
                 queues: [Queue::EMPTY; CLASSES],
                 full: Queue::EMPTY,
                 next_maintenance: 0,
+                frees_until_check: FREES_PER_CHECK,
             }),
             delayed: AtomicPtr::new(null_mut()),
             spans: Locked::new(Spans::new()),
@@ -186,6 +196,7 @@ impl HeapCore {
             source,
             reservations,
             config,
+            flush_requested: AtomicBool::new(false),
             owner: AtomicUsize::new(0),
             next_heap: AtomicPtr::new(null_mut()),
             next_abandoned: null_mut(),
@@ -364,6 +375,27 @@ impl HeapCore {
         }
     }
 
+    /// Runs the maintenance check every [`FREES_PER_CHECK`] frees that
+    /// missed the cache.
+    ///
+    /// # Safety
+    /// Owner only, not inside another heap operation.
+    unsafe fn count_uncached_free(&self) {
+        // SAFETY: owner only (caller); the borrow ends before maintenance.
+        let due = unsafe {
+            let left = &mut self.local().frees_until_check;
+            *left -= 1;
+            if *left == 0 {
+                *left = FREES_PER_CHECK;
+            }
+            *left == FREES_PER_CHECK
+        };
+        if due {
+            // SAFETY: forwarded.
+            unsafe { self.maintenance() };
+        }
+    }
+
     #[cold]
     unsafe fn alloc_slow(&self, class: usize, size: usize) -> *mut u8 {
         // SAFETY: owner only (caller).
@@ -374,7 +406,14 @@ impl HeapCore {
                 return self.pop(page, class, size);
             }
             self.maintenance();
-            if page != empty_page() && !(*page).has_free() {
+            // Maintenance may have emptied the caches into this page (then
+            // it has room again), or even released it (then it is no longer
+            // current): look again.
+            let page = self.current_page(class);
+            if page != empty_page() {
+                if self.refill(page) {
+                    return self.pop(page, class, size);
+                }
                 self.retire_exhausted(page);
             }
             let next = match self.fullest_nonfull(class) {
@@ -438,10 +477,13 @@ impl HeapCore {
         // If remote frees arrived meanwhile, try_mark_full collected them and
         // the page stays on its queue with free slots.
         unsafe {
-            if (*page).try_mark_full() {
-                let class = (*page).class as usize;
-                self.local().queues[class].remove(page);
-                self.local().full.push(page);
+            let class = (*page).class as usize;
+            match (*page).try_mark_full() {
+                Ok(()) => {
+                    self.local().queues[class].remove(page);
+                    self.local().full.push(page);
+                }
+                Err(collected) => self.classes[class].frees.add(collected as u64),
             }
         }
     }
@@ -589,6 +631,10 @@ impl HeapCore {
     #[inline(never)]
     pub unsafe fn free_uncached(ptr: *mut u8, current: *const HeapCore) -> bool {
         let addr = ptr as usize;
+        if !current.is_null() {
+            // SAFETY: the calling thread's own heap, between operations.
+            unsafe { (*current).count_uncached_free() };
+        }
         let Some((base, huge)) = registry::lookup(addr) else {
             misuse(Misuse::Foreign, addr)
         };
@@ -653,8 +699,13 @@ impl HeapCore {
         if unsafe { (*Segment::of(base)).heap } != self.me() {
             misuse(Misuse::WrongHeap, addr);
         }
-        // SAFETY: we are the owner and `current`; the slot is ours.
-        unsafe { self.cache_free(addr) || HeapCore::free_uncached(ptr, self) }
+        // SAFETY: we are the owner and `current`; the block is ours, and in
+        // a slab-capable segment whose own header is the one checked above
+        // (not the interior of a huge run) when `in_owned_segment` says so.
+        unsafe {
+            (registry::in_owned_segment(addr) && self.cache_free(addr))
+                || HeapCore::free_uncached(ptr, self)
+        }
     }
 
     /// # Safety
@@ -852,6 +903,11 @@ impl HeapCore {
     /// Owner-side periodic work on slow paths: release current pages that
     /// stayed empty since the last pass, and run the decay if due.
     unsafe fn maintenance(&self) {
+        if self.flush_requested.load(Relaxed) {
+            self.flush_requested.store(false, Relaxed);
+            // SAFETY: owner only (caller).
+            unsafe { self.flush_caches() };
+        }
         let now = self.source().now_ms();
         // SAFETY: owner only (caller); the borrow ends before any call.
         unsafe {

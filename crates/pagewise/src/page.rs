@@ -244,14 +244,13 @@ impl Page {
         self.thread_free.load(Ordering::Relaxed) & !FLAGS != 0
     }
 
-    /// Tries to mark a page whose slots are exhausted as full. Fails (and
-    /// collects) if remote frees arrived meanwhile.
-    pub fn try_mark_full(&mut self) -> bool {
+    /// Tries to mark a page whose slots are exhausted as full. Fails if
+    /// remote frees arrived meanwhile, collecting them: `Err(count)`.
+    pub fn try_mark_full(&mut self) -> Result<(), usize> {
         loop {
             let tf = self.thread_free.load(Ordering::Relaxed);
             if tf & !FLAGS != 0 {
-                self.collect_thread_free();
-                return false;
+                return Err(self.collect_thread_free());
             }
             let full = (tf & !STATE) | DELAYED;
             if self
@@ -260,7 +259,7 @@ impl Page {
                 .is_ok()
             {
                 self.in_full = true;
-                return true;
+                return Ok(());
             }
         }
     }
@@ -356,7 +355,7 @@ mod tests {
             assert_eq!(p.collect_thread_free(), 1);
             assert_eq!(p.used(), 2);
             p.free = null_mut();
-            assert!(p.try_mark_full());
+            assert_eq!(p.try_mark_full(), Ok(()));
             assert!(
                 !p.push_remote(b),
                 "the first remote free of a full page notifies the owner"
@@ -366,7 +365,11 @@ mod tests {
             assert_eq!(p.collect_thread_free(), 1);
             p.clear_full();
             assert!(p.push_remote(b));
-            assert!(!p.try_mark_full(), "pending remote frees keep it non-full");
+            assert_eq!(
+                p.try_mark_full(),
+                Err(1),
+                "pending remote frees keep it non-full"
+            );
             assert_eq!(p.used(), 0);
         }
     }

@@ -84,6 +84,15 @@ pub fn in_shared_segment(addr: usize) -> bool {
     }
 }
 
+/// Whether `addr` lies in a (non-huge) segment of an owned `Heap`.
+#[inline]
+pub fn in_owned_segment(addr: usize) -> bool {
+    match index(addr) {
+        Some(i) => MAP[i].load(Ordering::Acquire) == OWNED,
+        None => false,
+    }
+}
+
 /// The segment header responsible for `addr`, if `addr` is pagewise's.
 #[inline]
 pub fn header_of(addr: usize) -> Option<usize> {
@@ -118,6 +127,9 @@ mod tests {
         register(base, 1, true);
         assert_eq!(header_of(base + 5), Some(base));
         assert!(!in_shared_segment(base + 5), "an owned heap's segment");
+        assert!(in_owned_segment(base + 5));
+        mark_huge(base);
+        assert!(!in_owned_segment(base + 5), "a huge object's run");
         unregister(base, 1);
     }
 }

@@ -213,13 +213,10 @@ impl Segment {
         let offset = addr - self.base();
         let idx = offset >> SLICE_SHIFT;
         let e = self.slab_slices.get(idx)?.load(Relaxed) as usize;
-        if e == 0 {
-            return None;
-        }
-        let class = (e & 63) - 1;
+        // Zero (no slab) wraps to an index out of range: one check for both.
+        let class = (e & 63).wrapping_sub(1);
+        let g = GEOMETRY.get(class)?;
         let page_start = (e >> 6) << SLICE_SHIFT;
-        // SAFETY: `mark_slab` writes only classes below CLASSES.
-        let g = unsafe { GEOMETRY.get_unchecked(class) };
         g.starts_slot(offset - page_start).then_some(class)
     }
 

@@ -592,17 +592,12 @@ impl Spans {
     fn release_run(&mut self, ctx: &Ctx, base: usize, nsegs: usize) {
         // The header pages are the only committed ones left: give them back
         // too, which also zeroes the header for the segment's next user.
-        // SAFETY: the run is wholly free; its header is metadata we drop now.
-        let ok = unsafe {
-            ctx.source.purge(
-                NonNull::new_unchecked(base as *mut u8),
-                HEADER_PAGES * OS_PAGE,
-                crate::source::Purge::DontNeed,
-            )
-        };
-        if !ok {
-            // SAFETY: as above; the header is ours to overwrite.
-            unsafe { core::ptr::write_bytes(base as *mut u8, 0, HEADER_PAGES * OS_PAGE) };
+        // Each segment of a huge run may become a segment of its own later,
+        // and `Segment::init` trusts its header to read as zero (the slab
+        // table above all), but a huge object purged with MADV_FREE may
+        // still hold its data there: zero those headers the same way.
+        for k in 0..nsegs {
+            zero_header(ctx, base + k * SEGMENT);
         }
         self.counts.metadata -= HEADER_PAGES * OS_PAGE;
         self.counts.segments -= 1;
@@ -771,5 +766,23 @@ impl Spans {
 impl Default for Spans {
     fn default() -> Self {
         Self::new()
+    }
+}
+
+/// Zeroes the header pages of the segment at `base` (`MADV_DONTNEED`, or
+/// writing zeros if the kernel refuses), so `Segment::init` finds them zero.
+fn zero_header(ctx: &Ctx, base: usize) {
+    // SAFETY: the segment is wholly free and leaving its heap; its header is
+    // metadata nobody reads any more.
+    let ok = unsafe {
+        ctx.source.purge(
+            NonNull::new_unchecked(base as *mut u8),
+            HEADER_PAGES * OS_PAGE,
+            crate::source::Purge::DontNeed,
+        )
+    };
+    if !ok {
+        // SAFETY: as above; the header is ours to overwrite.
+        unsafe { core::ptr::write_bytes(base as *mut u8, 0, HEADER_PAGES * OS_PAGE) };
     }
 }

@@ -30,6 +30,11 @@ pub struct ClassStats {
     pub live_slots: u64,
     /// Slots in those pages not holding live objects.
     pub free_slots: u64,
+    /// Of those, slots waiting in threads' caches to be handed out again
+    /// (at most 64 slots and 64 KiB per class and thread; they go back to
+    /// their pages on `trim()`, thread exit, and over the next maintenance
+    /// passes).
+    pub cached_slots: u64,
     /// Pages of the class with no live slot (kept as a class's current page).
     pub retained_pages: u64,
     /// Allocations served by the class since start.
@@ -139,6 +144,7 @@ impl Stats {
             pages: 0,
             live_slots: 0,
             free_slots: 0,
+            cached_slots: 0,
             retained_pages: 0,
             total_allocs: 0,
             total_frees: 0,
@@ -157,6 +163,7 @@ impl Stats {
             s.slot_size = SLOT_SIZE[c] as u64;
             s.pages += cc.pages.get();
             s.free_slots += cc.slots.get(); // capacity for now; see `finish`
+            s.cached_slots += cc.cached() as u64;
             s.total_allocs += cc.allocs.get();
             s.total_frees += cc.frees.get();
             s.live_requested_bytes += cc.requested.get(); // total for now

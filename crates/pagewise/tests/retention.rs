@@ -152,6 +152,50 @@ fn memory_is_released_page_by_page_inside_a_segment() {
 }
 
 #[test]
+fn the_thread_cache_is_bounded_and_goes_home_on_trim() {
+    let (h, _src) = heap(Config::DEFAULT);
+    let class = pagewise::size_class::class_of(64);
+    let objs: Vec<_> = (0..1000).map(|_| alloc(&h, 64)).collect();
+    for p in &objs {
+        free(&h, *p, 64);
+    }
+    let s = h.stats();
+    let c = &s.classes[class];
+    assert_eq!(c.live_slots, 0);
+    assert_eq!((c.total_allocs, c.total_frees), (1000, 1000));
+    assert_eq!(c.cached_slots, 64, "at most 64 slots cached per class");
+    assert_eq!(c.pages, 1, "the cached slots keep their page");
+    // The next allocation comes from the cache, most recent first.
+    let again = alloc(&h, 64);
+    // The cache kept the first 64 frees; the rest went to the page.
+    assert_eq!(again, objs[63]);
+    assert_eq!(h.stats().classes[class].cached_slots, 63);
+    free(&h, again, 64);
+    h.trim();
+    let s = h.stats();
+    let c = &s.classes[class];
+    assert_eq!((c.cached_slots, c.pages, c.live_slots), (0, 0, 0));
+    assert_eq!((c.total_allocs, c.total_frees), (1001, 1001));
+    assert_eq!(s.committed_bytes, 0, "{s:?}");
+}
+
+#[test]
+fn a_256_kib_class_caches_one_slot() {
+    let (h, _src) = heap(Config::DEFAULT);
+    let class = pagewise::size_class::class_of(256 << 10);
+    let a = alloc(&h, 256 << 10);
+    let b = alloc(&h, 256 << 10);
+    free(&h, a, 256 << 10);
+    free(&h, b, 256 << 10);
+    let c = &h.stats().classes[class];
+    assert_eq!(
+        (c.cached_slots, c.live_slots),
+        (1, 0),
+        "64 KiB cap: one slot"
+    );
+}
+
+#[test]
 fn placement_prefers_the_fullest_page() {
     let (h, _src) = heap(Config::DEFAULT);
     // Fill three pages of 1 KiB slots (64 per page).
