@@ -73,6 +73,12 @@ pub struct Spans {
     dirty_tail: *mut Page,
     segments: *mut Segment,
     huge_cache: *mut Segment,
+    /// The large object's span freed last, kept in its bin but not merged
+    /// with its free neighbours, so that an allocation of the same size
+    /// takes it back whole: no split, no merge, its descriptors already
+    /// right (seed 000's turnover at 1 MiB). Merged as soon as another
+    /// large span is freed, the pool needs room, or segments are released.
+    recent: *mut Page,
     /// Byte counts.
     pub counts: SpanCounts,
 }
@@ -105,6 +111,7 @@ impl Spans {
             dirty_tail: null_mut(),
             segments: null_mut(),
             huge_cache: null_mut(),
+            recent: null_mut(),
             counts: SpanCounts {
                 committed: 0,
                 peak_committed: 0,
@@ -199,6 +206,9 @@ impl Spans {
 
     /// Unlinks a free span; returns its committed OS pages.
     fn remove(&mut self, f: *mut Page) -> usize {
+        if f == self.recent {
+            self.recent = null_mut();
+        }
         let n = count_of(f);
         // SAFETY: a free span descriptor (lock held).
         let dirty = unsafe { (*f).dirty_pages } as usize;
@@ -270,12 +280,29 @@ impl Spans {
     /// Returns the span and how many of its OS pages are committed.
     pub fn take(&mut self, ctx: &Ctx, n: usize, align_slices: usize) -> Option<(*mut Page, usize)> {
         debug_assert!(n >= 1 && n + align_slices - 1 <= SPAN_SLICES);
+        if align_slices == 1 && !self.recent.is_null() && count_of(self.recent) == n {
+            let p = self.recent;
+            let dirty = self.remove(p);
+            // SAFETY: the span was a used span of `n` slices when freed and
+            // has not changed shape since (any change goes through `remove`,
+            // which forgets it), so its descriptors still point back to its
+            // first; ours under the lock.
+            unsafe { (*p).heap = ctx.heap };
+            return Some((p, dirty));
+        }
         let want = n + align_slices - 1;
         let bin = match self.first_bin_at_least(want) {
             Some(b) => b,
             None => {
-                self.new_segment(ctx)?;
-                self.first_bin_at_least(want)?
+                // Merging the recent span may make room.
+                self.settle_recent();
+                match self.first_bin_at_least(want) {
+                    Some(b) => b,
+                    None => {
+                        self.new_segment(ctx)?;
+                        self.first_bin_at_least(want)?
+                    }
+                }
             }
         };
         let f = self.bins[bin];
@@ -353,10 +380,29 @@ impl Spans {
     }
 
     /// Returns a large object's span (all of whose pages are committed).
+    /// It becomes the recent span (see [`Spans::recent`]); the previous one
+    /// is merged with its neighbours. Every descriptor of the span must
+    /// point back to its first (a span as `take` or `grow_in_place` left it).
     pub fn give_back_large(&mut self, p: *mut Page, now: u64) {
-        let dirty = count_of(p) * OS_PAGES_PER_SLICE;
-        debug_assert_eq!(dirty, Self::committed_pages(p, count_of(p)));
-        self.give_back(p, now, dirty);
+        let n = count_of(p);
+        let dirty = n * OS_PAGES_PER_SLICE;
+        debug_assert_eq!(dirty, Self::committed_pages(p, n));
+        self.settle_recent();
+        self.insert(p, n, now, dirty);
+        self.recent = p;
+    }
+
+    /// Merges the recent span with its free neighbours, as every other
+    /// freed span is at once.
+    fn settle_recent(&mut self) {
+        let r = self.recent;
+        if r.is_null() {
+            return;
+        }
+        // SAFETY: the recent span is a linked free span (lock held).
+        let freed_at = unsafe { (*r).freed_at };
+        let dirty = self.remove(r);
+        self.give_back(r, freed_at, dirty);
     }
 
     /// Returns a used span holding `dirty` committed OS pages to the pool,
@@ -367,22 +413,24 @@ impl Spans {
         let mut n = count_of(p);
         // SAFETY: descriptors of this segment; the lock serialises span
         // changes, and the slice after a span always starts a span.
+        // Loops: next to the recent span (kept unmerged) a free neighbour
+        // may have a free neighbour of its own.
         unsafe {
             (*p).kind = Kind::Free;
-            let end = idx + n;
-            if end < SLICES_PER_SEGMENT && (*seg.page(end)).kind == Kind::Free {
-                let next = seg.page(end);
+            while idx + n < SLICES_PER_SEGMENT && (*seg.page(idx + n)).kind == Kind::Free {
+                let next = seg.page(idx + n);
                 n += count_of(next);
                 dirty += self.remove(next);
             }
-            if idx > HEADER_SLICES {
+            while idx > HEADER_SLICES {
                 let before = idx - 1;
                 let first = before - (*seg.page(before)).slice_offset as usize;
-                if first >= HEADER_SLICES && (*seg.page(first)).kind == Kind::Free {
-                    dirty += self.remove(seg.page(first));
-                    n += idx - first;
-                    idx = first;
+                if first < HEADER_SLICES || (*seg.page(first)).kind != Kind::Free {
+                    break;
                 }
+                dirty += self.remove(seg.page(first));
+                n += idx - first;
+                idx = first;
             }
         }
         self.insert(seg.page(idx), n, now, dirty);
@@ -437,8 +485,9 @@ impl Spans {
             (*p).slice_count = keep as u32;
             (*t).slice_count = (n - keep) as u32;
         }
-        // A large object's pages are all committed.
-        self.give_back_large(t, now);
+        // A large object's pages are all committed. Merged at once, not
+        // kept as the recent span: its descriptors point back to `p`.
+        self.give_back(t, now, (n - keep) * OS_PAGES_PER_SLICE);
     }
 
     fn new_segment(&mut self, ctx: &Ctx) -> Option<()> {
@@ -554,6 +603,8 @@ impl Spans {
     /// Releases wholly free segments and purged huge runs to the reservation
     /// layer and unmaps reservations left unused. Call after `decay(force)`.
     pub fn release_empty(&mut self, ctx: &Ctx) {
+        // A wholly free segment must be one span.
+        self.settle_recent();
         let mut seg = self.segments;
         while !seg.is_null() {
             // SAFETY: list entries are live segments of this heap.

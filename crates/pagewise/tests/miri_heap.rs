@@ -78,5 +78,12 @@ fn slots_are_reused_lifo_and_pages_drain() {
     assert_eq!(again, ptrs[0], "the last freed slot comes back first");
     // SAFETY: live.
     unsafe { heap.deallocate(again, l) };
-    assert_eq!(heap.stats().live_allocations, 0);
+    let class = pagewise::size_class::class_of(48);
+    let s = heap.stats();
+    assert_eq!(s.live_allocations, 0);
+    assert_eq!(s.classes[class].cached_slots, 12, "all in the thread cache");
+    // Trim sends the cached slots home; the page drains and is released.
+    heap.trim();
+    let c = &heap.stats().classes[class];
+    assert_eq!((c.cached_slots, c.pages), (0, 0));
 }

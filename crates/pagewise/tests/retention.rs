@@ -152,6 +152,37 @@ fn memory_is_released_page_by_page_inside_a_segment() {
 }
 
 #[test]
+fn a_freed_large_span_comes_back_whole_and_merges_later() {
+    let (h, _src) = heap(Config::DEFAULT);
+    // A slab page, then a large object right after it, then the free tail.
+    let small: Vec<_> = (0..100).map(|_| alloc(&h, 64)).collect();
+    let large = alloc(&h, MIB);
+    free(&h, large, MIB);
+    // The span freed last is taken back whole by the next request of its size.
+    let again = alloc(&h, MIB);
+    assert_eq!(again, large);
+    free(&h, again, MIB);
+    // It stays unmerged from the free tail; when the slab page before it is
+    // released, page, span and tail must become one free span again, or the
+    // wholly free segment could not be released whole.
+    for p in small {
+        free(&h, p, 64);
+    }
+    h.trim();
+    let s = h.stats();
+    assert_eq!(
+        (s.segments, s.committed_bytes, s.reserved_bytes),
+        (0, 0, 0),
+        "{s:?}"
+    );
+    // And the pool is still sound: the next request maps a fresh segment.
+    let d = alloc(&h, 3 * MIB);
+    let s = h.stats();
+    assert_eq!((s.segments, s.large.count), (1, 1), "{s:?}");
+    free(&h, d, 3 * MIB);
+}
+
+#[test]
 fn the_thread_cache_is_bounded_and_goes_home_on_trim() {
     let (h, _src) = heap(Config::DEFAULT);
     let class = pagewise::size_class::class_of(64);
