@@ -10,10 +10,10 @@
 //! The cache is what stands between a free and the page-level accounting
 //! that lets pages empty and be released, so it is kept short: at most
 //! [`LIMIT`] slots and 64 KiB of slots per class. A free that finds the
-//! cache full goes to its page as before. The maintenance pass that runs on
-//! the heap's slow paths every half decay period halves every cache, so
-//! slots a thread stopped asking for go home; `trim()` and thread exit empty
-//! them.
+//! cache full sends the older half home to their pages first, so page work
+//! happens in batches. The maintenance pass that runs on the heap's slow
+//! paths every half decay period halves every cache, so slots a thread
+//! stopped asking for go home; `trim()` and thread exit empty them.
 //!
 //! The cache shares its cache line with the class's counters, which the
 //! same fast paths update.
@@ -151,29 +151,37 @@ impl ClassState {
         true
     }
 
-    /// Detaches up to `n` cached slots (the most recent first) as a list,
-    /// and takes them out of `frees`: the caller frees each to its page,
-    /// which counts it again where it lands.
+    /// Detaches all but the `keep` most recent cached slots as a list (the
+    /// older ones, which the thread is least likely to want back), and
+    /// takes them out of `frees`: the caller frees each to its page, which
+    /// counts it again where it lands.
     ///
     /// # Safety
     /// Owner only.
-    pub unsafe fn take(&self, n: u32) -> *mut Block {
-        let n = n.min(self.cached());
-        if n == 0 {
+    pub unsafe fn take_older(&self, keep: u32) -> *mut Block {
+        let n = self.cached();
+        if n <= keep {
             return null_mut();
         }
-        // SAFETY: owner only (caller); the list holds `cached` slots.
+        // SAFETY: owner only (caller); the list holds `n` slots.
         unsafe {
-            let first = *self.head.get();
-            let mut last = first;
-            for _ in 1..n {
-                last = (*last).next;
-            }
-            *self.head.get() = (*last).next;
-            (*last).next = null_mut();
-            self.room.store(self.room.load(Relaxed) + n, Relaxed);
-            self.frees.sub(n as u64);
-            first
+            let rest = if keep == 0 {
+                let all = *self.head.get();
+                *self.head.get() = null_mut();
+                all
+            } else {
+                let mut last = *self.head.get();
+                for _ in 1..keep {
+                    last = (*last).next;
+                }
+                let rest = (*last).next;
+                (*last).next = null_mut();
+                rest
+            };
+            self.room
+                .store(self.room.load(Relaxed) + (n - keep), Relaxed);
+            self.frees.sub((n - keep) as u64);
+            rest
         }
     }
 
@@ -214,12 +222,16 @@ mod tests {
             assert!(!c.push(p(&mut slots, 3)), "full at the limit");
             assert_eq!((c.cached(), c.frees.get()), (3, 3));
             assert_eq!(c.pop(), p(&mut slots, 2));
-            let list = c.take(5);
+            assert!(c.push(p(&mut slots, 3)));
+            // Keep the most recent one (3); the older ones (1, then 0) go.
+            let list = c.take_older(1);
             assert_eq!(list, p(&mut slots, 1));
             assert_eq!((*list).next, p(&mut slots, 0));
             assert!((*(*list).next).next.is_null());
+            assert_eq!((c.cached(), c.frees.get()), (1, 2));
+            assert!(c.take_older(1).is_null());
+            assert_eq!(c.take_older(0), p(&mut slots, 3));
             assert_eq!((c.cached(), c.frees.get()), (0, 1));
-            assert!(c.take(1).is_null());
         }
     }
 }

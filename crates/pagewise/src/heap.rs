@@ -114,14 +114,7 @@ struct Local {
     queues: [Queue; CLASSES],
     full: Queue,
     next_maintenance: u64,
-    /// Frees past the cache until the next maintenance check.
-    frees_until_check: u32,
 }
-
-/// Frees past the cache between two maintenance checks, so that a thread
-/// that only frees still halves its caches and releases pages in time,
-/// without reading the clock on every such free.
-const FREES_PER_CHECK: u32 = 64;
 
 /// One heap. Lives in memory from the page source (never the global
 /// allocator) at a fixed address: pages point back to it.
@@ -185,7 +178,6 @@ impl HeapCore {
                 queues: [Queue::EMPTY; CLASSES],
                 full: Queue::EMPTY,
                 next_maintenance: 0,
-                frees_until_check: FREES_PER_CHECK,
             }),
             delayed: AtomicPtr::new(null_mut()),
             spans: Locked::new(Spans::new()),
@@ -344,15 +336,16 @@ impl HeapCore {
         }
     }
 
-    /// Sends up to `n` cached slots of `class` back to their pages.
+    /// Sends the cached slots of `class` back to their pages, all but the
+    /// `keep` most recent.
     ///
     /// # Safety
     /// Owner only.
-    unsafe fn flush_cache(&self, class: usize, n: u32) {
+    unsafe fn flush_cache(&self, class: usize, keep: u32) {
         // SAFETY: owner only; the detached list holds live slots of this
         // class, of this heap's pages or other heaps' (which outlive them).
         unsafe {
-            let mut b = self.classes[class].take(n);
+            let mut b = self.classes[class].take_older(keep);
             while !b.is_null() {
                 let next = (*b).next;
                 let seg = &*Segment::of(crate::layout::segment_base(b as usize));
@@ -371,28 +364,7 @@ impl HeapCore {
     unsafe fn flush_caches(&self) {
         for class in 0..CLASSES {
             // SAFETY: owner only (caller).
-            unsafe { self.flush_cache(class, u32::MAX) };
-        }
-    }
-
-    /// Runs the maintenance check every [`FREES_PER_CHECK`] frees that
-    /// missed the cache.
-    ///
-    /// # Safety
-    /// Owner only, not inside another heap operation.
-    unsafe fn count_uncached_free(&self) {
-        // SAFETY: owner only (caller); the borrow ends before maintenance.
-        let due = unsafe {
-            let left = &mut self.local().frees_until_check;
-            *left -= 1;
-            if *left == 0 {
-                *left = FREES_PER_CHECK;
-            }
-            *left == FREES_PER_CHECK
-        };
-        if due {
-            // SAFETY: forwarded.
-            unsafe { self.maintenance() };
+            unsafe { self.flush_cache(class, 0) };
         }
     }
 
@@ -605,21 +577,48 @@ impl HeapCore {
     }
 
     /// Puts `addr` in this heap's cache if it starts a slot of a live slab
-    /// page and the class's cache has room.
+    /// page (false if not: the caller takes the uncached path).
     ///
     /// # Safety
-    /// Owner only; `addr` lies in a registered segment and is a live
-    /// allocation the cache may take (a slot of this heap, or of any thread
-    /// heap if this is one).
+    /// Owner only, not inside another heap operation; `addr` lies in a
+    /// registered segment and is a live allocation the cache may take (a
+    /// slot of this heap, or of any thread heap if this is one).
     #[inline]
     unsafe fn cache_free(&self, addr: usize) -> bool {
         // SAFETY: registered segments are mapped and headed by a `Segment`.
         let seg = unsafe { &*Segment::of(crate::layout::segment_base(addr)) };
-        match seg.slab_class(addr) {
-            // SAFETY: owner only (caller); the slot is live (caller) and of
-            // `class` (slab table).
-            Some(class) => unsafe { self.classes[class].push(addr as *mut Block) },
-            None => false,
+        let Some(class) = seg.slab_class(addr) else {
+            return false;
+        };
+        // SAFETY: owner only (caller); the slot is live (caller) and of
+        // `class` (slab table).
+        unsafe {
+            if !self.classes[class].push(addr as *mut Block) {
+                self.cache_full(class, addr as *mut Block);
+            }
+        }
+        true
+    }
+
+    /// A free found its class's cache full: send the older half home, then
+    /// cache the slot. So a thread that frees many slots does the page work
+    /// in batches, and its next frees stay on the fast path; and since this
+    /// is the slow path of a thread that may only ever free, it is also
+    /// where such a thread runs its maintenance.
+    ///
+    /// # Safety
+    /// As `cache_free`; the cache of `class` is full.
+    #[cold]
+    #[inline(never)]
+    unsafe fn cache_full(&self, class: usize, block: *mut Block) {
+        let state = &self.classes[class];
+        // SAFETY: owner only (caller), between operations.
+        unsafe {
+            let keep = state.cached() / 2;
+            self.flush_cache(class, keep);
+            self.maintenance();
+            let cached = state.push(block);
+            debug_assert!(cached, "room was just made");
         }
     }
 
@@ -631,10 +630,6 @@ impl HeapCore {
     #[inline(never)]
     pub unsafe fn free_uncached(ptr: *mut u8, current: *const HeapCore) -> bool {
         let addr = ptr as usize;
-        if !current.is_null() {
-            // SAFETY: the calling thread's own heap, between operations.
-            unsafe { (*current).count_uncached_free() };
-        }
         let Some((base, huge)) = registry::lookup(addr) else {
             misuse(Misuse::Foreign, addr)
         };
@@ -924,7 +919,7 @@ impl HeapCore {
             let n = self.classes[class].cached();
             if n > 0 {
                 // SAFETY: owner only (caller).
-                unsafe { self.flush_cache(class, n.div_ceil(2)) };
+                unsafe { self.flush_cache(class, n / 2) };
             }
         }
         for class in 0..CLASSES {
