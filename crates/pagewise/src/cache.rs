@@ -20,7 +20,7 @@
 
 use crate::heap::Counter;
 use crate::page::Block;
-use crate::size_class::{CLASSES, SLOT_SIZE};
+use crate::size_class::{Geometry, CLASSES, GEOMETRY, SLOT_SIZE};
 use core::cell::UnsafeCell;
 use core::ptr::null_mut;
 use core::sync::atomic::{AtomicU32, Ordering::Relaxed};
@@ -50,8 +50,9 @@ const fn build_limits() -> [u32; CLASSES] {
 /// Slots cached at most, per class.
 pub static LIMITS: [u32; CLASSES] = build_limits();
 
-/// One size class of a heap: its cache of free slots and its counters, on
-/// one cache line.
+/// One size class of a heap: its cache of free slots, the class's slot
+/// geometry, and its counters, on one cache line: the fast paths touch no
+/// other line of the heap.
 #[repr(C, align(64))]
 pub struct ClassState {
     /// Cached free slots (owner only).
@@ -61,33 +62,54 @@ pub struct ClassState {
     room: AtomicU32,
     /// Most slots the cache holds (fixed).
     limit: u32,
+    /// The class's slot geometry (a copy of [`GEOMETRY`], fixed), which the
+    /// free path checks the address against.
+    geometry: Geometry,
     /// Slots handed out (cumulative).
     pub allocs: Counter,
     /// Slots given back (cumulative): into the cache, into this heap's pages,
     /// and other threads' frees into its pages once collected; slots that go
     /// from the cache to another heap's page leave this count.
     pub frees: Counter,
-    /// Bytes requested by those allocations (cumulative).
+    /// Bytes requested by the allocations served from pages (cumulative):
+    /// a sample of all allocations, whose mean estimates the requested
+    /// bytes of live slots (a C `free` does not say the size anyway).
     pub requested: Counter,
-    /// Slab pages of the class.
-    pub pages: Counter,
-    /// Slots those pages can hold.
-    pub slots: Counter,
+    /// Allocations served from pages (cumulative): the sample's size.
+    pub sampled: Counter,
 }
 
+const _: () = assert!(core::mem::size_of::<ClassState>() == 64);
+
 impl ClassState {
-    /// An empty cache of `limit` slots, zero counters.
-    pub const fn new(limit: u32) -> ClassState {
+    /// An empty cache of `limit` slots of the class with `geometry`, zero
+    /// counters.
+    pub const fn new(limit: u32, geometry: Geometry) -> ClassState {
         ClassState {
             head: UnsafeCell::new(null_mut()),
             room: AtomicU32::new(limit),
             limit,
+            geometry,
             allocs: Counter::zero(),
             frees: Counter::zero(),
             requested: Counter::zero(),
-            pages: Counter::zero(),
-            slots: Counter::zero(),
+            sampled: Counter::zero(),
         }
+    }
+
+    /// Whether a slot of this class starts `offset` bytes into its page.
+    #[inline]
+    pub fn starts_slot(&self, offset: usize) -> bool {
+        self.geometry.starts_slot(offset)
+    }
+
+    /// Estimated requested bytes of all `allocs`, from the sample.
+    pub fn requested_estimate(&self) -> u64 {
+        let sampled = self.sampled.get();
+        if sampled == 0 {
+            return 0;
+        }
+        (self.requested.get() as u128 * self.allocs.get() as u128 / sampled as u128) as u64
     }
 
     /// Slots in the cache (any thread; a snapshot).
@@ -97,10 +119,10 @@ impl ClassState {
 
     /// A state per class, each cache bounded by [`LIMITS`].
     pub const fn all() -> [ClassState; CLASSES] {
-        let mut t = [const { ClassState::new(0) }; CLASSES];
+        let mut t = [const { ClassState::new(0, GEOMETRY[0]) }; CLASSES];
         let mut i = 0;
         while i < CLASSES {
-            t[i] = ClassState::new(LIMITS[i]);
+            t[i] = ClassState::new(LIMITS[i], GEOMETRY[i]);
             i += 1;
         }
         t
@@ -185,11 +207,19 @@ impl ClassState {
         }
     }
 
-    /// Counts an allocation of `size` bytes.
+    /// Counts an allocation served from the cache.
+    #[inline]
+    pub fn count_cached_alloc(&self) {
+        self.allocs.add(1);
+    }
+
+    /// Counts an allocation of `size` bytes served from a page (and samples
+    /// its size).
     #[inline]
     pub fn count_alloc(&self, size: usize) {
         self.allocs.add(1);
         self.requested.add(size as u64);
+        self.sampled.add(1);
     }
 }
 
@@ -212,7 +242,7 @@ mod tests {
     fn lifo_with_limit_and_counted() {
         let mut slots = [[0usize; 2]; 4];
         let p = |s: &mut [[usize; 2]; 4], i: usize| s[i].as_mut_ptr() as *mut Block;
-        let c = ClassState::new(3);
+        let c = ClassState::new(3, GEOMETRY[0]);
         // SAFETY: test-local slots, each pushed once while not in the cache.
         unsafe {
             assert!(c.pop().is_null());

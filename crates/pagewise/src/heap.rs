@@ -116,6 +116,23 @@ struct Local {
     next_maintenance: u64,
 }
 
+/// Slab pages of one class in a heap (owner-maintained).
+pub struct PageCounts {
+    /// Slab pages of the class.
+    pub pages: Counter,
+    /// Slots those pages can hold.
+    pub slots: Counter,
+}
+
+impl PageCounts {
+    const fn zero() -> PageCounts {
+        PageCounts {
+            pages: Counter::zero(),
+            slots: Counter::zero(),
+        }
+    }
+}
+
 /// One heap. Lives in memory from the page source (never the global
 /// allocator) at a fixed address: pages point back to it.
 pub struct HeapCore {
@@ -129,6 +146,8 @@ pub struct HeapCore {
     pub spans: Locked<Spans>,
     /// Per class: the thread cache of free slots and the counters.
     pub classes: [ClassState; CLASSES],
+    /// Per class: slab pages and the slots they hold.
+    pub page_counts: [PageCounts; CLASSES],
     /// Committed bytes in slab pages (owner-maintained).
     pub slab_committed: Counter,
     /// Highest `slab_committed + span_committed` seen.
@@ -182,6 +201,7 @@ impl HeapCore {
             delayed: AtomicPtr::new(null_mut()),
             spans: Locked::new(Spans::new()),
             classes: ClassState::all(),
+            page_counts: [const { PageCounts::zero() }; CLASSES],
             slab_committed: Counter::zero(),
             peak_committed: Counter::zero(),
             span_committed: Counter::zero(),
@@ -321,7 +341,7 @@ impl HeapCore {
         unsafe {
             let b = state.pop();
             if !b.is_null() {
-                state.count_alloc(size);
+                state.count_cached_alloc();
                 return b as *mut u8;
             }
             let page = self.direct.get_unchecked(class).load(Relaxed);
@@ -497,7 +517,7 @@ impl HeapCore {
             (*page).init_slab(class, SLOT_SIZE[class] as usize, slices * SLICE, self.me());
             let seg = &*Segment::of(crate::layout::segment_base((*page).start));
             seg.mark_slab(seg.slice_index((*page).start), slices, class);
-            let c = &self.classes[class];
+            let c = &self.page_counts[class];
             c.pages.add(1);
             c.slots.add((*page).reserved as u64);
             self.local().queues[class].push(page);
@@ -520,7 +540,7 @@ impl HeapCore {
             if self.current_page(class) == page {
                 self.set_current_page(class, empty_page());
             }
-            let c = &self.classes[class];
+            let c = &self.page_counts[class];
             c.pages.sub(1);
             c.slots.sub((*page).reserved as u64);
             let seg = &*Segment::of(crate::layout::segment_base((*page).start));
@@ -587,13 +607,17 @@ impl HeapCore {
     unsafe fn cache_free(&self, addr: usize) -> bool {
         // SAFETY: registered segments are mapped and headed by a `Segment`.
         let seg = unsafe { &*Segment::of(crate::layout::segment_base(addr)) };
-        let Some(class) = seg.slab_class(addr) else {
+        let Some((class, offset)) = seg.slab_slot(addr) else {
             return false;
         };
+        let state = &self.classes[class];
+        if !state.starts_slot(offset) {
+            return false; // not a slot start: the uncached path says so
+        }
         // SAFETY: owner only (caller); the slot is live (caller) and of
         // `class` (slab table).
         unsafe {
-            if !self.classes[class].push(addr as *mut Block) {
+            if !state.push(addr as *mut Block) {
                 self.cache_full(class, addr as *mut Block);
             }
         }

@@ -8,7 +8,7 @@
 
 use crate::layout::{OS_PAGE, OS_PAGES_PER_SEGMENT, SLICE, SLICES_PER_SEGMENT, SLICE_SHIFT};
 use crate::page::{Kind, Page};
-use crate::size_class::GEOMETRY;
+use crate::size_class::CLASSES;
 use core::cell::UnsafeCell;
 use core::ptr::null_mut;
 use core::sync::atomic::{AtomicU16, AtomicU64, Ordering::Relaxed};
@@ -204,20 +204,23 @@ impl Segment {
         }
     }
 
-    /// The size class of the slab slot starting at `addr`, if a slot of a
-    /// live slab page starts there (None for large objects, free memory and
-    /// addresses inside a slot). Any thread may ask: it reads only the
-    /// read-mostly slab table and the static class geometry.
+    /// The size class of the slab page holding `addr`, and `addr`'s offset
+    /// from the page's start, if `addr` lies in a live slab page (None for
+    /// large objects and free memory). Whether a slot starts there is the
+    /// caller's check (`ClassState::starts_slot`). Any thread may ask: it
+    /// reads only the read-mostly slab table.
     #[inline]
-    pub fn slab_class(&self, addr: usize) -> Option<usize> {
+    pub fn slab_slot(&self, addr: usize) -> Option<(usize, usize)> {
         let offset = addr - self.base();
         let idx = offset >> SLICE_SHIFT;
         let e = self.slab_slices.get(idx)?.load(Relaxed) as usize;
-        // Zero (no slab) wraps to an index out of range: one check for both.
+        // Zero (no slab) wraps to a class out of range: one check for both.
         let class = (e & 63).wrapping_sub(1);
-        let g = GEOMETRY.get(class)?;
+        if class >= CLASSES {
+            return None;
+        }
         let page_start = (e >> 6) << SLICE_SHIFT;
-        g.starts_slot(offset - page_start).then_some(class)
+        Some((class, offset - page_start))
     }
 
     /// Marks OS pages `first..first+n` committed; returns how many were not.

@@ -42,7 +42,8 @@ pub struct ClassStats {
     /// Frees of the class since start (remote frees once collected).
     pub total_frees: u64,
     /// Bytes requested by live objects, estimated from the class's mean
-    /// request size (the C `free` does not say the size).
+    /// request size (the C `free` does not say the size), sampled over the
+    /// allocations served from pages rather than the thread cache.
     pub live_requested_bytes: u64,
 }
 
@@ -158,15 +159,15 @@ impl Stats {
         // Raw sums only: a heap can free more slots than it allocated (slots
         // of other heaps' pages kept in its foreign cache), so live figures
         // are derived in `finish` from the totals of all heaps.
-        for (c, cc) in heap.classes.iter().enumerate() {
+        for (c, (cc, pc)) in heap.classes.iter().zip(&heap.page_counts).enumerate() {
             let s = &mut self.classes[c];
             s.slot_size = SLOT_SIZE[c] as u64;
-            s.pages += cc.pages.get();
-            s.free_slots += cc.slots.get(); // capacity for now; see `finish`
+            s.pages += pc.pages.get();
+            s.free_slots += pc.slots.get(); // capacity for now; see `finish`
             s.cached_slots += cc.cached() as u64;
             s.total_allocs += cc.allocs.get();
             s.total_frees += cc.frees.get();
-            s.live_requested_bytes += cc.requested.get(); // total for now
+            s.live_requested_bytes += cc.requested_estimate(); // total for now
         }
         let slab_committed = heap.slab_committed.get();
         let spans = heap.spans.lock().counts;
