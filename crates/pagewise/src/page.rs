@@ -278,6 +278,19 @@ impl Page {
     /// # Safety
     /// `block` is a live slot of this page, no longer used by the caller.
     pub unsafe fn push_remote(&self, block: *mut Block) -> bool {
+        // SAFETY: forwarded: a chain of one.
+        unsafe { self.push_remote_chain(block, block) }
+    }
+
+    /// Pushes a chain of slots freed by a thread other than the owner,
+    /// linked from `first` to `last`, with one CAS. Returns false (without
+    /// pushing) as [`Page::push_remote`] does.
+    ///
+    /// # Safety
+    /// The chain holds live slots of this page, no longer used by the
+    /// caller, linked through their first word from `first` to `last`.
+    pub unsafe fn push_remote_chain(&self, first: *mut Block, last: *mut Block) -> bool {
+        let block = first;
         let mut tf = self.thread_free.load(Ordering::Relaxed);
         loop {
             if tf & STATE == DELAYED {
@@ -295,8 +308,8 @@ impl Page {
                     }
                 }
             }
-            // SAFETY: the caller gives us the slot.
-            unsafe { (*block).next = (tf & !FLAGS) as *mut Block };
+            // SAFETY: the caller gives us the chain.
+            unsafe { (*last).next = (tf & !FLAGS) as *mut Block };
             match self.thread_free.compare_exchange_weak(
                 tf,
                 block as usize | (tf & FLAGS),
@@ -335,6 +348,27 @@ mod tests {
         assert!(p.slot_index(p.start + 47).is_none());
         assert!(p.slot_index(p.start + 48 * 1000).is_none());
         assert!(p.slot_index(p.start - 48).is_none());
+    }
+
+    #[test]
+    fn a_chain_of_remote_frees_is_one_push() {
+        let mut buf = vec![0u64; 64];
+        let mut p = page_over(&mut buf, 64);
+        p.extend();
+        // SAFETY: test-local page; three slots taken by hand, chained, and
+        // pushed back once.
+        unsafe {
+            let a = p.free;
+            let b = (*a).next;
+            let c = (*b).next;
+            p.free = (*c).next;
+            p.set_used(3);
+            (*c).next = null_mut();
+            assert!(p.push_remote_chain(a, c));
+            assert_eq!(p.collect_thread_free(), 3);
+            assert_eq!(p.used(), 0);
+            assert_eq!(p.free, a);
+        }
     }
 
     #[test]
