@@ -56,13 +56,15 @@ pub fn json(w: &mut impl Write, s: &Stats, os: &OsMemory) -> fmt::Result {
         first = false;
         write!(
             w,
-            "{{\"class\":{i},\"slot_size\":{},\"pages\":{},\"live_slots\":{},\"free_slots\":{},\"retained_pages\":{},\"total_allocs\":{},\"live_requested_bytes\":{}}}",
+            "{{\"class\":{i},\"slot_size\":{},\"pages\":{},\"live_slots\":{},\"free_slots\":{},\"cached_slots\":{},\"retained_pages\":{},\"total_allocs\":{},\"total_frees\":{},\"live_requested_bytes\":{}}}",
             k.slot_size,
             k.pages,
             k.live_slots,
             k.free_slots,
+            k.cached_slots,
             k.retained_pages,
             k.total_allocs,
+            k.total_frees,
             k.live_requested_bytes
         )?;
     }
@@ -152,11 +154,15 @@ mod tests {
         let mut s = Stats::ZERO;
         s.classes[3].total_allocs = 7;
         s.classes[3].slot_size = 32;
+        s.classes[3].cached_slots = 5;
+        s.classes[3].total_frees = 6;
         let mut buf = vec![0u8; 8192];
         let mut w = SliceWriter::new(&mut buf);
         json(&mut w, &s, &OsMemory::default()).unwrap();
         let text = core::str::from_utf8(w.written()).unwrap();
         assert!(text.contains("\"classes\":[{\"class\":3,\"slot_size\":32"));
+        assert!(text.contains("\"cached_slots\":5,"), "{text}");
+        assert!(text.contains("\"total_frees\":6,"), "{text}");
         assert_eq!(text.matches('{').count(), text.matches('}').count());
         assert!(text.ends_with("}}"));
     }

@@ -45,10 +45,16 @@ pub struct Class {
     pub live_slots: u64,
     /// Free slots in those pages.
     pub free_slots: u64,
+    /// Of those, slots waiting in threads' caches.
+    #[serde(default)]
+    pub cached_slots: u64,
     /// Pages with no live slot.
     pub retained_pages: u64,
     /// Allocations served since start.
     pub total_allocs: u64,
+    /// Frees since start (remote frees once collected).
+    #[serde(default)]
+    pub total_frees: u64,
     /// Estimated bytes requested by live objects.
     pub live_requested_bytes: u64,
 }
