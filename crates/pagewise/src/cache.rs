@@ -15,8 +15,8 @@
 //! paths every half decay period halves every cache, so slots a thread
 //! stopped asking for go home; `trim()` and thread exit empty them.
 //!
-//! The cache shares its cache line with the class's counters, which the
-//! same fast paths update.
+//! The cache shares its cache line with the class's slot geometry and
+//! counters, which the same fast paths read and update.
 
 use crate::heap::Counter;
 use crate::page::Block;

@@ -61,8 +61,6 @@ pub struct Page {
     pub reserved: u32,
     /// Slot size (slab) in bytes.
     pub slot_size: u32,
-    /// ceil(2^42 / slot_size): slot index of an offset by multiply and shift.
-    pub recip: u64,
     /// Address of the span's first byte.
     pub start: usize,
     /// What the span is.
@@ -111,7 +109,6 @@ impl Page {
             capacity: 0,
             reserved: 0,
             slot_size: 0,
-            recip: 0,
             start: 0,
             kind: Kind::Free,
             class: 0,
@@ -138,7 +135,6 @@ impl Page {
         self.kind = Kind::Slab;
         self.class = class as u8;
         self.slot_size = slot as u32;
-        self.recip = crate::size_class::recip_of(slot);
         self.reserved = (bytes / slot) as u32;
         self.capacity = 0;
         self.used.store(0, Ordering::Relaxed);
@@ -151,11 +147,13 @@ impl Page {
 
     /// The slot index of `addr` if it is the start of a slot of this page.
     /// Reads only fields fixed for the slab's life, so any thread may ask.
-    #[inline]
+    /// (The free fast path checks with the class's `Geometry` instead; this
+    /// serves the uncached path, where a division costs nothing that shows.)
     pub fn slot_index(&self, addr: usize) -> Option<usize> {
         let off = addr.wrapping_sub(self.start);
-        let idx = ((off as u64).wrapping_mul(self.recip) >> 42) as usize;
-        (idx < self.reserved as usize && idx * self.slot_size as usize == off).then_some(idx)
+        let slot = self.slot_size as usize;
+        let idx = off / slot;
+        (idx < self.reserved as usize && off % slot == 0).then_some(idx)
     }
 
     /// Carves fresh slots up to the end of the next OS page (at least one
@@ -290,7 +288,6 @@ impl Page {
     /// The chain holds live slots of this page, no longer used by the
     /// caller, linked through their first word from `first` to `last`.
     pub unsafe fn push_remote_chain(&self, first: *mut Block, last: *mut Block) -> bool {
-        let block = first;
         let mut tf = self.thread_free.load(Ordering::Relaxed);
         loop {
             if tf & STATE == DELAYED {
@@ -312,7 +309,7 @@ impl Page {
             unsafe { (*last).next = (tf & !FLAGS) as *mut Block };
             match self.thread_free.compare_exchange_weak(
                 tf,
-                block as usize | (tf & FLAGS),
+                first as usize | (tf & FLAGS),
                 Ordering::Release,
                 Ordering::Relaxed,
             ) {

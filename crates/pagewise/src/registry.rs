@@ -74,23 +74,23 @@ pub fn lookup(addr: usize) -> Option<(usize, bool)> {
     }
 }
 
+/// The map's entry for the segment containing `addr` (NONE outside the map).
+#[inline]
+fn entry(addr: usize) -> u8 {
+    index(addr).map_or(NONE, |i| MAP[i].load(Ordering::Acquire))
+}
+
 /// Whether `addr` lies in a (non-huge) segment of the global allocator's
 /// thread heaps: one load, the free fast path's ownership check.
 #[inline]
 pub fn in_shared_segment(addr: usize) -> bool {
-    match index(addr) {
-        Some(i) => MAP[i].load(Ordering::Acquire) == HEADER,
-        None => false,
-    }
+    entry(addr) == HEADER
 }
 
 /// Whether `addr` lies in a (non-huge) segment of an owned `Heap`.
 #[inline]
 pub fn in_owned_segment(addr: usize) -> bool {
-    match index(addr) {
-        Some(i) => MAP[i].load(Ordering::Acquire) == OWNED,
-        None => false,
-    }
+    entry(addr) == OWNED
 }
 
 /// The segment header responsible for `addr`, if `addr` is pagewise's.

@@ -88,7 +88,7 @@ pub static PAGE_SLICES: [u8; CLASSES] = build_slices();
 const _: () = assert!(slot_size_of(CLASSES - 1) == SMALL_MAX);
 
 /// What the free path needs to check that an address starts a slot, per
-/// class, in one 16-byte entry (one cache line holds four classes).
+/// class, in 16 bytes (each heap keeps a copy in its class state).
 #[derive(Clone, Copy, Debug)]
 #[repr(C, align(16))]
 pub struct Geometry {
@@ -99,8 +99,6 @@ pub struct Geometry {
     pub divisor: u64,
     /// Bytes of the page covered by whole slots: slots start below this.
     pub end: u32,
-    /// Slot size in bytes.
-    pub slot: u32,
 }
 
 impl Geometry {
@@ -112,11 +110,7 @@ impl Geometry {
 }
 
 const fn build_geometry() -> [Geometry; CLASSES] {
-    let mut t = [Geometry {
-        divisor: 0,
-        end: 0,
-        slot: 0,
-    }; CLASSES];
+    let mut t = [Geometry { divisor: 0, end: 0 }; CLASSES];
     let mut i = 0;
     while i < CLASSES {
         let slot = slot_size_of(i);
@@ -124,17 +118,10 @@ const fn build_geometry() -> [Geometry; CLASSES] {
         t[i] = Geometry {
             divisor: (u64::MAX / slot as u64).wrapping_add(1),
             end: (per_page * slot) as u32,
-            slot: slot as u32,
         };
         i += 1;
     }
     t
-}
-
-/// ceil(2^42 / slot): a slot index by multiply and shift (exact for offsets
-/// below 2^22, i.e. within a slab page of at most 2 MiB).
-pub const fn recip_of(slot: usize) -> u64 {
-    (1u64 << 42).div_ceil(slot as u64)
 }
 
 /// Slot geometry of each class.
