@@ -26,9 +26,9 @@ use core::ptr::null_mut;
 use core::sync::atomic::{AtomicU32, Ordering::Relaxed};
 
 /// Most slots cached per class.
-pub const LIMIT: u32 = 64;
+pub const LIMIT: u32 = 128;
 /// Most bytes of slots cached per class (at least one slot is).
-pub const LIMIT_BYTES: usize = 64 << 10;
+pub const LIMIT_BYTES: usize = 128 << 10;
 
 const fn build_limits() -> [u32; CLASSES] {
     let mut t = [0u32; CLASSES];
@@ -45,22 +45,6 @@ const fn build_limits() -> [u32; CLASSES] {
         i += 1;
     }
     t
-}
-
-/// Asks the CPU to bring the next cached slot into cache: the next
-/// allocation of the class reads its link and the program writes it, and it
-/// may last have been written by another core. A hint that never faults
-/// (but not for null: a prefetch of an unmapped address costs a page walk).
-#[inline(always)]
-fn prefetch(p: *mut Block) {
-    #[cfg(target_arch = "x86_64")]
-    // SAFETY: prefetching is a hint with no memory access semantics; any
-    // address is allowed.
-    unsafe {
-        core::arch::x86_64::_mm_prefetch::<{ core::arch::x86_64::_MM_HINT_T0 }>(p as *const i8)
-    };
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = p;
 }
 
 /// Slots cached at most, per class.
@@ -133,12 +117,14 @@ impl ClassState {
         self.limit - self.room.load(Relaxed)
     }
 
-    /// A state per class, each cache bounded by [`LIMITS`].
-    pub const fn all() -> [ClassState; CLASSES] {
-        let mut t = [const { ClassState::new(0, GEOMETRY[0]) }; CLASSES];
+    /// A state per class at index `class + 1`, each cache bounded by
+    /// [`LIMITS`], after a state at index 0 that caches nothing and whose
+    /// geometry no offset passes.
+    pub const fn all() -> [ClassState; CLASSES + 1] {
+        let mut t = [const { ClassState::new(0, Geometry::NONE) }; CLASSES + 1];
         let mut i = 0;
         while i < CLASSES {
-            t[i] = ClassState::new(LIMITS[i], GEOMETRY[i]);
+            t[i + 1] = ClassState::new(LIMITS[i], GEOMETRY[i]);
             i += 1;
         }
         t
@@ -158,9 +144,6 @@ impl ClassState {
                 let next = (*b).next;
                 *self.head.get() = next;
                 self.room.store(self.room.load(Relaxed) + 1, Relaxed);
-                if !next.is_null() {
-                    prefetch(next);
-                }
             }
             b
         }

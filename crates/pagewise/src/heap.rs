@@ -144,8 +144,11 @@ pub struct HeapCore {
     delayed: AtomicPtr<Block>,
     /// Span pool, shared with remote large frees and the purger.
     pub spans: Locked<Spans>,
-    /// Per class: the thread cache of free slots and the counters.
-    pub classes: [ClassState; CLASSES],
+    /// Per size class, at index `class + 1`: its cache, geometry and
+    /// counters. Index 0 is a state no address passes, so the free path can
+    /// index by the slab table's entry (`class + 1`, or 0 outside slab
+    /// pages) without checking for 0 first. Read through [`HeapCore::class`].
+    states: [ClassState; CLASSES + 1],
     /// Per class: slab pages and the slots they hold.
     pub page_counts: [PageCounts; CLASSES],
     /// Committed bytes in slab pages (owner-maintained).
@@ -200,7 +203,7 @@ impl HeapCore {
             }),
             delayed: AtomicPtr::new(null_mut()),
             spans: Locked::new(Spans::new()),
-            classes: ClassState::all(),
+            states: ClassState::all(),
             page_counts: [const { PageCounts::zero() }; CLASSES],
             slab_committed: Counter::zero(),
             peak_committed: Counter::zero(),
@@ -220,6 +223,17 @@ impl HeapCore {
         }
         // SAFETY: per the caller.
         unsafe { at.write(heap) };
+    }
+
+    /// The state (cache, geometry, counters) of size class `class`.
+    #[inline]
+    pub fn class(&self, class: usize) -> &ClassState {
+        &self.states[class + 1]
+    }
+
+    /// The states of all size classes, in class order.
+    pub fn class_states(&self) -> &[ClassState] {
+        &self.states[1..]
     }
 
     #[inline]
@@ -333,7 +347,7 @@ impl HeapCore {
     unsafe fn alloc_small(&self, class: usize, size: usize) -> *mut u8 {
         debug_assert!(class < CLASSES);
         // SAFETY: `class_of` and `class_for` return classes below CLASSES.
-        let state = unsafe { self.classes.get_unchecked(class) };
+        let state = unsafe { self.states.get_unchecked(class + 1) };
         // SAFETY: owner only (caller): the cache is ours and holds free slots
         // of this class (a page with a slot out is never released); `direct`
         // pages are live slab pages of this heap or the never-written empty
@@ -365,26 +379,31 @@ impl HeapCore {
         // SAFETY: owner only; the detached list holds live slots of this
         // class, of this heap's pages or other heaps' (which outlive them).
         unsafe {
-            let mut b = self.classes[class].take_older(keep);
+            let mut b = self.class(class).take_older(keep);
             // Slots of one page of another heap that come in a row go home
             // as one chain, with one CAS (a producer's objects often come
             // from the same page).
             let mut run = RemoteRun::EMPTY;
             while !b.is_null() {
                 let next = (*b).next;
+                // Owner and page from the segment header's read-mostly
+                // fields, not from the descriptor, which its owner rewrites
+                // on every allocation (cached slots passed the free checks).
                 let seg = &*Segment::of(crate::layout::segment_base(b as usize));
-                let page = lookup_page(seg, b as usize);
-                if (*page).heap == self.me() {
+                let page = seg.slab_page(b as usize);
+                if seg.heap == self.me() {
                     let _ = self.free_local(page, b);
                 } else if page == run.page {
                     (*run.last).next = b;
                     run.last = b;
+                    run.count += 1;
                 } else {
                     run.send();
                     run = RemoteRun {
                         page,
                         first: b,
                         last: b,
+                        count: 1,
                     };
                 }
                 b = next;
@@ -444,7 +463,7 @@ impl HeapCore {
             let b = (*page).free;
             (*page).free = (*b).next;
             (*page).set_used((*page).used() + 1);
-            self.classes[class].count_alloc(size);
+            self.class(class).count_alloc(size);
             b as *mut u8
         }
     }
@@ -460,7 +479,7 @@ impl HeapCore {
             }
             let n = (*page).collect_thread_free();
             if n > 0 {
-                self.classes[(*page).class as usize].frees.add(n as u64);
+                self.class((*page).class as usize).frees.add(n as u64);
                 return true;
             }
             if (*page).capacity < (*page).reserved {
@@ -488,7 +507,7 @@ impl HeapCore {
                     self.local().queues[class].remove(page);
                     self.local().full.push(page);
                 }
-                Err(collected) => self.classes[class].frees.add(collected as u64),
+                Err(collected) => self.class(class).frees.add(collected as u64),
             }
         }
     }
@@ -620,18 +639,19 @@ impl HeapCore {
     unsafe fn cache_free(&self, addr: usize) -> bool {
         // SAFETY: registered segments are mapped and headed by a `Segment`.
         let seg = unsafe { &*Segment::of(crate::layout::segment_base(addr)) };
-        let Some((class, offset)) = seg.slab_slot(addr) else {
-            return false;
-        };
-        let state = &self.classes[class];
+        let (entry, offset) = seg.slab_entry(addr);
+        // SAFETY: slab table entries are 0 or a class + 1 (`mark_slab`), and
+        // `states` has CLASSES + 1 entries. Entry 0 (no slab page) finds the
+        // state whose geometry no offset passes.
+        let state = unsafe { self.states.get_unchecked(entry) };
         if !state.starts_slot(offset) {
             return false; // not a slot start: the uncached path says so
         }
         // SAFETY: owner only (caller); the slot is live (caller) and of
-        // `class` (slab table).
+        // the class `entry - 1` (slab table).
         unsafe {
             if !state.push(addr as *mut Block) {
-                self.cache_full(class, addr as *mut Block);
+                self.cache_full(entry - 1, addr as *mut Block);
             }
         }
         true
@@ -648,7 +668,7 @@ impl HeapCore {
     #[cold]
     #[inline(never)]
     unsafe fn cache_full(&self, class: usize, block: *mut Block) {
-        let state = &self.classes[class];
+        let state = self.class(class);
         // SAFETY: owner only (caller), between operations.
         unsafe {
             let keep = state.cached() / 2;
@@ -756,7 +776,7 @@ impl HeapCore {
             (*page).free = block;
             (*page).set_used(used - 1);
             let class = (*page).class as usize;
-            self.classes[class].frees.add(1);
+            self.class(class).frees.add(1);
             // Slow only if the page leaves the full list, or empties and is
             // not its class's current page (which is kept: seed 000's churn
             // then never leaves this function).
@@ -953,7 +973,7 @@ impl HeapCore {
             // Halve the caches: slots still wanted come back from their
             // pages cheaply; slots no longer wanted go home within a few
             // passes, so their pages can empty.
-            let n = self.classes[class].cached();
+            let n = self.class(class).cached();
             if n > 0 {
                 // SAFETY: owner only (caller).
                 unsafe { self.flush_cache(class, n / 2) };
@@ -1152,7 +1172,7 @@ impl HeapCore {
         // SAFETY: owner only; a slab page of this heap.
         unsafe {
             let n = (*page).collect_thread_free();
-            self.classes[(*page).class as usize].frees.add(n as u64);
+            self.class((*page).class as usize).frees.add(n as u64);
             if (*page).used() == 0 {
                 self.release_page(page);
             }
@@ -1171,14 +1191,14 @@ impl HeapCore {
                 let mut p = self.local().queues[class].head;
                 while !p.is_null() {
                     let n = (*p).collect_thread_free();
-                    self.classes[class].frees.add(n as u64);
+                    self.class(class).frees.add(n as u64);
                     p = (*p).next;
                 }
             }
             let mut p = self.local().full.head;
             while !p.is_null() {
                 let n = (*p).collect_thread_free();
-                self.classes[(*p).class as usize].frees.add(n as u64);
+                self.class((*p).class as usize).frees.add(n as u64);
                 p = (*p).next;
             }
         }
@@ -1246,6 +1266,7 @@ struct RemoteRun {
     page: *mut Page,
     first: *mut Block,
     last: *mut Block,
+    count: usize,
 }
 
 impl RemoteRun {
@@ -1253,6 +1274,7 @@ impl RemoteRun {
         page: null_mut(),
         first: null_mut(),
         last: null_mut(),
+        count: 0,
     };
 
     /// Frees the run to its page (nothing if empty).
@@ -1267,9 +1289,10 @@ impl RemoteRun {
         unsafe {
             (*self.last).next = null_mut();
             let mut first = self.first;
+            let mut count = self.count;
             // A page on its owner's full list takes the first slot through
             // the heap's delayed list (`free_remote`); the rest go on.
-            while !(*self.page).push_remote_chain(first, self.last) {
+            while !(*self.page).push_remote_chain(first, self.last, count) {
                 let rest = (*first).next;
                 (*first).next = null_mut();
                 free_to_delayed(self.page, first);
@@ -1277,6 +1300,7 @@ impl RemoteRun {
                     break;
                 }
                 first = rest;
+                count -= 1;
             }
         }
         *self = RemoteRun::EMPTY;

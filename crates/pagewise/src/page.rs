@@ -35,7 +35,16 @@ pub struct Block {
     pub next: *mut Block,
 }
 
-// `thread_free` state 0: remote frees go onto the page's list.
+// The `thread_free` word: the page's list of remote frees, its length, and
+// the full-page state, in one atomic word so that the owner takes list and
+// count together and never walks the list (its slots were last written by
+// other cores: a walk would be a chain of cache misses):
+//
+//   bits 0..3   state (below; bit 2 spare)
+//   bits 3..32  slots on the list (0: empty)
+//   bits 32..64 offset of the list's first slot from its segment's base
+//
+// State 0: remote frees go onto the page's list.
 /// `thread_free` state: the page is on its heap's full list; the next remote
 /// free must tell the owner (through the heap's `delayed` list) that the
 /// page has room again.
@@ -45,6 +54,26 @@ pub const DELAYED: usize = 1;
 pub const NOTIFIED: usize = 2;
 const STATE: usize = 3;
 const FLAGS: usize = 7;
+const COUNT_SHIFT: u32 = 3;
+const COUNT_MASK: usize = ((1 << 29) - 1) << COUNT_SHIFT;
+const HEAD_SHIFT: u32 = 32;
+
+/// The remote-free list a `thread_free` word holds, as (first slot, count).
+#[inline]
+fn remote_list(tf: usize, segment: usize) -> (*mut Block, usize) {
+    let count = (tf & COUNT_MASK) >> COUNT_SHIFT;
+    if count == 0 {
+        return (null_mut(), 0);
+    }
+    ((segment + (tf >> HEAD_SHIFT)) as *mut Block, count)
+}
+
+/// A `thread_free` word with `flags` and the list `first` (`count` slots).
+#[inline]
+fn remote_word(flags: usize, first: *mut Block, count: usize, segment: usize) -> usize {
+    debug_assert!(count << COUNT_SHIFT <= COUNT_MASK);
+    ((first as usize - segment) << HEAD_SHIFT) | (count << COUNT_SHIFT) | flags
+}
 
 /// The descriptor of a span.
 #[repr(C)]
@@ -82,7 +111,7 @@ pub struct Page {
     pub slice_offset: u32,
     /// Owning heap (`HeapCore`), type-erased to keep this module independent.
     pub heap: *mut u8,
-    /// Remote frees: a `Block` list pointer with flag bits.
+    /// Remote frees: list, count and full-page state (see `remote_list`).
     pub thread_free: AtomicUsize,
     /// Queue links (class queue or free-span bin).
     pub next: *mut Page,
@@ -206,7 +235,7 @@ impl Page {
     pub fn collect_thread_free(&mut self) -> usize {
         let mut tf = self.thread_free.load(Ordering::Relaxed);
         loop {
-            if tf & !FLAGS == 0 {
+            if tf & COUNT_MASK == 0 {
                 return 0;
             }
             match self.thread_free.compare_exchange_weak(
@@ -219,17 +248,19 @@ impl Page {
                 Err(seen) => tf = seen,
             }
         }
-        let head = (tf & !FLAGS) as *mut Block;
-        let mut tail = head;
-        let mut n = 1;
-        // SAFETY: the list was built by `push_remote` from slots of this page;
-        // the CAS above made us its only owner.
-        unsafe {
-            while !(*tail).next.is_null() {
-                tail = (*tail).next;
-                n += 1;
+        let (head, n) = remote_list(tf, crate::layout::segment_base(self.start));
+        if !self.free.is_null() {
+            // Rare (the owner collects when its list runs dry): append the
+            // free list after the collected slots.
+            let mut tail = head;
+            // SAFETY: the list was built by `push_remote_chain` from `n`
+            // slots of this page; the CAS above made us its only owner.
+            unsafe {
+                for _ in 1..n {
+                    tail = (*tail).next;
+                }
+                (*tail).next = self.free;
             }
-            (*tail).next = self.free;
         }
         self.free = head;
         self.set_used(self.used() - n as u32);
@@ -239,7 +270,7 @@ impl Page {
     /// Whether other threads freed slots not yet collected.
     #[inline]
     pub fn has_remote(&self) -> bool {
-        self.thread_free.load(Ordering::Relaxed) & !FLAGS != 0
+        self.thread_free.load(Ordering::Relaxed) & COUNT_MASK != 0
     }
 
     /// Tries to mark a page whose slots are exhausted as full. Fails if
@@ -247,7 +278,7 @@ impl Page {
     pub fn try_mark_full(&mut self) -> Result<(), usize> {
         loop {
             let tf = self.thread_free.load(Ordering::Relaxed);
-            if tf & !FLAGS != 0 {
+            if tf & COUNT_MASK != 0 {
                 return Err(self.collect_thread_free());
             }
             let full = (tf & !STATE) | DELAYED;
@@ -277,17 +308,27 @@ impl Page {
     /// `block` is a live slot of this page, no longer used by the caller.
     pub unsafe fn push_remote(&self, block: *mut Block) -> bool {
         // SAFETY: forwarded: a chain of one.
-        unsafe { self.push_remote_chain(block, block) }
+        unsafe { self.push_remote_chain(block, block, 1) }
     }
 
-    /// Pushes a chain of slots freed by a thread other than the owner,
-    /// linked from `first` to `last`, with one CAS. Returns false (without
-    /// pushing) as [`Page::push_remote`] does.
+    /// Pushes a chain of `count` slots freed by a thread other than the
+    /// owner, linked from `first` to `last`, with one CAS. Returns false
+    /// (without pushing) as [`Page::push_remote`] does.
+    ///
+    /// Reads no field of the descriptor but `thread_free`: the owner
+    /// rewrites the others on every allocation, so a read would be a cache
+    /// miss for the freeing thread.
     ///
     /// # Safety
-    /// The chain holds live slots of this page, no longer used by the
-    /// caller, linked through their first word from `first` to `last`.
-    pub unsafe fn push_remote_chain(&self, first: *mut Block, last: *mut Block) -> bool {
+    /// The chain holds `count` live slots of this page, no longer used by
+    /// the caller, linked through their first word from `first` to `last`.
+    pub unsafe fn push_remote_chain(
+        &self,
+        first: *mut Block,
+        last: *mut Block,
+        count: usize,
+    ) -> bool {
+        let segment = crate::layout::segment_base(first as usize);
         let mut tf = self.thread_free.load(Ordering::Relaxed);
         loop {
             if tf & STATE == DELAYED {
@@ -305,11 +346,12 @@ impl Page {
                     }
                 }
             }
+            let (head, n) = remote_list(tf, segment);
             // SAFETY: the caller gives us the chain.
-            unsafe { (*last).next = (tf & !FLAGS) as *mut Block };
+            unsafe { (*last).next = head };
             match self.thread_free.compare_exchange_weak(
                 tf,
-                first as usize | (tf & FLAGS),
+                remote_word(tf & FLAGS, first, n + count, segment),
                 Ordering::Release,
                 Ordering::Relaxed,
             ) {
@@ -323,6 +365,15 @@ impl Page {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Test memory aligned like a slab page, so that it never straddles a
+    /// segment boundary (remote lists store offsets from the segment).
+    #[repr(C, align(65536))]
+    struct Buf([u64; 2 * OS_PAGE / 8 + 512]);
+
+    fn buf() -> Box<Buf> {
+        Box::new(Buf([0; 2 * OS_PAGE / 8 + 512]))
+    }
 
     fn page_over(buf: &mut [u64], slot: usize) -> Page {
         let mut p = Page::empty();
@@ -349,8 +400,8 @@ mod tests {
 
     #[test]
     fn a_chain_of_remote_frees_is_one_push() {
-        let mut buf = vec![0u64; 64];
-        let mut p = page_over(&mut buf, 64);
+        let mut buf = buf();
+        let mut p = page_over(&mut buf.0[..64], 64);
         p.extend();
         // SAFETY: test-local page; three slots taken by hand, chained, and
         // pushed back once.
@@ -361,7 +412,7 @@ mod tests {
             p.free = (*c).next;
             p.set_used(3);
             (*c).next = null_mut();
-            assert!(p.push_remote_chain(a, c));
+            assert!(p.push_remote_chain(a, c, 3));
             assert_eq!(p.collect_thread_free(), 3);
             assert_eq!(p.used(), 0);
             assert_eq!(p.free, a);
@@ -370,8 +421,8 @@ mod tests {
 
     #[test]
     fn remote_frees_are_collected_and_full_pages_delay() {
-        let mut buf = vec![0u64; 64];
-        let mut p = page_over(&mut buf, 64);
+        let mut buf = buf();
+        let mut p = page_over(&mut buf.0[..64], 64);
         p.extend();
         // SAFETY: test-local page; slots are taken off the free list by hand.
         unsafe {

@@ -8,7 +8,6 @@
 
 use crate::layout::{OS_PAGE, OS_PAGES_PER_SEGMENT, SLICE, SLICES_PER_SEGMENT, SLICE_SHIFT};
 use crate::page::{Kind, Page};
-use crate::size_class::CLASSES;
 use core::cell::UnsafeCell;
 use core::ptr::null_mut;
 use core::sync::atomic::{AtomicU16, AtomicU64, Ordering::Relaxed};
@@ -204,23 +203,27 @@ impl Segment {
         }
     }
 
-    /// The size class of the slab page holding `addr`, and `addr`'s offset
-    /// from the page's start, if `addr` lies in a live slab page (None for
-    /// large objects and free memory). Whether a slot starts there is the
-    /// caller's check (`ClassState::starts_slot`). Any thread may ask: it
-    /// reads only the read-mostly slab table.
+    /// The descriptor of the slab page holding `addr`, a slot of a live slab
+    /// page of this segment, found through the read-mostly slab table.
     #[inline]
-    pub fn slab_slot(&self, addr: usize) -> Option<(usize, usize)> {
+    pub fn slab_page(&self, addr: usize) -> *mut Page {
+        let idx = (addr - self.base()) >> SLICE_SHIFT;
+        let e = self.slab_slices[idx].load(Relaxed) as usize;
+        debug_assert!(e & 63 != 0, "not a slab slot");
+        self.page(e >> 6)
+    }
+
+    /// The slab table's entry for the slice holding `addr` (`class + 1` of
+    /// the slab page there, or 0) and `addr`'s offset from the start of
+    /// that page (meaningless for 0). The free fast path's lookup: any
+    /// thread may ask, it reads only the read-mostly slab table.
+    #[inline]
+    pub fn slab_entry(&self, addr: usize) -> (usize, usize) {
         let offset = addr - self.base();
-        let idx = offset >> SLICE_SHIFT;
-        let e = self.slab_slices.get(idx)?.load(Relaxed) as usize;
-        // Zero (no slab) wraps to a class out of range: one check for both.
-        let class = (e & 63).wrapping_sub(1);
-        if class >= CLASSES {
-            return None;
-        }
-        let page_start = (e >> 6) << SLICE_SHIFT;
-        Some((class, offset - page_start))
+        // In range: `addr` lies in this (non-huge) segment.
+        let e = self.slab_slices[(offset >> SLICE_SHIFT) & (SLICES_PER_SEGMENT - 1)].load(Relaxed)
+            as usize;
+        (e & 63, offset - ((e >> 6) << SLICE_SHIFT))
     }
 
     /// Marks OS pages `first..first+n` committed; returns how many were not.

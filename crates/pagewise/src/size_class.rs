@@ -88,37 +88,69 @@ pub static PAGE_SLICES: [u8; CLASSES] = build_slices();
 const _: () = assert!(slot_size_of(CLASSES - 1) == SMALL_MAX);
 
 /// What the free path needs to check that an address starts a slot, per
-/// class, in 16 bytes (each heap keeps a copy in its class state).
+/// class, in 16 bytes (each heap keeps a copy in its class state): one
+/// multiplication and one comparison, no division.
+///
+/// With `M = ceil(2^64 / slot)`, an offset below 2^32 is a multiple of the
+/// slot size exactly when `offset * M` (mod 2^64) is below `M` (Lemire,
+/// Kaser and Kurz, "Faster remainder by direct computation", 2019). For a
+/// multiple `k * slot` the product is `k * e`, where `e = slot * M - 2^64`,
+/// so comparing against `min(M, slots_per_page * e)` also rejects the one
+/// multiple that lies in the page's tail past its last slot. When `e` is 0
+/// (slot sizes that are powers of two) the page has no tail, which
+/// `build_geometry` checks.
 #[derive(Clone, Copy, Debug)]
 #[repr(C, align(16))]
 pub struct Geometry {
-    /// ceil(2^64 / slot size): `offset` is a multiple of the slot size
-    /// exactly when `offset * divisor` (mod 2^64) is below it, for any
-    /// offset below 2^32 (Lemire, Kaser and Kurz, "Faster remainder by
-    /// direct computation", 2019). One multiplication, no division.
+    /// `ceil(2^64 / slot size)`.
     pub divisor: u64,
-    /// Bytes of the page covered by whole slots: slots start below this.
-    pub end: u32,
+    /// Offsets whose product with `divisor` is below this start a slot.
+    pub limit: u64,
 }
 
 impl Geometry {
-    /// Whether a slot starts `offset` bytes into a slab page of the class.
+    /// A geometry no offset passes: the class state behind slices that hold
+    /// no slab page.
+    pub const NONE: Geometry = Geometry {
+        divisor: 0,
+        limit: 0,
+    };
+
+    /// Whether a slot starts `offset` bytes into a slab page of the class
+    /// (`offset` below the page's size).
     #[inline]
     pub fn starts_slot(&self, offset: usize) -> bool {
-        offset < self.end as usize && (offset as u64).wrapping_mul(self.divisor) < self.divisor
+        (offset as u64).wrapping_mul(self.divisor) < self.limit
+    }
+
+    const fn of(slot: usize, per_page: usize, page_bytes: usize) -> Geometry {
+        let divisor = (u64::MAX / slot as u64).wrapping_add(1);
+        let excess = divisor.wrapping_mul(slot as u64);
+        let limit = if excess == 0 {
+            assert!(
+                per_page * slot == page_bytes,
+                "a power-of-two slot leaves no tail"
+            );
+            divisor
+        } else {
+            let l = per_page as u64 * excess;
+            if l < divisor {
+                l
+            } else {
+                divisor
+            }
+        };
+        Geometry { divisor, limit }
     }
 }
 
 const fn build_geometry() -> [Geometry; CLASSES] {
-    let mut t = [Geometry { divisor: 0, end: 0 }; CLASSES];
+    let mut t = [Geometry::NONE; CLASSES];
     let mut i = 0;
     while i < CLASSES {
         let slot = slot_size_of(i);
-        let per_page = slices_of(slot) * SLICE / slot;
-        t[i] = Geometry {
-            divisor: (u64::MAX / slot as u64).wrapping_add(1),
-            end: (per_page * slot) as u32,
-        };
+        let page_bytes = slices_of(slot) * SLICE;
+        t[i] = Geometry::of(slot, page_bytes / slot, page_bytes);
         i += 1;
     }
     t
@@ -249,16 +281,19 @@ mod tests {
 
     #[test]
     fn geometry_finds_exactly_the_slot_starts() {
-        // Every offset of every class's page, exhaustively (about 20 M).
+        // Every offset of every class's page, exhaustively (about 20 M): the
+        // free path asks only about offsets inside the page (the slab table
+        // maps each slice to the page holding it).
         for (c, g) in GEOMETRY.iter().enumerate() {
             let slot = SLOT_SIZE[c] as usize;
             let bytes = PAGE_SLICES[c] as usize * SLICE;
-            for off in 0..bytes + 2 * slot {
+            for off in 0..bytes {
                 let want = off % slot == 0 && off / slot < bytes / slot;
                 assert_eq!(g.starts_slot(off), want, "class {c} offset {off}");
             }
-            assert!(!g.starts_slot(usize::MAX - 7), "class {c}");
-            assert!(!g.starts_slot(1 << 40), "class {c}");
+        }
+        for off in [0, 8, 4096, 1 << 20] {
+            assert!(!Geometry::NONE.starts_slot(off));
         }
     }
 

@@ -159,7 +159,12 @@ impl Stats {
         // Raw sums only: a heap can free more slots than it allocated (slots
         // of other heaps' pages kept in its foreign cache), so live figures
         // are derived in `finish` from the totals of all heaps.
-        for (c, (cc, pc)) in heap.classes.iter().zip(&heap.page_counts).enumerate() {
+        for (c, (cc, pc)) in heap
+            .class_states()
+            .iter()
+            .zip(&heap.page_counts)
+            .enumerate()
+        {
             let s = &mut self.classes[c];
             s.slot_size = SLOT_SIZE[c] as u64;
             s.pages += pc.pages.get();

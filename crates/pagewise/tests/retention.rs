@@ -194,14 +194,14 @@ fn the_thread_cache_is_bounded_and_goes_home_on_trim() {
     let c = &s.classes[class];
     assert_eq!(c.live_slots, 0);
     assert_eq!((c.total_allocs, c.total_frees), (1000, 1000));
-    // The cache fills to 64; a free that finds it full sends the older 32
-    // home and is cached: after 1000 frees, 33 + (1000 - 65) % 32 are left.
-    assert_eq!(c.cached_slots, 40, "at most 64 slots cached per class");
+    // The cache fills to 128; a free that finds it full sends the older 64
+    // home and is cached: after 1000 frees, 65 + (1000 - 129) % 64 are left.
+    assert_eq!(c.cached_slots, 104, "at most 128 slots cached per class");
     assert_eq!(c.pages, 1, "the cached slots keep their page");
     // The next allocation comes from the cache, most recent first.
     let again = alloc(&h, 64);
     assert_eq!(again, objs[999]);
-    assert_eq!(h.stats().classes[class].cached_slots, 39);
+    assert_eq!(h.stats().classes[class].cached_slots, 103);
     free(&h, again, 64);
     h.trim();
     let s = h.stats();
