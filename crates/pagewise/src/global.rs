@@ -77,7 +77,14 @@ unsafe impl GlobalAlloc for Pagewise {
 /// # Safety
 /// As `GlobalAlloc::dealloc`; `current` is the calling thread's heap or null.
 #[inline(never)]
-unsafe fn dealloc_uncached(ptr: *mut u8, current: *mut HeapCore) {
+unsafe fn dealloc_uncached(ptr: *mut u8, mut current: *mut HeapCore) {
+    if current.is_null() {
+        current = thread::heap_for_frees();
+        // SAFETY: forwarded; `current` is the calling thread's heap or null.
+        if unsafe { HeapCore::free_to_cache(ptr, current) } {
+            return;
+        }
+    }
     // SAFETY: forwarded.
     if unsafe { HeapCore::free_uncached(ptr, current) } {
         // A Rust program's frees never come from inside glibc (its own

@@ -1,7 +1,8 @@
 //! Thread heaps of the global allocator.
 //!
-//! Each thread gets its own heap on its first allocation; the fast paths
-//! touch only that heap. When a thread exits (a pthread key destructor, which
+//! Each thread gets its own heap on its first allocation, or after
+//! [`FREES_BEFORE_HEAP`] frees if it only frees; the fast paths touch only
+//! that heap. When a thread exits (a pthread key destructor, which
 //! unlike Rust's thread-local destructors needs no allocation to register),
 //! its heap is abandoned: empty pages go back to the span pool and the heap
 //! waits on a list until a new thread adopts it, pages, live objects and all.
@@ -48,7 +49,17 @@ thread_local! {
     // `#[thread_local]` slot, with no registration and no allocation, and it
     // stays readable while pthread key destructors run.
     static CURRENT: Cell<*mut HeapCore> = const { Cell::new(null_mut()) };
+    // Frees made without a heap ([`heap_for_frees`]); `EXITING` once the
+    // thread's heap was abandoned.
+    static HEAPLESS_FREES: Cell<u32> = const { Cell::new(0) };
 }
+
+/// Frees a thread without a heap makes (each an atomic push onto the owning
+/// page) before it adopts a heap, whose thread cache then batches them. A
+/// consumer thread that only frees what others allocate gets a cache; a
+/// thread that frees a few objects and exits never pays for a heap.
+pub const FREES_BEFORE_HEAP: u32 = 64;
+const EXITING: u32 = u32::MAX;
 
 struct ConfigCell(UnsafeCell<Config>);
 // SAFETY: written once before CONFIG_STATE becomes READY, read-only after.
@@ -88,10 +99,29 @@ pub fn current() -> *mut HeapCore {
     acquire()
 }
 
-/// The calling thread's heap if it has one (frees never create a heap).
+/// The calling thread's heap if it has one.
 #[inline]
 pub fn current_or_null() -> *mut HeapCore {
     CURRENT.with(|c| c.get())
+}
+
+/// For a free by a thread without a heap: the heap to cache it in, once the
+/// thread has made [`FREES_BEFORE_HEAP`] frees (null before, and after the
+/// thread's heap was abandoned at exit, so destructors that run later do
+/// not adopt a heap again).
+#[cold]
+pub(crate) fn heap_for_frees() -> *mut HeapCore {
+    let n = HEAPLESS_FREES.with(|c| {
+        let n = c.get().saturating_add(1);
+        if n != EXITING {
+            c.set(n);
+        }
+        n
+    });
+    if n < FREES_BEFORE_HEAP || n == EXITING {
+        return null_mut();
+    }
+    current()
 }
 
 #[cold]
@@ -238,6 +268,7 @@ extern "C" fn on_thread_exit(value: *mut libc::c_void) {
     // A late allocation in another destructor may give this thread a heap
     // again; glibc then calls us again (up to 4 rounds).
     let _ = CURRENT.try_with(|c| c.set(null_mut()));
+    let _ = HEAPLESS_FREES.try_with(|c| c.set(EXITING));
     // SAFETY: the exiting thread owns `heap`; this is its last use of it.
     unsafe { (*heap).abandon() };
     push_abandoned(heap);
