@@ -16,8 +16,10 @@ use std::time::{Duration, Instant};
 pub struct BenchArgs {
     /// Allocators to compare, comma-separated: pagewise, system (glibc),
     /// jemalloc, mimalloc, tcmalloc (Debian's libtcmalloc_minimal.so.4,
-    /// preloaded into the system worker), or a path to a malloc `.so` to
-    /// preload (run under the system worker with LD_PRELOAD). Default:
+    /// preloaded into the system worker), a path to a malloc `.so` to
+    /// preload (run under the system worker with LD_PRELOAD), or
+    /// `LABEL=PATH` for a worker executable of another build (to compare
+    /// two builds of pagewise side by side, interleaved). Default:
     /// pagewise,system,jemalloc,mimalloc,tcmalloc, leaving tcmalloc out with
     /// a note when it is not installed.
     #[arg(long, value_delimiter = ',', value_name = "LIST")]
@@ -76,6 +78,10 @@ pub struct AllocSpec {
     pub worker: String,
     /// Library preloaded into the system worker, if any.
     pub preload: Option<PathBuf>,
+    /// Worker executable given by path (`LABEL=PATH`), instead of the
+    /// built-in worker found next to the runner.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exe: Option<PathBuf>,
 }
 
 /// Allocators with a worker binary of their own.
@@ -209,7 +215,11 @@ impl AllocSpec {
                 label: name.to_string(),
                 worker: name.to_string(),
                 preload: None,
+                exe: None,
             });
+        }
+        if let Some((label, path)) = s.split_once('=') {
+            return Self::worker_at(label, path);
         }
         if let Some(p) = PRELOADED.iter().find(|p| p.name == name) {
             let Some(path) = find_library(p.soname, lib_dirs) else {
@@ -273,6 +283,37 @@ impl AllocSpec {
             label,
             worker: "system".to_string(),
             preload: Some(canon),
+            exe: None,
+        })
+    }
+
+    /// A worker executable given by path (`LABEL=PATH`), e.g. the pagewise
+    /// worker of another build; its worker name is its file name without
+    /// the `pagewise-bench-worker-` prefix.
+    fn worker_at(label: &str, path: &str) -> Result<AllocSpec> {
+        let label = label.trim();
+        if label.is_empty() || BUILTIN.contains(&label) || PRELOADED.iter().any(|p| p.name == label)
+        {
+            bail!("allocator `{label}={path}`: give the build a label of its own");
+        }
+        let canon = std::fs::canonicalize(path)
+            .with_context(|| format!("allocator `{label}`: no worker executable at `{path}`"))?;
+        if !canon.is_file() || !loadable_elf(&canon) {
+            bail!("allocator `{label}`: `{path}` is not an executable for this machine");
+        }
+        let file = canon
+            .file_name()
+            .map(|f| f.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let worker = file
+            .strip_prefix("pagewise-bench-worker-")
+            .unwrap_or(&file)
+            .to_string();
+        Ok(AllocSpec {
+            label: label.to_string(),
+            worker,
+            preload: None,
+            exe: Some(canon),
         })
     }
 }
@@ -425,7 +466,10 @@ fn plan(args: &BenchArgs) -> Result<Plan> {
     let dir = worker_dir(args)?;
     let workers = allocs
         .iter()
-        .map(|a| find_worker(&dir, &a.worker))
+        .map(|a| match &a.exe {
+            Some(exe) => Ok(exe.clone()),
+            None => find_worker(&dir, &a.worker),
+        })
         .collect::<Result<Vec<_>>>()?;
     Ok(Plan {
         allocs,

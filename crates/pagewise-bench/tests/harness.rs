@@ -464,3 +464,42 @@ fn jit_pools_runs_once_and_its_accounting_adds_up() {
     let v = run_json("jit-pools-system.json", "jit-pools", &["system"]);
     assert_eq!(v["runs"][0]["allocator"], "system");
 }
+
+#[test]
+fn another_build_runs_beside_pagewise_under_its_own_label() {
+    let exe = env!("CARGO_BIN_EXE_pagewise-bench-worker-pagewise");
+    let json = tmp("two-builds.json");
+    let (code, stderr) = runner(&[
+        "--alloc",
+        &format!("pagewise,other={exe}"),
+        "--only",
+        "churn",
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{stderr}");
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let labels: Vec<&str> = v["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["allocator"].as_str().unwrap())
+        .collect();
+    assert_eq!(labels, ["pagewise", "other"], "{labels:?}");
+    let spec = pagewise_bench::AllocSpec::parse(&format!("other={exe}")).unwrap();
+    assert_eq!(
+        (spec.label.as_str(), spec.worker.as_str()),
+        ("other", "pagewise")
+    );
+    // A built-in name as the label, or a path that is no executable, is
+    // refused with a message.
+    let e = pagewise_bench::AllocSpec::parse(&format!("jemalloc={exe}")).unwrap_err();
+    assert!(format!("{e:#}").contains("a label of its own"), "{e:#}");
+    let e = pagewise_bench::AllocSpec::parse("x=/nonexistent/worker").unwrap_err();
+    assert!(format!("{e:#}").contains("no worker executable"), "{e:#}");
+    let notes = tmp("notes.txt");
+    std::fs::write(&notes, "not an ELF file").unwrap();
+    let e = pagewise_bench::AllocSpec::parse(&format!("x={}", notes.display())).unwrap_err();
+    assert!(format!("{e:#}").contains("not an executable"), "{e:#}");
+}
