@@ -8,12 +8,17 @@ use std::fmt::Write as _;
 use std::path::Path;
 use std::time::Duration;
 
-/// Median, min and max of one figure over the runs.
+/// Median, min, max and upper quartile of one figure over the runs.
 #[derive(Clone, Copy, Debug, Default, Serialize)]
 pub struct Stat {
     pub median: f64,
     pub min: f64,
     pub max: f64,
+    /// Upper quartile (nearest rank). On a workload whose runs fall into a
+    /// fast and a slow mode for reasons outside the allocator (the 2-thread
+    /// server on 2 CPUs, when the scheduler puts both threads on one CPU for
+    /// a while), it tracks the fast mode where the median jumps between them.
+    pub p75: f64,
 }
 
 impl Stat {
@@ -32,6 +37,7 @@ impl Stat {
             median,
             min: v[0],
             max: v[n - 1],
+            p75: v[(3 * n).div_ceil(4) - 1],
         })
     }
 }
@@ -480,6 +486,7 @@ pub(crate) fn render(plan: &Plan, s: &Summary, wall: Duration) -> String {
                     c.allocator.clone(),
                     p.name.clone(),
                     rate(p.ops_per_s.median),
+                    rate(p.ops_per_s.p75),
                     format!("{:.1}", 1e9 / p.ops_per_s.median.max(1e-9)),
                 ];
                 if with_peak {
@@ -495,13 +502,13 @@ pub(crate) fn render(plan: &Plan, s: &Summary, wall: Duration) -> String {
             }
             for (k, v) in &c.extra {
                 let mut row = vec![c.allocator.clone(), k.clone(), short(*v)];
-                row.resize(if with_peak { 9 } else { 8 }, String::new());
+                row.resize(if with_peak { 10 } else { 9 }, String::new());
                 prow.push(row);
             }
         }
         if prow.len() > cells.len() {
             out.push('\n');
-            let mut head = vec!["allocator", "part", "ops/s", "ns/op"];
+            let mut head = vec!["allocator", "part", "ops/s", "ops/s p75", "ns/op"];
             if with_peak {
                 head.push("peak RSS");
             }
@@ -680,4 +687,22 @@ pub(crate) fn write_json(
     let f = std::io::BufWriter::new(std::fs::File::create(path)?);
     serde_json::to_writer_pretty(f, &out)?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Stat;
+
+    #[test]
+    fn stat_gives_median_extremes_and_upper_quartile() {
+        let s = Stat::of(vec![4.0, 1.0, 3.0, 2.0]).unwrap();
+        assert_eq!((s.median, s.min, s.max, s.p75), (2.5, 1.0, 4.0, 3.0));
+        let s = Stat::of(vec![5.0, 1.0, 4.0, 2.0, 3.0]).unwrap();
+        assert_eq!((s.median, s.p75), (3.0, 4.0));
+        // A bimodal series: the quartile stays in the fast mode.
+        let s = Stat::of(vec![100.0, 250.0, 255.0, 104.0, 260.0, 101.0, 258.0]).unwrap();
+        assert_eq!((s.median, s.p75), (250.0, 258.0));
+        assert_eq!(Stat::of(vec![7.0]).unwrap().p75, 7.0);
+        assert!(Stat::of(vec![]).is_none());
+    }
 }
