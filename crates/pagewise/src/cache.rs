@@ -9,7 +9,7 @@
 //!
 //! The cache is what stands between a free and the page-level accounting
 //! that lets pages empty and be released, so it is kept short: at most
-//! [`LIMIT`] slots and 64 KiB of slots per class. A free that finds the
+//! [`LIMIT`] slots and 128 KiB of slots per class. A free that finds the
 //! cache full sends the older half home to their pages first, so page work
 //! happens in batches. The maintenance pass that runs on the heap's slow
 //! paths every half decay period halves every cache, so slots a thread

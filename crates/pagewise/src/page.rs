@@ -263,6 +263,10 @@ impl Page {
             }
         }
         self.free = head;
+        debug_assert!(
+            n as u32 <= self.used(),
+            "more remote frees than slots in use"
+        );
         self.set_used(self.used() - n as u32);
         n
     }

@@ -118,6 +118,12 @@ pub(crate) fn heap_for_frees() -> *mut HeapCore {
         }
         n
     });
+    if n == 1 {
+        // So that the exit destructor runs for this thread even if it never
+        // gets a heap, and marks it EXITING: a heap adopted by a free in the
+        // last round of pthread key destructors would never be abandoned.
+        register_exit(HEAPLESS);
+    }
     if n < FREES_BEFORE_HEAP || n == EXITING {
         return null_mut();
     }
@@ -231,10 +237,15 @@ pub fn for_each_abandoned(mut f: impl FnMut(&HeapCore)) {
 
 static KEY: AtomicUsize = AtomicUsize::new(0);
 
+/// The exit key's value for a thread that has freed without a heap but has
+/// none (never dereferenced).
+const HEAPLESS: *mut HeapCore = core::ptr::without_provenance_mut(1);
+
 fn register_exit(heap: *mut HeapCore) {
     let key = exit_key();
     if let Some(k) = key {
-        // SAFETY: a valid key; the value is our heap pointer. For keys below
+        // SAFETY: a valid key; the value is our heap pointer (or HEAPLESS,
+        // never dereferenced). For keys below
         // PTHREAD_KEY_2NDLEVEL_SIZE (32) glibc stores it without allocating.
         unsafe { libc::pthread_setspecific(k, heap as *const libc::c_void) };
     }
@@ -263,6 +274,10 @@ fn exit_key() -> Option<libc::pthread_key_t> {
 extern "C" fn on_thread_exit(value: *mut libc::c_void) {
     let heap = value as *mut HeapCore;
     if heap.is_null() {
+        return;
+    }
+    if heap == HEAPLESS {
+        let _ = HEAPLESS_FREES.try_with(|c| c.set(EXITING));
         return;
     }
     // A late allocation in another destructor may give this thread a heap
