@@ -17,6 +17,18 @@ fn worker_dir() -> PathBuf {
         .to_path_buf()
 }
 
+/// The allocator label of every run in a JSON file the runner wrote.
+fn run_labels(json: &std::path::Path) -> Vec<String> {
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(json).unwrap()).unwrap();
+    v["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["allocator"].as_str().unwrap().to_string())
+        .collect()
+}
+
 fn tmp(name: &str) -> PathBuf {
     let d = std::env::temp_dir().join(format!("pagewise-bench-test-{}", std::process::id()));
     std::fs::create_dir_all(&d).expect("tmp dir");
@@ -282,16 +294,9 @@ fn default_list_leaves_out_a_missing_tcmalloc_with_a_note() {
         notes[0].contains("apt-get install libtcmalloc-minimal4"),
         "{stderr}"
     );
-    let v: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
-    let labels: Vec<&str> = v["runs"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|r| r["allocator"].as_str().unwrap())
-        .collect();
+    let labels = run_labels(&json);
     assert_eq!(labels.len(), 4, "{labels:?}");
-    assert!(!labels.contains(&"tcmalloc"), "{labels:?}");
+    assert!(!labels.iter().any(|l| l == "tcmalloc"), "{labels:?}");
 }
 
 #[test]
@@ -478,14 +483,7 @@ fn another_build_runs_beside_pagewise_under_its_own_label() {
         json.to_str().unwrap(),
     ]);
     assert_eq!(code, 0, "{stderr}");
-    let v: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
-    let labels: Vec<&str> = v["runs"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|r| r["allocator"].as_str().unwrap())
-        .collect();
+    let labels = run_labels(&json);
     assert_eq!(labels, ["pagewise", "other"], "{labels:?}");
     let spec = pagewise_bench::AllocSpec::parse(&format!("other={exe}")).unwrap();
     assert_eq!(
