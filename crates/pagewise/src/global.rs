@@ -77,16 +77,9 @@ unsafe impl GlobalAlloc for Pagewise {
 /// # Safety
 /// As `GlobalAlloc::dealloc`; `current` is the calling thread's heap or null.
 #[inline(never)]
-unsafe fn dealloc_uncached(ptr: *mut u8, mut current: *mut HeapCore) {
-    if current.is_null() {
-        current = thread::heap_for_frees();
-        // SAFETY: forwarded; `current` is the calling thread's heap or null.
-        if unsafe { HeapCore::free_to_cache(ptr, current) } {
-            return;
-        }
-    }
+unsafe fn dealloc_uncached(ptr: *mut u8, current: *mut HeapCore) {
     // SAFETY: forwarded.
-    if unsafe { HeapCore::free_uncached(ptr, current) } {
+    if unsafe { thread::free_past_cache(ptr, current) } {
         // A Rust program's frees never come from inside glibc (its own
         // allocations use its own malloc), so unlike the C library's
         // `free`, this one may start the purger thread directly.

@@ -54,16 +54,9 @@ pub unsafe fn free(ptr: *mut u8) {
 /// # Safety
 /// As [`free`]; `current` is the calling thread's heap or null.
 #[inline(never)]
-unsafe fn free_uncached(ptr: *mut u8, mut current: *mut HeapCore) {
-    if current.is_null() {
-        current = thread::heap_for_frees();
-        // SAFETY: forwarded; `current` is the calling thread's heap or null.
-        if unsafe { HeapCore::free_to_cache(ptr, current) } {
-            return;
-        }
-    }
+unsafe fn free_uncached(ptr: *mut u8, current: *mut HeapCore) {
     // SAFETY: forwarded.
-    if unsafe { HeapCore::free_uncached(ptr, current) } {
+    if unsafe { thread::free_past_cache(ptr, current) } {
         crate::purger::request();
     }
 }

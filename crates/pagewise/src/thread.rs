@@ -105,12 +105,32 @@ pub fn current_or_null() -> *mut HeapCore {
     CURRENT.with(|c| c.get())
 }
 
+/// A free the calling thread's cache did not take (`current` is its heap, or
+/// null): a thread without a heap caches it in the heap it adopts after
+/// [`FREES_BEFORE_HEAP`] frees; otherwise [`HeapCore::free_uncached`], whose
+/// result (whether spans were freed for the purger) this returns.
+///
+/// # Safety
+/// As [`HeapCore::free_uncached`]; `current` is the calling thread's heap
+/// or null.
+pub(crate) unsafe fn free_past_cache(ptr: *mut u8, mut current: *mut HeapCore) -> bool {
+    if current.is_null() {
+        current = heap_for_frees();
+        // SAFETY: forwarded; `current` is the calling thread's heap or null.
+        if unsafe { HeapCore::free_to_cache(ptr, current) } {
+            return false;
+        }
+    }
+    // SAFETY: forwarded.
+    unsafe { HeapCore::free_uncached(ptr, current) }
+}
+
 /// For a free by a thread without a heap: the heap to cache it in, once the
 /// thread has made [`FREES_BEFORE_HEAP`] frees (null before, and after the
 /// thread's heap was abandoned at exit, so destructors that run later do
 /// not adopt a heap again).
 #[cold]
-pub(crate) fn heap_for_frees() -> *mut HeapCore {
+fn heap_for_frees() -> *mut HeapCore {
     let n = HEAPLESS_FREES.with(|c| {
         let n = c.get().saturating_add(1);
         if n != EXITING {
