@@ -54,6 +54,13 @@ impl Config {
     /// The defaults, overridden by `PAGEWISE_*` environment variables.
     /// Reads the environment with `getenv` (no allocation), so it is safe to
     /// call from inside the allocator.
+    ///
+    /// ```
+    /// std::env::set_var("PAGEWISE_DECAY_MS", "250");
+    /// assert_eq!(pagewise::Config::from_env().decay_ms, 250);
+    /// std::env::remove_var("PAGEWISE_DECAY_MS");
+    /// assert_eq!(pagewise::Config::from_env(), pagewise::Config::DEFAULT);
+    /// ```
     pub fn from_env() -> Config {
         let mut c = Config::DEFAULT;
         if let Some(v) = env_parse(b"PAGEWISE_DECAY_MS\0", parse_u64) {

@@ -3,9 +3,12 @@
 //! counters behind `stats()`.
 //!
 //! Fast paths:
-//! - allocate: pop the free list of the class's current page;
-//! - free by the owner: push onto the page's free list;
-//! - free by another thread: one CAS onto the page's `thread_free` list.
+//! - allocate: pop the class's thread cache, else the free list of the
+//!   class's current page;
+//! - free (any thread heap's slot, by any thread with a heap): push onto the
+//!   freeing thread's cache ([`crate::cache`]);
+//! - past the cache: onto the page's free list (its owner), or one CAS onto
+//!   the page's `thread_free` list (another thread).
 //!
 //! Placement: when the current page of a class runs out, the next one is the
 //! fullest non-full page of the class, so sparse pages drain and can be
@@ -612,8 +615,9 @@ impl HeapCore {
     }
 
     /// The free fast path: puts a slot of a global-allocator thread heap
-    /// into the calling thread's cache. False if it did not (no heap, not
-    /// such a slot, cache full): then call [`HeapCore::free_uncached`].
+    /// into the calling thread's cache (a full cache first sends its older
+    /// half home). False if it did not (no heap, not such a slot): then the
+    /// caller takes the uncached path (`thread::free_past_cache`).
     ///
     /// # Safety
     /// As `free_any`; on true, the free is done.

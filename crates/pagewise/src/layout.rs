@@ -3,8 +3,8 @@
 //! ```text
 //! reservation (1 GiB of address space, mapped once, kept until trim/drop)
 //! └── segment (32 MiB, aligned to 32 MiB: ptr & !(SEGMENT-1) finds its header)
-//!     ├── slice 0: segment header (slice descriptors, commit bitmap)
-//!     └── slices 1..512 (64 KiB each), grouped into spans:
+//!     ├── slices 0-1: segment header (slice descriptors, commit bitmap)
+//!     └── slices 2..512 (64 KiB each), grouped into spans:
 //!         ├── slab page: one size class, 1..16 slices
 //!         ├── large object: any number of slices
 //!         └── free span: retained (dirty) or purged (clean)

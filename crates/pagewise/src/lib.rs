@@ -26,7 +26,7 @@
 //! - [`thread`]: per-thread heaps, thread exit, fork hooks;
 //! - [`raw`]: unsized entry points for the C library;
 //! - [`purger`]: the background purger;
-//! - [`stats`]: counters and their meaning;
+//! - [`mod@stats`]: counters and their meaning;
 //! - [`fault`]: what bad input does;
 //! - [`arena`], [`pool`]: building blocks for runtimes (bump arenas on pooled blocks, ref-counted code pools).
 #![deny(unsafe_op_in_unsafe_fn)]

@@ -121,6 +121,16 @@ impl<S: PageSource + 'static> Heap<S> {
     }
 
     /// The page source (for its syscall counters).
+    ///
+    /// ```
+    /// use pagewise::PageSource;
+    /// let heap = pagewise::Heap::with_source(pagewise::FakePages::new(), Default::default());
+    /// let before = heap.source().syscalls().mmap;
+    /// // The first object maps the heap's first reservation.
+    /// let v = allocator_api2::vec![in &heap; 1u8; 1000];
+    /// assert_eq!(heap.source().syscalls().mmap, before + 1);
+    /// drop(v);
+    /// ```
     pub fn source(&self) -> &S {
         // SAFETY: as above.
         unsafe { &self.inner.as_ref().source }

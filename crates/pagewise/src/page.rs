@@ -37,8 +37,10 @@ pub struct Block {
 
 // The `thread_free` word: the page's list of remote frees, its length, and
 // the full-page state, in one atomic word so that the owner takes list and
-// count together and never walks the list (its slots were last written by
-// other cores: a walk would be a chain of cache misses):
+// count together and, when its page runs dry, never walks the list (its
+// slots were last written by other cores: a walk would be a chain of cache
+// misses). Collecting into a page that still has free slots walks it once,
+// to append them:
 //
 //   bits 0..3   state (below; bit 2 spare)
 //   bits 3..32  slots on the list (0: empty)

@@ -35,6 +35,15 @@ pub unsafe fn malloc(size: usize, align: usize) -> *mut u8 {
 /// # Safety
 /// `ptr` is null or a live pagewise allocation; misuse that is detected
 /// aborts with a message (see [`crate::fault`]).
+///
+/// ```
+/// // SAFETY: 8 is a power of two; the block is freed once.
+/// unsafe {
+///     let p = pagewise::raw::malloc(100, 8);
+///     pagewise::raw::free(p);
+///     pagewise::raw::free(core::ptr::null_mut()); // ignored
+/// }
+/// ```
 #[inline]
 pub unsafe fn free(ptr: *mut u8) {
     if ptr.is_null() {
@@ -125,6 +134,15 @@ pub unsafe fn realloc(ptr: *mut u8, new_size: usize, align: usize) -> *mut u8 {
 ///
 /// # Safety
 /// `ptr` is a live pagewise allocation.
+///
+/// ```
+/// // SAFETY: 8 is a power of two; the block is live until freed.
+/// unsafe {
+///     let p = pagewise::raw::malloc(100, 8);
+///     assert!(pagewise::raw::usable_size(p) >= 100);
+///     pagewise::raw::free(p);
+/// }
+/// ```
 #[inline]
 pub unsafe fn usable_size(ptr: *const u8) -> usize {
     // SAFETY: forwarded.

@@ -1,6 +1,6 @@
 //! Segments: 32 MiB aligned runs of address space with their header.
 //!
-//! The header (slice 0) holds one [`Page`] descriptor per slice and a bitmap
+//! The header (the first two slices) holds one [`Page`] descriptor per slice and a bitmap
 //! with one bit per OS page saying whether that page may be resident
 //! ("committed"). Purging clears bits; handing pages out sets them. The
 //! bitmap is what lets pagewise give memory back page by page, and count

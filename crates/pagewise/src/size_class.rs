@@ -99,6 +99,15 @@ const _: () = assert!(slot_size_of(CLASSES - 1) == SMALL_MAX);
 /// multiple that lies in the page's tail past its last slot. When `e` is 0
 /// (slot sizes that are powers of two) the page has no tail, which
 /// `build_geometry` checks.
+///
+/// ```
+/// use pagewise::size_class::{class_of, GEOMETRY, SLOT_SIZE};
+/// let c = class_of(100); // 112-byte slots
+/// let g = GEOMETRY[c];
+/// assert!(g.starts_slot(0) && g.starts_slot(112) && g.starts_slot(112 * 7));
+/// assert!(!g.starts_slot(8) && !g.starts_slot(111));
+/// # assert_eq!(SLOT_SIZE[c], 112);
+/// ```
 #[derive(Clone, Copy, Debug)]
 #[repr(C, align(16))]
 pub struct Geometry {
@@ -117,7 +126,7 @@ impl Geometry {
     };
 
     /// Whether a slot starts `offset` bytes into a slab page of the class
-    /// (`offset` below the page's size).
+    /// (`offset` below the page's size). See [`Geometry`] for an example.
     #[inline]
     pub fn starts_slot(&self, offset: usize) -> bool {
         (offset as u64).wrapping_mul(self.divisor) < self.limit

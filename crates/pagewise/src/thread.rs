@@ -1,7 +1,7 @@
 //! Thread heaps of the global allocator.
 //!
-//! Each thread gets its own heap on its first allocation, or after
-//! [`FREES_BEFORE_HEAP`] frees if it only frees; the fast paths touch only
+//! Each thread gets its own heap on its first allocation, or on its
+//! [`FREES_BEFORE_HEAP`]th free if it only frees; the fast paths touch only
 //! that heap. When a thread exits (a pthread key destructor, which
 //! unlike Rust's thread-local destructors needs no allocation to register),
 //! its heap is abandoned: empty pages go back to the span pool and the heap
@@ -54,10 +54,15 @@ thread_local! {
     static HEAPLESS_FREES: Cell<u32> = const { Cell::new(0) };
 }
 
-/// Frees a thread without a heap makes (each an atomic push onto the owning
-/// page) before it adopts a heap, whose thread cache then batches them. A
-/// consumer thread that only frees what others allocate gets a cache; a
-/// thread that frees a few objects and exits never pays for a heap.
+/// The free on which a thread without a heap adopts one: the frees before
+/// it (each an atomic push onto the owning page) go uncached, this one and
+/// later ones into the new heap's thread cache. A consumer thread that only
+/// frees what others allocate gets a cache; a thread that frees a few
+/// objects and exits never pays for a heap.
+///
+/// ```
+/// assert_eq!(pagewise::thread::FREES_BEFORE_HEAP, 64);
+/// ```
 pub const FREES_BEFORE_HEAP: u32 = 64;
 const EXITING: u32 = u32::MAX;
 
