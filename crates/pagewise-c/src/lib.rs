@@ -40,14 +40,27 @@ pub const MIN_ALIGN: usize = 16;
 /// The page size `valloc` and `pvalloc` align to.
 const PAGE: usize = 4096;
 
+/// The fast path (a slot from the thread cache) and a tail call to the
+/// rest, so that the fast path saves no register.
 #[inline]
 fn alloc(size: usize, align: usize) -> *mut c_void {
+    // SAFETY: `align` is a power of two (every caller checks or passes a constant).
+    let p = unsafe { pw::raw::malloc_cached(size, align) };
+    if !p.is_null() {
+        return p.cast();
+    }
+    alloc_uncached(size, align)
+}
+
+/// Everything but a thread-cache hit; null with `ENOMEM` on failure.
+#[inline(never)]
+fn alloc_uncached(size: usize, align: usize) -> *mut c_void {
     if size > isize::MAX as usize {
         set_errno(libc::ENOMEM);
         return null_mut();
     }
-    // SAFETY: `align` is a power of two (every caller checks or passes a constant).
-    let p = unsafe { pw::raw::malloc(size, align) };
+    // SAFETY: `align` is a power of two (as for `alloc`).
+    let p = unsafe { pw::raw::malloc_uncached(size, align) };
     if p.is_null() {
         set_errno(libc::ENOMEM);
     }

@@ -24,6 +24,7 @@
 //! - `registry.rs`: which addresses are pagewise's (foreign-pointer detection);
 //! - `lock.rs`: the spin lock of the slow paths;
 //! - [`thread`]: per-thread heaps, thread exit, fork hooks;
+//! - `tls.rs`: the thread's heap pointer, one initial-exec TLS word;
 //! - [`raw`]: unsized entry points for the C library;
 //! - [`purger`]: the background purger;
 //! - [`mod@stats`]: counters and their meaning;
@@ -51,6 +52,7 @@ pub mod source;
 pub(crate) mod spans;
 pub mod stats;
 pub mod thread;
+pub(crate) mod tls;
 
 pub use config::Config;
 pub use global::{stats, trim, usable_size, Pagewise};

@@ -41,13 +41,20 @@ pub fn request() {
     }
 }
 
+/// Whether a free asked for the purger and [`poll`] would start it: the
+/// allocation fast path then takes the slow path, which polls.
+#[inline(always)]
+pub fn poll_pending() -> bool {
+    STATE.load(Relaxed) == REQUESTED
+}
+
 /// Starts the purger if a free asked for it. One relaxed load when not.
 /// Call from allocation entry points, where no allocator lock is held and
 /// no heap operation is in progress on this thread (creating a thread may
 /// allocate).
 #[inline]
 pub fn poll() {
-    if STATE.load(Relaxed) == REQUESTED {
+    if poll_pending() {
         start();
     }
 }

@@ -17,6 +17,7 @@ use crate::heap::HeapCore;
 use crate::lock::{self, Locked};
 use crate::reservation::Reservations;
 use crate::source::{PageSource, SystemPages};
+use crate::tls;
 use core::cell::{Cell, UnsafeCell};
 use core::ptr::null_mut;
 use core::sync::atomic::{AtomicPtr, AtomicU8, AtomicUsize, Ordering::*};
@@ -45,10 +46,10 @@ struct Meta {
 const META_CHUNK: usize = 1 << 20;
 
 thread_local! {
-    // No destructor and a const initialiser: std stores this in a plain
-    // `#[thread_local]` slot, with no registration and no allocation, and it
-    // stays readable while pthread key destructors run.
-    static CURRENT: Cell<*mut HeapCore> = const { Cell::new(null_mut()) };
+    // (The thread's heap pointer itself is in `tls.rs`.) No destructor and a
+    // const initialiser: std stores this in a plain `#[thread_local]` slot,
+    // with no registration and no allocation, and it stays readable while
+    // pthread key destructors run.
     // Frees made without a heap ([`heap_for_frees`]); `EXITING` once the
     // thread's heap was abandoned.
     static HEAPLESS_FREES: Cell<u32> = const { Cell::new(0) };
@@ -97,7 +98,7 @@ pub fn config() -> Config {
 /// the system is out of memory.
 #[inline]
 pub fn current() -> *mut HeapCore {
-    let h = CURRENT.with(|c| c.get());
+    let h = tls::current_heap();
     if !h.is_null() {
         return h;
     }
@@ -107,7 +108,7 @@ pub fn current() -> *mut HeapCore {
 /// The calling thread's heap if it has one.
 #[inline]
 pub fn current_or_null() -> *mut HeapCore {
-    CURRENT.with(|c| c.get())
+    tls::current_heap()
 }
 
 /// A free the calling thread's cache did not take (`current` is its heap, or
@@ -167,7 +168,7 @@ fn acquire() -> *mut HeapCore {
     // SAFETY: the heap is ours now: abandoned heaps have no owner and new
     // ones were never published to another thread as owned.
     unsafe { (*heap).owner.store(thread_id(), Release) };
-    CURRENT.with(|c| c.set(heap));
+    tls::set_current_heap(heap);
     register_exit(heap);
     heap
 }
@@ -307,7 +308,7 @@ extern "C" fn on_thread_exit(value: *mut libc::c_void) {
     }
     // A late allocation in another destructor may give this thread a heap
     // again; glibc then calls us again (up to 4 rounds).
-    let _ = CURRENT.try_with(|c| c.set(null_mut()));
+    tls::set_current_heap(null_mut());
     let _ = HEAPLESS_FREES.try_with(|c| c.set(EXITING));
     // SAFETY: the exiting thread owns `heap`; this is its last use of it.
     unsafe { (*heap).abandon() };

@@ -1,0 +1,125 @@
+//! The calling thread's heap pointer: one word of thread-local storage that
+//! every allocation and free reads first.
+//!
+//! On x86-64 Linux the word is read with the initial-exec TLS model (one
+//! `mov` from the thread pointer, `%fs`), as jemalloc, tcmalloc and mimalloc
+//! do. A Rust `thread_local!` in a shared library uses the general-dynamic
+//! model instead, a call to `__tls_get_addr` on every access, which made
+//! `libpagewise.so` under `LD_PRELOAD` twice as slow per allocate/free
+//! pair as the same code linked into a Rust program. Stable Rust has no
+//! attribute for the TLS model, so the word is declared in assembly.
+//!
+//! Initial-exec TLS lives in the static TLS block the loader sets up at
+//! startup: always so for an executable or a preloaded library; a library
+//! loaded later with `dlopen` takes its 8 bytes from glibc's static TLS
+//! reserve. Elsewhere (other targets, Miri) a `thread_local!` serves.
+
+use crate::heap::HeapCore;
+
+#[cfg(all(target_arch = "x86_64", target_os = "linux", not(miri)))]
+mod imp {
+    use crate::heap::HeapCore;
+
+    // One zero-initialised, 8-byte-aligned word in `.tbss`, hidden so that a
+    // shared library does not export it.
+    core::arch::global_asm!(
+        ".pushsection .tbss,\"awT\",@nobits",
+        ".p2align 3",
+        ".globl pagewise_current_heap",
+        ".hidden pagewise_current_heap",
+        ".type pagewise_current_heap,@object",
+        ".size pagewise_current_heap,8",
+        "pagewise_current_heap:",
+        ".zero 8",
+        ".popsection",
+    );
+
+    #[inline(always)]
+    pub fn get() -> *mut HeapCore {
+        let v: usize;
+        // SAFETY: reads this thread's own TLS word through its initial-exec
+        // offset (a GOT entry the linker or loader fills in); no other
+        // memory is touched.
+        unsafe {
+            core::arch::asm!(
+                "mov {v}, qword ptr [rip + pagewise_current_heap@GOTTPOFF]",
+                "mov {v}, qword ptr fs:[{v}]",
+                v = out(reg) v,
+                options(nostack, preserves_flags, readonly, pure),
+            )
+        };
+        v as *mut HeapCore
+    }
+
+    #[inline(always)]
+    pub fn set(heap: *mut HeapCore) {
+        // SAFETY: writes this thread's own TLS word, as `get` reads it.
+        unsafe {
+            core::arch::asm!(
+                "mov {t}, qword ptr [rip + pagewise_current_heap@GOTTPOFF]",
+                "mov qword ptr fs:[{t}], {h}",
+                t = out(reg) _,
+                h = in(reg) heap as usize,
+                options(nostack, preserves_flags),
+            )
+        };
+    }
+}
+
+#[cfg(not(all(target_arch = "x86_64", target_os = "linux", not(miri))))]
+mod imp {
+    use crate::heap::HeapCore;
+    use core::cell::Cell;
+    use core::ptr::null_mut;
+
+    std::thread_local! {
+        // No destructor and a const initialiser: std stores this in a plain
+        // `#[thread_local]` slot, with no registration and no allocation,
+        // and it stays readable while pthread key destructors run.
+        static CURRENT: Cell<*mut HeapCore> = const { Cell::new(null_mut()) };
+    }
+
+    #[inline(always)]
+    pub fn get() -> *mut HeapCore {
+        CURRENT.try_with(|c| c.get()).unwrap_or(null_mut())
+    }
+
+    #[inline(always)]
+    pub fn set(heap: *mut HeapCore) {
+        let _ = CURRENT.try_with(|c| c.set(heap));
+    }
+}
+
+/// The calling thread's heap, or null if it has none.
+#[inline(always)]
+pub fn current_heap() -> *mut HeapCore {
+    imp::get()
+}
+
+/// Makes `heap` (or null) the calling thread's heap.
+#[inline(always)]
+pub fn set_current_heap(heap: *mut HeapCore) {
+    imp::set(heap)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_thread_has_its_own_word() {
+        let fake = 0x1000 as *mut HeapCore;
+        let before = current_heap();
+        set_current_heap(fake);
+        assert_eq!(current_heap(), fake);
+        std::thread::spawn(|| {
+            assert!(current_heap().is_null(), "a new thread starts at null");
+            set_current_heap(0x2000 as *mut HeapCore);
+            assert_eq!(current_heap(), 0x2000 as *mut HeapCore);
+        })
+        .join()
+        .unwrap();
+        assert_eq!(current_heap(), fake, "untouched by the other thread");
+        set_current_heap(before);
+    }
+}
