@@ -130,7 +130,8 @@ impl ClassState {
         t
     }
 
-    /// Takes a cached slot, if any.
+    /// Takes a cached slot for an allocation, if any, and counts the
+    /// allocation.
     ///
     /// # Safety
     /// Owner only.
@@ -144,6 +145,7 @@ impl ClassState {
                 let next = (*b).next;
                 *self.head.get() = next;
                 self.room.store(self.room.load(Relaxed) + 1, Relaxed);
+                self.allocs.add(1);
             }
             b
         }
@@ -210,12 +212,6 @@ impl ClassState {
         }
     }
 
-    /// Counts an allocation served from the cache.
-    #[inline]
-    pub fn count_cached_alloc(&self) {
-        self.allocs.add(1);
-    }
-
     /// Counts an allocation of `size` bytes served from a page (and samples
     /// its size).
     #[inline]
@@ -255,6 +251,7 @@ mod tests {
             assert!(!c.push(p(&mut slots, 3)), "full at the limit");
             assert_eq!((c.cached(), c.frees.get()), (3, 3));
             assert_eq!(c.pop(), p(&mut slots, 2));
+            assert_eq!(c.allocs.get(), 1, "a slot handed out is an allocation");
             assert!(c.push(p(&mut slots, 3)));
             // Keep the most recent one (3); the older ones (1, then 0) go.
             let list = c.take_older(1);

@@ -39,7 +39,16 @@ const FULLEST_CANDIDATES: usize = 8;
 
 /// Largest request [`HeapCore::alloc_cached16`] serves: every slab class.
 pub const CACHED_MAX: usize = SMALL_MAX;
-const _: () = assert!(crate::size_class::SLOT_SIZE[1] == 16);
+// `alloc_cached16` serves any request of up to 16 B from class 1 and relies
+// on every class from 1 up having slots of a multiple of 16 bytes.
+const _: () = {
+    assert!(crate::size_class::SLOT_SIZE[1] == 16);
+    let mut c = 1;
+    while c < CLASSES {
+        assert!(crate::size_class::SLOT_SIZE[c] % 16 == 0);
+        c += 1;
+    }
+};
 
 /// A page with no slots, so the fast path needs no null check.
 struct EmptyPage(UnsafeCell<Page>);
@@ -365,14 +374,7 @@ impl HeapCore {
         // aligned pages; requests below 16 B take the 16 B class.
         let class = class_of(size.max(16));
         // SAFETY: `class_of` returns classes below CLASSES; owner only.
-        unsafe {
-            let state = self.states.get_unchecked(class + 1);
-            let b = state.pop();
-            if !b.is_null() {
-                state.count_cached_alloc();
-            }
-            b as *mut u8
-        }
+        unsafe { self.states.get_unchecked(class + 1).pop() as *mut u8 }
     }
 
     /// # Safety
@@ -389,7 +391,6 @@ impl HeapCore {
         unsafe {
             let b = state.pop();
             if !b.is_null() {
-                state.count_cached_alloc();
                 return b as *mut u8;
             }
             let page = self.direct.get_unchecked(class).load(Relaxed);

@@ -372,13 +372,31 @@ impl Page {
 mod tests {
     use super::*;
 
-    /// Test memory aligned like a slab page, so that it never straddles a
-    /// segment boundary (remote lists store offsets from the segment).
+    /// Test memory aligned like a slab page: OS-page counts are exact, and
+    /// it never straddles a segment boundary (remote lists store offsets
+    /// from the segment).
     #[repr(C, align(65536))]
-    struct Buf([u64; 2 * OS_PAGE / 8 + 512]);
+    struct Buf([u64; 2 * OS_PAGE / 8]);
 
     fn buf() -> Box<Buf> {
-        Box::new(Buf([0; 2 * OS_PAGE / 8 + 512]))
+        Box::new(Buf([0; 2 * OS_PAGE / 8]))
+    }
+
+    /// Takes `N` slots off the free list by hand, as allocations would.
+    ///
+    /// # Safety
+    /// `p` has at least `N` slots on its free list.
+    unsafe fn take<const N: usize>(p: &mut Page) -> [*mut Block; N] {
+        let mut taken = [null_mut(); N];
+        for t in taken.iter_mut() {
+            // SAFETY: per the caller.
+            unsafe {
+                *t = p.free;
+                p.free = (*p.free).next;
+            }
+            p.set_used(p.used() + 1);
+        }
+        taken
     }
 
     fn page_over(buf: &mut [u64], slot: usize) -> Page {
@@ -390,10 +408,8 @@ mod tests {
 
     #[test]
     fn extends_one_os_page_at_a_time() {
-        let mut buf = vec![0u64; 2 * OS_PAGE / 8 + 512];
-        // Align the test page to an OS page so counts are exact.
-        let off = (OS_PAGE - buf.as_ptr() as usize % OS_PAGE) % OS_PAGE / 8;
-        let mut p = page_over(&mut buf[off..off + 2 * OS_PAGE / 8], 48);
+        let mut buf = buf();
+        let mut p = page_over(&mut buf.0, 48);
         let (first, pages) = p.extend();
         assert_eq!(first, p.start);
         assert_eq!(pages, 1);
@@ -409,14 +425,11 @@ mod tests {
         let mut buf = buf();
         let mut p = page_over(&mut buf.0[..64], 64);
         p.extend();
-        // SAFETY: test-local page; three slots taken by hand, chained, and
-        // pushed back once.
+        // SAFETY: test-local page; three slots taken by hand (still linked
+        // a -> b -> c, as the free list had them), chained, pushed back once.
         unsafe {
-            let a = p.free;
-            let b = (*a).next;
-            let c = (*b).next;
-            p.free = (*c).next;
-            p.set_used(3);
+            let [a, b, c] = take::<3>(&mut p);
+            assert_eq!(((*a).next, (*b).next), (b, c));
             (*c).next = null_mut();
             assert!(p.push_remote_chain(a, c, 3));
             assert_eq!(p.collect_thread_free(), 3);
@@ -432,13 +445,7 @@ mod tests {
         p.extend();
         // SAFETY: test-local page; slots are taken off the free list by hand.
         unsafe {
-            let mut taken = [null_mut(); 3];
-            for t in taken.iter_mut() {
-                *t = p.free;
-                p.free = (*p.free).next;
-                p.set_used(p.used() + 1);
-            }
-            let [a, b, c] = taken;
+            let [a, b, c] = take::<3>(&mut p);
             assert!(p.push_remote(a));
             assert_eq!(p.collect_thread_free(), 1);
             assert_eq!(p.used(), 2);

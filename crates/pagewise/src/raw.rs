@@ -32,9 +32,10 @@ pub unsafe fn malloc(size: usize, align: usize) -> *mut u8 {
 
 /// [`malloc`] from the calling thread's cache only: a request of up to
 /// 256 KiB (a slab class) with an alignment of at most 16, when the thread
-/// has a heap and the class's cache a slot. Null otherwise (then call [`malloc`]; null here
-/// says nothing about memory running out). Starts no thread and takes no
-/// lock: the C library's `malloc` fast path, with no register to save.
+/// has a heap and the class's cache a slot. Null otherwise (then call
+/// [`malloc_uncached`]; null here says nothing about memory running out).
+/// Starts no thread and takes no lock: the C library's `malloc` fast path,
+/// with no register to save.
 ///
 /// # Safety
 /// `align` is a power of two.

@@ -83,8 +83,14 @@ pub const HEADER_PAGES: usize = core::mem::size_of::<Segment>().div_ceil(OS_PAGE
 pub const HEADER_SLICES: usize = core::mem::size_of::<Segment>().div_ceil(SLICE);
 
 const _: () = assert!(HEADER_SLICES <= 2);
-// The slab table packs a class below 63 and a slice index below 1024.
-const _: () = assert!(crate::size_class::CLASSES < 63 && SLICES_PER_SEGMENT <= 1024);
+// A slab-table entry (`u16`): `class + 1` in the low bits (0: no slab
+// page), the first slice of the slab page above them.
+const SLAB_CLASS_MASK: usize = 63;
+const SLAB_FIRST_SHIFT: u32 = 6;
+const _: () = assert!(
+    crate::size_class::CLASSES < SLAB_CLASS_MASK
+        && SLICES_PER_SEGMENT << SLAB_FIRST_SHIFT <= u16::MAX as usize + 1
+);
 // Metadata stays under 1 % of the segment (checked at compile time).
 const _: () = assert!(HEADER_PAGES * OS_PAGE * 100 < crate::layout::SEGMENT);
 
@@ -189,8 +195,8 @@ impl Segment {
 
     /// Records slices `first..first + n` as a slab page of `class`.
     pub fn mark_slab(&self, first: usize, n: usize, class: usize) {
-        debug_assert!(class < 63 && first < SLICES_PER_SEGMENT);
-        let entry = (class as u16 + 1) | (first as u16) << 6;
+        debug_assert!(class < SLAB_CLASS_MASK && first < SLICES_PER_SEGMENT);
+        let entry = ((class + 1) | first << SLAB_FIRST_SHIFT) as u16;
         for e in &self.slab_slices[first..first + n] {
             e.store(entry, Relaxed);
         }
@@ -207,10 +213,9 @@ impl Segment {
     /// page of this segment, found through the read-mostly slab table.
     #[inline]
     pub fn slab_page(&self, addr: usize) -> *mut Page {
-        let idx = (addr - self.base()) >> SLICE_SHIFT;
-        let e = self.slab_slices[idx].load(Relaxed) as usize;
-        debug_assert!(e & 63 != 0, "not a slab slot");
-        self.page(e >> 6)
+        let e = self.slab_table_entry(addr - self.base());
+        debug_assert!(e & SLAB_CLASS_MASK != 0, "not a slab slot");
+        self.page(e >> SLAB_FIRST_SHIFT)
     }
 
     /// The slab table's entry for the slice holding `addr` (`class + 1` of
@@ -220,10 +225,20 @@ impl Segment {
     #[inline]
     pub fn slab_entry(&self, addr: usize) -> (usize, usize) {
         let offset = addr - self.base();
-        // In range: `addr` lies in this (non-huge) segment.
-        let e = self.slab_slices[(offset >> SLICE_SHIFT) & (SLICES_PER_SEGMENT - 1)].load(Relaxed)
-            as usize;
-        (e & 63, offset - ((e >> 6) << SLICE_SHIFT))
+        let e = self.slab_table_entry(offset);
+        (
+            e & SLAB_CLASS_MASK,
+            offset - ((e >> SLAB_FIRST_SHIFT) << SLICE_SHIFT),
+        )
+    }
+
+    /// The raw slab-table entry of the slice `offset` bytes into the
+    /// segment.
+    #[inline]
+    fn slab_table_entry(&self, offset: usize) -> usize {
+        // In range for an address in this (non-huge) segment; the mask
+        // spares the bounds check.
+        self.slab_slices[(offset >> SLICE_SHIFT) & (SLICES_PER_SEGMENT - 1)].load(Relaxed) as usize
     }
 
     /// Marks OS pages `first..first+n` committed; returns how many were not.
