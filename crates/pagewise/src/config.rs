@@ -12,7 +12,7 @@
 //! Sizes accept `K`, `M`, `G` suffixes. A malformed value prints one line on
 //! stderr and the default is used.
 
-use crate::source::Purge;
+use crate::os::source::Purge;
 
 /// Retention policy of a heap.
 ///
@@ -76,7 +76,7 @@ impl Config {
             c.background = v;
         }
         if let Some(v) = env_parse(b"PAGEWISE_RESERVE\0", parse_size) {
-            c.reservation_bytes = (v as usize).max(crate::layout::SEGMENT);
+            c.reservation_bytes = (v as usize).max(crate::memory::layout::SEGMENT);
         }
         c
     }

@@ -11,58 +11,50 @@
 //! println!("{} bytes committed", pagewise::stats().committed_bytes);
 //! ```
 //!
-//! Map of the crate (one concept per file in `src/`):
-//! - [`source`] (`source.rs`): the OS layer (mmap/munmap/madvise behind the `PageSource` trait);
-//! - `reservation.rs`: address space mapped once and carved into segments;
-//! - `segment.rs`: 32 MiB segments, their header and commit bitmap;
-//! - `page.rs`: page (span) descriptors and slab free lists;
-//! - [`size_class`] (`size_class.rs`): the size-class table;
-//! - `spans.rs`: the per-heap span pool: best fit, coalescing, retention FIFO, huge cache;
-//! - [`config`] (`config.rs`): the retention policy and its environment variables;
-//! - `cache.rs`: the thread cache of free slots, per class;
-//! - `heap.rs`: size-class queues, fast paths, placement;
-//! - `registry.rs`: which addresses are pagewise's (foreign-pointer detection);
-//! - `lock.rs`: the spin lock of the slow paths;
-//! - [`thread`]: per-thread heaps, thread exit, fork hooks;
-//! - `tls.rs`: the thread's heap pointer, one initial-exec TLS word;
-//! - [`raw`]: unsized entry points for the C library;
-//! - [`purger`]: the background purger;
-//! - [`mod@stats`]: counters and their meaning;
-//! - [`fault`]: what bad input does;
-//! - [`arena`], [`pool`]: building blocks for runtimes (bump arenas on pooled blocks, ref-counted code pools).
+//! Map of the crate: the layers are folders, and a folder uses only the
+//! ones above it in this list.
+//! - `os/`: the OS layer, every system call ([`source`]: mmap, munmap,
+//!   madvise behind the `PageSource` trait; `protect.rs`: mprotect for W^X pools);
+//! - `sync/`: the spin lock of the slow paths (`lock.rs`);
+//! - `memory/`: [`layout`] (OS pages, slices, segments), [`size_class`]
+//!   (the size-class table), `registry.rs` (which addresses are pagewise's),
+//!   `reservation.rs` (address space carved into segments), `segment.rs`
+//!   (headers and the commit bitmap), `page.rs` (span descriptors and the
+//!   remote-free word), `spans/` (a heap's span pool: best fit and
+//!   coalescing, the retention queue, the huge-object cache, segment release);
+//! - `heap/`: one heap: its thread cache (`cache.rs`), allocation and
+//!   placement (`alloc.rs`), frees (`free.rs`), the remote-free protocol
+//!   (`remote.rs`), large and huge objects (`large.rs`), maintenance, trim
+//!   and abandon (`maintenance.rs`);
+//! - `global/`: the process-wide allocator: [`Pagewise`] (`allocator.rs`),
+//!   [`thread`] (a heap per thread, thread exit, fork), `tls.rs` (the
+//!   thread's heap pointer), [`raw`] (unsized entry points for C), [`purger`]
+//!   (the background purger);
+//! - `runtime/`: [`arena`] and [`pool`], building blocks for runtimes;
+//! - at the root, the API: [`config`] (the retention policy and its
+//!   variables), [`mod@stats`], [`fault`] (what bad input does), [`Heap`].
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]
 
-pub(crate) mod cache;
 pub mod config;
 pub mod fault;
 mod global;
 pub(crate) mod heap;
-pub mod layout;
-pub(crate) mod lock;
+pub(crate) mod memory;
+mod os;
 mod owned_heap;
-pub(crate) mod page;
-pub mod purger;
-pub mod raw;
-pub(crate) mod registry;
-pub(crate) mod reservation;
-pub(crate) mod segment;
-pub mod size_class;
-pub mod source;
-pub(crate) mod spans;
+mod runtime;
 pub mod stats;
-pub mod thread;
-pub(crate) mod tls;
+pub(crate) mod sync;
 
+pub use global::allocator::{stats, trim, usable_size, Pagewise};
+pub use global::{purger, raw, thread};
+pub use memory::{layout, size_class};
+pub use os::source;
+pub use runtime::{arena, pool};
+
+pub use arena::Arena;
 pub use config::Config;
-pub use global::{stats, trim, usable_size, Pagewise};
 pub use owned_heap::Heap;
 pub use source::{FakePages, PageSource, Purge, SyscallCounts, SystemPages};
 pub use stats::{ClassStats, ObjectStats, Stats};
-
-// --- runtime building blocks (issue 5) ---
-pub mod arena;
-mod block_pool;
-pub mod pool;
-mod protect;
-pub use arena::Arena;

@@ -2,11 +2,11 @@
 
 use crate::config::Config;
 use crate::heap::HeapCore;
-use crate::layout::{align_up, OS_PAGE};
-use crate::lock::Locked;
-use crate::reservation::Reservations;
-use crate::source::{PageSource, SystemPages};
+use crate::memory::layout::{align_up, OS_PAGE};
+use crate::memory::reservation::Reservations;
+use crate::os::source::{PageSource, SystemPages};
 use crate::stats::Stats;
+use crate::sync::lock::Locked;
 use allocator_api2::alloc::{AllocError, Allocator};
 use core::alloc::Layout;
 use core::marker::PhantomData;

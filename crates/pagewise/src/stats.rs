@@ -16,8 +16,8 @@
 //! (large objects count their whole span as live usable bytes).
 
 use crate::heap::HeapCore;
-use crate::size_class::{CLASSES, SLOT_SIZE};
-use crate::source::SyscallCounts;
+use crate::memory::size_class::{CLASSES, SLOT_SIZE};
+use crate::os::source::SyscallCounts;
 
 /// Per size-class figures.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

@@ -1,15 +1,15 @@
 //! Page protection: the one OS call the page-source layer lacked (`mprotect`),
-//! kept here so that [`crate::source`] stays unchanged and every OS call still
+//! kept here so that [`crate::os::source`] stays unchanged and every OS call still
 //! lives behind the page-source layer.
 //!
-//! Only the executable pools of [`crate::pool`] use it: their pages are mapped
+//! Only the executable pools of [`crate::runtime::pool`] use it: their pages are mapped
 //! read+write, then flipped to read+execute by an explicit call (W^X), never
 //! both at once.
 
 use core::ptr::NonNull;
 use core::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
-use crate::source::{FakePages, PageSource, SystemPages};
+use crate::os::source::{FakePages, PageSource, SystemPages};
 
 /// The access a range of pages allows. There is deliberately no
 /// read+write+execute variant: pagewise never maps pages both writable and
@@ -60,7 +60,7 @@ static MPROTECT_CALLS: AtomicU64 = AtomicU64::new(0);
 
 /// `mprotect` calls made so far by every [`SystemPages`] in the process
 /// (including failed ones). Per-allocator counts are in
-/// [`crate::pool::PoolStats::mprotect_calls`].
+/// [`crate::runtime::pool::PoolStats::mprotect_calls`].
 ///
 /// ```
 /// let before = pagewise::pool::system_mprotect_calls();

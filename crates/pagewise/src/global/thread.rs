@@ -13,11 +13,11 @@
 //! and are never unmapped, so a pointer to a heap stays valid forever.
 
 use crate::config::Config;
+use crate::global::tls;
 use crate::heap::HeapCore;
-use crate::lock::{self, Locked};
-use crate::reservation::Reservations;
-use crate::source::{PageSource, SystemPages};
-use crate::tls;
+use crate::memory::reservation::Reservations;
+use crate::os::source::{PageSource, SystemPages};
+use crate::sync::lock::{self, Locked};
 use core::cell::{Cell, UnsafeCell};
 use core::ptr::null_mut;
 use core::sync::atomic::{AtomicPtr, AtomicU8, AtomicUsize, Ordering::*};
@@ -203,11 +203,11 @@ fn create() -> Option<*mut HeapCore> {
 }
 
 fn meta_alloc(size: usize) -> Option<usize> {
-    let size = crate::layout::align_up(size, 64);
+    let size = crate::memory::layout::align_up(size, 64);
     let mut m = META.lock();
     if m.next + size > m.end {
         let chunk = size.max(META_CHUNK);
-        let p = SYSTEM.map(chunk, crate::layout::OS_PAGE)?.as_ptr() as usize;
+        let p = SYSTEM.map(chunk, crate::memory::layout::OS_PAGE)?.as_ptr() as usize;
         m.next = p;
         m.end = p + chunk;
         m.mapped += chunk;
@@ -332,7 +332,7 @@ pub fn for_each_heap(mut f: impl FnMut(&HeapCore)) {
 /// thread that will not exist in the child. Call before `fork()` (the C
 /// library registers this with `pthread_atfork`).
 pub fn fork_prepare() {
-    crate::purger::pause();
+    crate::global::purger::pause();
     lock::hold(&ABANDONED);
     lock::hold(&META);
     for_each_heap(|h| lock::hold(&h.spans));
@@ -348,7 +348,7 @@ pub fn fork_parent() {
         lock::release(&META);
         lock::release(&ABANDONED);
     }
-    crate::purger::resume();
+    crate::global::purger::resume();
 }
 
 /// Releases what [`fork_prepare`] took, in the child. Heaps of threads that
@@ -362,5 +362,5 @@ pub fn fork_child() {
         META.reset_after_fork();
         ABANDONED.reset_after_fork();
     }
-    crate::purger::after_fork_child();
+    crate::global::purger::after_fork_child();
 }

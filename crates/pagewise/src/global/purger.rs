@@ -15,9 +15,9 @@
 //!
 //! Disable with `PAGEWISE_BACKGROUND=0`: purging then happens on slow paths.
 
-use crate::lock::{self, Locked};
-use crate::source::PageSource;
-use crate::thread;
+use crate::global::thread;
+use crate::os::source::PageSource;
+use crate::sync::lock::{self, Locked};
 use core::sync::atomic::{AtomicU8, Ordering::*};
 
 const NOT_STARTED: u8 = 0;

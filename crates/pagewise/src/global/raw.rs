@@ -1,9 +1,9 @@
 //! Unsized entry points for C-style callers (`libpagewise.so`): sizes are
 //! not passed back on free, and any thread may call any function.
 
+use crate::global::thread;
 use crate::heap::HeapCore;
-use crate::registry;
-use crate::thread;
+use crate::memory::registry;
 
 /// Allocates `size` bytes (0 is served as 1) aligned to `align` (a power
 /// of two). Null when out of memory or for an impossible request.
@@ -54,7 +54,7 @@ pub unsafe fn malloc(size: usize, align: usize) -> *mut u8 {
 #[inline(always)]
 pub unsafe fn malloc_cached(size: usize, align: usize) -> *mut u8 {
     let heap = thread::current_or_null();
-    if heap.is_null() || align > 16 || crate::purger::poll_pending() {
+    if heap.is_null() || align > 16 || crate::global::purger::poll_pending() {
         return core::ptr::null_mut();
     }
     // SAFETY: the calling thread's own heap.
@@ -78,7 +78,7 @@ pub unsafe fn malloc_cached(size: usize, align: usize) -> *mut u8 {
 /// ```
 #[inline(never)]
 pub unsafe fn malloc_uncached(size: usize, align: usize) -> *mut u8 {
-    crate::purger::poll();
+    crate::global::purger::poll();
     let heap = thread::current();
     if heap.is_null() {
         return core::ptr::null_mut();
@@ -123,7 +123,7 @@ pub unsafe fn free(ptr: *mut u8) {
 unsafe fn free_uncached(ptr: *mut u8, current: *mut HeapCore) {
     // SAFETY: forwarded.
     if unsafe { thread::free_past_cache(ptr, current) } {
-        crate::purger::request();
+        crate::global::purger::request();
     }
 }
 
@@ -143,7 +143,7 @@ unsafe fn free_uncached(ptr: *mut u8, current: *mut HeapCore) {
 /// }
 /// ```
 pub unsafe fn calloc(size: usize, align: usize) -> *mut u8 {
-    crate::purger::poll();
+    crate::global::purger::poll();
     let heap = thread::current();
     if heap.is_null() {
         return core::ptr::null_mut();
@@ -174,7 +174,7 @@ pub unsafe fn realloc(ptr: *mut u8, new_size: usize, align: usize) -> *mut u8 {
         // SAFETY: forwarded.
         return unsafe { malloc(new_size, align) };
     }
-    crate::purger::poll();
+    crate::global::purger::poll();
     let heap = thread::current();
     if heap.is_null() {
         return core::ptr::null_mut();

@@ -11,7 +11,7 @@
 //! that hold at least [`MIN_SLOTS`] slots with at most 1/16 of the page left
 //! over at the tail.
 
-use crate::layout::SLICE;
+use crate::memory::layout::SLICE;
 
 /// Largest request served from slab pages (bigger requests take spans).
 pub const SMALL_MAX: usize = 256 * 1024;

@@ -34,9 +34,9 @@ use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 
 use allocator_api2::alloc::AllocError;
 
-use crate::layout::{align_up, OS_PAGE};
-pub use crate::protect::{system_mprotect_calls, ProtectPages, Protection};
-use crate::source::SystemPages;
+use crate::memory::layout::{align_up, OS_PAGE};
+pub use crate::os::protect::{system_mprotect_calls, ProtectPages, Protection};
+use crate::os::source::SystemPages;
 
 /// Default size of a small pool: 64 KiB (the seed's conclusion, on every
 /// platform).

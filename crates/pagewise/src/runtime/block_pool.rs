@@ -3,8 +3,8 @@
 //!
 //! Policy (see `docs/arena-and-pools.md` for the measurements):
 //! - **Exact-size reuse.** Arena blocks come in a few sizes (powers of two from
-//!   [`FIRST_BLOCK`](crate::arena::FIRST_BLOCK) to
-//!   [`MAX_BLOCK_GROWTH`](crate::arena::MAX_BLOCK_GROWTH), page multiples
+//!   [`FIRST_BLOCK`](crate::runtime::arena::FIRST_BLOCK) to
+//!   [`MAX_BLOCK_GROWTH`](crate::runtime::arena::MAX_BLOCK_GROWTH), page multiples
 //!   above), so a request is served only by a pooled block of exactly its
 //!   size, most recently pooled first. Nothing is split, a small arena never
 //!   pins a large block that a large arena will then map afresh, and the most
@@ -27,8 +27,8 @@
 use core::ptr::NonNull;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use crate::layout::OS_PAGE;
-use crate::source::{PageSource, Purge, SystemPages};
+use crate::memory::layout::OS_PAGE;
+use crate::os::source::{PageSource, Purge, SystemPages};
 
 /// Default cap of a [`BlockPool`], in bytes: 64 MiB (per pool, so per thread
 /// for the thread-default pools).

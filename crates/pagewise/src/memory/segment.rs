@@ -6,8 +6,10 @@
 //! bitmap is what lets pagewise give memory back page by page, and count
 //! exactly what it holds.
 
-use crate::layout::{OS_PAGE, OS_PAGES_PER_SEGMENT, SLICE, SLICES_PER_SEGMENT, SLICE_SHIFT};
-use crate::page::{Kind, Page};
+use crate::memory::layout::{
+    OS_PAGE, OS_PAGES_PER_SEGMENT, SLICE, SLICES_PER_SEGMENT, SLICE_SHIFT,
+};
+use crate::memory::page::{Kind, Page};
 use core::cell::UnsafeCell;
 use core::ptr::null_mut;
 use core::sync::atomic::{AtomicU16, AtomicU64, Ordering::Relaxed};
@@ -88,11 +90,11 @@ const _: () = assert!(HEADER_SLICES <= 2);
 const SLAB_CLASS_MASK: usize = 63;
 const SLAB_FIRST_SHIFT: u32 = 6;
 const _: () = assert!(
-    crate::size_class::CLASSES < SLAB_CLASS_MASK
+    crate::memory::size_class::CLASSES < SLAB_CLASS_MASK
         && SLICES_PER_SEGMENT << SLAB_FIRST_SHIFT <= u16::MAX as usize + 1
 );
 // Metadata stays under 1 % of the segment (checked at compile time).
-const _: () = assert!(HEADER_PAGES * OS_PAGE * 100 < crate::layout::SEGMENT);
+const _: () = assert!(HEADER_PAGES * OS_PAGE * 100 < crate::memory::layout::SEGMENT);
 
 impl Segment {
     /// The segment containing `addr`'s base, as a header pointer.

@@ -10,7 +10,7 @@
 //! memory can be purged without losing track of it, and (later) individual
 //! OS pages of a slab page can be given back while others hold live slots.
 
-use crate::layout::OS_PAGE;
+use crate::memory::layout::OS_PAGE;
 use core::ptr::null_mut;
 use core::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 
@@ -194,7 +194,7 @@ impl Page {
         debug_assert!(self.free.is_null() && self.capacity < self.reserved);
         let slot = self.slot_size as usize;
         let begin = self.start + self.capacity as usize * slot;
-        let limit = crate::layout::align_up(begin + 1, OS_PAGE);
+        let limit = crate::memory::layout::align_up(begin + 1, OS_PAGE);
         let mut n = ((limit - begin) / slot).max(1);
         n = n.min((self.reserved - self.capacity) as usize);
         let end = begin + n * slot;
@@ -250,7 +250,7 @@ impl Page {
                 Err(seen) => tf = seen,
             }
         }
-        let (head, n) = remote_list(tf, crate::layout::segment_base(self.start));
+        let (head, n) = remote_list(tf, crate::memory::layout::segment_base(self.start));
         if !self.free.is_null() {
             // Rare (the owner collects when its list runs dry): append the
             // free list after the collected slots.
@@ -334,7 +334,7 @@ impl Page {
         last: *mut Block,
         count: usize,
     ) -> bool {
-        let segment = crate::layout::segment_base(first as usize);
+        let segment = crate::memory::layout::segment_base(first as usize);
         let mut tf = self.thread_free.load(Ordering::Relaxed);
         loop {
             if tf & STATE == DELAYED {

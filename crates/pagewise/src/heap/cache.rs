@@ -19,8 +19,8 @@
 //! counters, which the same fast paths read and update.
 
 use crate::heap::Counter;
-use crate::page::Block;
-use crate::size_class::{Geometry, CLASSES, GEOMETRY, SLOT_SIZE};
+use crate::memory::page::Block;
+use crate::memory::size_class::{Geometry, CLASSES, GEOMETRY, SLOT_SIZE};
 use core::cell::UnsafeCell;
 use core::ptr::null_mut;
 use core::sync::atomic::{AtomicU32, Ordering::Relaxed};
@@ -233,8 +233,8 @@ mod tests {
             assert!((1..=LIMIT).contains(&l));
             assert!(l == 1 || l as usize * SLOT_SIZE[c] as usize <= LIMIT_BYTES);
         }
-        assert_eq!(LIMITS[crate::size_class::class_of(64)], LIMIT);
-        assert_eq!(LIMITS[crate::size_class::class_of(256 << 10)], 1);
+        assert_eq!(LIMITS[crate::memory::size_class::class_of(64)], LIMIT);
+        assert_eq!(LIMITS[crate::memory::size_class::class_of(256 << 10)], 1);
     }
 
     #[test]

@@ -6,15 +6,24 @@
 //! slow paths (new slab page, large objects), other threads to free large
 //! objects, and the background purger to purge expired spans.
 
+//! The files of this folder: `mod.rs` (free-span bins, taking and
+//! returning spans, coalescing), `retention.rs` (the retention FIFO and
+//! the decay), `huge.rs` (the huge-object cache), `segments.rs` (taking
+//! and releasing segments).
+
+mod huge;
+mod retention;
+mod segments;
+
 use crate::config::Config;
-use crate::layout::{
+use crate::memory::layout::{
     align_up, OS_PAGE, OS_PAGES_PER_SEGMENT, OS_PAGES_PER_SLICE, SEGMENT, SLICE, SLICES_PER_SEGMENT,
 };
-use crate::lock::Locked;
-use crate::page::{Kind, Page};
-use crate::reservation::Reservations;
-use crate::segment::{Huge, Segment, HEADER_PAGES, HEADER_SLICES};
-use crate::source::PageSource;
+use crate::memory::page::{Kind, Page};
+use crate::memory::reservation::Reservations;
+use crate::memory::segment::{Huge, Segment, HEADER_PAGES, HEADER_SLICES};
+use crate::os::source::PageSource;
+use crate::sync::lock::Locked;
 use core::ptr::{null_mut, NonNull};
 
 const BINS: usize = SLICES_PER_SEGMENT;
@@ -92,7 +101,7 @@ fn seg_of(page: *const Page) -> &'static Segment {
     // descriptor address finds the header, mapped while the span exists.
     // Only shared references to headers are made; mutable state in them is
     // in cells or atomics.
-    unsafe { &*Segment::of(crate::layout::segment_base(page as usize)) }
+    unsafe { &*Segment::of(crate::memory::layout::segment_base(page as usize)) }
 }
 
 /// Slice count of the span whose first descriptor is `p`.
@@ -134,8 +143,6 @@ impl Spans {
         self.counts.committed += bytes;
         self.counts.peak_committed = self.counts.peak_committed.max(self.counts.committed);
     }
-
-    // ----- bins -------------------------------------------------------------
 
     fn first_bin_at_least(&self, n: usize) -> Option<usize> {
         let mut w = n / 64;
@@ -233,45 +240,6 @@ impl Spans {
         }
         dirty
     }
-
-    fn is_dirty(&self, f: *mut Page) -> bool {
-        // SAFETY: a free span descriptor (lock held).
-        unsafe { (*f).in_dirty }
-    }
-
-    fn dirty_push(&mut self, f: *mut Page) {
-        // SAFETY: `f` is a free span descriptor not on the FIFO (lock held).
-        unsafe {
-            (*f).in_dirty = true;
-            (*f).dirty_next = null_mut();
-            (*f).dirty_prev = self.dirty_tail;
-            if self.dirty_tail.is_null() {
-                self.dirty_head = f;
-            } else {
-                (*self.dirty_tail).dirty_next = f;
-            }
-        }
-        self.dirty_tail = f;
-    }
-
-    fn dirty_unlink(&mut self, f: *mut Page) {
-        // SAFETY: `f` is on the FIFO (lock held).
-        unsafe {
-            (*f).in_dirty = false;
-            if (*f).dirty_prev.is_null() {
-                self.dirty_head = (*f).dirty_next;
-            } else {
-                (*(*f).dirty_prev).dirty_next = (*f).dirty_next;
-            }
-            if (*f).dirty_next.is_null() {
-                self.dirty_tail = (*f).dirty_prev;
-            } else {
-                (*(*f).dirty_next).dirty_prev = (*f).dirty_prev;
-            }
-        }
-    }
-
-    // ----- taking and returning spans ----------------------------------------
 
     /// Takes a span of `n` slices whose start is aligned to `align_slices`
     /// slices (1 for no alignment): best fit, lowest address. Maps a new
@@ -489,351 +457,10 @@ impl Spans {
         // kept as the recent span: its descriptors point back to `p`.
         self.give_back(t, now, (n - keep) * OS_PAGES_PER_SLICE);
     }
-
-    fn new_segment(&mut self, ctx: &Ctx) -> Option<()> {
-        let base =
-            ctx.reservations
-                .lock()
-                .take(ctx.source, 1, SEGMENT, ctx.config.reservation_bytes)?;
-        // SAFETY: the reservation layer handed us this segment exclusively;
-        // it is fresh (zero) or its header was zeroed when it was released.
-        let seg = unsafe { Segment::init(base, 1, ctx.heap, false) };
-        self.push_segment(seg);
-        self.counts.segments += 1;
-        self.counts.metadata += HEADER_PAGES * OS_PAGE;
-        // SAFETY: initialised above.
-        let first = unsafe { (*seg).page(HEADER_SLICES) };
-        self.insert(first, SPAN_SLICES, 0, 0);
-        Some(())
-    }
-
-    fn push_segment(&mut self, seg: *mut Segment) {
-        // SAFETY: `seg` and the list head are live segments of this heap;
-        // links are mutated under the span lock.
-        unsafe {
-            let l = (*seg).links();
-            (*l).prev = null_mut();
-            (*l).next = self.segments;
-            if !self.segments.is_null() {
-                (*(*self.segments).links()).prev = seg;
-            }
-        }
-        self.segments = seg;
-    }
-
-    // ----- purging -----------------------------------------------------------
-
-    fn purge_span(&mut self, ctx: &Ctx, f: *mut Page) {
-        let seg = seg_of(f);
-        let idx = seg.index_of(f);
-        let n = count_of(f);
-        // SAFETY: a free span on the FIFO (lock held).
-        let dirty = unsafe { (*f).dirty_pages } as usize;
-        self.counts.retained -= dirty * OS_PAGE;
-        self.dirty_unlink(f);
-        let base = seg.base();
-        let mut failed = false;
-        let cleared = seg.drain_committed(
-            idx * OS_PAGES_PER_SLICE,
-            n * OS_PAGES_PER_SLICE,
-            |first, count| {
-                let addr = base + first * OS_PAGE;
-                // SAFETY: the run is inside a free span (no live data), page-aligned,
-                // in a mapped segment of this source.
-                let ok = unsafe {
-                    ctx.source.purge(
-                        NonNull::new_unchecked(addr as *mut u8),
-                        count * OS_PAGE,
-                        ctx.config.purge,
-                    )
-                };
-                failed |= !ok;
-                ok
-            },
-        );
-        self.counts.committed -= cleared * OS_PAGE;
-        self.counts.purged += cleared * OS_PAGE;
-        // SAFETY: as above.
-        unsafe { (*f).dirty_pages = (dirty - cleared) as u32 };
-        if failed {
-            self.counts.purge_failures += 1;
-            self.counts.retained += (dirty - cleared) * OS_PAGE;
-            self.dirty_push(f);
-        }
-    }
-
-    /// Purges retained spans whose decay delay has passed (all of them if
-    /// `force`), then the oldest ones while retention exceeds the cap.
-    /// Returns the time of the next deadline, if anything is still retained.
-    pub fn decay(&mut self, ctx: &Ctx, now: u64, force: bool) -> Option<u64> {
-        let delay = ctx.config.decay_ms;
-        while !self.dirty_head.is_null() {
-            let f = self.dirty_head;
-            // SAFETY: FIFO entries are free span descriptors.
-            let expired = force || unsafe { (*f).freed_at } + delay <= now;
-            if !expired && self.counts.retained <= ctx.config.retain_max_bytes {
-                break;
-            }
-            self.purge_span(ctx, f);
-            if self.dirty_tail == f && self.is_dirty(f) {
-                break; // the purge failed and it went back on the FIFO: do not spin
-            }
-        }
-        self.decay_huge(ctx, now, force);
-        let mut next = None;
-        if !self.dirty_head.is_null() {
-            // SAFETY: as above.
-            next = Some(unsafe { (*self.dirty_head).freed_at } + delay);
-        }
-        let mut h = self.huge_cache;
-        while !h.is_null() {
-            // SAFETY: cache entries are huge segment headers of this heap.
-            unsafe {
-                let st = *(*h).huge_state();
-                if st.dirty {
-                    let d = st.freed_at + delay;
-                    next = Some(next.map_or(d, |n: u64| n.min(d)));
-                }
-                h = (*(*h).links()).next;
-            }
-        }
-        next
-    }
-
-    /// Releases wholly free segments and purged huge runs to the reservation
-    /// layer and unmaps reservations left unused. Call after `decay(force)`.
-    pub fn release_empty(&mut self, ctx: &Ctx) {
-        // A wholly free segment must be one span.
-        self.settle_recent();
-        let mut seg = self.segments;
-        while !seg.is_null() {
-            // SAFETY: list entries are live segments of this heap.
-            let s = unsafe { &*seg };
-            // SAFETY: links are read under the span lock.
-            let (next, free) = unsafe { ((*s.links()).next, (*s.links()).free_slices) };
-            let untouched =
-                s.count_committed(HEADER_PAGES, OS_PAGES_PER_SEGMENT - HEADER_PAGES) == 0;
-            if free == SPAN_SLICES && untouched {
-                self.remove(s.page(HEADER_SLICES));
-                self.unlink(seg, false);
-                self.release_run(ctx, s.base(), 1);
-            }
-            seg = next;
-        }
-        let mut h = self.huge_cache;
-        while !h.is_null() {
-            // SAFETY: cache entries are huge segment headers of this heap.
-            let (next, dirty, base, nsegs) = unsafe {
-                (
-                    (*(*h).links()).next,
-                    (*(*h).huge_state()).dirty,
-                    (*h).base(),
-                    (*h).nsegs,
-                )
-            };
-            if !dirty {
-                self.unlink(h, true);
-                self.release_run(ctx, base, nsegs);
-            }
-            h = next;
-        }
-        ctx.reservations.lock().unmap_unused(ctx.source);
-    }
-
-    fn release_run(&mut self, ctx: &Ctx, base: usize, nsegs: usize) {
-        // The header pages are the only committed ones left: give them back
-        // too, which also zeroes the header for the segment's next user.
-        // Each segment of a huge run may become a segment of its own later,
-        // and `Segment::init` trusts its header to read as zero (the slab
-        // table above all), but a huge object purged with MADV_FREE may
-        // still hold its data there: zero those headers the same way.
-        for k in 0..nsegs {
-            zero_header(ctx, base + k * SEGMENT);
-        }
-        self.counts.metadata -= HEADER_PAGES * OS_PAGE;
-        self.counts.segments -= 1;
-        ctx.reservations.lock().give_back(base, nsegs);
-    }
-
-    /// Unlinks a segment from the segment list or (huge) the huge cache.
-    fn unlink(&mut self, seg: *mut Segment, huge: bool) {
-        let head = if huge {
-            &mut self.huge_cache
-        } else {
-            &mut self.segments
-        };
-        // SAFETY: `seg` is on that list; links change under the span lock.
-        unsafe {
-            let l = (*seg).links();
-            if (*l).prev.is_null() {
-                *head = (*l).next;
-            } else {
-                (*(*(*l).prev).links()).next = (*l).next;
-            }
-            if !(*l).next.is_null() {
-                (*(*(*l).next).links()).prev = (*l).prev;
-            }
-            (*l).next = null_mut();
-            (*l).prev = null_mut();
-        }
-    }
-
-    // ----- huge objects ------------------------------------------------------
-
-    /// Allocates a huge object: reuses the smallest cached run that fits
-    /// (at most twice the need, lowest address on ties), else takes a new
-    /// run of segments. Also says whether no page of it was committed
-    /// (fresh or purged).
-    pub fn take_huge(&mut self, ctx: &Ctx, size: usize, align: usize) -> Option<(usize, bool)> {
-        let offset = align.max(HEADER_SLICES * SLICE);
-        let usable = align_up(size, OS_PAGE);
-        let need = offset + usable;
-        let seg = match self.best_cached_huge(need, align) {
-            Some(h) => {
-                self.unlink(h, true);
-                // SAFETY: a cached huge header we own again (lock held).
-                let st = unsafe { &*(*h).huge_state() };
-                if st.dirty {
-                    self.counts.retained -= st.committed;
-                }
-                h
-            }
-            None => {
-                let nsegs = need.div_ceil(SEGMENT);
-                let base = ctx.reservations.lock().take(
-                    ctx.source,
-                    nsegs,
-                    align.max(SEGMENT),
-                    ctx.config.reservation_bytes,
-                )?;
-                self.counts.segments += 1;
-                self.counts.metadata += HEADER_PAGES * OS_PAGE;
-                crate::registry::mark_huge(base);
-                // SAFETY: the run is ours; fresh, or its header was zeroed on release.
-                unsafe { Segment::init(base, nsegs, ctx.heap, true) }
-            }
-        };
-        // SAFETY: the huge state of a run we own, under the lock.
-        let st = unsafe { &mut *(*seg).huge_state() };
-        // Committed: whatever the object spans, beyond what was already dirty.
-        let before = st.committed;
-        let after = before.max(usable);
-        *st = Huge {
-            dirty: true,
-            offset,
-            size: usable,
-            requested: size,
-            freed_at: st.freed_at,
-            committed: after,
-        };
-        self.add_committed(after - before);
-        self.counts.huge_count += 1;
-        self.counts.huge_bytes += usable;
-        self.counts.huge_requested += size;
-        Some((seg as usize + offset, before == 0))
-    }
-
-    fn best_cached_huge(&self, need: usize, align: usize) -> Option<*mut Segment> {
-        let mut best: Option<(usize, *mut Segment)> = None;
-        let mut h = self.huge_cache;
-        while !h.is_null() {
-            // SAFETY: cache entries are huge segment headers of this heap.
-            let (cap, next) = unsafe { ((*h).nsegs * SEGMENT, (*(*h).links()).next) };
-            let aligned = align <= SEGMENT || (h as usize) % align == 0;
-            if cap >= need
-                && cap <= 2 * need
-                && aligned
-                && best.is_none_or(|(c, b)| cap < c || (cap == c && h < b))
-            {
-                best = Some((cap, h));
-            }
-            h = next;
-        }
-        best.map(|(_, h)| h)
-    }
-
-    /// Frees a huge object into the cache (retained, purged after the delay).
-    pub fn give_back_huge(&mut self, seg: *mut Segment, now: u64) {
-        // SAFETY: `seg` is a huge header of this heap holding a live object;
-        // its state changes under the span lock.
-        let st = unsafe { &mut *(*seg).huge_state() };
-        self.counts.huge_count -= 1;
-        self.counts.huge_bytes -= st.size;
-        self.counts.huge_requested -= st.requested;
-        st.size = 0;
-        st.requested = 0;
-        st.freed_at = now;
-        self.counts.retained += st.committed;
-        // SAFETY: links of a header we own, under the lock.
-        unsafe {
-            let l = (*seg).links();
-            (*l).prev = null_mut();
-            (*l).next = self.huge_cache;
-            if !self.huge_cache.is_null() {
-                (*(*self.huge_cache).links()).prev = seg;
-            }
-        }
-        self.huge_cache = seg;
-    }
-
-    fn decay_huge(&mut self, ctx: &Ctx, now: u64, force: bool) {
-        let delay = ctx.config.decay_ms;
-        let mut h = self.huge_cache;
-        while !h.is_null() {
-            // SAFETY: cache entries are huge headers of this heap (lock held).
-            let (st, next, base) =
-                unsafe { (&mut *(*h).huge_state(), (*(*h).links()).next, (*h).base()) };
-            let over_cap = self.counts.retained > ctx.config.retain_max_bytes;
-            if st.dirty && (force || over_cap || st.freed_at + delay <= now) {
-                let bytes = st.committed;
-                // SAFETY: the cached object is dead; the range is page-aligned and mapped.
-                let ok = unsafe {
-                    ctx.source.purge(
-                        NonNull::new_unchecked((base + st.offset) as *mut u8),
-                        bytes,
-                        ctx.config.purge,
-                    )
-                };
-                if ok {
-                    st.dirty = false;
-                    st.committed = 0;
-                    self.counts.retained -= bytes;
-                    self.counts.committed -= bytes;
-                    self.counts.purged += bytes;
-                } else {
-                    self.counts.purge_failures += 1;
-                }
-            }
-            h = next;
-        }
-    }
-
-    /// Committed bytes currently retained (free spans and cached huge runs).
-    pub fn retained(&self) -> usize {
-        self.counts.retained
-    }
 }
 
 impl Default for Spans {
     fn default() -> Self {
         Self::new()
-    }
-}
-
-/// Zeroes the header pages of the segment at `base` (`MADV_DONTNEED`, or
-/// writing zeros if the kernel refuses), so `Segment::init` finds them zero.
-fn zero_header(ctx: &Ctx, base: usize) {
-    // SAFETY: the segment is wholly free and leaving its heap; its header is
-    // metadata nobody reads any more.
-    let ok = unsafe {
-        ctx.source.purge(
-            NonNull::new_unchecked(base as *mut u8),
-            HEADER_PAGES * OS_PAGE,
-            crate::source::Purge::DontNeed,
-        )
-    };
-    if !ok {
-        // SAFETY: as above; the header is ours to overwrite.
-        unsafe { core::ptr::write_bytes(base as *mut u8, 0, HEADER_PAGES * OS_PAGE) };
     }
 }

@@ -6,7 +6,7 @@
 //! zero-initialised static (4 MiB of address space for the 47-bit user range,
 //! only the pages covering used addresses are ever touched).
 
-use crate::layout::{SEGMENT, SEGMENT_SHIFT};
+use crate::memory::layout::{SEGMENT, SEGMENT_SHIFT};
 use core::sync::atomic::{AtomicU8, Ordering};
 
 const ADDRESS_BITS: usize = 47;

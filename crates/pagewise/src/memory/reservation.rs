@@ -7,9 +7,9 @@
 //! is dropped. This is what makes "munmap only on trim or drop" true and keeps
 //! page turnover free of mmap/munmap pairs (seed 000).
 
-use crate::layout::SEGMENT;
-use crate::registry;
-use crate::source::PageSource;
+use crate::memory::layout::SEGMENT;
+use crate::memory::registry;
+use crate::os::source::PageSource;
 
 /// Most reservations one owner can hold.
 const MAX_RESERVATIONS: usize = 256;
@@ -257,7 +257,7 @@ unsafe fn unmap(source: &dyn PageSource, base: usize, bytes: usize) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::source::FakePages;
+    use crate::os::source::FakePages;
 
     #[test]
     fn carves_reservation_lowest_first_and_reuses() {

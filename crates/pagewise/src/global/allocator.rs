@@ -1,8 +1,8 @@
 //! The global allocator: `#[global_allocator] static A: Pagewise = Pagewise;`
 
+use crate::global::thread;
 use crate::heap::HeapCore;
 use crate::stats::Stats;
-use crate::thread;
 use core::alloc::{GlobalAlloc, Layout};
 
 /// pagewise as the process's global allocator.
@@ -83,7 +83,7 @@ unsafe fn dealloc_uncached(ptr: *mut u8, current: *mut HeapCore) {
         // A Rust program's frees never come from inside glibc (its own
         // allocations use its own malloc), so unlike the C library's
         // `free`, this one may start the purger thread directly.
-        crate::purger::ensure();
+        crate::global::purger::ensure();
     }
 }
 
@@ -171,7 +171,7 @@ pub fn stats() -> Stats {
         unsafe { h.collect_remote() };
     });
     let mut s = Stats::ZERO;
-    s.syscalls = crate::source::PageSource::syscalls(&thread::SYSTEM);
+    s.syscalls = crate::os::source::PageSource::syscalls(&thread::SYSTEM);
     {
         // Hold the reservation lock while peeking at current pages, so no
         // trim can unmap a segment under us (spans are locked per heap later,

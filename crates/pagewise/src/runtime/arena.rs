@@ -38,13 +38,15 @@ use std::sync::Arc;
 
 use allocator_api2::alloc::{AllocError, Allocator};
 
-pub use crate::block_pool::{BlockPool, BlockPoolConfig, BlockPoolStats, DEFAULT_POOL_CAP};
-use crate::layout::{align_up, OS_PAGE};
-use crate::source::{PageSource, SystemPages};
+use crate::memory::layout::{align_up, OS_PAGE};
+use crate::os::source::{PageSource, SystemPages};
+pub use crate::runtime::block_pool::{
+    BlockPool, BlockPoolConfig, BlockPoolStats, DEFAULT_POOL_CAP,
+};
 
 /// The examples of `docs/arena-and-pools.md`, run as doctests.
 #[cfg(doctest)]
-#[doc = include_str!("../../../docs/arena-and-pools.md")]
+#[doc = include_str!("../../../../docs/arena-and-pools.md")]
 pub struct DesignDocExamples;
 
 /// Size of an arena's first block (unless [`Arena::with_capacity`] asks for

@@ -307,7 +307,7 @@ unsafe impl PageSource for SystemPages {
 
 /// The one alignment every fake mapping gets (the segment size); larger
 /// alignments are refused, as a kernel might refuse a mapping.
-pub const FAKE_ALIGN: usize = crate::layout::SEGMENT;
+pub const FAKE_ALIGN: usize = crate::memory::layout::SEGMENT;
 
 /// A page source for tests: memory from the system allocator, a clock the
 /// test moves by hand, and the same counters as [`SystemPages`].

@@ -1,0 +1,299 @@
+//! Allocation: the fast paths (the thread cache, then the current page's
+//! free list) and what happens when they run dry: refilling a page from
+//! its remote frees or fresh OS pages, and choosing the next page.
+//!
+//! Placement: when the current page of a class runs out, the next one is
+//! the fullest non-full page of the class, so sparse pages drain and can be
+//! released (seed 003's most-full-first, seed 002's best fit). A page that
+//! becomes empty goes back to the span pool at once unless it is the
+//! class's current page, which is kept so that a class that repeatedly
+//! drains costs nothing (seed 000); kept pages are released at the next
+//! maintenance pass that finds them still empty.
+//!
+//! Invariants: everything here runs on the heap's owning thread; the only
+//! shared state it touches is a page's `thread_free` word (atomic) and the
+//! span pool (under its lock).
+
+use super::*;
+
+/// Candidates looked at when choosing the fullest non-full page.
+const FULLEST_CANDIDATES: usize = 8;
+
+/// Largest request [`HeapCore::alloc_cached16`] serves: every slab class.
+pub const CACHED_MAX: usize = SMALL_MAX;
+// `alloc_cached16` serves any request of up to 16 B from class 1 and relies
+// on every class from 1 up having slots of a multiple of 16 bytes.
+const _: () = {
+    assert!(crate::memory::size_class::SLOT_SIZE[1] == 16);
+    let mut c = 1;
+    while c < CLASSES {
+        assert!(crate::memory::size_class::SLOT_SIZE[c] % 16 == 0);
+        c += 1;
+    }
+};
+
+impl HeapCore {
+    /// Allocates `size` bytes at `align` (a power of two). Null when out of
+    /// memory or for impossible requests.
+    ///
+    /// # Safety
+    /// Called by the owning thread only.
+    #[inline]
+    pub unsafe fn alloc(&self, size: usize, align: usize) -> *mut u8 {
+        if size <= SMALL_MAX {
+            let class = if align <= 8 || (align == 16 && size > 8) {
+                class_of(size)
+            } else {
+                match class_for(size, align) {
+                    Some(c) => c,
+                    // SAFETY: forwarded.
+                    None => return unsafe { self.alloc_large(size, align) },
+                }
+            };
+            // SAFETY: forwarded.
+            unsafe { self.alloc_small(class, size) }
+        } else {
+            // SAFETY: forwarded.
+            unsafe { self.alloc_large(size, align) }
+        }
+    }
+
+    /// Allocates zeroed memory, writing zeros only where the memory is not
+    /// known to be zero already (large and huge objects on never-used or
+    /// `MADV_DONTNEED`-purged pages are left alone).
+    ///
+    /// # Safety
+    /// Called by the owning thread only.
+    pub unsafe fn alloc_zeroed(&self, size: usize, align: usize) -> *mut u8 {
+        // SAFETY: forwarded (owner).
+        let (p, zero) = unsafe {
+            if size <= SMALL_MAX && class_for(size, align).is_some() {
+                (self.alloc(size, align), false)
+            } else {
+                self.alloc_span(size, align)
+            }
+        };
+        if !p.is_null() && !zero {
+            // SAFETY: a fresh allocation of at least `size` bytes.
+            unsafe { core::ptr::write_bytes(p, 0, size) };
+        }
+        p
+    }
+
+    /// A slot of at least `size` bytes (up to [`CACHED_MAX`]), aligned to 16,
+    /// from this heap's thread cache; null if the request is bigger or the
+    /// cache of its class is empty (then take [`HeapCore::alloc`]). The C
+    /// `malloc`'s fast path: no page, no size or alignment branches beyond
+    /// one comparison.
+    ///
+    /// # Safety
+    /// Owner only.
+    #[inline(always)]
+    pub unsafe fn alloc_cached16(&self, size: usize) -> *mut u8 {
+        if size > CACHED_MAX {
+            return null_mut();
+        }
+        // Every class from 16 B up has 16-byte-multiple slots in 64 KiB
+        // aligned pages; requests below 16 B take the 16 B class.
+        let class = class_of(size.max(16));
+        // SAFETY: `class_of` returns classes below CLASSES; owner only.
+        unsafe { self.states.get_unchecked(class + 1).pop() as *mut u8 }
+    }
+
+    /// # Safety
+    /// Owner only.
+    #[inline]
+    pub(super) unsafe fn alloc_small(&self, class: usize, size: usize) -> *mut u8 {
+        debug_assert!(class < CLASSES);
+        // SAFETY: `class_of` and `class_for` return classes below CLASSES.
+        let state = unsafe { self.states.get_unchecked(class + 1) };
+        // SAFETY: owner only (caller): the cache is ours and holds free slots
+        // of this class (a page with a slot out is never released); `direct`
+        // pages are live slab pages of this heap or the never-written empty
+        // page.
+        unsafe {
+            let b = state.pop();
+            if !b.is_null() {
+                return b as *mut u8;
+            }
+            let page = self.direct.get_unchecked(class).load(Relaxed);
+            let b = (*page).free;
+            if !b.is_null() {
+                (*page).free = (*b).next;
+                (*page).set_used((*page).used() + 1);
+                state.count_alloc(size);
+                return b as *mut u8;
+            }
+            self.alloc_slow(class, size)
+        }
+    }
+
+    #[cold]
+    pub(super) unsafe fn alloc_slow(&self, class: usize, size: usize) -> *mut u8 {
+        // SAFETY: owner only (caller).
+        unsafe {
+            self.process_delayed();
+            let page = self.current_page(class);
+            if page != empty_page() && self.refill(page) {
+                return self.pop(page, class, size);
+            }
+            self.maintenance();
+            // Maintenance may have emptied the caches into this page (then
+            // it has room again), or even released it (then it is no longer
+            // current): look again.
+            let page = self.current_page(class);
+            if page != empty_page() {
+                if self.refill(page) {
+                    return self.pop(page, class, size);
+                }
+                self.retire_exhausted(page);
+            }
+            let next = match self.fullest_nonfull(class) {
+                Some(p) => p,
+                None => match self.new_slab_page(class) {
+                    Some(p) => p,
+                    None => return null_mut(),
+                },
+            };
+            self.set_current_page(class, next);
+            if !self.refill(next) {
+                return null_mut();
+            }
+            self.pop(next, class, size)
+        }
+    }
+
+    /// # Safety
+    /// Owner only; `page` has a free slot.
+    pub(super) unsafe fn pop(&self, page: *mut Page, class: usize, size: usize) -> *mut u8 {
+        // SAFETY: per the caller.
+        unsafe {
+            let b = (*page).free;
+            (*page).free = (*b).next;
+            (*page).set_used((*page).used() + 1);
+            self.class(class).count_alloc(size);
+            b as *mut u8
+        }
+    }
+
+    /// Gives `page` a free slot if it can: remote frees first, then fresh
+    /// slots. Owner only.
+    pub(super) unsafe fn refill(&self, page: *mut Page) -> bool {
+        // SAFETY: owner only; `page` is a slab page of this heap. Page
+        // methods borrow it only for the call.
+        unsafe {
+            if (*page).has_free() {
+                return true;
+            }
+            let n = (*page).collect_thread_free();
+            if n > 0 {
+                self.class((*page).class as usize).frees.add(n as u64);
+                return true;
+            }
+            if (*page).capacity < (*page).reserved {
+                let (first, count) = (*page).extend();
+                let seg = &*Segment::of(crate::memory::layout::segment_base(first));
+                let newly = seg.set_committed(seg.os_page(first), count);
+                self.slab_committed.add((newly * OS_PAGE) as u64);
+                self.note_peak();
+                return true;
+            }
+        }
+        false
+    }
+
+    /// Moves an exhausted current page to the full list (unless remote frees
+    /// just arrived). Owner only.
+    pub(super) unsafe fn retire_exhausted(&self, page: *mut Page) {
+        // SAFETY: owner only; `page` is this heap's current page of its class.
+        // If remote frees arrived meanwhile, try_mark_full collected them and
+        // the page stays on its queue with free slots.
+        unsafe {
+            let class = (*page).class as usize;
+            match (*page).try_mark_full() {
+                Ok(()) => {
+                    self.local().queues[class].remove(page);
+                    self.local().full.push(page);
+                }
+                Err(collected) => self.class(class).frees.add(collected as u64),
+            }
+        }
+    }
+
+    /// The fullest page of the class queue (among the first few), other
+    /// than an exhausted current page. Owner only.
+    pub(super) unsafe fn fullest_nonfull(&self, class: usize) -> Option<*mut Page> {
+        let mut best: *mut Page = null_mut();
+        let mut best_used = 0;
+        // SAFETY: owner only.
+        let mut p = unsafe { self.local().queues[class].head };
+        let mut seen = 0;
+        while !p.is_null() && seen < FULLEST_CANDIDATES {
+            // SAFETY: queue entries are slab pages of this heap.
+            let (usable, used, next) = unsafe {
+                let usable = (*p).has_free() || (*p).capacity < (*p).reserved || (*p).has_remote();
+                (usable, (*p).used(), (*p).next)
+            };
+            if usable && (best.is_null() || used > best_used) {
+                best = p;
+                best_used = used;
+            }
+            seen += 1;
+            p = next;
+        }
+        (!best.is_null()).then_some(best)
+    }
+
+    pub(super) unsafe fn new_slab_page(&self, class: usize) -> Option<*mut Page> {
+        let slices = PAGE_SLICES[class] as usize;
+        let (page, committed) = {
+            let ctx = self.ctx();
+            let mut spans = self.spans.lock();
+            spans.take_for_slab(&ctx, slices)?
+        };
+        self.slab_committed.add(committed as u64);
+        // SAFETY: a freshly taken span, exclusively ours; owner only.
+        unsafe {
+            (*page).init_slab(class, SLOT_SIZE[class] as usize, slices * SLICE, self.me());
+            let seg = &*Segment::of(crate::memory::layout::segment_base((*page).start));
+            seg.mark_slab(seg.slice_index((*page).start), slices, class);
+            let c = &self.page_counts[class];
+            c.pages.add(1);
+            c.slots.add((*page).reserved as u64);
+            self.local().queues[class].push(page);
+        }
+        Some(page)
+    }
+
+    /// Returns an empty slab page to the span pool. Owner only.
+    pub(super) unsafe fn release_page(&self, page: *mut Page) {
+        // SAFETY: owner only; `page` is an empty slab page of this heap, on
+        // its class queue or the full list.
+        unsafe {
+            let class = (*page).class as usize;
+            if (*page).in_full {
+                self.local().full.remove(page);
+                (*page).clear_full();
+            } else {
+                self.local().queues[class].remove(page);
+            }
+            if self.current_page(class) == page {
+                self.set_current_page(class, empty_page());
+            }
+            let c = &self.page_counts[class];
+            c.pages.sub(1);
+            c.slots.sub((*page).reserved as u64);
+            let seg = &*Segment::of(crate::memory::layout::segment_base((*page).start));
+            seg.clear_slab(seg.slice_index((*page).start), PAGE_SLICES[class] as usize);
+            // The span becomes `Kind::Free` inside `give_back_slab`, under
+            // the span lock: a neighbour being freed by another thread must
+            // not see it free before it is in the pool.
+        }
+        let now = self.source().now_ms();
+        let ctx = self.ctx();
+        let mut spans = self.spans.lock();
+        let moved = spans.give_back_slab(page, now);
+        self.slab_committed.sub(moved as u64);
+        self.after_span_change(&ctx, &mut spans, now);
+    }
+}

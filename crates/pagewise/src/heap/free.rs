@@ -1,0 +1,272 @@
+//! Frees: the fast path into the freeing thread's cache, the path past the
+//! cache (into the slot's page, or a large or huge object), and the checks
+//! that turn bad input into a clear abort ([`crate::fault`]).
+//!
+//! Invariants: a free never trusts a header before the registry says the
+//! address is pagewise's; only descriptor fields fixed while a span is in
+//! use are read for a page owned by another thread.
+
+use super::remote::free_remote;
+use super::*;
+
+impl HeapCore {
+    /// Frees `ptr`, allocated by any heap. `current` is the calling thread's
+    /// heap (null if it has none), which decides local versus remote free.
+    ///
+    /// Returns true when the free left memory retained (a page or span went
+    /// back to a pool), the cue to make sure the background purger runs.
+    ///
+    /// # Safety
+    /// `current`, if not null, is owned by the calling thread. `ptr` must
+    /// not be used afterwards. Misuse that is detected aborts.
+    #[inline]
+    pub unsafe fn free_any(ptr: *mut u8, current: *const HeapCore) -> bool {
+        // SAFETY: forwarded.
+        unsafe {
+            if HeapCore::free_to_cache(ptr, current) {
+                return false;
+            }
+            HeapCore::free_uncached(ptr, current)
+        }
+    }
+
+    /// The free fast path: puts a slot of a global-allocator thread heap
+    /// into the calling thread's cache (a full cache first sends its older
+    /// half home). False if it did not (no heap, not such a slot): then the
+    /// caller takes the uncached path (`thread::free_past_cache`).
+    ///
+    /// # Safety
+    /// As `free_any`; on true, the free is done.
+    #[inline]
+    pub unsafe fn free_to_cache(ptr: *mut u8, current: *const HeapCore) -> bool {
+        let addr = ptr as usize;
+        // SAFETY: the segment is registered, so mapped with a header;
+        // `current` is the calling thread's heap, whose cache may take any
+        // slot of a thread heap of the global allocator.
+        !current.is_null()
+            && registry::in_shared_segment(addr)
+            && unsafe { (*current).cache_free(addr) }
+    }
+
+    /// Puts `addr` in this heap's cache if it starts a slot of a live slab
+    /// page (false if not: the caller takes the uncached path).
+    ///
+    /// # Safety
+    /// Owner only, not inside another heap operation; `addr` lies in a
+    /// registered segment and is a live allocation the cache may take (a
+    /// slot of this heap, or of any thread heap if this is one).
+    #[inline]
+    pub(super) unsafe fn cache_free(&self, addr: usize) -> bool {
+        // SAFETY: registered segments are mapped and headed by a `Segment`.
+        let seg = unsafe { &*Segment::of(crate::memory::layout::segment_base(addr)) };
+        let (entry, offset) = seg.slab_entry(addr);
+        // SAFETY: slab table entries are 0 or a class + 1 (`mark_slab`), and
+        // `states` has CLASSES + 1 entries. Entry 0 (no slab page) finds the
+        // state whose geometry no offset passes.
+        let state = unsafe { self.states.get_unchecked(entry) };
+        if !state.starts_slot(offset) {
+            return false; // not a slot start: the uncached path says so
+        }
+        // SAFETY: owner only (caller); the slot is live (caller) and of
+        // the class `entry - 1` (slab table).
+        unsafe {
+            if !state.push(addr as *mut Block) {
+                self.cache_full(entry - 1, addr as *mut Block);
+            }
+        }
+        true
+    }
+
+    /// A free found its class's cache full: send the older half home, then
+    /// cache the slot. So a thread that frees many slots does the page work
+    /// in batches, and its next frees stay on the fast path; and since this
+    /// is the slow path of a thread that may only ever free, it is also
+    /// where such a thread runs its maintenance.
+    ///
+    /// # Safety
+    /// As `cache_free`; the cache of `class` is full.
+    #[cold]
+    #[inline(never)]
+    pub(super) unsafe fn cache_full(&self, class: usize, block: *mut Block) {
+        let state = self.class(class);
+        // SAFETY: owner only (caller), between operations.
+        unsafe {
+            let keep = state.cached() / 2;
+            self.flush_cache(class, keep);
+            self.maintenance();
+            let cached = state.push(block);
+            debug_assert!(cached, "room was just made");
+        }
+    }
+
+    /// `free_any` past the cache: into the slot's page, or a large or huge
+    /// object; detects misuse.
+    ///
+    /// # Safety
+    /// As `free_any`.
+    #[inline(never)]
+    pub unsafe fn free_uncached(ptr: *mut u8, current: *const HeapCore) -> bool {
+        let addr = ptr as usize;
+        let Some((base, huge)) = registry::lookup(addr) else {
+            misuse(Misuse::Foreign, addr)
+        };
+        // SAFETY: registered segments are mapped and headed by a `Segment`.
+        let seg = unsafe { &*Segment::of(base) };
+        if huge {
+            // SAFETY: the heap of a segment outlives its segments.
+            unsafe { (*(seg.heap as *const HeapCore)).free_huge(seg, addr) };
+            return true;
+        }
+        let page = lookup_page(seg, addr);
+        // SAFETY: `lookup_page` returns a descriptor of this segment. Only
+        // fields fixed while the span is in use are read here (the page may
+        // belong to another thread, which mutates its other fields).
+        let (kind, heap, start) =
+            unsafe { ((*page).kind, (*page).heap as *const HeapCore, (*page).start) };
+        match kind {
+            Kind::Slab => {
+                // SAFETY: as above; slot geometry is fixed for a slab's life.
+                if unsafe { (*page).slot_index(addr) }.is_none() {
+                    misuse(Misuse::Misaligned, addr);
+                }
+                if heap == current {
+                    // SAFETY: the calling thread owns `current`.
+                    unsafe { (*heap).free_local(page, addr as *mut Block) }
+                } else {
+                    // SAFETY: `current` is the calling thread's own heap;
+                    // `heap` outlives its pages; the slot is live.
+                    unsafe {
+                        if !(*heap).global {
+                            // An owned `Heap`'s block freed through the
+                            // global allocator (or another heap).
+                            misuse(Misuse::WrongHeap, addr);
+                        }
+                        free_remote(page, addr as *mut Block);
+                    }
+                    false
+                }
+            }
+            Kind::Large => {
+                if addr != start {
+                    misuse(Misuse::Misaligned, addr);
+                }
+                // SAFETY: the heap outlives its pages.
+                unsafe { (*heap).free_large(page) };
+                true
+            }
+            _ => misuse(Misuse::DoubleFree, addr),
+        }
+    }
+
+    /// Frees `ptr` into this heap, which must own it (owned `Heap`s).
+    ///
+    /// # Safety
+    /// Owner only; `ptr` not used afterwards.
+    pub unsafe fn free_own(&self, ptr: *mut u8) -> bool {
+        let addr = ptr as usize;
+        let Some(base) = registry::header_of(addr) else {
+            misuse(Misuse::Foreign, addr)
+        };
+        // SAFETY: registered segments are mapped and headed by a `Segment`.
+        if unsafe { (*Segment::of(base)).heap } != self.me() {
+            misuse(Misuse::WrongHeap, addr);
+        }
+        // SAFETY: we are the owner and `current`; the block is ours, and in
+        // a slab-capable segment whose own header is the one checked above
+        // (not the interior of a huge run) when `in_owned_segment` says so.
+        unsafe {
+            (registry::in_owned_segment(addr) && self.cache_free(addr))
+                || HeapCore::free_uncached(ptr, self)
+        }
+    }
+
+    /// # Safety
+    /// Owner only; `block` is a live slot of `page`, a slab page of this heap.
+    /// Returns true if a page went back to the span pool.
+    #[inline]
+    pub(super) unsafe fn free_local(&self, page: *mut Page, block: *mut Block) -> bool {
+        // SAFETY: per the caller; the page is only touched through `page`.
+        unsafe {
+            let used = (*page).used();
+            let head = (*page).free;
+            if used == 0 || head == block {
+                misuse(Misuse::DoubleFree, block as usize);
+            }
+            (*block).next = head;
+            (*page).free = block;
+            (*page).set_used(used - 1);
+            let class = (*page).class as usize;
+            self.class(class).frees.add(1);
+            // Slow only if the page leaves the full list, or empties and is
+            // not its class's current page (which is kept: seed 000's churn
+            // then never leaves this function).
+            if (*page).in_full || (used == 1 && self.current_page(class) != page) {
+                return self.free_slow(page);
+            }
+            false
+        }
+    }
+
+    #[cold]
+    pub(super) unsafe fn free_slow(&self, page: *mut Page) -> bool {
+        // SAFETY: owner only (caller); `page` is a slab page of this heap.
+        unsafe {
+            let class = (*page).class as usize;
+            if (*page).in_full {
+                self.local().full.remove(page);
+                (*page).clear_full();
+                self.local().queues[class].push(page);
+            }
+            if (*page).used() == 0 && self.current_page(class) != page {
+                self.release_page(page);
+                return true;
+            }
+            false
+        }
+    }
+
+    /// Usable size of the allocation at `ptr`.
+    ///
+    /// # Safety
+    /// `ptr` is a live allocation of some pagewise heap.
+    pub unsafe fn usable_size(ptr: *const u8) -> usize {
+        let addr = ptr as usize;
+        let Some(base) = registry::header_of(addr) else {
+            misuse(Misuse::Foreign, addr)
+        };
+        // SAFETY: registered segments are mapped and headed by a `Segment`.
+        let seg = unsafe { &*Segment::of(base) };
+        if seg.huge {
+            // SAFETY: the object is live (caller), so its state is stable.
+            let st = unsafe { *seg.huge_state() };
+            return st.size - (addr - base - st.offset);
+        }
+        let p = lookup_page(seg, addr);
+        // SAFETY: a descriptor of this segment; only fields fixed while the
+        // object lives are read.
+        unsafe {
+            match (*p).kind {
+                Kind::Slab => (*p).slot_size as usize,
+                Kind::Large => (*p).large_size - (addr - (*p).start),
+                _ => misuse(Misuse::DoubleFree, addr),
+            }
+        }
+    }
+}
+
+/// The first descriptor of the span containing `addr` in `seg`, checked
+/// against stale or corrupt offsets (a pointer into free memory).
+#[inline]
+pub(super) fn lookup_page(seg: &Segment, addr: usize) -> *mut Page {
+    let idx = (addr - seg.base()) >> SLICE_SHIFT;
+    if idx < crate::memory::segment::HEADER_SLICES {
+        misuse(Misuse::Foreign, addr);
+    }
+    // SAFETY: a descriptor of this segment; `slice_offset` is fixed while
+    // the span is in use (a stale one, for free memory, is range-checked).
+    let off = unsafe { (*seg.page(idx)).slice_offset } as usize;
+    if off > idx - crate::memory::segment::HEADER_SLICES {
+        misuse(Misuse::Foreign, addr);
+    }
+    seg.page(idx - off)
+}

@@ -1,0 +1,192 @@
+//! Large objects (a span of whole slices in a segment), huge objects (a
+//! segment run of their own) and reallocation.
+//!
+//! Invariants: large and huge objects change state only under the heap's
+//! span lock, so any thread may free them; a span's kind is set by the span
+//! pool when it is taken, under that lock.
+
+use super::free::lookup_page;
+use super::*;
+
+impl HeapCore {
+    #[cold]
+    #[inline(never)]
+    pub(super) unsafe fn alloc_large(&self, size: usize, align: usize) -> *mut u8 {
+        // SAFETY: forwarded.
+        unsafe { self.alloc_span(size, align).0 }
+    }
+
+    /// Allocates a large or huge object; also says whether its memory is
+    /// known to be zero.
+    pub(super) unsafe fn alloc_span(&self, size: usize, align: usize) -> (*mut u8, bool) {
+        if size > LARGE_MAX || align > LARGE_ALIGN_MAX {
+            return self.alloc_huge(size, align);
+        }
+        let n = size.max(1).div_ceil(SLICE);
+        let align_slices = (align / SLICE).max(1);
+        let now = self.source().now_ms();
+        let ctx = self.ctx();
+        let mut spans = self.spans.lock();
+        let Some((page, _)) = spans.take(&ctx, n, align_slices) else {
+            return (null_mut(), false);
+        };
+        // SAFETY: a freshly taken span, exclusively ours under the lock.
+        let start = unsafe {
+            (*page).kind = Kind::Large;
+            (*page).large_size = n * SLICE;
+            (*page).large_requested = size;
+            (*page).start
+        };
+        let newly = spans.commit_whole(page);
+        spans.counts.large_count += 1;
+        spans.counts.large_bytes += n * SLICE;
+        spans.counts.large_requested += size;
+        self.after_span_change(&ctx, &mut spans, now);
+        // Pages not committed before were never used or purged; purged ones
+        // read as zero only after MADV_DONTNEED.
+        let zero =
+            newly == n * SLICE / OS_PAGE && self.config.purge == crate::os::source::Purge::DontNeed;
+        (start as *mut u8, zero)
+    }
+
+    /// Frees a large object (any thread: the span lock serialises it).
+    pub(super) unsafe fn free_large(&self, page: *mut Page) {
+        let now = self.source().now_ms();
+        let ctx = self.ctx();
+        let mut spans = self.spans.lock();
+        // SAFETY: `page` is a span descriptor of this heap; under the lock
+        // its kind tells whether it is still a live large object.
+        let (kind, start, size, requested) = unsafe {
+            (
+                (*page).kind,
+                (*page).start,
+                (*page).large_size,
+                (*page).large_requested,
+            )
+        };
+        if kind != Kind::Large {
+            drop(spans);
+            misuse(Misuse::DoubleFree, start);
+        }
+        spans.counts.large_count -= 1;
+        spans.counts.large_bytes -= size;
+        spans.counts.large_requested -= requested;
+        spans.give_back_large(page, now);
+        self.after_span_change(&ctx, &mut spans, now);
+    }
+
+    #[cold]
+    pub(super) fn alloc_huge(&self, size: usize, align: usize) -> (*mut u8, bool) {
+        if size > isize::MAX as usize / 2 || align > 1 << 40 {
+            return (null_mut(), false);
+        }
+        let now = self.source().now_ms();
+        let ctx = self.ctx();
+        let mut spans = self.spans.lock();
+        let p = spans.take_huge(&ctx, size, align);
+        self.after_span_change(&ctx, &mut spans, now);
+        let dontneed = self.config.purge == crate::os::source::Purge::DontNeed;
+        p.map_or((null_mut(), false), |(a, fresh)| {
+            (a as *mut u8, fresh && dontneed)
+        })
+    }
+
+    /// Frees a huge object (any thread: the span lock serialises it).
+    pub(super) fn free_huge(&self, seg: &Segment, addr: usize) {
+        let now = self.source().now_ms();
+        let ctx = self.ctx();
+        let mut spans = self.spans.lock();
+        // SAFETY: the huge state is read under the span lock.
+        let st = unsafe { *seg.huge_state() };
+        if st.size == 0 {
+            drop(spans);
+            misuse(Misuse::DoubleFree, addr);
+        }
+        if addr != seg.base() + st.offset {
+            drop(spans);
+            misuse(Misuse::Misaligned, addr);
+        }
+        spans.give_back_huge(seg as *const Segment as *mut Segment, now);
+        self.after_span_change(&ctx, &mut spans, now);
+    }
+
+    /// Resizes the allocation at `ptr` (of `old_size` bytes, alignment
+    /// `align`) to `new_size`, in place when it can.
+    ///
+    /// # Safety
+    /// Owner of the calling thread's heap; `ptr` live; `current` as in `free_any`.
+    pub unsafe fn realloc(
+        &self,
+        ptr: *mut u8,
+        old_size: usize,
+        align: usize,
+        new_size: usize,
+        current: *const HeapCore,
+    ) -> *mut u8 {
+        // SAFETY: `ptr` is live (caller).
+        let usable = unsafe { HeapCore::usable_size(ptr) };
+        if new_size <= usable && (new_size >= usable / 2 || usable <= 64) {
+            return ptr;
+        }
+        // SAFETY: forwarded.
+        if unsafe { self.resize_large_in_place(ptr, new_size) } {
+            return ptr;
+        }
+        // SAFETY: owner (caller).
+        let new = unsafe { self.alloc(new_size, align) };
+        if !new.is_null() {
+            // SAFETY: both live, distinct allocations of at least this size.
+            unsafe {
+                core::ptr::copy_nonoverlapping(ptr, new, old_size.min(new_size));
+                HeapCore::free_any(ptr, current);
+            }
+        }
+        new
+    }
+
+    /// Grows or shrinks a large object of this heap in place.
+    pub(super) unsafe fn resize_large_in_place(&self, ptr: *mut u8, new_size: usize) -> bool {
+        let addr = ptr as usize;
+        let Some(base) = registry::header_of(addr) else {
+            return false;
+        };
+        // SAFETY: registered segment.
+        let seg = unsafe { &*Segment::of(base) };
+        if seg.huge || seg.heap != self.me() || new_size > LARGE_MAX || new_size <= SMALL_MAX {
+            return false;
+        }
+        let page = lookup_page(seg, addr);
+        let now = self.source().now_ms();
+        let ctx = self.ctx();
+        let mut spans = self.spans.lock();
+        // SAFETY: descriptor of this segment, read under the span lock.
+        let (kind, start, have) =
+            unsafe { ((*page).kind, (*page).start, (*page).slice_count as usize) };
+        if kind != Kind::Large || addr != start {
+            return false;
+        }
+        let want = new_size.div_ceil(SLICE);
+        let ok = if want > have {
+            spans.grow_in_place(page, want - have)
+        } else if want < have {
+            spans.shrink_in_place(page, want, now);
+            true
+        } else {
+            true
+        };
+        if ok {
+            // SAFETY: our live large span, under the lock.
+            unsafe {
+                spans.counts.large_bytes =
+                    spans.counts.large_bytes - (*page).large_size + want * SLICE;
+                spans.counts.large_requested =
+                    spans.counts.large_requested - (*page).large_requested + new_size;
+                (*page).large_size = want * SLICE;
+                (*page).large_requested = new_size;
+            }
+            spans.commit_whole(page);
+            self.after_span_change(&ctx, &mut spans, now);
+        }
+        ok
+    }
+}

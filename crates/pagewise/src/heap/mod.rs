@@ -1,0 +1,323 @@
+//! A heap: size-class queues of slab pages (owner only, no locks), the span
+//! pool (behind a lock, shared with remote frees and the purger), and the
+//! counters behind `stats()`.
+//!
+//! Fast paths:
+//! - allocate: pop the class's thread cache, else the free list of the
+//!   class's current page;
+//! - free (any thread heap's slot, by any thread with a heap): push onto the
+//!   freeing thread's cache ([`crate::heap::cache`]);
+//! - past the cache: onto the page's free list (its owner), or one CAS onto
+//!   the page's `thread_free` list (another thread).
+//!
+//! The files of this folder, by direction of travel: `alloc.rs`, `free.rs`,
+//! `remote.rs` (frees across threads), `large.rs` (large and huge objects,
+//! realloc), `maintenance.rs` (maintenance, trim, abandon), `cache.rs` (the
+//! thread cache).
+
+pub(crate) mod alloc;
+pub(crate) mod cache;
+pub(crate) mod free;
+pub(crate) mod large;
+pub(crate) mod maintenance;
+pub(crate) mod remote;
+
+use crate::config::Config;
+use crate::fault::{misuse, Misuse};
+use crate::heap::cache::ClassState;
+use crate::memory::layout::{LARGE_ALIGN_MAX, LARGE_MAX, OS_PAGE, SLICE, SLICE_SHIFT};
+use crate::memory::page::{Block, Kind, Page};
+use crate::memory::registry;
+use crate::memory::reservation::Reservations;
+use crate::memory::segment::Segment;
+use crate::memory::size_class::{class_for, class_of, CLASSES, PAGE_SLICES, SLOT_SIZE, SMALL_MAX};
+use crate::memory::spans::{Ctx, Spans};
+use crate::os::source::PageSource;
+use crate::sync::lock::Locked;
+use core::cell::UnsafeCell;
+use core::ptr::null_mut;
+use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering::*};
+
+/// A page with no slots, so the fast path needs no null check.
+struct EmptyPage(UnsafeCell<Page>);
+// SAFETY: the empty page is never written: its free list is null, so the
+// fast path falls through to the slow path, which checks for it first.
+unsafe impl Sync for EmptyPage {}
+static EMPTY_PAGE: EmptyPage = EmptyPage(UnsafeCell::new(Page::empty()));
+
+fn empty_page() -> *mut Page {
+    EMPTY_PAGE.0.get()
+}
+
+/// A single-writer counter: the owner updates it with a plain load and
+/// store (no locked instruction); other threads read it for stats.
+#[derive(Default)]
+pub struct Counter(AtomicU64);
+
+impl Counter {
+    pub(crate) const fn zero() -> Counter {
+        Counter(AtomicU64::new(0))
+    }
+    #[inline]
+    pub(crate) fn add(&self, n: u64) {
+        self.0.store(self.0.load(Relaxed).wrapping_add(n), Relaxed);
+    }
+    #[inline]
+    pub(crate) fn sub(&self, n: u64) {
+        self.0.store(self.0.load(Relaxed).wrapping_sub(n), Relaxed);
+    }
+    /// The current value.
+    pub fn get(&self) -> u64 {
+        self.0.load(Relaxed)
+    }
+}
+
+#[derive(Clone, Copy)]
+struct Queue {
+    head: *mut Page,
+    len: usize,
+}
+
+impl Queue {
+    const EMPTY: Queue = Queue {
+        head: null_mut(),
+        len: 0,
+    };
+    fn push(&mut self, p: *mut Page) {
+        // SAFETY: `p` is a slab page of this heap, on no queue.
+        unsafe {
+            (*p).prev = null_mut();
+            (*p).next = self.head;
+            if !self.head.is_null() {
+                (*self.head).prev = p;
+            }
+        }
+        self.head = p;
+        self.len += 1;
+    }
+    fn remove(&mut self, p: *mut Page) {
+        // SAFETY: `p` is on this queue.
+        unsafe {
+            if (*p).prev.is_null() {
+                self.head = (*p).next;
+            } else {
+                (*(*p).prev).next = (*p).next;
+            }
+            if !(*p).next.is_null() {
+                (*(*p).next).prev = (*p).prev;
+            }
+            (*p).next = null_mut();
+            (*p).prev = null_mut();
+        }
+        self.len -= 1;
+    }
+}
+
+/// What only the owning thread touches.
+struct Local {
+    queues: [Queue; CLASSES],
+    full: Queue,
+    next_maintenance: u64,
+}
+
+/// Slab pages of one class in a heap (owner-maintained).
+pub struct PageCounts {
+    /// Slab pages of the class.
+    pub pages: Counter,
+    /// Slots those pages can hold.
+    pub slots: Counter,
+}
+
+impl PageCounts {
+    const fn zero() -> PageCounts {
+        PageCounts {
+            pages: Counter::zero(),
+            slots: Counter::zero(),
+        }
+    }
+}
+
+/// One heap. Lives in memory from the page source (never the global
+/// allocator) at a fixed address: pages point back to it.
+pub struct HeapCore {
+    /// The current page of each class. Atomic only so that `stats()` can
+    /// read it from another thread; the owner uses plain loads and stores.
+    direct: [AtomicPtr<Page>; CLASSES],
+    local: UnsafeCell<Local>,
+    /// Frees from other threads into pages on the full list.
+    delayed: AtomicPtr<Block>,
+    /// Span pool, shared with remote large frees and the purger.
+    pub spans: Locked<Spans>,
+    /// Per size class, at index `class + 1`: its cache, geometry and
+    /// counters. Index 0 is a state no address passes, so the free path can
+    /// index by the slab table's entry (`class + 1`, or 0 outside slab
+    /// pages) without checking for 0 first. Read through [`HeapCore::class`].
+    states: [ClassState; CLASSES + 1],
+    /// Per class: slab pages and the slots they hold.
+    pub page_counts: [PageCounts; CLASSES],
+    /// Committed bytes in slab pages (owner-maintained).
+    pub slab_committed: Counter,
+    /// Highest `slab_committed + span_committed` seen.
+    pub peak_committed: Counter,
+    /// The span pool's committed bytes as last published (under its lock).
+    pub span_committed: Counter,
+    source: *const dyn PageSource,
+    reservations: *const Locked<Reservations>,
+    /// Retention policy.
+    pub config: Config,
+    /// Set by `trim()` of another thread: empty the caches at the next slow path.
+    pub flush_requested: AtomicBool,
+    /// Thread that owns the heap (0: none, abandoned).
+    pub owner: AtomicUsize,
+    /// Next heap in the list of all heaps.
+    pub next_heap: AtomicPtr<HeapCore>,
+    /// Next heap in the list of abandoned heaps.
+    pub next_abandoned: *mut HeapCore,
+    /// Earliest time a retained span of this heap expires (u64::MAX: none).
+    pub next_deadline: AtomicU64,
+    /// A thread heap of the global allocator (serviced by the purger).
+    pub global: bool,
+}
+
+// SAFETY: owner-only state is behind `local` and only touched by the owning
+// thread (documented on each method); everything else is atomic or locked.
+unsafe impl Sync for HeapCore {}
+// SAFETY: as above; a heap moves between threads only when abandoned/adopted.
+unsafe impl Send for HeapCore {}
+
+impl HeapCore {
+    /// Builds a heap in place.
+    ///
+    /// # Safety
+    /// `at` is writable, aligned memory for a `HeapCore`; `source` and
+    /// `reservations` outlive the heap.
+    pub unsafe fn init_at(
+        at: *mut HeapCore,
+        source: *const dyn PageSource,
+        reservations: *const Locked<Reservations>,
+        config: Config,
+        global: bool,
+    ) {
+        let heap = HeapCore {
+            direct: [const { AtomicPtr::new(null_mut()) }; CLASSES],
+            local: UnsafeCell::new(Local {
+                queues: [Queue::EMPTY; CLASSES],
+                full: Queue::EMPTY,
+                next_maintenance: 0,
+            }),
+            delayed: AtomicPtr::new(null_mut()),
+            spans: Locked::new(Spans::new()),
+            states: ClassState::all(),
+            page_counts: [const { PageCounts::zero() }; CLASSES],
+            slab_committed: Counter::zero(),
+            peak_committed: Counter::zero(),
+            span_committed: Counter::zero(),
+            source,
+            reservations,
+            config,
+            flush_requested: AtomicBool::new(false),
+            owner: AtomicUsize::new(0),
+            next_heap: AtomicPtr::new(null_mut()),
+            next_abandoned: null_mut(),
+            next_deadline: AtomicU64::new(u64::MAX),
+            global,
+        };
+        for d in &heap.direct {
+            d.store(empty_page(), Relaxed);
+        }
+        // SAFETY: per the caller.
+        unsafe { at.write(heap) };
+    }
+
+    /// The state (cache, geometry, counters) of size class `class`.
+    #[inline]
+    pub fn class(&self, class: usize) -> &ClassState {
+        &self.states[class + 1]
+    }
+
+    /// The states of all size classes, in class order.
+    pub fn class_states(&self) -> &[ClassState] {
+        &self.states[1..]
+    }
+
+    #[inline]
+    fn current_page(&self, class: usize) -> *mut Page {
+        self.direct[class].load(Relaxed)
+    }
+
+    #[inline]
+    fn set_current_page(&self, class: usize, page: *mut Page) {
+        self.direct[class].store(page, Relaxed);
+    }
+
+    /// Per class: 1 if the class's current page holds no live slot.
+    ///
+    /// Safe to call from any thread while the heap's segments stay mapped
+    /// (the caller holds the reservation lock, so no trim unmaps them).
+    pub fn empty_pages_by_class(&self) -> [u8; CLASSES] {
+        let mut out = [0u8; CLASSES];
+        for (c, o) in out.iter_mut().enumerate() {
+            let p = self.current_page(c);
+            // SAFETY: a current page is the empty sentinel or a descriptor in
+            // a mapped segment header; `used` is atomic.
+            if p != empty_page() && unsafe { (*p).used() } == 0 {
+                *o = 1;
+            }
+        }
+        out
+    }
+
+    fn me(&self) -> *mut u8 {
+        self as *const HeapCore as *mut u8
+    }
+
+    /// The page source.
+    pub fn source(&self) -> &dyn PageSource {
+        // SAFETY: the source outlives the heap (init_at contract).
+        unsafe { &*self.source }
+    }
+
+    fn ctx(&self) -> Ctx<'_> {
+        Ctx {
+            source: self.source(),
+            // SAFETY: outlives the heap (init_at contract).
+            reservations: unsafe { &*self.reservations },
+            heap: self.me(),
+            config: &self.config,
+        }
+    }
+
+    /// # Safety
+    /// Only the owning thread may call this, and not reentrantly.
+    #[allow(clippy::mut_from_ref)]
+    #[inline]
+    unsafe fn local(&self) -> &mut Local {
+        // SAFETY: forwarded from the caller.
+        unsafe { &mut *self.local.get() }
+    }
+
+    /// After a span operation (span lock held): purge what has expired or
+    /// exceeds the cap, publish the next deadline for the background purger,
+    /// and track the peak.
+    fn after_span_change(&self, ctx: &Ctx, spans: &mut Spans, now: u64) {
+        let due = self.next_deadline.load(Relaxed) <= now
+            || spans.retained() > self.config.retain_max_bytes;
+        if due || spans.retained() > 0 && self.next_deadline.load(Relaxed) == u64::MAX {
+            let next = spans.decay(ctx, now, false);
+            self.next_deadline.store(next.unwrap_or(u64::MAX), Relaxed);
+        }
+        self.span_committed
+            .0
+            .store(spans.counts.committed as u64, Relaxed);
+        self.note_peak();
+    }
+
+    /// Records a new peak of committed bytes (slab pages plus the span
+    /// pool's last published figure).
+    fn note_peak(&self) {
+        let total = self.slab_committed.get() + self.span_committed.get();
+        if total > self.peak_committed.get() {
+            self.peak_committed.0.store(total, Relaxed);
+        }
+    }
+}

@@ -1,0 +1,194 @@
+//! The remote-free protocol: slots freed by a thread other than their
+//! page's owner, and slots going home from a thread cache.
+//!
+//! - A slot of another heap's page goes onto the page's `thread_free` list
+//!   with one CAS (one per run of slots of the same page).
+//! - The first such free into a page on its owner's full list goes to the
+//!   heap's `delayed` list instead, so the owner notices the page has room
+//!   again; the `DELAYED`/`NOTIFIED` state in `thread_free` settles the race
+//!   (`memory::page`).
+//! - The owner takes `thread_free` lists whole (one CAS) and the `delayed`
+//!   list whole (one swap), and only then touches the slots.
+
+use super::free::lookup_page;
+use super::*;
+
+impl HeapCore {
+    /// Sends the cached slots of `class` back to their pages, all but the
+    /// `keep` most recent.
+    ///
+    /// # Safety
+    /// Owner only.
+    pub(super) unsafe fn flush_cache(&self, class: usize, keep: u32) {
+        // SAFETY: owner only; the detached list holds live slots of this
+        // class, of this heap's pages or other heaps' (which outlive them).
+        unsafe {
+            let mut b = self.class(class).take_older(keep);
+            // Slots of one page of another heap that come in a row go home
+            // as one chain, with one CAS (a producer's objects often come
+            // from the same page).
+            let mut run = RemoteRun::EMPTY;
+            while !b.is_null() {
+                let next = (*b).next;
+                // Owner and page from the segment header's read-mostly
+                // fields, not from the descriptor, which its owner rewrites
+                // on every allocation (cached slots passed the free checks).
+                let seg = &*Segment::of(crate::memory::layout::segment_base(b as usize));
+                let page = seg.slab_page(b as usize);
+                if seg.heap == self.me() {
+                    let _ = self.free_local(page, b);
+                } else if page == run.page {
+                    (*run.last).next = b;
+                    run.last = b;
+                    run.count += 1;
+                } else {
+                    run.send();
+                    run = RemoteRun {
+                        page,
+                        first: b,
+                        last: b,
+                        count: 1,
+                    };
+                }
+                b = next;
+            }
+            run.send();
+        }
+    }
+
+    /// Empties every class's cache. Owner only.
+    pub(super) unsafe fn flush_caches(&self) {
+        for class in 0..CLASSES {
+            // SAFETY: owner only (caller).
+            unsafe { self.flush_cache(class, 0) };
+        }
+    }
+
+    /// Handles frees that other threads made into pages on the full list.
+    pub(super) unsafe fn process_delayed(&self) {
+        if self.delayed.load(Relaxed).is_null() {
+            return;
+        }
+        let mut b = self.delayed.swap(null_mut(), Acquire);
+        while !b.is_null() {
+            // SAFETY: the delayed list holds slots of this heap's pages,
+            // pushed by `free_remote`; we own the list after the swap.
+            unsafe {
+                let next = (*b).next;
+                let seg = &*Segment::of(crate::memory::layout::segment_base(b as usize));
+                let page = lookup_page(seg, b as usize);
+                let _ = self.free_local(page, b);
+                b = next;
+            }
+        }
+    }
+
+    /// Takes in every slot other threads freed into this heap's pages
+    /// (the owner would on its next slow paths), so counters show them as
+    /// free. Owner only.
+    pub unsafe fn collect_remote(&self) {
+        // SAFETY: owner only (caller); queue and full-list entries are slab
+        // pages of this heap, and collecting moves no page between lists.
+        unsafe {
+            self.process_delayed();
+            for class in 0..CLASSES {
+                let mut p = self.local().queues[class].head;
+                while !p.is_null() {
+                    let n = (*p).collect_thread_free();
+                    self.class(class).frees.add(n as u64);
+                    p = (*p).next;
+                }
+            }
+            let mut p = self.local().full.head;
+            while !p.is_null() {
+                let n = (*p).collect_thread_free();
+                self.class((*p).class as usize).frees.add(n as u64);
+                p = (*p).next;
+            }
+        }
+    }
+}
+
+/// Consecutive slots of one page of another heap, linked first to last.
+pub(super) struct RemoteRun {
+    page: *mut Page,
+    first: *mut Block,
+    last: *mut Block,
+    count: usize,
+}
+
+impl RemoteRun {
+    const EMPTY: RemoteRun = RemoteRun {
+        page: null_mut(),
+        first: null_mut(),
+        last: null_mut(),
+        count: 0,
+    };
+
+    /// Frees the run to its page (nothing if empty).
+    ///
+    /// # Safety
+    /// The run holds live slots of `page`, whose heap outlives them.
+    unsafe fn send(&mut self) {
+        if self.page.is_null() {
+            return;
+        }
+        // SAFETY: per the caller; the chain ends at `last`.
+        unsafe {
+            (*self.last).next = null_mut();
+            let mut first = self.first;
+            let mut count = self.count;
+            // A page on its owner's full list takes the first slot through
+            // the heap's delayed list (`free_remote`); the rest go on.
+            while !(*self.page).push_remote_chain(first, self.last, count) {
+                let rest = (*first).next;
+                (*first).next = null_mut();
+                free_to_delayed(self.page, first);
+                if rest.is_null() {
+                    break;
+                }
+                first = rest;
+                count -= 1;
+            }
+        }
+        *self = RemoteRun::EMPTY;
+    }
+}
+
+/// Frees a slot of a page owned by another thread's heap.
+///
+/// # Safety
+/// `block` is a live slot of `page`; the page's heap outlives it.
+#[inline]
+pub(super) unsafe fn free_remote(page: *mut Page, block: *mut Block) {
+    // SAFETY: per the caller.
+    unsafe {
+        if !(*page).push_remote(block) {
+            free_to_delayed(page, block);
+        }
+    }
+}
+
+/// Puts a slot on its heap's delayed list: the first remote free into a
+/// page on the owner's full list, which tells the owner the page has room.
+///
+/// # Safety
+/// `block` is a live slot of `page`, whose heap outlives it; `push_remote`
+/// just claimed the notification for it.
+unsafe fn free_to_delayed(page: *mut Page, block: *mut Block) {
+    // SAFETY: per the caller.
+    unsafe {
+        let heap = &*((*page).heap as *const HeapCore);
+        let mut head = heap.delayed.load(Relaxed);
+        loop {
+            (*block).next = head;
+            match heap
+                .delayed
+                .compare_exchange_weak(head, block, Release, Relaxed)
+            {
+                Ok(_) => return,
+                Err(seen) => head = seen,
+            }
+        }
+    }
+}

@@ -1,0 +1,12 @@
+//! Memory: the geometry of address space (`layout`), the size classes,
+//! reservations carved into segments, page descriptors, and the span pool
+//! of each heap. No thread policy lives here: callers hold the locks these
+//! types ask for.
+
+pub mod layout;
+pub(crate) mod page;
+pub(crate) mod registry;
+pub(crate) mod reservation;
+pub(crate) mod segment;
+pub mod size_class;
+pub(crate) mod spans;

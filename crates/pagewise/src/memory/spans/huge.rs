@@ -1,0 +1,135 @@
+//! The huge-object cache: a freed huge object's segment run is kept whole
+//! for the next huge request it fits, and purged after the decay delay.
+//! Runs under the heap's span lock.
+
+use super::*;
+
+impl Spans {
+    /// Allocates a huge object: reuses the smallest cached run that fits
+    /// (at most twice the need, lowest address on ties), else takes a new
+    /// run of segments. Also says whether no page of it was committed
+    /// (fresh or purged).
+    pub fn take_huge(&mut self, ctx: &Ctx, size: usize, align: usize) -> Option<(usize, bool)> {
+        let offset = align.max(HEADER_SLICES * SLICE);
+        let usable = align_up(size, OS_PAGE);
+        let need = offset + usable;
+        let seg = match self.best_cached_huge(need, align) {
+            Some(h) => {
+                self.unlink(h, true);
+                // SAFETY: a cached huge header we own again (lock held).
+                let st = unsafe { &*(*h).huge_state() };
+                if st.dirty {
+                    self.counts.retained -= st.committed;
+                }
+                h
+            }
+            None => {
+                let nsegs = need.div_ceil(SEGMENT);
+                let base = ctx.reservations.lock().take(
+                    ctx.source,
+                    nsegs,
+                    align.max(SEGMENT),
+                    ctx.config.reservation_bytes,
+                )?;
+                self.counts.segments += 1;
+                self.counts.metadata += HEADER_PAGES * OS_PAGE;
+                crate::memory::registry::mark_huge(base);
+                // SAFETY: the run is ours; fresh, or its header was zeroed on release.
+                unsafe { Segment::init(base, nsegs, ctx.heap, true) }
+            }
+        };
+        // SAFETY: the huge state of a run we own, under the lock.
+        let st = unsafe { &mut *(*seg).huge_state() };
+        // Committed: whatever the object spans, beyond what was already dirty.
+        let before = st.committed;
+        let after = before.max(usable);
+        *st = Huge {
+            dirty: true,
+            offset,
+            size: usable,
+            requested: size,
+            freed_at: st.freed_at,
+            committed: after,
+        };
+        self.add_committed(after - before);
+        self.counts.huge_count += 1;
+        self.counts.huge_bytes += usable;
+        self.counts.huge_requested += size;
+        Some((seg as usize + offset, before == 0))
+    }
+
+    pub(super) fn best_cached_huge(&self, need: usize, align: usize) -> Option<*mut Segment> {
+        let mut best: Option<(usize, *mut Segment)> = None;
+        let mut h = self.huge_cache;
+        while !h.is_null() {
+            // SAFETY: cache entries are huge segment headers of this heap.
+            let (cap, next) = unsafe { ((*h).nsegs * SEGMENT, (*(*h).links()).next) };
+            let aligned = align <= SEGMENT || (h as usize) % align == 0;
+            if cap >= need
+                && cap <= 2 * need
+                && aligned
+                && best.is_none_or(|(c, b)| cap < c || (cap == c && h < b))
+            {
+                best = Some((cap, h));
+            }
+            h = next;
+        }
+        best.map(|(_, h)| h)
+    }
+
+    /// Frees a huge object into the cache (retained, purged after the delay).
+    pub fn give_back_huge(&mut self, seg: *mut Segment, now: u64) {
+        // SAFETY: `seg` is a huge header of this heap holding a live object;
+        // its state changes under the span lock.
+        let st = unsafe { &mut *(*seg).huge_state() };
+        self.counts.huge_count -= 1;
+        self.counts.huge_bytes -= st.size;
+        self.counts.huge_requested -= st.requested;
+        st.size = 0;
+        st.requested = 0;
+        st.freed_at = now;
+        self.counts.retained += st.committed;
+        // SAFETY: links of a header we own, under the lock.
+        unsafe {
+            let l = (*seg).links();
+            (*l).prev = null_mut();
+            (*l).next = self.huge_cache;
+            if !self.huge_cache.is_null() {
+                (*(*self.huge_cache).links()).prev = seg;
+            }
+        }
+        self.huge_cache = seg;
+    }
+
+    pub(super) fn decay_huge(&mut self, ctx: &Ctx, now: u64, force: bool) {
+        let delay = ctx.config.decay_ms;
+        let mut h = self.huge_cache;
+        while !h.is_null() {
+            // SAFETY: cache entries are huge headers of this heap (lock held).
+            let (st, next, base) =
+                unsafe { (&mut *(*h).huge_state(), (*(*h).links()).next, (*h).base()) };
+            let over_cap = self.counts.retained > ctx.config.retain_max_bytes;
+            if st.dirty && (force || over_cap || st.freed_at + delay <= now) {
+                let bytes = st.committed;
+                // SAFETY: the cached object is dead; the range is page-aligned and mapped.
+                let ok = unsafe {
+                    ctx.source.purge(
+                        NonNull::new_unchecked((base + st.offset) as *mut u8),
+                        bytes,
+                        ctx.config.purge,
+                    )
+                };
+                if ok {
+                    st.dirty = false;
+                    st.committed = 0;
+                    self.counts.retained -= bytes;
+                    self.counts.committed -= bytes;
+                    self.counts.purged += bytes;
+                } else {
+                    self.counts.purge_failures += 1;
+                }
+            }
+            h = next;
+        }
+    }
+}

@@ -1,0 +1,127 @@
+//! Retention: every free span with committed pages sits on a FIFO with the
+//! time it was freed; the decay purges those older than the delay, then the
+//! oldest while retention exceeds the cap (one `madvise` per run of
+//! committed pages). Runs under the heap's span lock.
+
+use super::*;
+
+impl Spans {
+    pub(super) fn is_dirty(&self, f: *mut Page) -> bool {
+        // SAFETY: a free span descriptor (lock held).
+        unsafe { (*f).in_dirty }
+    }
+
+    pub(super) fn dirty_push(&mut self, f: *mut Page) {
+        // SAFETY: `f` is a free span descriptor not on the FIFO (lock held).
+        unsafe {
+            (*f).in_dirty = true;
+            (*f).dirty_next = null_mut();
+            (*f).dirty_prev = self.dirty_tail;
+            if self.dirty_tail.is_null() {
+                self.dirty_head = f;
+            } else {
+                (*self.dirty_tail).dirty_next = f;
+            }
+        }
+        self.dirty_tail = f;
+    }
+
+    pub(super) fn dirty_unlink(&mut self, f: *mut Page) {
+        // SAFETY: `f` is on the FIFO (lock held).
+        unsafe {
+            (*f).in_dirty = false;
+            if (*f).dirty_prev.is_null() {
+                self.dirty_head = (*f).dirty_next;
+            } else {
+                (*(*f).dirty_prev).dirty_next = (*f).dirty_next;
+            }
+            if (*f).dirty_next.is_null() {
+                self.dirty_tail = (*f).dirty_prev;
+            } else {
+                (*(*f).dirty_next).dirty_prev = (*f).dirty_prev;
+            }
+        }
+    }
+
+    pub(super) fn purge_span(&mut self, ctx: &Ctx, f: *mut Page) {
+        let seg = seg_of(f);
+        let idx = seg.index_of(f);
+        let n = count_of(f);
+        // SAFETY: a free span on the FIFO (lock held).
+        let dirty = unsafe { (*f).dirty_pages } as usize;
+        self.counts.retained -= dirty * OS_PAGE;
+        self.dirty_unlink(f);
+        let base = seg.base();
+        let mut failed = false;
+        let cleared = seg.drain_committed(
+            idx * OS_PAGES_PER_SLICE,
+            n * OS_PAGES_PER_SLICE,
+            |first, count| {
+                let addr = base + first * OS_PAGE;
+                // SAFETY: the run is inside a free span (no live data), page-aligned,
+                // in a mapped segment of this source.
+                let ok = unsafe {
+                    ctx.source.purge(
+                        NonNull::new_unchecked(addr as *mut u8),
+                        count * OS_PAGE,
+                        ctx.config.purge,
+                    )
+                };
+                failed |= !ok;
+                ok
+            },
+        );
+        self.counts.committed -= cleared * OS_PAGE;
+        self.counts.purged += cleared * OS_PAGE;
+        // SAFETY: as above.
+        unsafe { (*f).dirty_pages = (dirty - cleared) as u32 };
+        if failed {
+            self.counts.purge_failures += 1;
+            self.counts.retained += (dirty - cleared) * OS_PAGE;
+            self.dirty_push(f);
+        }
+    }
+
+    /// Purges retained spans whose decay delay has passed (all of them if
+    /// `force`), then the oldest ones while retention exceeds the cap.
+    /// Returns the time of the next deadline, if anything is still retained.
+    pub fn decay(&mut self, ctx: &Ctx, now: u64, force: bool) -> Option<u64> {
+        let delay = ctx.config.decay_ms;
+        while !self.dirty_head.is_null() {
+            let f = self.dirty_head;
+            // SAFETY: FIFO entries are free span descriptors.
+            let expired = force || unsafe { (*f).freed_at } + delay <= now;
+            if !expired && self.counts.retained <= ctx.config.retain_max_bytes {
+                break;
+            }
+            self.purge_span(ctx, f);
+            if self.dirty_tail == f && self.is_dirty(f) {
+                break; // the purge failed and it went back on the FIFO: do not spin
+            }
+        }
+        self.decay_huge(ctx, now, force);
+        let mut next = None;
+        if !self.dirty_head.is_null() {
+            // SAFETY: as above.
+            next = Some(unsafe { (*self.dirty_head).freed_at } + delay);
+        }
+        let mut h = self.huge_cache;
+        while !h.is_null() {
+            // SAFETY: cache entries are huge segment headers of this heap.
+            unsafe {
+                let st = *(*h).huge_state();
+                if st.dirty {
+                    let d = st.freed_at + delay;
+                    next = Some(next.map_or(d, |n: u64| n.min(d)));
+                }
+                h = (*(*h).links()).next;
+            }
+        }
+        next
+    }
+
+    /// Committed bytes currently retained (free spans and cached huge runs).
+    pub fn retained(&self) -> usize {
+        self.counts.retained
+    }
+}

@@ -1,0 +1,5 @@
+//! The OS layer: every system call pagewise makes is in this folder.
+//! Everything above it is policy, tested against [`source::FakePages`].
+
+pub(crate) mod protect;
+pub mod source;
