@@ -121,8 +121,13 @@ impl HeapCore {
         // SAFETY: `lookup_page` returns a descriptor of this segment. Only
         // fields fixed while the span is in use are read here (the page may
         // belong to another thread, which mutates its other fields).
-        let (kind, heap, start) =
-            unsafe { ((*page).kind, (*page).heap as *const HeapCore, (*page).start) };
+        let (kind, heap, start) = unsafe {
+            (
+                (*page).kind(),
+                (*page).heap as *const HeapCore,
+                (*page).start,
+            )
+        };
         match kind {
             Kind::Slab => {
                 // SAFETY: as above; slot geometry is fixed for a slab's life.
@@ -245,7 +250,7 @@ impl HeapCore {
         // SAFETY: a descriptor of this segment; only fields fixed while the
         // object lives are read.
         unsafe {
-            match (*p).kind {
+            match (*p).kind() {
                 Kind::Slab => (*p).slot_size as usize,
                 Kind::Large => (*p).large_size - (addr - (*p).start),
                 _ => misuse(Misuse::DoubleFree, addr),

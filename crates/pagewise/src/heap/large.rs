@@ -27,12 +27,11 @@ impl HeapCore {
         let now = self.source().now_ms();
         let ctx = self.ctx();
         let mut spans = self.spans.lock();
-        let Some((page, _)) = spans.take(&ctx, n, align_slices) else {
+        let Some((page, _)) = spans.take_large(&ctx, n, align_slices) else {
             return (null_mut(), false);
         };
         // SAFETY: a freshly taken span, exclusively ours under the lock.
         let start = unsafe {
-            (*page).kind = Kind::Large;
             (*page).large_size = n * SLICE;
             (*page).large_requested = size;
             (*page).start
@@ -58,7 +57,7 @@ impl HeapCore {
         // its kind tells whether it is still a live large object.
         let (kind, start, size, requested) = unsafe {
             (
-                (*page).kind,
+                (*page).kind(),
                 (*page).start,
                 (*page).large_size,
                 (*page).large_requested,
@@ -161,7 +160,7 @@ impl HeapCore {
         let mut spans = self.spans.lock();
         // SAFETY: descriptor of this segment, read under the span lock.
         let (kind, start, have) =
-            unsafe { ((*page).kind, (*page).start, (*page).slice_count as usize) };
+            unsafe { ((*page).kind(), (*page).start, (*page).slice_count as usize) };
         if kind != Kind::Large || addr != start {
             return false;
         }

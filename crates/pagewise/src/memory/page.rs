@@ -11,8 +11,9 @@
 //! OS pages of a slab page can be given back while others hold live slots.
 
 use crate::memory::layout::OS_PAGE;
+use crate::memory::spans::Spans;
 use core::ptr::null_mut;
-use core::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
+use core::sync::atomic::{AtomicU32, AtomicU8, AtomicUsize, Ordering};
 
 /// What a span is used for. Stored in the span's first descriptor.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -94,8 +95,11 @@ pub struct Page {
     pub slot_size: u32,
     /// Address of the span's first byte.
     pub start: usize,
-    /// What the span is.
-    pub kind: Kind,
+    /// What the span is (a `Kind`). Private: it changes only through
+    /// [`Page::set_kind`], which asks for the span pool (so its lock), the
+    /// lock under which free neighbours are merged. Atomic so that a free on
+    /// another thread may read it without that lock.
+    kind: AtomicU8,
     /// Size class (slab).
     pub class: u8,
     /// On the heap's full list.
@@ -141,7 +145,7 @@ impl Page {
             reserved: 0,
             slot_size: 0,
             start: 0,
-            kind: Kind::Free,
+            kind: AtomicU8::new(Kind::Free as u8),
             class: 0,
             in_full: false,
             in_dirty: false,
@@ -161,9 +165,41 @@ impl Page {
         }
     }
 
+    /// What the span is. Any thread may ask; for a span another thread may
+    /// be changing, the answer is only as good as the caller's lock.
+    #[inline]
+    pub fn kind(&self) -> Kind {
+        match self.kind.load(Ordering::Relaxed) {
+            0 => Kind::Free,
+            1 => Kind::Slab,
+            2 => Kind::Large,
+            _ => Kind::Header,
+        }
+    }
+
+    /// Changes what the span is. The span pool in hand (`&mut Spans`, which
+    /// only its lock guard gives) is the proof that no other thread is
+    /// merging free spans meanwhile: a span must never be seen free while it
+    /// is not in the pool, nor in use while it is.
+    #[inline]
+    pub fn set_kind(&self, kind: Kind, _pool: &mut Spans) {
+        self.kind.store(kind as u8, Ordering::Relaxed);
+    }
+
+    /// Marks a descriptor of a fresh segment's header slices.
+    ///
+    /// # Safety
+    /// The segment is not yet published: no other thread can see it.
+    pub unsafe fn init_header(&mut self, slices: u32, offset: u32, start: usize) {
+        *self.kind.get_mut() = Kind::Header as u8;
+        self.slice_count = slices;
+        self.slice_offset = offset;
+        self.start = start;
+    }
+
     /// Makes this span a slab page for `class` with `slot` bytes per slot.
     pub fn init_slab(&mut self, class: usize, slot: usize, bytes: usize, heap: *mut u8) {
-        self.kind = Kind::Slab;
+        debug_assert_eq!(self.kind(), Kind::Slab, "taken as a slab span");
         self.class = class as u8;
         self.slot_size = slot as u32;
         self.reserved = (bytes / slot) as u32;
@@ -401,6 +437,7 @@ mod tests {
 
     fn page_over(buf: &mut [u64], slot: usize) -> Page {
         let mut p = Page::empty();
+        p.set_kind(Kind::Slab, &mut Spans::new());
         p.start = buf.as_mut_ptr() as usize;
         p.init_slab(3, slot, buf.len() * 8, null_mut());
         p

@@ -9,7 +9,7 @@
 use crate::memory::layout::{
     OS_PAGE, OS_PAGES_PER_SEGMENT, SLICE, SLICES_PER_SEGMENT, SLICE_SHIFT,
 };
-use crate::memory::page::{Kind, Page};
+use crate::memory::page::Page;
 use core::cell::UnsafeCell;
 use core::ptr::null_mut;
 use core::sync::atomic::{AtomicU16, AtomicU64, Ordering::Relaxed};
@@ -142,11 +142,9 @@ impl Segment {
                 free_slices: 0,
             };
             for i in 0..HEADER_SLICES {
-                let h = (*seg).slices[i].get_mut();
-                h.kind = Kind::Header;
-                h.slice_count = HEADER_SLICES as u32;
-                h.slice_offset = i as u32;
-                h.start = base;
+                (*seg).slices[i]
+                    .get_mut()
+                    .init_header(HEADER_SLICES as u32, i as u32, base);
             }
             (*seg).set_committed(0, HEADER_PAGES);
         }

@@ -175,7 +175,7 @@ impl Spans {
         // SAFETY: `f` and the span's last descriptor belong to this segment;
         // the span lock is held, so no one else touches free spans.
         unsafe {
-            (*f).kind = Kind::Free;
+            (*f).set_kind(Kind::Free, self);
             (*f).slice_count = n as u32;
             (*f).slice_offset = 0;
             (*f).start = seg.slice_addr(idx);
@@ -241,13 +241,47 @@ impl Spans {
         dirty
     }
 
+    /// Takes a span of `n` slices for a large object, its start aligned to
+    /// `align_slices` slices (1 for no alignment): best fit, lowest
+    /// address; see [`Spans::take`].
+    pub fn take_large(
+        &mut self,
+        ctx: &Ctx,
+        n: usize,
+        align_slices: usize,
+    ) -> Option<(*mut Page, usize)> {
+        self.take(ctx, n, align_slices, Kind::Large)
+    }
+
     /// Takes a span of `n` slices whose start is aligned to `align_slices`
     /// slices (1 for no alignment): best fit, lowest address. Maps a new
     /// segment if no free span fits. Every descriptor of the span points
-    /// back to its first; committed bits are the caller's business.
+    /// back to its first, and the span is `kind` before the lock is let go
+    /// (a span out of the pool but still marked free would be merged by the
+    /// next neighbour freed). Committed bits are the caller's business.
     /// Returns the span and how many of its OS pages are committed.
-    pub fn take(&mut self, ctx: &Ctx, n: usize, align_slices: usize) -> Option<(*mut Page, usize)> {
+    fn take(
+        &mut self,
+        ctx: &Ctx,
+        n: usize,
+        align_slices: usize,
+        kind: Kind,
+    ) -> Option<(*mut Page, usize)> {
         debug_assert!(n >= 1 && n + align_slices - 1 <= SPAN_SLICES);
+        debug_assert!(kind == Kind::Slab || kind == Kind::Large);
+        let (p, dirty) = self.take_free(ctx, n, align_slices)?;
+        // SAFETY: a span just carved out of the pool, ours under the lock.
+        unsafe { (*p).set_kind(kind, self) };
+        Some((p, dirty))
+    }
+
+    /// The part of [`Spans::take`] that finds and carves the span.
+    fn take_free(
+        &mut self,
+        ctx: &Ctx,
+        n: usize,
+        align_slices: usize,
+    ) -> Option<(*mut Page, usize)> {
         if align_slices == 1 && !self.recent.is_null() && count_of(self.recent) == n {
             let p = self.recent;
             let dirty = self.remove(p);
@@ -332,7 +366,7 @@ impl Spans {
     /// retained dirty) leave this pool's accounting: the caller counts them.
     /// Returns the page and its committed bytes.
     pub fn take_for_slab(&mut self, ctx: &Ctx, n: usize) -> Option<(*mut Page, usize)> {
-        let (p, dirty) = self.take(ctx, n, 1)?;
+        let (p, dirty) = self.take(ctx, n, 1, Kind::Slab)?;
         let bytes = dirty * OS_PAGE;
         self.counts.committed -= bytes;
         Some((p, bytes))
@@ -384,8 +418,8 @@ impl Spans {
         // Loops: next to the recent span (kept unmerged) a free neighbour
         // may have a free neighbour of its own.
         unsafe {
-            (*p).kind = Kind::Free;
-            while idx + n < SLICES_PER_SEGMENT && (*seg.page(idx + n)).kind == Kind::Free {
+            (*p).set_kind(Kind::Free, self);
+            while idx + n < SLICES_PER_SEGMENT && (*seg.page(idx + n)).kind() == Kind::Free {
                 let next = seg.page(idx + n);
                 n += count_of(next);
                 dirty += self.remove(next);
@@ -393,7 +427,7 @@ impl Spans {
             while idx > HEADER_SLICES {
                 let before = idx - 1;
                 let first = before - (*seg.page(before)).slice_offset as usize;
-                if first < HEADER_SLICES || (*seg.page(first)).kind != Kind::Free {
+                if first < HEADER_SLICES || (*seg.page(first)).kind() != Kind::Free {
                     break;
                 }
                 dirty += self.remove(seg.page(first));
@@ -413,7 +447,7 @@ impl Spans {
         let end = idx + n;
         // SAFETY: descriptors of this segment, under the lock.
         unsafe {
-            if end >= SLICES_PER_SEGMENT || (*seg.page(end)).kind != Kind::Free {
+            if end >= SLICES_PER_SEGMENT || (*seg.page(end)).kind() != Kind::Free {
                 return false;
             }
             let next = seg.page(end);
@@ -462,5 +496,62 @@ impl Spans {
 impl Default for Spans {
     fn default() -> Self {
         Self::new()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::os::source::FakePages;
+
+    /// The free spans in the bins, as (first slice index, slices).
+    fn free_spans(spans: &Spans) -> Vec<(usize, usize)> {
+        let mut out = Vec::new();
+        for &head in spans.bins.iter() {
+            let mut f = head;
+            while !f.is_null() {
+                out.push((seg_of(f).index_of(f), count_of(f)));
+                // SAFETY: a linked free span (test owns the pool).
+                f = unsafe { (*f).next };
+            }
+        }
+        out.sort();
+        out
+    }
+
+    /// A span taken for a slab page is not free even before the heap has
+    /// made it a slab page: a neighbour freed in that window (by another
+    /// thread: a remote large free, or `trim()`) must not merge it.
+    #[test]
+    fn a_span_taken_for_a_slab_is_never_merged_as_free() {
+        let source = FakePages::new();
+        let reservations = Locked::new(Reservations::owned());
+        let config = Config::DEFAULT;
+        let ctx = Ctx {
+            source: &source,
+            reservations: &reservations,
+            heap: null_mut(),
+            config: &config,
+        };
+        let mut spans = Spans::new();
+        let (slab, _) = spans.take_for_slab(&ctx, 1).unwrap();
+        // The window: the heap has not yet initialised the slab page.
+        let (large, _) = spans.take_large(&ctx, 1, 1).unwrap();
+        spans.commit_whole(large);
+        spans.give_back_large(large, 0);
+        spans.settle_recent();
+        let seg = seg_of(slab);
+        let slab_idx = seg.index_of(slab);
+        for (first, n) in free_spans(&spans) {
+            assert!(
+                slab_idx < first || slab_idx >= first + n,
+                "the slab's slice {slab_idx} is inside free span {first}+{n}"
+            );
+        }
+        // SAFETY: links are read with the pool exclusively ours.
+        assert_eq!(unsafe { (*seg.links()).free_slices }, SPAN_SLICES - 1);
+        spans.decay(&ctx, 0, true);
+        // SAFETY: nothing of the reservation is used afterwards.
+        unsafe { reservations.lock().unmap_all(&source) };
     }
 }
