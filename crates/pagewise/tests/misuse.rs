@@ -67,6 +67,18 @@ fn child_entry() {
                 let p = h.allocate(l).unwrap();
                 a.dealloc(p.cast::<u8>().as_ptr(), l);
             }
+            "owned-large-via-global" => {
+                let h = pagewise::Heap::new();
+                let big = Layout::from_size_align(1 << 20, 8).unwrap();
+                let p = h.allocate(big).unwrap();
+                a.dealloc(p.cast::<u8>().as_ptr(), big);
+            }
+            "owned-huge-via-global" => {
+                let h = pagewise::Heap::new();
+                let huge = Layout::from_size_align(40 << 20, 8).unwrap();
+                let p = h.allocate(huge).unwrap();
+                a.dealloc(p.cast::<u8>().as_ptr(), huge);
+            }
             _ => unreachable!(),
         }
     }
@@ -116,4 +128,14 @@ fn freeing_into_the_wrong_heap_aborts() {
 #[test]
 fn freeing_an_owned_heaps_block_through_the_global_allocator_aborts() {
     expect_abort("owned-via-global", "belongs to another pagewise heap");
+}
+
+#[test]
+fn freeing_an_owned_heaps_large_block_through_the_global_allocator_aborts() {
+    expect_abort("owned-large-via-global", "belongs to another pagewise heap");
+}
+
+#[test]
+fn freeing_an_owned_heaps_huge_block_through_the_global_allocator_aborts() {
+    expect_abort("owned-huge-via-global", "belongs to another pagewise heap");
 }

@@ -112,9 +112,17 @@ impl HeapCore {
         };
         // SAFETY: registered segments are mapped and headed by a `Segment`.
         let seg = unsafe { &*Segment::of(base) };
+        let owner = seg.heap as *const HeapCore;
+        // SAFETY: the heap of a segment outlives its segments; `global` is
+        // fixed at its creation.
+        if owner != current && !unsafe { (*owner).global } {
+            // An owned `Heap`'s block freed through the global allocator
+            // (or another heap): slab, large and huge alike.
+            misuse(Misuse::WrongHeap, addr);
+        }
         if huge {
-            // SAFETY: the heap of a segment outlives its segments.
-            unsafe { (*(seg.heap as *const HeapCore)).free_huge(seg, addr) };
+            // SAFETY: as above.
+            unsafe { (*owner).free_huge(seg, addr) };
             return true;
         }
         let page = lookup_page(seg, addr);
@@ -138,16 +146,9 @@ impl HeapCore {
                     // SAFETY: the calling thread owns `current`.
                     unsafe { (*heap).free_local(page, addr as *mut Block) }
                 } else {
-                    // SAFETY: `current` is the calling thread's own heap;
-                    // `heap` outlives its pages; the slot is live.
-                    unsafe {
-                        if !(*heap).global {
-                            // An owned `Heap`'s block freed through the
-                            // global allocator (or another heap).
-                            misuse(Misuse::WrongHeap, addr);
-                        }
-                        free_remote(page, addr as *mut Block);
-                    }
+                    // SAFETY: a thread heap's live slot (checked above);
+                    // its heap outlives its pages.
+                    unsafe { free_remote(page, addr as *mut Block) };
                     false
                 }
             }
