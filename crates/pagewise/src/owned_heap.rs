@@ -162,6 +162,30 @@ impl<S: PageSource + 'static> Heap<S> {
         Ok(NonNull::slice_from_raw_parts(p, len))
     }
 
+    /// Allocates zeroed memory. Pages pagewise knows to be zero (never
+    /// used, or purged with `MADV_DONTNEED`) are not written, so a large
+    /// zeroed block stays out of RSS until it is used.
+    ///
+    /// ```
+    /// use std::alloc::Layout;
+    /// let heap = pagewise::Heap::new();
+    /// let l = Layout::from_size_align(64 << 20, 8).unwrap();
+    /// let p = heap.allocate_zeroed(l).unwrap().cast::<u8>();
+    /// // SAFETY: a live block of 64 MiB.
+    /// assert_eq!(unsafe { p.as_ptr().add(40 << 20).read() }, 0);
+    /// # unsafe { heap.deallocate(p, l) };
+    /// ```
+    pub fn allocate_zeroed(&self, layout: Layout) -> Result<NonNull<[u8]>, AllocError> {
+        if layout.size() == 0 {
+            return Ok(dangling(layout));
+        }
+        // SAFETY: owner (see `allocate`).
+        let p = unsafe { self.core().alloc_zeroed(layout.size(), layout.align()) };
+        let p = NonNull::new(p).ok_or(AllocError)?;
+        // Only the bytes asked for are zeroed: the block is that long.
+        Ok(NonNull::slice_from_raw_parts(p, layout.size()))
+    }
+
     /// Frees memory allocated by this heap.
     ///
     /// # Safety
@@ -310,6 +334,10 @@ fn dangling(layout: Layout) -> NonNull<[u8]> {
 unsafe impl<S: PageSource + 'static> Allocator for &Heap<S> {
     fn allocate(&self, layout: Layout) -> Result<NonNull<[u8]>, AllocError> {
         Heap::allocate(self, layout)
+    }
+
+    fn allocate_zeroed(&self, layout: Layout) -> Result<NonNull<[u8]>, AllocError> {
+        Heap::allocate_zeroed(self, layout)
     }
 
     unsafe fn deallocate(&self, ptr: NonNull<u8>, layout: Layout) {

@@ -7,6 +7,7 @@ pub mod layout;
 pub(crate) mod page;
 pub(crate) mod registry;
 pub(crate) mod reservation;
+pub(crate) mod resident;
 pub(crate) mod segment;
 pub mod size_class;
 pub(crate) mod spans;

@@ -10,6 +10,7 @@ use crate::memory::layout::{
     OS_PAGE, OS_PAGES_PER_SEGMENT, SLICE, SLICES_PER_SEGMENT, SLICE_SHIFT,
 };
 use crate::memory::page::Page;
+use crate::memory::resident::Resident;
 use core::cell::UnsafeCell;
 use core::ptr::null_mut;
 use core::sync::atomic::{AtomicU16, AtomicU64, Ordering::Relaxed};
@@ -23,8 +24,8 @@ const BITMAP_WORDS: usize = OS_PAGES_PER_SEGMENT / 64;
 /// State of a huge object's segment run (mutated under the heap's span lock).
 #[derive(Clone, Copy)]
 pub struct Huge {
-    /// The object's pages hold data not yet purged.
-    pub dirty: bool,
+    /// Which bytes of the run may hold data not yet purged (by position).
+    pub resident: Resident,
     /// Offset of the object from the segment base.
     pub offset: usize,
     /// Usable bytes of the object (0 while cached for reuse).
@@ -33,8 +34,6 @@ pub struct Huge {
     pub requested: usize,
     /// When it was freed (decay timer).
     pub freed_at: u64,
-    /// Committed bytes of the object's pages.
-    pub committed: usize,
 }
 
 /// Links and counts of a segment in its heap (mutated under the span lock).
@@ -129,12 +128,11 @@ impl Segment {
             (*seg).nsegs = nsegs;
             (*seg).huge = huge;
             *(*seg).huge_state.get_mut() = Huge {
-                dirty: false,
+                resident: Resident::NONE,
                 offset: 0,
                 size: 0,
                 requested: 0,
                 freed_at: 0,
-                committed: 0,
             };
             *(*seg).links.get_mut() = Links {
                 next: null_mut(),

@@ -18,9 +18,7 @@ impl Spans {
                 self.unlink(h, true);
                 // SAFETY: a cached huge header we own again (lock held).
                 let st = unsafe { &*(*h).huge_state() };
-                if st.dirty {
-                    self.counts.retained -= st.committed;
-                }
+                self.counts.retained -= st.resident.bytes();
                 h
             }
             None => {
@@ -40,22 +38,17 @@ impl Spans {
         };
         // SAFETY: the huge state of a run we own, under the lock.
         let st = unsafe { &mut *(*seg).huge_state() };
-        // Committed: whatever the object spans, beyond what was already dirty.
-        let before = st.committed;
-        let after = before.max(usable);
-        *st = Huge {
-            dirty: true,
-            offset,
-            size: usable,
-            requested: size,
-            freed_at: st.freed_at,
-            committed: after,
-        };
-        self.add_committed(after - before);
+        // Committed: whatever the object spans, beyond what may already be
+        // resident; zero if no byte of it may hold old data.
+        let placed = st.resident.place(offset, offset + usable);
+        st.offset = offset;
+        st.size = usable;
+        st.requested = size;
+        self.add_committed(placed.grown);
         self.counts.huge_count += 1;
         self.counts.huge_bytes += usable;
         self.counts.huge_requested += size;
-        Some((seg as usize + offset, before == 0))
+        Some((seg as usize + offset, placed.was_clean))
     }
 
     pub(super) fn best_cached_huge(&self, need: usize, align: usize) -> Option<*mut Segment> {
@@ -88,7 +81,7 @@ impl Spans {
         st.size = 0;
         st.requested = 0;
         st.freed_at = now;
-        self.counts.retained += st.committed;
+        self.counts.retained += st.resident.bytes();
         // SAFETY: links of a header we own, under the lock.
         unsafe {
             let l = (*seg).links();
@@ -109,19 +102,19 @@ impl Spans {
             let (st, next, base) =
                 unsafe { (&mut *(*h).huge_state(), (*(*h).links()).next, (*h).base()) };
             let over_cap = self.counts.retained > ctx.config.retain_max_bytes;
-            if st.dirty && (force || over_cap || st.freed_at + delay <= now) {
-                let bytes = st.committed;
-                // SAFETY: the cached object is dead; the range is page-aligned and mapped.
+            let due = force || over_cap || st.freed_at + delay <= now;
+            if let Some((offset, len)) = st.resident.range().filter(|_| due) {
+                // SAFETY: the cached run holds no live object; the range is
+                // page-aligned and inside the run's mapping.
                 let ok = unsafe {
                     ctx.source.purge(
-                        NonNull::new_unchecked((base + st.offset) as *mut u8),
-                        bytes,
+                        NonNull::new_unchecked((base + offset) as *mut u8),
+                        len,
                         ctx.config.purge,
                     )
                 };
                 if ok {
-                    st.dirty = false;
-                    st.committed = 0;
+                    let bytes = st.resident.purged();
                     self.counts.retained -= bytes;
                     self.counts.committed -= bytes;
                     self.counts.purged += bytes;

@@ -21,7 +21,7 @@ use crate::memory::layout::{
 };
 use crate::memory::page::{Kind, Page};
 use crate::memory::reservation::Reservations;
-use crate::memory::segment::{Huge, Segment, HEADER_PAGES, HEADER_SLICES};
+use crate::memory::segment::{Segment, HEADER_PAGES, HEADER_SLICES};
 use crate::os::source::PageSource;
 use crate::sync::lock::Locked;
 use core::ptr::{null_mut, NonNull};

@@ -110,7 +110,7 @@ impl Spans {
             // SAFETY: cache entries are huge segment headers of this heap.
             unsafe {
                 let st = *(*h).huge_state();
-                if st.dirty {
+                if st.resident.any() {
                     let d = st.freed_at + delay;
                     next = Some(next.map_or(d, |n: u64| n.min(d)));
                 }

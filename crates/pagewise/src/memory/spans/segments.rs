@@ -62,7 +62,7 @@ impl Spans {
             let (next, dirty, base, nsegs) = unsafe {
                 (
                     (*(*h).links()).next,
-                    (*(*h).huge_state()).dirty,
+                    (*(*h).huge_state()).resident.any(),
                     (*h).base(),
                     (*h).nsegs,
                 )
