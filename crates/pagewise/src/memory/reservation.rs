@@ -7,12 +7,12 @@
 //! is dropped. This is what makes "munmap only on trim or drop" true and keeps
 //! page turnover free of mmap/munmap pairs (seed 000).
 
-use crate::memory::layout::SEGMENT;
+use crate::memory::layout::{OS_PAGE, SEGMENT};
 use crate::memory::registry;
 use crate::os::source::PageSource;
 
-/// Most reservations one owner can hold.
-const MAX_RESERVATIONS: usize = 256;
+/// Reservations an owner holds without mapping a table for them.
+const INLINE: usize = 64;
 /// Segments a shared reservation can be split into (one bit each).
 const MAX_SEGMENTS: usize = 64;
 
@@ -65,10 +65,98 @@ fn run_mask(start: usize, n: usize) -> u64 {
     ones << start
 }
 
+/// The list of reservations: the first [`INLINE`] entries in place (a
+/// program that needs no more maps nothing for them), the rest in a table
+/// mapped from the page source and doubled when full, so the number of
+/// reservations is bounded by what the kernel maps, nothing else. Never
+/// from the global allocator, which may be pagewise itself.
+struct Table {
+    inline: [Reservation; INLINE],
+    spill: *mut Reservation,
+    spill_cap: usize,
+    len: usize,
+}
+
+impl Table {
+    const fn new() -> Table {
+        Table {
+            inline: [Reservation::EMPTY; INLINE],
+            spill: core::ptr::null_mut(),
+            spill_cap: 0,
+            len: 0,
+        }
+    }
+
+    fn entries(&mut self) -> impl Iterator<Item = &mut Reservation> {
+        let spilled = self.len.saturating_sub(INLINE);
+        let spill: &mut [Reservation] = if spilled == 0 {
+            &mut []
+        } else {
+            // SAFETY: the spill table holds `spill_cap >= spilled`
+            // initialised entries, owned by this table.
+            unsafe { core::slice::from_raw_parts_mut(self.spill, spilled) }
+        };
+        self.inline[..self.len.min(INLINE)]
+            .iter_mut()
+            .chain(spill.iter_mut())
+    }
+
+    /// An unused entry (one freed by `unmap_unused`, or a new one at the
+    /// end, growing the spill table if needed). None if the source cannot
+    /// map a bigger table.
+    fn free_entry(&mut self, source: &dyn PageSource) -> Option<&mut Reservation> {
+        let reuse = self.entries().position(|r| r.base == 0);
+        let i = match reuse {
+            Some(i) => i,
+            None => {
+                if self.len >= INLINE + self.spill_cap {
+                    self.grow(source)?;
+                }
+                self.len += 1;
+                self.len - 1
+            }
+        };
+        self.entries().nth(i)
+    }
+
+    fn grow(&mut self, source: &dyn PageSource) -> Option<()> {
+        let entry = core::mem::size_of::<Reservation>();
+        let cap = (self.spill_cap * 2).max(OS_PAGE / entry);
+        let bytes = crate::memory::layout::align_up(cap * entry, OS_PAGE);
+        let new = source.map(bytes, OS_PAGE)?.as_ptr() as *mut Reservation;
+        // SAFETY: `new` is fresh, zeroed memory for `bytes / entry >= cap`
+        // entries (an all-zero entry is `EMPTY`); the old table holds
+        // `spill_cap` entries and is unmapped after the copy.
+        unsafe {
+            core::ptr::copy_nonoverlapping(self.spill, new, self.spill_cap);
+            self.unmap_spill(source);
+        }
+        self.spill = new;
+        self.spill_cap = bytes / entry;
+        Some(())
+    }
+
+    /// Unmaps the spill table.
+    ///
+    /// # Safety
+    /// Its entries are not used afterwards (copied, or the owner is going).
+    unsafe fn unmap_spill(&mut self, source: &dyn PageSource) {
+        if let Some(p) = core::ptr::NonNull::new(self.spill) {
+            let bytes = crate::memory::layout::align_up(
+                self.spill_cap * core::mem::size_of::<Reservation>(),
+                OS_PAGE,
+            );
+            // SAFETY: mapped by `grow` from this source with this size.
+            unsafe { source.unmap(p.cast(), bytes) };
+        }
+        self.spill = core::ptr::null_mut();
+        self.spill_cap = 0;
+    }
+}
+
 /// The reservations of one owner (the global allocator, or one `Heap`).
 pub struct Reservations {
-    list: [Reservation; MAX_RESERVATIONS],
-    count: usize,
+    table: Table,
     /// Bytes of address space mapped by these reservations.
     pub reserved_bytes: usize,
     /// Segments currently handed out.
@@ -81,8 +169,7 @@ impl Reservations {
     /// No reservations yet (the global allocator's).
     pub const fn new() -> Self {
         Reservations {
-            list: [Reservation::EMPTY; MAX_RESERVATIONS],
-            count: 0,
+            table: Table::new(),
             reserved_bytes: 0,
             segments_in_use: 0,
             owned: false,
@@ -119,7 +206,7 @@ impl Reservations {
     }
 
     fn take_existing(&mut self, n: usize, align_segs: usize) -> Option<usize> {
-        for r in &mut self.list[..self.count] {
+        for r in self.table.entries() {
             if r.base == 0 {
                 continue;
             }
@@ -138,7 +225,6 @@ impl Reservations {
         align: usize,
         preferred: usize,
     ) -> Option<usize> {
-        let slot = self.free_slot()?;
         let shared_segs = (preferred / SEGMENT).clamp(1, MAX_SEGMENTS);
         let nsegs = if n <= shared_segs && align <= SEGMENT {
             shared_segs
@@ -152,36 +238,30 @@ impl Reservations {
             None if nsegs != n => (map_reservation(source, n * SEGMENT, align)?, n),
             None => return None,
         };
-        self.list[slot] = Reservation {
+        let Some(r) = self.table.free_entry(source) else {
+            // SAFETY: just mapped, unused.
+            unsafe { unmap(source, base, nsegs * SEGMENT) };
+            return None;
+        };
+        *r = Reservation {
             base,
             nsegs,
             used: 0,
         };
-        if slot == self.count {
-            self.count += 1;
-        }
-        self.reserved_bytes += nsegs * SEGMENT;
-        let r = &mut self.list[slot];
         if r.dedicated() {
             r.used = 1;
         } else {
             r.used |= run_mask(0, n);
         }
+        self.reserved_bytes += nsegs * SEGMENT;
         Some(base)
-    }
-
-    fn free_slot(&self) -> Option<usize> {
-        if let Some(i) = self.list[..self.count].iter().position(|r| r.base == 0) {
-            return Some(i);
-        }
-        (self.count < MAX_RESERVATIONS).then_some(self.count)
     }
 
     /// Returns `n` segments at `base` to their reservation (address space kept).
     pub fn give_back(&mut self, base: usize, n: usize) {
         registry::unregister(base, n);
         self.segments_in_use -= n;
-        for r in &mut self.list[..self.count] {
+        for r in self.table.entries() {
             if r.base != 0 && base >= r.base && base < r.base + r.bytes() {
                 if r.dedicated() {
                     r.used = 0;
@@ -197,7 +277,7 @@ impl Reservations {
     /// Unmaps every reservation with no segment in use. Returns bytes unmapped.
     pub fn unmap_unused(&mut self, source: &dyn PageSource) -> usize {
         let mut freed = 0;
-        for r in &mut self.list[..self.count] {
+        for r in self.table.entries() {
             if r.base != 0 && r.used == 0 {
                 // SAFETY: no segment of this reservation is handed out, so
                 // nothing in it is in use; it was mapped by `source`.
@@ -215,7 +295,7 @@ impl Reservations {
     /// # Safety
     /// Nothing inside any reservation is used afterwards.
     pub unsafe fn unmap_all(&mut self, source: &dyn PageSource) {
-        for r in &mut self.list[..self.count] {
+        for r in self.table.entries() {
             if r.base != 0 {
                 registry::unregister(r.base, r.nsegs);
                 // SAFETY: the caller guarantees no further use; `source` mapped it.
@@ -223,11 +303,17 @@ impl Reservations {
                 *r = Reservation::EMPTY;
             }
         }
-        self.count = 0;
+        // SAFETY: the entries are gone with the reservations.
+        unsafe { self.table.unmap_spill(source) };
+        self.table.len = 0;
         self.reserved_bytes = 0;
         self.segments_in_use = 0;
     }
 }
+
+// SAFETY: the spill table is memory this value owns (mapped for it, never
+// shared); moving the value moves that ownership.
+unsafe impl Send for Reservations {}
 
 impl Default for Reservations {
     fn default() -> Self {
