@@ -15,8 +15,9 @@
 //! - **No unwinding across C**: nothing here panics, and every export is
 //!   `extern "C"`, which aborts rather than unwind if anything ever did.
 //! - **Fork**: a constructor (`.init_array`, run when the library is loaded)
-//!   registers the core's fork hooks with `pthread_atfork`, so a child of a
-//!   multi-threaded parent finds every allocator lock free.
+//!   has the core register its fork handlers (`pthread_atfork`, once per
+//!   process), so a child of a multi-threaded parent finds every allocator
+//!   lock free.
 //! - **Thread exit** is the core's pthread key destructor. The thread heap
 //!   pointer is one initial-exec TLS word (the core's `tls.rs`), which the
 //!   loader places in static TLS for a preloaded (or directly linked)
@@ -296,20 +297,15 @@ pub unsafe extern "C" fn pagewise_stats_json(buf: *mut c_char, len: usize) -> us
 
 // ----- load and exit ------------------------------------------------------------
 
-extern "C" fn fork_prepare() {
-    pw::thread::fork_prepare();
-}
-extern "C" fn fork_parent() {
-    pw::thread::fork_parent();
-}
-extern "C" fn fork_child() {
-    pw::thread::fork_child();
+extern "C" fn sampler_fork_child() {
     sampler::after_fork_child();
 }
 
 extern "C" fn on_load() {
-    // SAFETY: three functions with the signature pthread_atfork expects.
-    unsafe { libc::pthread_atfork(Some(fork_prepare), Some(fork_parent), Some(fork_child)) };
+    // The core's handlers (every allocator lock), once per process.
+    pw::thread::register_fork_handlers();
+    // SAFETY: a function with the signature pthread_atfork expects.
+    unsafe { libc::pthread_atfork(None, None, Some(sampler_fork_child)) };
     // Read the configuration now, while the process is single-threaded, so
     // that a malformed value is reported once and early.
     let _ = pw::thread::config();

@@ -1,6 +1,6 @@
 //! The global allocator: `#[global_allocator] static A: Pagewise = Pagewise;`
 
-use crate::global::thread;
+use crate::global::{heaps, thread};
 use crate::heap::HeapCore;
 use crate::stats::Stats;
 use core::alloc::{GlobalAlloc, Layout};
@@ -53,22 +53,17 @@ unsafe impl GlobalAlloc for Pagewise {
 
     #[inline]
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        let heap = thread::current();
-        if heap.is_null() {
-            return core::ptr::null_mut();
-        }
-        // SAFETY: `heap` is the calling thread's own heap.
-        unsafe { (*heap).alloc_zeroed(layout.size(), layout.align()) }
+        // SAFETY: `with_heap` lends the calling thread's own heap.
+        thread::with_heap(|h| unsafe { h.alloc_zeroed(layout.size(), layout.align()) })
+            .unwrap_or(core::ptr::null_mut())
     }
 
     #[inline]
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        let heap = thread::current();
-        if heap.is_null() {
-            return core::ptr::null_mut();
-        }
-        // SAFETY: `heap` is ours; `ptr` is live with `layout` (caller).
-        unsafe { (*heap).realloc(ptr, layout.size(), layout.align(), new_size, heap) }
+        // SAFETY: `with_heap` lends the calling thread's own heap; `ptr` is
+        // live with `layout` (caller).
+        thread::with_heap(|h| unsafe { h.realloc(ptr, layout.size(), layout.align(), new_size, h) })
+            .unwrap_or(core::ptr::null_mut())
     }
 }
 
@@ -91,12 +86,9 @@ unsafe fn dealloc_uncached(ptr: *mut u8, current: *mut HeapCore) {
 #[cold]
 #[inline(never)]
 fn first_alloc(layout: Layout) -> *mut u8 {
-    let heap = thread::current();
-    if heap.is_null() {
-        return core::ptr::null_mut();
-    }
-    // SAFETY: `heap` is the calling thread's own heap.
-    unsafe { (*heap).alloc(layout.size(), layout.align()) }
+    // SAFETY: `with_heap` lends the calling thread's own heap.
+    thread::with_heap(|h| unsafe { h.alloc(layout.size(), layout.align()) })
+        .unwrap_or(core::ptr::null_mut())
 }
 
 /// Usable size of a live allocation made by the global allocator (or any
@@ -136,11 +128,11 @@ pub fn trim() {
         // SAFETY: our own heap.
         unsafe { (*me).trim() };
     }
-    thread::for_each_abandoned(|h| {
+    heaps::visit_abandoned(|h| {
         // SAFETY: `for_each_abandoned` gives us an owner's exclusive access.
         unsafe { h.trim() };
     });
-    thread::for_each_heap(|h| {
+    heaps::for_each_heap(|h| {
         if !core::ptr::eq(h, me) {
             h.trim_shared();
             // Their caches are theirs alone: ask them to empty them.
@@ -166,26 +158,26 @@ pub fn stats() -> Stats {
         // it makes those slots count as free rather than live.
         unsafe { (*me).collect_remote() };
     }
-    thread::for_each_abandoned(|h| {
+    heaps::visit_abandoned(|h| {
         // SAFETY: `for_each_abandoned` gives us an owner's exclusive access.
         unsafe { h.collect_remote() };
     });
     let mut s = Stats::ZERO;
-    s.syscalls = crate::os::source::PageSource::syscalls(&thread::SYSTEM);
+    s.syscalls = crate::os::source::PageSource::syscalls(&crate::global::heaps::SYSTEM);
     {
         // Hold the reservation lock while peeking at current pages, so no
         // trim can unmap a segment under us (spans are locked per heap later,
         // after this lock is released: the span lock is always taken first
         // elsewhere).
-        let _res = thread::RESERVATIONS.lock();
-        thread::for_each_heap(|h| {
+        let _res = crate::global::heaps::RESERVATIONS.lock();
+        heaps::for_each_heap(|h| {
             for (c, n) in h.empty_pages_by_class().iter().enumerate() {
                 s.classes[c].retained_pages += *n as u64;
             }
         });
     }
-    thread::for_each_heap(|h| s.add_heap(h));
-    s.reserved_bytes = thread::RESERVATIONS.lock().reserved_bytes as u64;
+    heaps::for_each_heap(|h| s.add_heap(h));
+    s.reserved_bytes = crate::global::heaps::RESERVATIONS.lock().reserved_bytes as u64;
     s.finish();
     s
 }

@@ -4,6 +4,8 @@
 //! and nothing below uses it.
 
 pub mod allocator;
+pub(crate) mod fork;
+pub(crate) mod heaps;
 pub mod purger;
 pub mod raw;
 pub mod thread;

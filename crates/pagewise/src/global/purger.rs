@@ -15,7 +15,7 @@
 //!
 //! Disable with `PAGEWISE_BACKGROUND=0`: purging then happens on slow paths.
 
-use crate::global::thread;
+use crate::global::{heaps, thread};
 use crate::os::source::PageSource;
 use crate::sync::lock::{self, Locked};
 use core::sync::atomic::{AtomicU8, Ordering::*};
@@ -107,8 +107,8 @@ extern "C" fn run(_: *mut libc::c_void) -> *mut libc::c_void {
     loop {
         sleep_ms(interval);
         let _pass = PASS.lock();
-        let now = thread::SYSTEM.now_ms();
-        thread::for_each_heap(|h| {
+        let now = crate::global::heaps::SYSTEM.now_ms();
+        heaps::for_each_heap(|h| {
             if h.next_deadline.load(Relaxed) <= now {
                 h.purge_expired(false);
             }

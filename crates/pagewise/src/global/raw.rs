@@ -79,12 +79,8 @@ pub unsafe fn malloc_cached(size: usize, align: usize) -> *mut u8 {
 #[inline(never)]
 pub unsafe fn malloc_uncached(size: usize, align: usize) -> *mut u8 {
     crate::global::purger::poll();
-    let heap = thread::current();
-    if heap.is_null() {
-        return core::ptr::null_mut();
-    }
-    // SAFETY: the calling thread's own heap.
-    unsafe { (*heap).alloc(size.max(1), align) }
+    // SAFETY: `with_heap` lends the calling thread's own heap.
+    thread::with_heap(|h| unsafe { h.alloc(size.max(1), align) }).unwrap_or(core::ptr::null_mut())
 }
 
 /// Frees a block from any pagewise heap (null is ignored).
@@ -144,12 +140,9 @@ unsafe fn free_uncached(ptr: *mut u8, current: *mut HeapCore) {
 /// ```
 pub unsafe fn calloc(size: usize, align: usize) -> *mut u8 {
     crate::global::purger::poll();
-    let heap = thread::current();
-    if heap.is_null() {
-        return core::ptr::null_mut();
-    }
-    // SAFETY: the calling thread's own heap.
-    unsafe { (*heap).alloc_zeroed(size.max(1), align) }
+    // SAFETY: `with_heap` lends the calling thread's own heap.
+    thread::with_heap(|h| unsafe { h.alloc_zeroed(size.max(1), align) })
+        .unwrap_or(core::ptr::null_mut())
 }
 
 /// Resizes a block (contents preserved up to the smaller size), in place
@@ -175,16 +168,14 @@ pub unsafe fn realloc(ptr: *mut u8, new_size: usize, align: usize) -> *mut u8 {
         return unsafe { malloc(new_size, align) };
     }
     crate::global::purger::poll();
-    let heap = thread::current();
-    if heap.is_null() {
-        return core::ptr::null_mut();
-    }
-    // SAFETY: `ptr` is live (caller); the usable size bounds what the caller
-    // may have written, so it is the size to preserve.
-    unsafe {
+    // SAFETY: `with_heap` lends the calling thread's own heap; `ptr` is
+    // live (caller); the usable size bounds what the caller may have
+    // written, so it is the size to preserve.
+    thread::with_heap(|h| unsafe {
         let old = HeapCore::usable_size(ptr);
-        (*heap).realloc(ptr, old, align, new_size.max(1), heap)
-    }
+        h.realloc(ptr, old, align, new_size.max(1), h)
+    })
+    .unwrap_or(core::ptr::null_mut())
 }
 
 /// Usable size of a live block.

@@ -9,41 +9,18 @@
 //! Objects that outlive their thread stay valid; frees from other threads
 //! keep working (atomic lists); nothing is freed twice and nothing leaks.
 //!
-//! Heaps live in memory mapped for them (never from the global allocator)
-//! and are never unmapped, so a pointer to a heap stays valid forever.
+//! Heaps themselves (made, adopted, abandoned, visited) are `heaps.rs`;
+//! the fork handlers are `fork.rs`.
 
 use crate::config::Config;
+use crate::global::heaps;
 use crate::global::tls;
 use crate::heap::HeapCore;
-use crate::memory::reservation::Reservations;
-use crate::os::source::{PageSource, SystemPages};
-use crate::sync::lock::{self, Locked};
 use core::cell::{Cell, UnsafeCell};
 use core::ptr::null_mut;
-use core::sync::atomic::{AtomicPtr, AtomicU8, AtomicUsize, Ordering::*};
+use core::sync::atomic::{AtomicU8, AtomicUsize, Ordering::*};
 
-/// The page source of the global allocator.
-pub static SYSTEM: SystemPages = SystemPages::new();
-/// Its reservations.
-pub static RESERVATIONS: Locked<Reservations> = Locked::new(Reservations::new());
-/// Every thread heap ever made (push-only list; heaps are reused, never freed).
-static HEAPS: AtomicPtr<HeapCore> = AtomicPtr::new(null_mut());
-/// Heaps whose thread exited, waiting for a new thread.
-static ABANDONED: Locked<usize> = Locked::new(0);
-/// Bump allocator for heap structures.
-static META: Locked<Meta> = Locked::new(Meta {
-    next: 0,
-    end: 0,
-    mapped: 0,
-});
-
-struct Meta {
-    next: usize,
-    end: usize,
-    mapped: usize,
-}
-
-const META_CHUNK: usize = 1 << 20;
+pub use crate::global::fork::register as register_fork_handlers;
 
 thread_local! {
     // (The thread's heap pointer itself is in `tls.rs`.) No destructor and a
@@ -94,15 +71,37 @@ pub fn config() -> Config {
     unsafe { *CONFIG.0.get() }
 }
 
-/// The calling thread's heap, made or adopted on first use. Null only if
-/// the system is out of memory.
+/// Runs `f` on the calling thread's heap, made or adopted on first use.
+/// None only if the system is out of memory. A thread whose heap was
+/// already abandoned at its exit (an allocation in a later destructor)
+/// borrows one for the call: a heap adopted then would never be abandoned
+/// again.
 #[inline]
-pub fn current() -> *mut HeapCore {
+pub fn with_heap<R>(f: impl FnOnce(&HeapCore) -> R) -> Option<R> {
     let h = tls::current_heap();
     if !h.is_null() {
-        return h;
+        // SAFETY: the calling thread's own heap; heaps are never freed.
+        return Some(f(unsafe { &*h }));
     }
-    acquire()
+    with_new_heap(f)
+}
+
+#[cold]
+#[inline(never)]
+fn with_new_heap<R>(f: impl FnOnce(&HeapCore) -> R) -> Option<R> {
+    if exiting() {
+        return heaps::with_leased_heap(f);
+    }
+    let h = acquire();
+    // SAFETY: as in `with_heap`.
+    (!h.is_null()).then(|| f(unsafe { &*h }))
+}
+
+/// Whether the calling thread's exit destructor has run.
+fn exiting() -> bool {
+    HEAPLESS_FREES
+        .try_with(|c| c.get() == EXITING)
+        .unwrap_or(true)
 }
 
 /// The calling thread's heap if it has one.
@@ -153,110 +152,23 @@ fn heap_for_frees() -> *mut HeapCore {
     if n < FREES_BEFORE_HEAP || n == EXITING {
         return null_mut();
     }
-    current()
+    acquire()
 }
 
+/// Gives the calling thread a heap: adopted or made. Null only when out
+/// of memory.
 #[cold]
 fn acquire() -> *mut HeapCore {
-    let heap = match pop_abandoned() {
-        Some(h) => h,
-        None => match create() {
-            Some(h) => h,
-            None => return null_mut(),
-        },
-    };
-    // SAFETY: the heap is ours now: abandoned heaps have no owner and new
-    // ones were never published to another thread as owned.
-    unsafe { (*heap).owner.store(thread_id(), Release) };
+    let heap = heaps::take_heap();
+    if heap.is_null() {
+        return null_mut();
+    }
     tls::set_current_heap(heap);
     register_exit(heap);
+    // Once per process, with the heap in place (pthread_atfork may
+    // allocate) and no allocator lock held.
+    register_fork_handlers();
     heap
-}
-
-fn thread_id() -> usize {
-    // SAFETY: pthread_self has no preconditions.
-    unsafe { libc::pthread_self() as usize }
-}
-
-fn create() -> Option<*mut HeapCore> {
-    let at = meta_alloc(core::mem::size_of::<HeapCore>())? as *mut HeapCore;
-    // SAFETY: fresh, aligned, zeroed metadata memory; SYSTEM and
-    // RESERVATIONS are statics.
-    unsafe {
-        HeapCore::init_at(
-            at,
-            &SYSTEM as &dyn PageSource as *const dyn PageSource,
-            &RESERVATIONS,
-            config(),
-            true,
-        );
-    }
-    let mut head = HEAPS.load(Relaxed);
-    loop {
-        // SAFETY: `at` is not yet published.
-        unsafe { (*at).next_heap.store(head, Relaxed) };
-        match HEAPS.compare_exchange_weak(head, at, Release, Relaxed) {
-            Ok(_) => return Some(at),
-            Err(seen) => head = seen,
-        }
-    }
-}
-
-fn meta_alloc(size: usize) -> Option<usize> {
-    let size = crate::memory::layout::align_up(size, 64);
-    let mut m = META.lock();
-    if m.next + size > m.end {
-        let chunk = size.max(META_CHUNK);
-        let p = SYSTEM.map(chunk, crate::memory::layout::OS_PAGE)?.as_ptr() as usize;
-        m.next = p;
-        m.end = p + chunk;
-        m.mapped += chunk;
-    }
-    let p = m.next;
-    m.next += size;
-    Some(p)
-}
-
-/// Bytes mapped for heap structures.
-pub fn meta_mapped() -> usize {
-    META.lock().mapped
-}
-
-fn pop_abandoned() -> Option<*mut HeapCore> {
-    let mut head = ABANDONED.lock();
-    let h = *head as *mut HeapCore;
-    if h.is_null() {
-        return None;
-    }
-    // SAFETY: abandoned heaps are live and linked through `next_abandoned`.
-    *head = unsafe { (*h).next_abandoned } as usize;
-    Some(h)
-}
-
-fn push_abandoned(h: *mut HeapCore) {
-    let mut head = ABANDONED.lock();
-    // SAFETY: `h` has no owner; the list lock serialises the link.
-    unsafe { (*h).next_abandoned = *head as *mut HeapCore };
-    *head = h as usize;
-}
-
-/// Runs `f` on every abandoned heap, with the exclusive access of an owner:
-/// the heaps are taken off the list meanwhile (a new thread then makes a
-/// fresh heap rather than wait) and put back afterwards.
-pub fn for_each_abandoned(mut f: impl FnMut(&HeapCore)) {
-    let mut taken = {
-        let mut head = ABANDONED.lock();
-        core::mem::replace(&mut *head, 0) as *mut HeapCore
-    };
-    while !taken.is_null() {
-        // SAFETY: off the list, the heap has no owner but us; heaps are
-        // never freed.
-        let next = unsafe { (*taken).next_abandoned };
-        // SAFETY: as above.
-        f(unsafe { &*taken });
-        push_abandoned(taken);
-        taken = next;
-    }
 }
 
 // ----- thread exit ---------------------------------------------------------
@@ -311,56 +223,5 @@ extern "C" fn on_thread_exit(value: *mut libc::c_void) {
     tls::set_current_heap(null_mut());
     let _ = HEAPLESS_FREES.try_with(|c| c.set(EXITING));
     // SAFETY: the exiting thread owns `heap`; this is its last use of it.
-    unsafe { (*heap).abandon() };
-    push_abandoned(heap);
-}
-
-/// Calls `f` on every thread heap (live or abandoned).
-pub fn for_each_heap(mut f: impl FnMut(&HeapCore)) {
-    let mut h = HEAPS.load(Acquire);
-    while !h.is_null() {
-        // SAFETY: heaps are never freed; the list is push-only.
-        let heap = unsafe { &*h };
-        f(heap);
-        h = heap.next_heap.load(Acquire);
-    }
-}
-
-// ----- fork -------------------------------------------------------------------
-
-/// Takes every allocator lock, so that `fork()` cannot copy one held by a
-/// thread that will not exist in the child. Call before `fork()` (the C
-/// library registers this with `pthread_atfork`).
-pub fn fork_prepare() {
-    crate::global::purger::pause();
-    lock::hold(&ABANDONED);
-    lock::hold(&META);
-    for_each_heap(|h| lock::hold(&h.spans));
-    lock::hold(&RESERVATIONS);
-}
-
-/// Releases what [`fork_prepare`] took, in the parent.
-pub fn fork_parent() {
-    // SAFETY: this thread took each lock in fork_prepare.
-    unsafe {
-        lock::release(&RESERVATIONS);
-        for_each_heap(|h| lock::release(&h.spans));
-        lock::release(&META);
-        lock::release(&ABANDONED);
-    }
-    crate::global::purger::resume();
-}
-
-/// Releases what [`fork_prepare`] took, in the child. Heaps of threads that
-/// do not exist in the child keep their objects (the child may free them)
-/// but are not reused.
-pub fn fork_child() {
-    // SAFETY: in the child only this thread exists.
-    unsafe {
-        RESERVATIONS.reset_after_fork();
-        for_each_heap(|h| h.spans.reset_after_fork());
-        META.reset_after_fork();
-        ABANDONED.reset_after_fork();
-    }
-    crate::global::purger::after_fork_child();
+    unsafe { heaps::abandon(heap) };
 }

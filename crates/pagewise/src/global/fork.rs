@@ -1,0 +1,72 @@
+//! `fork()`: a child of a multi-threaded process gets a copy of memory but
+//! only the forking thread, so any allocator lock another thread held at
+//! that instant would stay held in the child forever. The handlers here
+//! take every lock of the global allocator before the fork and release
+//! (parent) or reset (child) them after.
+//!
+//! [`register`] installs them with `pthread_atfork`, once per process,
+//! whoever asks first: the first heap the global allocator makes (so every
+//! Rust program using `#[global_allocator]` is covered, with no call of its
+//! own) or `libpagewise.so` when it is loaded. `pthread_atfork` is called
+//! with no allocator lock held and, in glibc, takes no memory of its own for
+//! the first 48 handlers of the process.
+//!
+//! Heaps of threads that do not exist in the child keep their objects (the
+//! child may free them) but are not reused: their owner-only state may have
+//! been in the middle of a fast path when the copy was made.
+
+use crate::global::heaps::{for_each_heap, ABANDONED_LIST, META, RESERVATIONS, VISITS};
+use crate::sync::lock;
+use core::sync::atomic::{AtomicBool, Ordering::*};
+
+static REGISTERED: AtomicBool = AtomicBool::new(false);
+
+/// Installs the fork handlers once per process (later calls do nothing).
+///
+/// ```
+/// pagewise::thread::register_fork_handlers();
+/// pagewise::thread::register_fork_handlers(); // once only
+/// ```
+pub fn register() {
+    if REGISTERED.load(Relaxed) || REGISTERED.swap(true, AcqRel) {
+        return;
+    }
+    // SAFETY: three functions with the signature pthread_atfork expects.
+    unsafe { libc::pthread_atfork(Some(prepare), Some(parent), Some(child)) };
+}
+
+extern "C" fn prepare() {
+    // A config being read by another thread would leave a child waiting
+    // for it forever: read it now, before any lock.
+    let _ = crate::global::thread::config();
+    crate::global::purger::pause();
+    lock::hold(&VISITS);
+    lock::hold(&ABANDONED_LIST);
+    lock::hold(&META);
+    for_each_heap(|h| lock::hold(&h.spans));
+    lock::hold(&RESERVATIONS);
+}
+
+extern "C" fn parent() {
+    // SAFETY: this thread took each lock in `prepare`.
+    unsafe {
+        lock::release(&RESERVATIONS);
+        for_each_heap(|h| lock::release(&h.spans));
+        lock::release(&META);
+        lock::release(&ABANDONED_LIST);
+        lock::release(&VISITS);
+    }
+    crate::global::purger::resume();
+}
+
+extern "C" fn child() {
+    // SAFETY: in the child only this thread exists.
+    unsafe {
+        RESERVATIONS.reset_after_fork();
+        for_each_heap(|h| h.spans.reset_after_fork());
+        META.reset_after_fork();
+        ABANDONED_LIST.reset_after_fork();
+        VISITS.reset_after_fork();
+    }
+    crate::global::purger::after_fork_child();
+}
