@@ -67,6 +67,46 @@ fn child_entry() {
                 let p = h.allocate(l).unwrap();
                 a.dealloc(p.cast::<u8>().as_ptr(), l);
             }
+            "double-heapless" => {
+                // A thread with no heap of its own (its frees go straight to
+                // the owning page) frees one block twice.
+                let p = a.alloc(l) as usize;
+                std::thread::spawn(move || {
+                    assert!(pagewise::thread::current_or_null().is_null());
+                    a.dealloc(p as *mut u8, l);
+                    a.dealloc(p as *mut u8, l);
+                })
+                .join()
+                .ok();
+            }
+            "double-with-another-between" => {
+                let p = a.alloc(l);
+                let q = a.alloc(l);
+                a.dealloc(p, l);
+                a.dealloc(q, l);
+                a.dealloc(p, l);
+            }
+            "double-after-the-cache-flushed" => {
+                // The first free's slot leaves the thread cache for its page
+                // before the second free.
+                let p = a.alloc(l);
+                let others: Vec<*mut u8> = (0..1000).map(|_| a.alloc(l)).collect();
+                a.dealloc(p, l);
+                for q in others {
+                    a.dealloc(q, l);
+                }
+                a.dealloc(p, l);
+            }
+            "double-on-another-thread" => {
+                let p = a.alloc(l) as usize;
+                a.dealloc(p as *mut u8, l);
+                std::thread::spawn(move || {
+                    let _warm = std::hint::black_box(a.alloc(l));
+                    a.dealloc(p as *mut u8, l);
+                })
+                .join()
+                .ok();
+            }
             "owned-large-via-global" => {
                 let h = pagewise::Heap::new();
                 let big = Layout::from_size_align(1 << 20, 8).unwrap();
@@ -138,4 +178,24 @@ fn freeing_an_owned_heaps_large_block_through_the_global_allocator_aborts() {
 #[test]
 fn freeing_an_owned_heaps_huge_block_through_the_global_allocator_aborts() {
     expect_abort("owned-huge-via-global", "belongs to another pagewise heap");
+}
+
+#[test]
+fn a_double_free_by_a_thread_without_a_heap_aborts() {
+    expect_abort("double-heapless", "pagewise: double free");
+}
+
+#[test]
+fn a_double_free_with_another_free_between_aborts() {
+    expect_abort("double-with-another-between", "pagewise: double free");
+}
+
+#[test]
+fn a_double_free_after_the_slot_left_the_cache_aborts() {
+    expect_abort("double-after-the-cache-flushed", "pagewise: double free");
+}
+
+#[test]
+fn a_double_free_from_another_thread_aborts() {
+    expect_abort("double-on-another-thread", "pagewise: double free");
 }

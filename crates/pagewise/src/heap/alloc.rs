@@ -21,11 +21,10 @@ const FULLEST_CANDIDATES: usize = 8;
 
 /// Largest request [`HeapCore::alloc_cached16`] serves: every slab class.
 pub const CACHED_MAX: usize = SMALL_MAX;
-// `alloc_cached16` serves any request of up to 16 B from class 1 and relies
-// on every class from 1 up having slots of a multiple of 16 bytes.
+// Every class has slots of a multiple of 16 bytes in 64 KiB aligned pages,
+// so any request with an alignment of at most 16 takes `class_of(size)`.
 const _: () = {
-    assert!(crate::memory::size_class::SLOT_SIZE[1] == 16);
-    let mut c = 1;
+    let mut c = 0;
     while c < CLASSES {
         assert!(crate::memory::size_class::SLOT_SIZE[c] % 16 == 0);
         c += 1;
@@ -41,7 +40,7 @@ impl HeapCore {
     #[inline]
     pub unsafe fn alloc(&self, size: usize, align: usize) -> *mut u8 {
         if size <= SMALL_MAX {
-            let class = if align <= 8 || (align == 16 && size > 8) {
+            let class = if align <= 16 {
                 class_of(size)
             } else {
                 match class_for(size, align) {
@@ -93,9 +92,8 @@ impl HeapCore {
         if size > CACHED_MAX {
             return null_mut();
         }
-        // Every class from 16 B up has 16-byte-multiple slots in 64 KiB
-        // aligned pages; requests below 16 B take the 16 B class.
-        let class = class_of(size.max(16));
+        // Every class has 16-byte-multiple slots in 64 KiB aligned pages.
+        let class = class_of(size);
         // SAFETY: `class_of` returns classes below CLASSES; owner only.
         unsafe { self.states.get_unchecked(class + 1).pop() as *mut u8 }
     }
@@ -120,6 +118,7 @@ impl HeapCore {
             let b = (*page).free;
             if !b.is_null() {
                 (*page).free = (*b).next;
+                Block::mark_live(b);
                 (*page).set_used((*page).used() + 1);
                 state.count_alloc(size);
                 return b as *mut u8;
@@ -170,6 +169,7 @@ impl HeapCore {
         unsafe {
             let b = (*page).free;
             (*page).free = (*b).next;
+            Block::mark_live(b);
             (*page).set_used((*page).used() + 1);
             self.class(class).count_alloc(size);
             b as *mut u8

@@ -144,6 +144,7 @@ impl ClassState {
             if !b.is_null() {
                 let next = (*b).next;
                 *self.head.get() = next;
+                Block::mark_live(b);
                 self.room.store(self.room.load(Relaxed) + 1, Relaxed);
                 self.allocs.add(1);
             }
@@ -152,19 +153,15 @@ impl ClassState {
     }
 
     /// Caches a freed slot unless the cache is full (then returns false).
-    /// Freeing the slot cached last aborts as a double free.
     ///
     /// # Safety
-    /// Owner only; `block` is a live slot of this class, no longer used by
-    /// the caller.
+    /// Owner only; `block` is a slot of this class, already marked free
+    /// (`Block::mark_free`), no longer used by the caller.
     #[inline]
     pub unsafe fn push(&self, block: *mut Block) -> bool {
         let room = self.room.load(Relaxed);
         // SAFETY: owner only (caller).
         let head = unsafe { *self.head.get() };
-        if head == block {
-            crate::fault::misuse(crate::fault::Misuse::DoubleFree, block as usize);
-        }
         if room == 0 {
             return false;
         }

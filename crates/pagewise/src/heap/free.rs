@@ -67,11 +67,15 @@ impl HeapCore {
         if !state.starts_slot(offset) {
             return false; // not a slot start: the uncached path says so
         }
-        // SAFETY: owner only (caller); the slot is live (caller) and of
-        // the class `entry - 1` (slab table).
+        let block = addr as *mut Block;
+        // SAFETY: owner only (caller); `addr` starts a slot (of two words at
+        // least) of the class `entry - 1` (slab table) in a live slab page.
         unsafe {
-            if !state.push(addr as *mut Block) {
-                self.cache_full(entry - 1, addr as *mut Block);
+            if !Block::mark_free(block) {
+                misuse(Misuse::DoubleFree, addr);
+            }
+            if !state.push(block) {
+                self.cache_full(entry - 1, block);
             }
         }
         true
@@ -141,6 +145,10 @@ impl HeapCore {
                 // SAFETY: as above; slot geometry is fixed for a slab's life.
                 if unsafe { (*page).slot_index(addr) }.is_none() {
                     misuse(Misuse::Misaligned, addr);
+                }
+                // SAFETY: `addr` starts a slot of a live slab page.
+                if !unsafe { Block::mark_free(addr as *mut Block) } {
+                    misuse(Misuse::DoubleFree, addr);
                 }
                 if heap == current {
                     // SAFETY: the calling thread owns `current`.

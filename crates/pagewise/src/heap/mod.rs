@@ -198,6 +198,8 @@ impl HeapCore {
         config: Config,
         global: bool,
     ) {
+        // Before any slot of any heap can be freed.
+        crate::memory::block::init_secret();
         let heap = HeapCore {
             direct: [const { AtomicPtr::new(null_mut()) }; CLASSES],
             local: UnsafeCell::new(Local {

@@ -3,6 +3,7 @@
 //! of each heap. No thread policy lives here: callers hold the locks these
 //! types ask for.
 
+pub(crate) mod block;
 pub mod layout;
 pub(crate) mod page;
 pub(crate) mod registry;

@@ -29,12 +29,7 @@ pub enum Kind {
     Header = 3,
 }
 
-/// A free slot, linked through its first word.
-#[repr(C)]
-pub struct Block {
-    /// Next free slot.
-    pub next: *mut Block,
-}
+pub use crate::memory::block::Block;
 
 // The `thread_free` word: the page's list of remote frees, its length, and
 // the full-page state, in one atomic word so that the owner takes list and
@@ -234,16 +229,19 @@ impl Page {
         let mut n = ((limit - begin) / slot).max(1);
         n = n.min((self.reserved - self.capacity) as usize);
         let end = begin + n * slot;
-        // Link the new slots in address order.
+        // Link the new slots in address order, each marked free (so that
+        // freeing one that was never handed out is caught too).
         let mut p = begin;
-        while p + slot < end {
-            // SAFETY: `p` and `p + slot` are slots inside this page's span,
-            // which the heap owns and nothing else references yet.
-            unsafe { (*(p as *mut Block)).next = (p + slot) as *mut Block };
+        while p < end {
+            let next = if p + slot < end { p + slot } else { 0 };
+            // SAFETY: `p` is a slot (of at least two words) inside this
+            // page's span, which the heap owns and nothing else references yet.
+            unsafe {
+                (*(p as *mut Block)).next = next as *mut Block;
+                Block::mark_free(p as *mut Block);
+            }
             p += slot;
         }
-        // SAFETY: as above, the last new slot.
-        unsafe { (*(p as *mut Block)).next = null_mut() };
         self.free = begin as *mut Block;
         self.capacity += n as u32;
         let first_page = begin & !(OS_PAGE - 1);
@@ -301,10 +299,12 @@ impl Page {
             }
         }
         self.free = head;
-        debug_assert!(
-            n as u32 <= self.used(),
-            "more remote frees than slots in use"
-        );
+        if n as u32 > self.used() {
+            // Only a double free the key did not catch can do this: stop
+            // before the count wraps and the page is released under live
+            // slots.
+            crate::fault::misuse(crate::fault::Misuse::DoubleFree, head as usize);
+        }
         self.set_used(self.used() - n as u32);
         n
     }

@@ -1,8 +1,12 @@
 //! The size-class table: which slot size serves a request, and how many
 //! slices a slab page of that class spans.
 //!
-//! Spacing: 8 B, then every 16 B up to 128 B, then four classes per doubling
-//! (x·1.25, x·1.5, x·1.75, x·2) up to [`SMALL_MAX`] = 256 KiB: 53 classes.
+//! Spacing: every 16 B from 16 B up to 128 B, then four classes per
+//! doubling (x·1.25, x·1.5, x·1.75, x·2) up to [`SMALL_MAX`] = 256 KiB: 52
+//! classes. No slot is smaller than 16 bytes: a free slot holds its link
+//! and, in its second word, the key that catches a double free
+//! ([`crate::fault`]); a C `malloc` must return 16-byte aligned memory
+//! anyway.
 //! Worst-case internal waste (slot minus request, over the slot) is 15 B
 //! below 128 B and under 20 % above it (a request of 1 + 2^k·1.0 rounded to
 //! 2^k·1.25); jemalloc's spacing, whose docs bound it at "~20 %".
@@ -16,19 +20,20 @@ use crate::memory::layout::SLICE;
 /// Largest request served from slab pages (bigger requests take spans).
 pub const SMALL_MAX: usize = 256 * 1024;
 /// Number of size classes.
-pub const CLASSES: usize = 53;
+pub const CLASSES: usize = 52;
 /// Fewest slots a slab page holds.
 pub const MIN_SLOTS: usize = 4;
 /// Most slices a slab page spans.
 pub const MAX_PAGE_SLICES: usize = 32;
 
+/// The smallest slot: two words, a free slot's link and its key.
+pub const MIN_SLOT: usize = 16;
+
 const fn slot_size_of(class: usize) -> usize {
-    if class == 0 {
-        8
-    } else if class <= 8 {
-        class * 16
+    if class < 8 {
+        (class + 1) * MIN_SLOT
     } else {
-        let k = class - 9; // 0 => 160
+        let k = class - 8; // 0 => 160
         let doubling = k / 4; // 0 => (128, 256]
         let step = k % 4 + 1; // 1..=4
         let base = 128usize << doubling;
@@ -172,7 +177,7 @@ pub const GEOMETRY: [Geometry; CLASSES] = build_geometry();
 ///
 /// ```
 /// use pagewise::size_class::{class_of, SLOT_SIZE};
-/// assert_eq!(SLOT_SIZE[class_of(1)], 8);
+/// assert_eq!(SLOT_SIZE[class_of(1)], 16);
 /// assert_eq!(SLOT_SIZE[class_of(100)], 112);
 /// assert_eq!(SLOT_SIZE[class_of(129)], 160);
 /// assert_eq!(SLOT_SIZE[class_of(256 * 1024)], 256 * 1024);
@@ -203,14 +208,14 @@ const CLASS_BY_8: [u8; TABLE_MAX / 8 + 1] = {
 
 /// The class formula behind [`class_of`].
 const fn computed_class_of(size: usize) -> usize {
-    if size <= 8 {
+    if size <= MIN_SLOT {
         0
     } else if size <= 128 {
-        (size + 15) >> 4
+        ((size + 15) >> 4) - 1
     } else {
         let s = size - 1;
         let w = usize::BITS as usize - 1 - s.leading_zeros() as usize; // floor(log2(s)) >= 7
-        9 + (w - 7) * 4 + ((s >> (w - 2)) - 4)
+        8 + (w - 7) * 4 + ((s >> (w - 2)) - 4)
     }
 }
 

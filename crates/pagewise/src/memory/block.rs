@@ -1,0 +1,96 @@
+//! A free slot: its link, and the key that says it is free.
+//!
+//! Every free slot, wherever it waits (a thread cache, a page's free list,
+//! a remote-free list, a heap's delayed list), holds in its second word a
+//! key derived from a per-process secret and its own address; every
+//! allocation clears it. A free that finds the key already there is a
+//! double free, and aborts ([`crate::fault`]). That is glibc's tcache check,
+//! made exact enough to need no confirming scan: a live object holds the
+//! key only if the program wrote `secret ^ address` there itself, which it
+//! can learn only by reading freed memory (and a copy of a freed slot's
+//! bytes elsewhere carries the wrong address). Cost: on a free one load, one
+//! compare and one store to the slot's first cache line, which the free
+//! writes anyway; on an allocation one store to the line it reads.
+//!
+//! This is why no slot is smaller than two words (`size_class::MIN_SLOT`).
+
+use core::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+
+/// A free slot, linked through its first word, keyed in its second.
+#[repr(C)]
+pub struct Block {
+    /// Next free slot.
+    pub next: *mut Block,
+    /// [`key_of`] this slot while it is free; anything else while live.
+    key: usize,
+}
+
+/// The per-process secret behind every key (0 until the first heap is
+/// made; no slot exists before that).
+static SECRET: AtomicUsize = AtomicUsize::new(0);
+
+/// Draws the secret, once per process (later calls keep it). Allocates
+/// nothing: the kernel's 16 random bytes for the process (`AT_RANDOM`).
+pub fn init_secret() {
+    if SECRET.load(Relaxed) != 0 {
+        return;
+    }
+    let _ = SECRET.compare_exchange(0, random_word() | 1, Relaxed, Relaxed);
+}
+
+#[cfg(not(miri))]
+fn random_word() -> usize {
+    // SAFETY: getauxval has no preconditions; AT_RANDOM, when present, is
+    // the address of 16 random bytes the kernel placed on the initial stack,
+    // which live as long as the process.
+    let at = unsafe { libc::getauxval(libc::AT_RANDOM) } as *const u8;
+    let mut word = 0usize;
+    if !at.is_null() {
+        // SAFETY: as above: 16 readable bytes, of which we take 8 from the
+        // middle (glibc uses the first ones for its stack guard).
+        word = unsafe { (at.add(8) as *const usize).read_unaligned() };
+    }
+    // Without AT_RANDOM: mix what differs between processes and runs.
+    word ^ (&word as *const usize as usize).rotate_left(29)
+}
+
+#[cfg(miri)]
+fn random_word() -> usize {
+    0x9e37_79b9_7f4a_7c15
+}
+
+/// The key a free slot at `addr` holds.
+#[inline(always)]
+fn key_of(addr: usize) -> usize {
+    SECRET.load(Relaxed) ^ addr
+}
+
+impl Block {
+    /// Marks a slot free, returning false (and marking nothing) if it
+    /// already was: the caller has a double free.
+    ///
+    /// # Safety
+    /// `block` is a slot of at least two words that the caller may write.
+    #[inline(always)]
+    pub unsafe fn mark_free(block: *mut Block) -> bool {
+        let key = key_of(block as usize);
+        // SAFETY: per the caller.
+        unsafe {
+            if (*block).key == key {
+                return false;
+            }
+            (*block).key = key;
+        }
+        true
+    }
+
+    /// Marks a slot live (about to be handed out).
+    ///
+    /// # Safety
+    /// As [`Block::mark_free`].
+    #[inline(always)]
+    pub unsafe fn mark_live(block: *mut Block) {
+        // SAFETY: per the caller.
+        unsafe { (*block).key = 0 };
+    }
+}
