@@ -81,6 +81,7 @@ fn adopt(h: *mut HeapCore) {
     let owner = unsafe { &(*h).owner };
     let me = thread_id();
     let mut spins = 0u32;
+    crate::sync::perturb::point();
     while owner
         .compare_exchange_weak(ABANDONED, me, Acquire, Relaxed)
         .is_err()
@@ -105,6 +106,7 @@ fn adopt(h: *mut HeapCore) {
 pub unsafe fn abandon(h: *mut HeapCore) {
     // SAFETY: per the caller; `abandon` ends with the owner set to ABANDONED.
     unsafe { (*h).abandon() };
+    crate::sync::perturb::point();
     let mut head = ABANDONED_LIST.lock();
     // SAFETY: `h` is not on the list (its owner just let it go); the list
     // lock serialises the link.
@@ -197,6 +199,7 @@ pub fn for_each_heap(mut f: impl FnMut(&HeapCore)) {
 pub fn visit_abandoned(mut f: impl FnMut(&HeapCore)) {
     let _pass = VISITS.lock();
     for_each_heap(|h| {
+        crate::sync::perturb::point();
         if h.owner
             .compare_exchange(ABANDONED, VISITING, Acquire, Relaxed)
             .is_ok()

@@ -252,6 +252,9 @@ impl HeapCore {
             spans.take_for_slab(&ctx, slices)?
         };
         self.slab_committed.add(committed as u64);
+        // The span lock is let go here: the span must already be a slab
+        // span, or a neighbour freed now would merge it (`Spans::take`).
+        crate::sync::perturb::point();
         // SAFETY: a freshly taken span, exclusively ours; owner only.
         unsafe {
             (*page).init_slab(class, SLOT_SIZE[class] as usize, slices * SLICE, self.me());

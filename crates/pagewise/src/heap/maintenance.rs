@@ -136,7 +136,7 @@ impl HeapCore {
             self.process_delayed();
             self.release_empty_pages();
         }
-        self.owner.store(0, Release);
+        self.owner.store(crate::global::heaps::ABANDONED, Release);
     }
 
     /// Gives back what can be given back without the owner: retained spans,

@@ -69,6 +69,7 @@ impl HeapCore {
         if self.delayed.load(Relaxed).is_null() {
             return;
         }
+        crate::sync::perturb::point();
         let mut b = self.delayed.swap(null_mut(), Acquire);
         while !b.is_null() {
             // SAFETY: the delayed list holds slots of this heap's pages,
@@ -181,6 +182,7 @@ unsafe fn free_to_delayed(page: *mut Page, block: *mut Block) {
         let heap = &*((*page).heap as *const HeapCore);
         let mut head = heap.delayed.load(Relaxed);
         loop {
+            crate::sync::perturb::point();
             (*block).next = head;
             match heap
                 .delayed

@@ -178,6 +178,7 @@ impl Page {
     /// is not in the pool, nor in use while it is.
     #[inline]
     pub fn set_kind(&self, kind: Kind, _pool: &mut Spans) {
+        crate::sync::perturb::point();
         self.kind.store(kind as u8, Ordering::Relaxed);
     }
 
@@ -269,6 +270,7 @@ impl Page {
 
     /// Moves remotely freed slots onto the free list. Returns how many.
     pub fn collect_thread_free(&mut self) -> usize {
+        crate::sync::perturb::point();
         let mut tf = self.thread_free.load(Ordering::Relaxed);
         loop {
             if tf & COUNT_MASK == 0 {
@@ -319,6 +321,7 @@ impl Page {
     /// remote frees arrived meanwhile, collecting them: `Err(count)`.
     pub fn try_mark_full(&mut self) -> Result<(), usize> {
         loop {
+            crate::sync::perturb::point();
             let tf = self.thread_free.load(Ordering::Relaxed);
             if tf & COUNT_MASK != 0 {
                 return Err(self.collect_thread_free());
@@ -337,6 +340,7 @@ impl Page {
 
     /// Clears the full mark: remote frees go to the page again.
     pub fn clear_full(&mut self) {
+        crate::sync::perturb::point();
         self.in_full = false;
         self.thread_free.fetch_and(!STATE, Ordering::AcqRel);
     }
@@ -371,6 +375,7 @@ impl Page {
         count: usize,
     ) -> bool {
         let segment = crate::memory::layout::segment_base(first as usize);
+        crate::sync::perturb::point();
         let mut tf = self.thread_free.load(Ordering::Relaxed);
         loop {
             if tf & STATE == DELAYED {

@@ -35,6 +35,7 @@ impl<T> Locked<T> {
     /// Takes the lock, spinning (then yielding) while another thread holds it.
     pub fn lock(&self) -> Guard<'_, T> {
         let mut spins = 0u32;
+        crate::sync::perturb::point();
         loop {
             if let Some(g) = self.try_lock() {
                 return g;
@@ -107,6 +108,7 @@ impl<T> DerefMut for Guard<'_, T> {
 impl<T> Drop for Guard<'_, T> {
     fn drop(&mut self) {
         self.lock.locked.store(false, Ordering::Release);
+        crate::sync::perturb::point();
     }
 }
 

@@ -1,0 +1,87 @@
+//! Schedule perturbation: in a build with `--cfg pagewise_perturb`, every
+//! [`point`] may spin for a while or yield the CPU, at random, so that the
+//! interleavings a test of many threads sees are not the few the hardware
+//! happens to favour. Points sit at lock acquisitions and releases, before
+//! each CAS of the cross-thread protocols, and at the state changes between
+//! them (a span taken and then initialised, a heap claimed, a page marked
+//! full). In every other build [`point`] is empty and costs nothing.
+//!
+//! ```sh
+//! RUSTFLAGS="--cfg pagewise_perturb" cargo test --release -p pagewise --test stress
+//! ```
+//!
+//! `PAGEWISE_PERTURB=N` (read once, at the first point) sets how often a
+//! point acts: one point in N yields, one in N/8 spins (default 64).
+
+#[cfg(pagewise_perturb)]
+mod imp {
+    use core::cell::Cell;
+    use core::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+    std::thread_local! {
+        // A const initialiser and no destructor: no allocation, usable at
+        // any time in a thread's life.
+        static STATE: Cell<u64> = const { Cell::new(0) };
+    }
+
+    /// One point in RATE yields (0: not read yet).
+    static RATE: AtomicU64 = AtomicU64::new(0);
+
+    fn rate() -> u64 {
+        let r = RATE.load(Relaxed);
+        if r != 0 {
+            return r;
+        }
+        // SAFETY: a NUL-terminated name; the result is read at once.
+        let v = unsafe { libc::getenv(c"PAGEWISE_PERTURB".as_ptr()) };
+        let mut n = 64u64;
+        if !v.is_null() {
+            // SAFETY: getenv returns a C string.
+            let s = unsafe { core::ffi::CStr::from_ptr(v) };
+            if let Some(x) = s.to_str().ok().and_then(|s| s.parse::<u64>().ok()) {
+                n = x.max(8);
+            }
+        }
+        RATE.store(n, Relaxed);
+        n
+    }
+
+    #[inline(never)]
+    pub fn point() {
+        let x = STATE
+            .try_with(|s| {
+                let mut x = s.get();
+                if x == 0 {
+                    // Seed from the thread's stack address.
+                    x = (&x as *const u64 as u64) | 1;
+                }
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                s.set(x);
+                x
+            })
+            .unwrap_or(1);
+        let rate = rate();
+        if x % rate == 0 {
+            // SAFETY: sched_yield has no preconditions.
+            unsafe { libc::sched_yield() };
+        } else if x % (rate / 8) == 0 {
+            for _ in 0..(x >> 32) % 2048 {
+                core::hint::spin_loop();
+            }
+        }
+    }
+}
+
+#[cfg(not(pagewise_perturb))]
+mod imp {
+    #[inline(always)]
+    pub fn point() {}
+}
+
+/// A place where another thread's step may fall (see the module docs).
+#[inline(always)]
+pub fn point() {
+    imp::point()
+}
