@@ -24,6 +24,7 @@ use crate::heap::HeapCore;
 use crate::memory::reservation::Reservations;
 use crate::os::source::{PageSource, SystemPages};
 use crate::sync::lock::Locked;
+use crate::sync::word::Word;
 use core::ptr::null_mut;
 use core::sync::atomic::{AtomicPtr, Ordering::*};
 
@@ -78,23 +79,34 @@ pub fn take_heap() -> *mut HeapCore {
 /// waiting out a visit in progress.
 fn adopt(h: *mut HeapCore) {
     // SAFETY: heaps are never freed.
-    let owner = unsafe { &(*h).owner };
-    let me = thread_id();
+    claim_for_owner(unsafe { &(*h).owner }, thread_id());
+}
+
+/// Takes an `owner` word from [`ABANDONED`] to `me`, waiting while a
+/// visitor holds it (for the length of one trim or stats pass).
+pub(crate) fn claim_for_owner<W: Word>(owner: &W, me: usize) {
     let mut spins = 0u32;
     crate::sync::perturb::point();
-    while owner
-        .compare_exchange_weak(ABANDONED, me, Acquire, Relaxed)
-        .is_err()
-    {
-        // A visitor holds it for the length of one trim or stats pass.
+    while owner.cas_weak(ABANDONED, me, Acquire, Relaxed).is_err() {
         spins += 1;
-        if spins < 64 {
-            core::hint::spin_loop();
+        if spins < 64 || cfg!(loom) {
+            crate::sync::word::spin_hint();
         } else {
-            // SAFETY: sched_yield has no preconditions.
-            unsafe { libc::sched_yield() };
+            crate::sync::lock::yield_now();
         }
     }
+}
+
+/// Takes an `owner` word from [`ABANDONED`] to [`VISITING`]; false if the
+/// heap has an owner or another visitor.
+pub(crate) fn claim_for_visit<W: Word>(owner: &W) -> bool {
+    crate::sync::perturb::point();
+    owner.cas(ABANDONED, VISITING, Acquire, Relaxed).is_ok()
+}
+
+/// Ends a visit: the heap is abandoned again, for the next adopter.
+pub(crate) fn end_visit<W: Word>(owner: &W) {
+    owner.store(ABANDONED, Release);
 }
 
 /// Gives up a heap the calling thread owns (its thread is exiting, or a
@@ -199,13 +211,57 @@ pub fn for_each_heap(mut f: impl FnMut(&HeapCore)) {
 pub fn visit_abandoned(mut f: impl FnMut(&HeapCore)) {
     let _pass = VISITS.lock();
     for_each_heap(|h| {
-        crate::sync::perturb::point();
-        if h.owner
-            .compare_exchange(ABANDONED, VISITING, Acquire, Relaxed)
-            .is_ok()
-        {
+        if claim_for_visit(&h.owner) {
             f(h);
-            h.owner.store(ABANDONED, Release);
+            end_visit(&h.owner);
         }
     });
+}
+
+#[cfg(all(test, loom))]
+mod loom_model {
+    //! The claim protocol under every interleaving loom finds: an adopter
+    //! and visitors never hold a heap at once, and the adopter always gets
+    //! it. The heap's owner-only state is a loom cell, so loom reports any
+    //! overlap as a data race.
+    use super::*;
+    use loom::cell::UnsafeCell;
+    use loom::sync::atomic::AtomicUsize;
+    use loom::sync::Arc;
+
+    struct Heap {
+        owner: AtomicUsize,
+        state: UnsafeCell<usize>,
+    }
+
+    #[test]
+    fn adopters_and_visitors_exclude_each_other() {
+        loom::model(|| {
+            let h = Arc::new(Heap {
+                owner: AtomicUsize::new(ABANDONED),
+                state: UnsafeCell::new(0),
+            });
+            let visitors: Vec<_> = (0..2)
+                .map(|_| {
+                    let h = h.clone();
+                    loom::thread::spawn(move || {
+                        if claim_for_visit(&h.owner) {
+                            // SAFETY: the claim gives exclusive access.
+                            h.state.with_mut(|s| unsafe { *s += 10 });
+                            end_visit(&h.owner);
+                        }
+                    })
+                })
+                .collect();
+            claim_for_owner(&h.owner, 7);
+            // SAFETY: as above.
+            h.state.with_mut(|s| unsafe { *s += 1 });
+            for v in visitors {
+                v.join().unwrap();
+            }
+            assert_eq!(h.owner.load(Relaxed), 7, "the adopter owns it");
+            let s = h.state.with(|s| unsafe { *s });
+            assert_eq!(s % 10, 1, "the adopter ran once: {s}");
+        });
+    }
 }

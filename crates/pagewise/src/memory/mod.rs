@@ -7,6 +7,7 @@ pub(crate) mod block;
 pub mod layout;
 pub(crate) mod page;
 pub(crate) mod registry;
+pub(crate) mod remote_word;
 pub(crate) mod reservation;
 pub(crate) mod resident;
 pub(crate) mod segment;

@@ -11,6 +11,7 @@
 //! OS pages of a slab page can be given back while others hold live slots.
 
 use crate::memory::layout::OS_PAGE;
+use crate::memory::remote_word;
 use crate::memory::spans::Spans;
 use core::ptr::null_mut;
 use core::sync::atomic::{AtomicU32, AtomicU8, AtomicUsize, Ordering};
@@ -30,48 +31,6 @@ pub enum Kind {
 }
 
 pub use crate::memory::block::Block;
-
-// The `thread_free` word: the page's list of remote frees, its length, and
-// the full-page state, in one atomic word so that the owner takes list and
-// count together and, when its page runs dry, never walks the list (its
-// slots were last written by other cores: a walk would be a chain of cache
-// misses). Collecting into a page that still has free slots walks it once,
-// to append them:
-//
-//   bits 0..3   state (below; bit 2 spare)
-//   bits 3..32  slots on the list (0: empty)
-//   bits 32..64 offset of the list's first slot from its segment's base
-//
-// State 0: remote frees go onto the page's list.
-/// `thread_free` state: the page is on its heap's full list; the next remote
-/// free must tell the owner (through the heap's `delayed` list) that the
-/// page has room again.
-pub const DELAYED: usize = 1;
-/// `thread_free` state: the owner has been told; further remote frees go
-/// onto the page's list, so the heap-wide list sees one slot per full page.
-pub const NOTIFIED: usize = 2;
-const STATE: usize = 3;
-const FLAGS: usize = 7;
-const COUNT_SHIFT: u32 = 3;
-const COUNT_MASK: usize = ((1 << 29) - 1) << COUNT_SHIFT;
-const HEAD_SHIFT: u32 = 32;
-
-/// The remote-free list a `thread_free` word holds, as (first slot, count).
-#[inline]
-fn remote_list(tf: usize, segment: usize) -> (*mut Block, usize) {
-    let count = (tf & COUNT_MASK) >> COUNT_SHIFT;
-    if count == 0 {
-        return (null_mut(), 0);
-    }
-    ((segment + (tf >> HEAD_SHIFT)) as *mut Block, count)
-}
-
-/// A `thread_free` word with `flags` and the list `first` (`count` slots).
-#[inline]
-fn remote_word(flags: usize, first: *mut Block, count: usize, segment: usize) -> usize {
-    debug_assert!(count << COUNT_SHIFT <= COUNT_MASK);
-    ((first as usize - segment) << HEAD_SHIFT) | (count << COUNT_SHIFT) | flags
-}
 
 /// The descriptor of a span.
 #[repr(C)]
@@ -112,7 +71,7 @@ pub struct Page {
     pub slice_offset: u32,
     /// Owning heap (`HeapCore`), type-erased to keep this module independent.
     pub heap: *mut u8,
-    /// Remote frees: list, count and full-page state (see `remote_list`).
+    /// Remote frees: list, count and full-page state (`remote_word.rs`).
     pub thread_free: AtomicUsize,
     /// Queue links (class queue or free-span bin).
     pub next: *mut Page,
@@ -270,29 +229,18 @@ impl Page {
 
     /// Moves remotely freed slots onto the free list. Returns how many.
     pub fn collect_thread_free(&mut self) -> usize {
-        crate::sync::perturb::point();
-        let mut tf = self.thread_free.load(Ordering::Relaxed);
-        loop {
-            if tf & COUNT_MASK == 0 {
-                return 0;
-            }
-            match self.thread_free.compare_exchange_weak(
-                tf,
-                tf & FLAGS,
-                Ordering::Acquire,
-                Ordering::Relaxed,
-            ) {
-                Ok(_) => break,
-                Err(seen) => tf = seen,
-            }
-        }
-        let (head, n) = remote_list(tf, crate::memory::layout::segment_base(self.start));
+        let Some(list) = remote_word::take(&self.thread_free) else {
+            return 0;
+        };
+        let segment = crate::memory::layout::segment_base(self.start);
+        let head = (segment + list.first) as *mut Block;
+        let n = list.count;
         if !self.free.is_null() {
             // Rare (the owner collects when its list runs dry): append the
             // free list after the collected slots.
             let mut tail = head;
             // SAFETY: the list was built by `push_remote_chain` from `n`
-            // slots of this page; the CAS above made us its only owner.
+            // slots of this page; `take` made us its only owner.
             unsafe {
                 for _ in 1..n {
                     tail = (*tail).next;
@@ -314,35 +262,23 @@ impl Page {
     /// Whether other threads freed slots not yet collected.
     #[inline]
     pub fn has_remote(&self) -> bool {
-        self.thread_free.load(Ordering::Relaxed) & COUNT_MASK != 0
+        remote_word::pending(&self.thread_free)
     }
 
     /// Tries to mark a page whose slots are exhausted as full. Fails if
     /// remote frees arrived meanwhile, collecting them: `Err(count)`.
     pub fn try_mark_full(&mut self) -> Result<(), usize> {
-        loop {
-            crate::sync::perturb::point();
-            let tf = self.thread_free.load(Ordering::Relaxed);
-            if tf & COUNT_MASK != 0 {
-                return Err(self.collect_thread_free());
-            }
-            let full = (tf & !STATE) | DELAYED;
-            if self
-                .thread_free
-                .compare_exchange_weak(tf, full, Ordering::AcqRel, Ordering::Relaxed)
-                .is_ok()
-            {
-                self.in_full = true;
-                return Ok(());
-            }
+        if !remote_word::try_mark_full(&self.thread_free) {
+            return Err(self.collect_thread_free());
         }
+        self.in_full = true;
+        Ok(())
     }
 
     /// Clears the full mark: remote frees go to the page again.
     pub fn clear_full(&mut self) {
-        crate::sync::perturb::point();
         self.in_full = false;
-        self.thread_free.fetch_and(!STATE, Ordering::AcqRel);
+        remote_word::clear_full(&self.thread_free);
     }
 
     /// Pushes a slot freed by a thread other than the owner. Returns false
@@ -375,37 +311,11 @@ impl Page {
         count: usize,
     ) -> bool {
         let segment = crate::memory::layout::segment_base(first as usize);
-        crate::sync::perturb::point();
-        let mut tf = self.thread_free.load(Ordering::Relaxed);
-        loop {
-            if tf & STATE == DELAYED {
-                let claimed = (tf & !STATE) | NOTIFIED;
-                match self.thread_free.compare_exchange_weak(
-                    tf,
-                    claimed,
-                    Ordering::AcqRel,
-                    Ordering::Relaxed,
-                ) {
-                    Ok(_) => return false,
-                    Err(seen) => {
-                        tf = seen;
-                        continue;
-                    }
-                }
-            }
-            let (head, n) = remote_list(tf, segment);
-            // SAFETY: the caller gives us the chain.
+        remote_word::push(&self.thread_free, first as usize - segment, count, |old| {
+            let head = old.map_or(null_mut(), |l| (segment + l.first) as *mut Block);
+            // SAFETY: the caller gives us the chain; `last` is its end.
             unsafe { (*last).next = head };
-            match self.thread_free.compare_exchange_weak(
-                tf,
-                remote_word(tf & FLAGS, first, n + count, segment),
-                Ordering::Release,
-                Ordering::Relaxed,
-            ) {
-                Ok(_) => return true,
-                Err(seen) => tf = seen,
-            }
-        }
+        })
     }
 }
 

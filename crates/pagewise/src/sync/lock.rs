@@ -83,7 +83,8 @@ pub unsafe fn release<T>(lock: &Locked<T>) {
     lock.locked.store(false, Ordering::Release);
 }
 
-fn yield_now() {
+/// Gives the CPU to another thread (spin loops that waited long).
+pub fn yield_now() {
     // SAFETY: sched_yield has no preconditions.
     unsafe {
         libc::sched_yield();

@@ -4,3 +4,4 @@
 
 pub(crate) mod lock;
 pub(crate) mod perturb;
+pub(crate) mod word;

@@ -505,7 +505,7 @@ mod tests {
     use crate::os::source::FakePages;
 
     /// The free spans in the bins, as (first slice index, slices).
-    fn free_spans(spans: &Spans) -> Vec<(usize, usize)> {
+    pub(super) fn free_spans(spans: &Spans) -> Vec<(usize, usize)> {
         let mut out = Vec::new();
         for &head in spans.bins.iter() {
             let mut f = head;
@@ -553,5 +553,96 @@ mod tests {
         spans.decay(&ctx, 0, true);
         // SAFETY: nothing of the reservation is used afterwards.
         unsafe { reservations.lock().unmap_all(&source) };
+    }
+}
+
+#[cfg(all(test, loom))]
+mod loom_model {
+    //! Span take, merge and purge from three threads, in every order loom
+    //! finds for their critical sections: the owner taking a span for a slab
+    //! page (and initialising it after the lock is let go), another thread
+    //! freeing a neighbouring large object, and the purger.
+    use super::*;
+    use crate::os::source::FakePages;
+    use loom::sync::{Arc, Mutex};
+
+    struct World {
+        source: FakePages,
+        reservations: Locked<Reservations>,
+        config: Config,
+        spans: Mutex<Spans>,
+    }
+
+    impl World {
+        fn ctx(&self) -> Ctx<'_> {
+            Ctx {
+                source: &self.source,
+                reservations: &self.reservations,
+                heap: null_mut(),
+                config: &self.config,
+            }
+        }
+    }
+
+    #[test]
+    fn slab_take_races_a_neighbour_free_and_the_purger() {
+        loom::model(|| {
+            let w = Arc::new(World {
+                source: FakePages::new(),
+                reservations: Locked::new(Reservations::owned()),
+                config: Config {
+                    reservation_bytes: crate::memory::layout::SEGMENT,
+                    ..Config::DEFAULT
+                },
+                spans: Mutex::new(Spans::new()),
+            });
+            // A large object in the segment, freed by another thread below.
+            let large = {
+                let mut s = w.spans.lock().unwrap();
+                let (p, _) = s.take_large(&w.ctx(), 1, 1).unwrap();
+                s.commit_whole(p);
+                p as usize
+            };
+            let freer = {
+                let w = w.clone();
+                loom::thread::spawn(move || {
+                    let mut s = w.spans.lock().unwrap();
+                    s.give_back_large(large as *mut Page, 0);
+                })
+            };
+            let purger = {
+                let w = w.clone();
+                loom::thread::spawn(move || {
+                    let mut s = w.spans.lock().unwrap();
+                    s.decay(&w.ctx(), 0, true);
+                })
+            };
+            let slab = {
+                let mut s = w.spans.lock().unwrap();
+                s.take_for_slab(&w.ctx(), 1).unwrap().0
+            };
+            // The owner initialises the page with the lock let go.
+            loom::thread::yield_now();
+            // SAFETY: our slab span.
+            assert_eq!(unsafe { (*slab).kind() }, Kind::Slab);
+            freer.join().unwrap();
+            purger.join().unwrap();
+            let mut s = w.spans.lock().unwrap();
+            s.settle_recent();
+            let seg = seg_of(slab);
+            let idx = seg.index_of(slab);
+            for (first, n) in tests::free_spans(&s) {
+                assert!(
+                    idx < first || idx >= first + n,
+                    "slab {idx} in free {first}+{n}"
+                );
+            }
+            // SAFETY: links are read under the pool's lock.
+            assert_eq!(unsafe { (*seg.links()).free_slices }, SPAN_SLICES - 1);
+            s.decay(&w.ctx(), 0, true);
+            drop(s);
+            // SAFETY: nothing of the reservation is used afterwards.
+            unsafe { w.reservations.lock().unmap_all(&w.source) };
+        });
     }
 }
