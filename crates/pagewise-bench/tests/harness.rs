@@ -4,7 +4,10 @@
 //!
 //! tcmalloc is a built-in peer, from Debian's `libtcmalloc-minimal4`
 //! (`.ci/clib-deps.sh` installs it). Where it is missing, the tests that
-//! need it say so and skip it, as the C library's tests do for lua5.4.
+//! need it fail in CI and say so and skip it elsewhere (`common::missing`),
+//! as the C library's tests do for lua5.4.
+
+mod common;
 
 use pagewise_bench::workloads::{self, allocator_independent, Rec, Scale, WORKLOADS};
 use pagewise_bench::{run, BenchArgs};
@@ -35,13 +38,16 @@ fn tmp(name: &str) -> PathBuf {
     d.join(name)
 }
 
-/// Where tcmalloc is; None (with a note naming the package) if it is not
-/// installed.
+/// Where tcmalloc is; None if it is not installed (`common::missing`: a
+/// failure in CI, a visible skip elsewhere).
 fn tcmalloc_path() -> Option<PathBuf> {
     match pagewise_bench::AllocSpec::parse("tcmalloc") {
         Ok(spec) => Some(spec.preload.expect("preloaded")),
         Err(_) => {
-            eprintln!("skipping tcmalloc: apt-get install libtcmalloc-minimal4 to test it");
+            common::missing(
+                "tcmalloc (libtcmalloc_minimal.so.4)",
+                "libtcmalloc-minimal4",
+            );
             None
         }
     }
@@ -76,6 +82,8 @@ fn every_workload_runs_in_process() {
 fn suite_runs_under_every_builtin_and_json_parses() {
     let json = tmp("all.json");
     let plots = tmp("plots");
+    // Without tcmalloc (a visible skip of that part, a failure in CI), the
+    // other four.
     let with_tcmalloc = tcmalloc_path().is_some();
     let all = ["pagewise", "system", "jemalloc", "mimalloc", "tcmalloc"];
     let all = &all[..if with_tcmalloc { 5 } else { 4 }];
@@ -194,6 +202,7 @@ fn a_real_so_is_preloaded() {
     ]
     .into_iter()
     .find(|p| std::path::Path::new(p).is_file()) else {
+        common::missing("libm.so.6", "libc6");
         return;
     };
     let mut args = tiny(&[libm]);

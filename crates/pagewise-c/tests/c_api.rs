@@ -19,16 +19,18 @@ fn assert_all_ok(o: &std::process::Output, what: &str) {
 
 #[test]
 fn edge_cases_hold_under_glibc_too() {
+    let Some(edge) = edge() else { return };
     // The same standard-semantics checks pass against glibc: they test C
     // semantics, not pagewise's own choices.
-    let o = command(edge()).arg("glibc").output().unwrap();
+    let o = command(edge).arg("glibc").output().unwrap();
     assert_all_ok(&o, "edge glibc (no preload)");
 }
 
 #[test]
 fn edge_cases_threads_and_fork_under_preload() {
+    let Some(edge) = edge() else { return };
     let dir = scratch("edge");
-    let child = command(edge())
+    let child = command(edge)
         .arg("pagewise")
         .env("LD_PRELOAD", lib_so())
         .env("PAGEWISE_STATS_FILE", dir.join("stats.%p.json"))
@@ -52,17 +54,22 @@ fn edge_cases_threads_and_fork_under_preload() {
 
 #[test]
 fn edge_cases_with_the_static_library() {
-    let o = command(edge_linked()).arg("linked").output().unwrap();
+    let Some(edge_linked) = edge_linked() else {
+        return;
+    };
+    let o = command(edge_linked).arg("linked").output().unwrap();
     assert_all_ok(&o, "edge linked (libpagewise.a)");
 }
 
 #[test]
 fn free_under_glibc_stack_cache_lock_does_not_deadlock() {
+    let Some(edge) = edge() else { return };
+    let Some(bigtls_so) = bigtls_so() else { return };
     // glibc frees a dead thread's TLS block while holding the lock that
     // pthread_create needs; the purger must not be started from that free.
-    let child = command(edge())
+    let child = command(edge)
         .arg("stack-cache")
-        .arg(bigtls_so())
+        .arg(bigtls_so)
         .env("LD_PRELOAD", lib_so())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
@@ -77,14 +84,16 @@ fn free_under_glibc_stack_cache_lock_does_not_deadlock() {
 
 #[test]
 fn many_dlopened_tls_modules_then_malloc_in_an_older_thread() {
+    let Some(edge) = edge() else { return };
+    let Some(bigtls_so) = bigtls_so() else { return };
     // 40 modules with TLS: more than the 14 spare dtv slots glibc gives a
     // thread, so the waiting thread's dtv must grow on its next TLS access,
     // which is pagewise's malloc. Copies of one library are distinct modules.
     let dir = scratch("tls-modules");
     for i in 0..40 {
-        std::fs::copy(bigtls_so(), dir.join(format!("tls{i}.so"))).unwrap();
+        std::fs::copy(bigtls_so, dir.join(format!("tls{i}.so"))).unwrap();
     }
-    let child = command(edge())
+    let child = command(edge)
         .arg("tls-modules")
         .arg(&dir)
         .arg("40")
@@ -99,6 +108,7 @@ fn many_dlopened_tls_modules_then_malloc_in_an_older_thread() {
 
 #[test]
 fn misuse_aborts_with_one_clear_line() {
+    let Some(edge) = edge() else { return };
     for (mode, message) in [
         ("double-free", "pagewise: double free"),
         (
@@ -111,7 +121,7 @@ fn misuse_aborts_with_one_clear_line() {
         ),
     ] {
         let o = preloaded({
-            let mut c = command(edge());
+            let mut c = command(edge);
             c.arg(mode);
             c
         });
@@ -124,8 +134,9 @@ fn misuse_aborts_with_one_clear_line() {
 
 #[test]
 fn malformed_environment_gets_one_line_and_the_default() {
+    let Some(edge) = edge() else { return };
     let o = preloaded({
-        let mut c = command(edge());
+        let mut c = command(edge);
         c.arg("hello")
             .env("PAGEWISE_DECAY_MS", "soon")
             .env("PAGEWISE_STATS", "maybe")
@@ -148,8 +159,9 @@ fn malformed_environment_gets_one_line_and_the_default() {
 
 #[test]
 fn stats_at_exit_to_stderr_or_json_file() {
+    let Some(edge) = edge() else { return };
     let o = preloaded({
-        let mut c = command(edge());
+        let mut c = command(edge);
         c.arg("hello").env("PAGEWISE_STATS", "1");
         c
     });
@@ -159,7 +171,7 @@ fn stats_at_exit_to_stderr_or_json_file() {
     assert!(stderr.contains("free slots in used pages"), "{stderr}");
 
     let dir = scratch("stats-file");
-    let mut child = command(edge())
+    let mut child = command(edge)
         .arg("hello")
         .env("LD_PRELOAD", lib_so())
         .env("PAGEWISE_STATS", "1") // the file wins
@@ -191,9 +203,10 @@ fn stats_at_exit_to_stderr_or_json_file() {
 
 #[test]
 fn sampler_writes_lines_while_running() {
+    let Some(edge) = edge() else { return };
     let dir = scratch("sampler");
     let o = preloaded({
-        let mut c = command(edge());
+        let mut c = command(edge);
         c.arg("hello")
             .env("PAGEWISE_SAMPLE_FILE", dir.join("samples.txt"))
             .env("PAGEWISE_SAMPLE_MS", "5");
@@ -202,7 +215,7 @@ fn sampler_writes_lines_while_running() {
     assert!(o.status.success());
     // Not our child's parent: that process does not sample.
     let o = preloaded({
-        let mut c = command(edge());
+        let mut c = command(edge);
         c.arg("hello")
             .env("PAGEWISE_SAMPLE_FILE", dir.join("other.txt"))
             .env("PAGEWISE_SAMPLE_PARENT", "1");

@@ -17,7 +17,10 @@ fn compare(name: &str, build: impl Fn() -> Command, stdin: Option<&str>) -> serd
         c.stdout(Stdio::piped()).stderr(Stdio::piped());
         let child = c.spawn().unwrap();
         let pid = child.id();
-        (pid, child.wait_with_output().unwrap())
+        // Generous (each needs seconds): a hang becomes a failure.
+        let out = wait_or_kill(child, std::time::Duration::from_secs(300))
+            .unwrap_or_else(|| panic!("{name}: still running after 300 s, killed"));
+        (pid, out)
     };
     let (_, plain) = run(build());
     assert!(plain.status.success(), "{name} plain run: {plain:?}");

@@ -1,6 +1,8 @@
 //! `pagewise run` end to end: the report, its agreement with /proc, --json,
 //! --plot, the exit status, and the message when the library is missing.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
@@ -69,12 +71,14 @@ fn scratch(name: &str) -> PathBuf {
     d
 }
 
+/// Debian's python3, or None if it is not installed (`common::missing`: a
+/// failure in CI, a visible skip elsewhere).
 fn python() -> Option<&'static str> {
     let p = "/usr/bin/python3";
     if Path::new(p).exists() {
         Some(p)
     } else {
-        eprintln!("SKIPPED: /usr/bin/python3 is not installed (apt-get install -y python3)");
+        common::missing(p, "python3");
         None
     }
 }

@@ -62,14 +62,18 @@ fn segments_of_a_released_huge_run_start_with_a_clean_slab_table() {
     // Large objects until one lands in the run's former second segment.
     let big = Layout::from_size_align(15 << 20, 8).unwrap();
     let mut bigs = vec![];
+    let mut landed = false;
     for _ in 0..8 {
         let b = heap.allocate(big).unwrap().cast::<u8>();
-        let landed = b.as_ptr() as usize & !(SEGMENT - 1) == run + SEGMENT;
+        landed = b.as_ptr() as usize & !(SEGMENT - 1) == run + SEGMENT;
         bigs.push(b);
         if landed {
             break;
         }
     }
+    // The premise: without it the check below passes whatever the slab
+    // table holds.
+    assert!(landed, "no large object landed in the run's second segment");
     for b in bigs {
         // SAFETY: allocated above with this layout.
         unsafe { heap.deallocate(b, big) };

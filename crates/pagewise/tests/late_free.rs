@@ -72,10 +72,18 @@ fn frees_in_the_last_destructor_round_adopt_no_heap() {
     let job = unsafe { Box::from_raw(job as *mut Job) };
     assert_eq!(job.round, 4, "the blocks were freed in the last round");
     // A new thread that allocates adopts an abandoned heap if there is one:
-    // no heap may be stuck with a dead owner.
-    std::thread::spawn(|| drop(Box::new([0u8; 100])))
-        .join()
-        .unwrap();
+    // no heap may be stuck with a dead owner. The probe's allocation must
+    // happen: an optimiser that drops an unread `Box` would leave the thread
+    // heapless, and the count below would then pass only if the bug is there
+    // (the stuck heap counting for the probe's). black_box keeps it, and the
+    // thread checks that it got a heap.
+    let probe_had_heap = std::thread::spawn(|| {
+        drop(std::hint::black_box(Box::new([0u8; 100])));
+        !current_or_null().is_null()
+    })
+    .join()
+    .unwrap();
+    assert!(probe_had_heap, "the probe thread allocated through a heap");
     let s = pagewise::stats();
     assert_eq!(
         s.heaps,

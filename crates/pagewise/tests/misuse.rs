@@ -32,7 +32,7 @@ fn child_entry() {
     unsafe {
         match case.as_str() {
             "foreign" => {
-                let x = Box::new(5u64);
+                let x = std::hint::black_box(Box::new(5u64));
                 a.dealloc(Box::into_raw(x).cast(), Layout::new::<u64>());
             }
             "double" => {

@@ -260,15 +260,24 @@ fn placement_prefers_the_fullest_page() {
 
 #[test]
 fn madv_free_is_an_option() {
-    let (h, src) = heap(Config {
-        decay_ms: 0,
-        purge: Purge::Free,
-        ..Config::DEFAULT
-    });
-    let p = alloc(&h, MIB);
-    free(&h, p, MIB);
-    let q = alloc(&h, 64);
-    free(&h, q, 64);
-    assert!(src.syscalls().madvise >= 1);
-    assert_eq!(h.stats().retained_bytes, 0);
+    // FakePages, like the kernel, zeroes what MADV_DONTNEED purges and
+    // leaves what MADV_FREE purges in place (until memory pressure): the
+    // purged span's last byte says which advice was given.
+    for (purge, kept) in [(Purge::Free, true), (Purge::DontNeed, false)] {
+        let (h, src) = heap(Config {
+            decay_ms: 0,
+            purge,
+            ..Config::DEFAULT
+        });
+        let p = alloc(&h, MIB); // filled with 0xab
+        free(&h, p, MIB);
+        let q = alloc(&h, 64); // a slow path: the expired span is purged
+        free(&h, q, 64);
+        assert!(src.syscalls().madvise >= 1, "{purge:?}");
+        assert_eq!(h.stats().retained_bytes, 0, "{purge:?}");
+        // SAFETY: the span is purged, not unmapped (only trim and drop
+        // unmap), and the 64-byte slab page took at most its first slice.
+        let last = unsafe { p.as_ptr().add(MIB - 1).read_volatile() };
+        assert_eq!(last == 0xab, kept, "{purge:?}: last byte {last:#x}");
+    }
 }

@@ -1,5 +1,5 @@
 //! Shared helpers: find the built library, compile the C test program,
-//! locate Debian's programs.
+//! locate Debian's programs (and say so when one is missing: [`missing`]).
 
 #![allow(dead_code)]
 
@@ -82,6 +82,19 @@ fn c_source() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/edge.c")
 }
 
+/// `cc` on the PATH, or None (see [`missing`]).
+pub fn c_compiler() -> Option<PathBuf> {
+    let found = std::env::var_os("PATH").and_then(|path| {
+        std::env::split_paths(&path)
+            .map(|d| d.join("cc"))
+            .find(|p| p.is_file())
+    });
+    if found.is_none() {
+        missing("cc (a C compiler)", "gcc libc6-dev");
+    }
+    found
+}
+
 fn cc(out: &Path, extra: &[&str]) {
     let include = repo_root().join("include");
     let mut cmd = Command::new("cc");
@@ -108,20 +121,24 @@ fn cc(out: &Path, extra: &[&str]) {
     );
 }
 
-/// The C test program (`tests/c/edge.c`), linked against glibc only.
-pub fn edge() -> &'static Path {
+/// The C test program (`tests/c/edge.c`), linked against glibc only; None
+/// without a C compiler (see [`missing`]).
+pub fn edge() -> Option<&'static Path> {
+    c_compiler()?;
     static EDGE: OnceLock<PathBuf> = OnceLock::new();
-    EDGE.get_or_init(|| {
+    Some(EDGE.get_or_init(|| {
         let out = scratch("cc").join("edge");
         cc(&out, &["-ldl"]);
         out
-    })
+    }))
 }
 
-/// The C test program with libpagewise.a linked in.
-pub fn edge_linked() -> &'static Path {
+/// The C test program with libpagewise.a linked in; None without a C
+/// compiler.
+pub fn edge_linked() -> Option<&'static Path> {
+    c_compiler()?;
     static EDGE: OnceLock<PathBuf> = OnceLock::new();
-    EDGE.get_or_init(|| {
+    Some(EDGE.get_or_init(|| {
         let out = scratch("cc-static").join("edge-linked");
         let a = lib_a();
         cc(
@@ -140,13 +157,15 @@ pub fn edge_linked() -> &'static Path {
             ],
         );
         out
-    })
+    }))
 }
 
-/// `tests/c/bigtls.c` as a shared library (a big thread-local array).
-pub fn bigtls_so() -> &'static Path {
+/// `tests/c/bigtls.c` as a shared library (a big thread-local array); None
+/// without a C compiler.
+pub fn bigtls_so() -> Option<&'static Path> {
+    c_compiler()?;
     static LIB: OnceLock<PathBuf> = OnceLock::new();
-    LIB.get_or_init(|| {
+    Some(LIB.get_or_init(|| {
         let out = scratch("cc-bigtls").join("libbigtls.so");
         let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/bigtls.c");
         let o = Command::new("cc")
@@ -157,24 +176,54 @@ pub fn bigtls_so() -> &'static Path {
             .expect("running cc");
         assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
         out
-    })
+    }))
 }
 
 /// Waits for `child` at most `limit`; kills it and returns None if it is
-/// still running then (a deadlock: the test must fail, not hang).
+/// still running then (a deadlock: the test must fail, not hang). If the
+/// child leads its own process group (`CommandExt::process_group(0)`),
+/// the whole group is killed, so forked workers holding its pipes die too.
+/// Its piped stdout and stderr are read meanwhile, so a child that writes
+/// more than a pipe holds does not block on it.
 pub fn wait_or_kill(mut child: std::process::Child, limit: std::time::Duration) -> Option<Output> {
+    fn drain(
+        pipe: Option<impl std::io::Read + Send + 'static>,
+    ) -> std::thread::JoinHandle<Vec<u8>> {
+        std::thread::spawn(move || {
+            let mut bytes = Vec::new();
+            if let Some(mut p) = pipe {
+                let _ = p.read_to_end(&mut bytes);
+            }
+            bytes
+        })
+    }
+    let out = drain(child.stdout.take());
+    let err = drain(child.stderr.take());
     let start = std::time::Instant::now();
-    loop {
-        if child.try_wait().unwrap().is_some() {
-            return Some(child.wait_with_output().unwrap());
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break Some(status);
         }
         if start.elapsed() > limit {
+            let pid = child.id() as libc::pid_t;
+            // SAFETY: plain system calls on a child we have not reaped yet.
+            unsafe {
+                if libc::getpgid(pid) == pid {
+                    libc::kill(-pid, libc::SIGKILL);
+                }
+            }
             let _ = child.kill();
             let _ = child.wait();
-            return None;
+            break None;
         }
         std::thread::sleep(std::time::Duration::from_millis(20));
-    }
+    };
+    let (stdout, stderr) = (out.join().unwrap(), err.join().unwrap());
+    status.map(|status| Output {
+        status,
+        stdout,
+        stderr,
+    })
 }
 
 /// A command with a clean pagewise environment (no inherited knobs).
@@ -194,17 +243,39 @@ pub fn preloaded(mut cmd: Command) -> Output {
     cmd.output().expect("spawn")
 }
 
-/// Debian's program at `/usr/bin/<name>`, or None (with a message saying the
-/// test is skipped) when it is not installed.
+/// Whether the tests run in CI (`PAGEWISE_CI=1`, exported by `.ci/run`),
+/// where `.ci/clib-deps.sh` has installed every program they use.
+pub fn in_ci() -> bool {
+    std::env::var_os("PAGEWISE_CI").is_some_and(|v| v == "1")
+}
+
+/// A program the running test needs (`what`, from Debian's `package`) is
+/// not installed. In CI that is a failure: this panics. Elsewhere it writes
+/// one line, `SKIPPED <test>: <what> not installed (apt-get install
+/// <package>)`, straight to stderr, where libtest's capture (which takes
+/// only the print macros) does not hide it; the caller then returns.
+pub fn missing(what: &str, package: &str) {
+    let thread = std::thread::current();
+    let test = thread.name().unwrap_or("?");
+    if in_ci() {
+        panic!(
+            "{test}: {what} not installed, and PAGEWISE_CI=1 says it must be \
+             (apt-get install {package}; .ci/clib-deps.sh does)"
+        );
+    }
+    use std::io::Write;
+    let line = format!("SKIPPED {test}: {what} not installed (apt-get install {package})\n");
+    let _ = std::io::stderr().write_all(line.as_bytes());
+}
+
+/// Debian's program at `/usr/bin/<name>`, or None when it is not installed
+/// (see [`missing`]: a panic in CI, a visible skip elsewhere).
 pub fn debian_program(name: &str, package: &str) -> Option<PathBuf> {
     let p = Path::new("/usr/bin").join(name);
     if p.exists() {
         Some(p)
     } else {
-        eprintln!(
-            "SKIPPED: {} is not installed (apt-get install -y {package}; .ci/clib-deps.sh does)",
-            p.display()
-        );
+        missing(&p.display().to_string(), package);
         None
     }
 }
