@@ -217,7 +217,7 @@ impl Run {
     fn alloc(&mut self, inp: &mut Input, kind: u8) {
         let mut size = size(inp, MAX_HUGE);
         let align = align(inp);
-        if kind >= 2 && inp.u8() < 16 {
+        if kind >= 2 && inp.u8() >= 240 {
             size = 0; // the raw API serves 0 as 1
         }
         if !self.room_for(size) {
@@ -274,7 +274,7 @@ impl Run {
     fn realloc(&mut self, inp: &mut Input, via_raw: bool) {
         let Some(b) = self.live.pick(inp) else { return };
         let mut new_size = size(inp, MAX_HUGE);
-        if via_raw && inp.u8() < 8 {
+        if via_raw && inp.u8() >= 248 {
             new_size = 0; // realloc(p, 0) keeps a 1-byte block here
         }
         if self.live.bytes - b.size + new_size > BUDGET {
