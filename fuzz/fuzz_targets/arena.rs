@@ -23,7 +23,7 @@ use libfuzzer_sys::fuzz_target;
 use pagewise::arena::{Arena, BlockPool, BlockPoolConfig};
 use pagewise::{FakePages, PageSource, Purge, SystemPages};
 use pagewise_fuzz::{
-    byte, check_block, fill_block, seed_for, trace, Block, Input, Live, KIB, MIB,
+    check_block, fill_block, pattern_slice, seed_for, trace, Block, Input, Live, KIB, MIB,
 };
 use std::sync::Arc;
 
@@ -87,7 +87,11 @@ impl<S: PageSource + 'static> Run<S> {
 
     /// Records a fresh allocation of arena `i` and writes its pattern.
     fn admit(&mut self, what: &str, i: usize, p: *mut u8, size: usize, align: usize) -> Block {
-        assert_eq!(p as usize % align, 0, "{what}: {p:p} not aligned to {align}");
+        assert_eq!(
+            p as usize % align,
+            0,
+            "{what}: {p:p} not aligned to {align}"
+        );
         self.counter += 1;
         let b = Block {
             addr: p as usize,
@@ -132,18 +136,25 @@ impl<S: PageSource + 'static> Run<S> {
 
     /// A live allocation of arena `i`, if it has one.
     fn pick_of(&self, inp: &mut Input, i: usize) -> Option<Block> {
-        let mine: Vec<&Block> = self.live.blocks.values().filter(|b| b.tag == i as u32).collect();
-        if mine.is_empty() {
-            return None;
-        }
-        let b = *mine[inp.pick(mine.len())];
+        let b = self.live.pick_tag(inp, i as u32)?;
         // SAFETY: live allocation.
-        unsafe { check_block("arena block", b.addr, b.addr as *const u8, b.size, b.seed, b.size) };
+        unsafe {
+            check_block(
+                "arena block",
+                b.addr,
+                b.addr as *const u8,
+                b.size,
+                b.seed,
+                b.size,
+            )
+        };
         Some(b)
     }
 
     fn dealloc(&mut self, inp: &mut Input, i: usize) {
-        let Some(b) = self.pick_of(inp, i) else { return };
+        let Some(b) = self.pick_of(inp, i) else {
+            return;
+        };
         trace!("arena {i}: deallocate {:#x} ({} B)", b.addr, b.size);
         self.live.remove(b.addr);
         let a = self.arenas[i].as_ref().unwrap();
@@ -153,14 +164,26 @@ impl<S: PageSource + 'static> Run<S> {
     }
 
     fn resize(&mut self, inp: &mut Input, i: usize, grow: bool) {
-        let Some(b) = self.pick_of(inp, i) else { return };
+        let Some(b) = self.pick_of(inp, i) else {
+            return;
+        };
         let s = asize(inp);
-        let new_size = if grow { b.size + s } else { b.size - (s % (b.size + 1)) };
+        let new_size = if grow {
+            b.size + s
+        } else {
+            b.size - (s % (b.size + 1))
+        };
         let new_align = aalign(inp);
         if grow && !self.room(s) {
             return;
         }
-        trace!("arena {i}: {} {:#x} {} -> {new_size} align {} -> {new_align}", if grow { "grow" } else { "shrink" }, b.addr, b.size, b.align);
+        trace!(
+            "arena {i}: {} {:#x} {} -> {new_size} align {} -> {new_align}",
+            if grow { "grow" } else { "shrink" },
+            b.addr,
+            b.size,
+            b.align
+        );
         let a = self.arenas[i].as_ref().unwrap();
         let old = Layout::from_size_align(b.size, b.align).unwrap();
         let new = Layout::from_size_align(new_size, new_align).unwrap();
@@ -188,7 +211,16 @@ impl<S: PageSource + 'static> Run<S> {
             self.expect[i].requested += new_size;
         }
         // SAFETY: `q` holds at least min(old, new) bytes.
-        unsafe { check_block("resize kept", b.addr, q, b.size, b.seed, b.size.min(new_size)) };
+        unsafe {
+            check_block(
+                "resize kept",
+                b.addr,
+                q,
+                b.size,
+                b.seed,
+                b.size.min(new_size),
+            )
+        };
         self.live.remove(b.addr);
         self.admit("resize", i, q, new_size, new_align);
     }
@@ -203,18 +235,25 @@ impl<S: PageSource + 'static> Run<S> {
         self.counter += 1;
         let seed = seed_for(n, self.counter);
         let a = self.arena(i);
+        let src = pattern_slice(seed, 0, n);
         let p = if copy {
-            let src: Vec<u8> = (0..n).map(|o| byte(seed, o)).collect();
-            a.alloc_slice_copy(&src).as_mut_ptr()
+            a.alloc_slice_copy(src).as_mut_ptr()
         } else {
-            a.alloc_slice_fill_with(n, |o| byte(seed, o)).as_mut_ptr()
+            a.alloc_slice_fill_with(n, |o| src[o]).as_mut_ptr()
         };
         // SAFETY: the slice is `n` bytes of live arena memory.
         unsafe { check_block("slice contents", p as usize, p, n, seed, n) };
         self.expect[i].allocations += 1;
         self.expect[i].requested += n;
         if n > 0 {
-            let b = Block { addr: p as usize, size: n, usable: n, align: 1, seed, tag: i as u32 };
+            let b = Block {
+                addr: p as usize,
+                size: n,
+                usable: n,
+                align: 1,
+                seed,
+                tag: i as u32,
+            };
             self.live.insert(b);
             // SAFETY: as above: the pattern, placed by this address.
             unsafe { fill_block(p, n, seed) };
@@ -223,11 +262,19 @@ impl<S: PageSource + 'static> Run<S> {
 
     /// Checks and forgets every allocation of arena `i`.
     fn retire(&mut self, i: usize) {
-        let mine: Vec<Block> =
-            self.live.blocks.values().filter(|b| b.tag == i as u32).copied().collect();
+        let mine = self.live.with_tag(i as u32);
         for b in mine {
             // SAFETY: live until the reset or drop that follows.
-            unsafe { check_block("arena end", b.addr, b.addr as *const u8, b.size, b.seed, b.size) };
+            unsafe {
+                check_block(
+                    "arena end",
+                    b.addr,
+                    b.addr as *const u8,
+                    b.size,
+                    b.seed,
+                    b.size,
+                )
+            };
             self.live.remove(b.addr);
         }
     }
@@ -245,11 +292,16 @@ impl<S: PageSource + 'static> Run<S> {
         e.allocations = 0;
         e.requested = 0;
         e.resets += 1;
-        assert!(s.blocks <= 1, "reset keeps at most the current block: {s:?}");
+        assert!(
+            s.blocks <= 1,
+            "reset keeps at most the current block: {s:?}"
+        );
     }
 
     fn drop_arena(&mut self, i: usize, elsewhere: bool) {
-        let Some(a) = self.arenas[i].take() else { return };
+        let Some(a) = self.arenas[i].take() else {
+            return;
+        };
         trace!("arena {i}: drop (on another thread: {elsewhere})");
         self.retire(i);
         self.dropped_fresh += a.stats().fresh_blocks;
@@ -274,7 +326,11 @@ impl<S: PageSource + 'static> Run<S> {
                 (e.allocations, e.requested, e.resets),
                 "arena {i}: allocations, requested bytes, resets (got vs model)"
             );
-            assert_eq!(a.allocated_bytes(), s.block_bytes, "arena {i}: allocated_bytes");
+            assert_eq!(
+                a.allocated_bytes(),
+                s.block_bytes,
+                "arena {i}: allocated_bytes"
+            );
             assert!(s.blocks > 0 || s.block_bytes == 0, "arena {i}: {s:?}");
             held += s.block_bytes as u64;
             fresh += s.fresh_blocks;
@@ -325,7 +381,16 @@ impl<S: PageSource + 'static> Run<S> {
                 _ => {
                     for b in self.live.blocks.values() {
                         // SAFETY: live allocations.
-                        unsafe { check_block("check", b.addr, b.addr as *const u8, b.size, b.seed, b.size) };
+                        unsafe {
+                            check_block(
+                                "check",
+                                b.addr,
+                                b.addr as *const u8,
+                                b.size,
+                                b.seed,
+                                b.size,
+                            )
+                        };
                     }
                 }
             }
@@ -362,11 +427,25 @@ fn run<S: PageSource + 'static>(src: &'static S, config: BlockPoolConfig, inp: &
 }
 
 fuzz_target!(|data: &[u8]| {
+    pagewise_fuzz::init();
     let mut inp = Input::new(data);
     let c = inp.u8();
     let config = BlockPoolConfig {
-        cap_bytes: [64 * MIB, 0, 64 * KIB, MIB, 8 * MIB, 16 * MIB, 128 * KIB, 4 * MIB][(c & 7) as usize],
-        purge: if c & 8 == 0 { Purge::Free } else { Purge::DontNeed },
+        cap_bytes: [
+            64 * MIB,
+            0,
+            64 * KIB,
+            MIB,
+            8 * MIB,
+            16 * MIB,
+            128 * KIB,
+            4 * MIB,
+        ][(c & 7) as usize],
+        purge: if c & 8 == 0 {
+            Purge::Free
+        } else {
+            Purge::DontNeed
+        },
     };
     trace!("pool {config:?} fake {}", c & 16 != 0);
     if c & 16 == 0 {

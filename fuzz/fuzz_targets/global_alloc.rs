@@ -181,11 +181,21 @@ impl Run {
     /// Records a fresh block (checking alignment, usable size, overlap) and
     /// writes its pattern.
     fn admit(&mut self, what: &str, p: *mut u8, size: usize, align: usize, tag: u32) -> Block {
-        assert!(!p.is_null(), "{what}: null for {size} B aligned {align} (well within memory)");
-        assert_eq!(p as usize % align, 0, "{what}: {p:p} not aligned to {align}");
+        assert!(
+            !p.is_null(),
+            "{what}: null for {size} B aligned {align} (well within memory)"
+        );
+        assert_eq!(
+            p as usize % align,
+            0,
+            "{what}: {p:p} not aligned to {align}"
+        );
         // SAFETY: a live pagewise block.
         let usable = unsafe { pagewise::usable_size(p) };
-        assert!(usable >= size, "{what}: usable_size {usable} < requested {size}");
+        assert!(
+            usable >= size,
+            "{what}: usable_size {usable} < requested {size}"
+        );
         // SAFETY: as above.
         let raw_usable = unsafe { pagewise::raw::usable_size(p) };
         assert_eq!(raw_usable, usable, "{what}: raw::usable_size disagrees");
@@ -230,9 +240,24 @@ impl Run {
         let (p, zeroed, tag, what) = unsafe {
             match kind {
                 0 => (A.alloc(l), false, VIA_GLOBAL, "GlobalAlloc::alloc"),
-                1 => (A.alloc_zeroed(l), true, VIA_GLOBAL, "GlobalAlloc::alloc_zeroed"),
-                2 => (pagewise::raw::malloc(size, align), false, VIA_RAW, "raw::malloc"),
-                3 => (pagewise::raw::calloc(size, align), true, VIA_RAW, "raw::calloc"),
+                1 => (
+                    A.alloc_zeroed(l),
+                    true,
+                    VIA_GLOBAL,
+                    "GlobalAlloc::alloc_zeroed",
+                ),
+                2 => (
+                    pagewise::raw::malloc(size, align),
+                    false,
+                    VIA_RAW,
+                    "raw::malloc",
+                ),
+                3 => (
+                    pagewise::raw::calloc(size, align),
+                    true,
+                    VIA_RAW,
+                    "raw::calloc",
+                ),
                 _ => {
                     let p = pagewise::raw::malloc_cached(size, align);
                     if p.is_null() {
@@ -247,7 +272,11 @@ impl Run {
             unsafe { check_zeroed(what, p, size) };
         }
         // SAFETY: as above.
-        let usable = if p.is_null() { 0 } else { unsafe { pagewise::usable_size(p) } };
+        let usable = if p.is_null() {
+            0
+        } else {
+            unsafe { pagewise::usable_size(p) }
+        };
         self.delta(what, before, 1, usable as i64);
         self.admit(what, p, size, align, tag);
     }
@@ -280,9 +309,22 @@ impl Run {
         if self.live.bytes - b.size + new_size > BUDGET {
             return;
         }
-        trace!("realloc {:#x} {} -> {new_size} raw {via_raw}", b.addr, b.size);
+        trace!(
+            "realloc {:#x} {} -> {new_size} raw {via_raw}",
+            b.addr,
+            b.size
+        );
         // SAFETY: the block is live.
-        unsafe { check_block("before realloc", b.addr, b.addr as *const u8, b.size, b.seed, b.size) };
+        unsafe {
+            check_block(
+                "before realloc",
+                b.addr,
+                b.addr as *const u8,
+                b.size,
+                b.seed,
+                b.size,
+            )
+        };
         let before = snap();
         // SAFETY: live block with its layout; non-zero new size for GlobalAlloc.
         let p = unsafe {
@@ -292,7 +334,11 @@ impl Run {
                 A.realloc(b.addr as *mut u8, layout(&b), new_size.max(1))
             }
         };
-        let what = if via_raw { "raw::realloc" } else { "GlobalAlloc::realloc" };
+        let what = if via_raw {
+            "raw::realloc"
+        } else {
+            "GlobalAlloc::realloc"
+        };
         assert!(!p.is_null(), "{what}: null for {new_size} B");
         // SAFETY: `p` is live.
         let usable = unsafe { pagewise::usable_size(p) };
@@ -332,20 +378,29 @@ impl Run {
             // SAFETY: live blocks.
             unsafe {
                 check_block("check", b.addr, b.addr as *const u8, b.size, b.seed, b.size);
-                assert_eq!(pagewise::usable_size(b.addr as *const u8), b.usable, "usable size changed");
+                assert_eq!(
+                    pagewise::usable_size(b.addr as *const u8),
+                    b.usable,
+                    "usable size changed"
+                );
             }
         }
         let s = pagewise::stats();
         assert!(s.live_allocations >= self.live.len() as u64, "{s:?}");
         assert!(s.live_bytes >= self.live.usable as u64, "{s:?}");
-        let big = self.live.blocks.values().filter(|b| b.usable > 256 << 10).count() as u64;
-        assert!(s.large.count + s.huge.count >= big, "large+huge {} < {big}", s.large.count + s.huge.count);
+        let big = self.live.big as u64;
+        assert!(
+            s.large.count + s.huge.count >= big,
+            "large+huge {} < {big}",
+            s.large.count + s.huge.count
+        );
         assert!(s.committed_bytes >= s.retained_bytes, "{s:?}");
         assert!(s.peak_committed_bytes >= s.committed_bytes, "{s:?}");
     }
 }
 
 fuzz_target!(|data: &[u8]| {
+    pagewise_fuzz::init();
     let mut inp = Input::new(data);
     let mut run = Run {
         live: Live::default(),
@@ -391,7 +446,14 @@ fuzz_target!(|data: &[u8]| {
     for b in blocks {
         // SAFETY: live blocks, freed once.
         unsafe {
-            check_block("final free", b.addr, b.addr as *const u8, b.size, b.seed, b.size);
+            check_block(
+                "final free",
+                b.addr,
+                b.addr as *const u8,
+                b.size,
+                b.seed,
+                b.size,
+            );
             A.dealloc(b.addr as *mut u8, layout(&b));
         }
     }

@@ -25,7 +25,8 @@ use core::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use libfuzzer_sys::fuzz_target;
 use pagewise::{Config, FakePages, Heap, PageSource, Purge, Stats, SyscallCounts, SystemPages};
 use pagewise_fuzz::{
-    align, check_block, fill_block, seed_for, size, trace, Block, Input, Live, KIB, MIB,
+    align, check, check_block, fill_block, pattern_slice, seed_for, size, trace, Block, Input,
+    Live, KIB, MIB,
 };
 use std::alloc::Layout;
 
@@ -126,17 +127,25 @@ impl<S: Source> Run<'_, S> {
             s.syscalls.mapped_bytes,
             s.reserved_bytes
         );
-        let big = self.live.blocks.values().filter(|b| b.usable > 256 * KIB).count() as u64;
+        let big = self.live.big as u64;
         assert!(s.large.count + s.huge.count >= big, "{what}: {s:?}");
     }
 
     fn admit(&mut self, what: &str, p: NonNull<[u8]>, size: usize, align: usize) {
         let a = p.cast::<u8>().as_ptr();
-        assert_eq!(a as usize % align, 0, "{what}: {a:p} not aligned to {align}");
+        assert_eq!(
+            a as usize % align,
+            0,
+            "{what}: {a:p} not aligned to {align}"
+        );
         assert!(p.len() >= size, "{what}: {} bytes for {size}", p.len());
         // SAFETY: a live block of this heap.
         let usable = unsafe { self.heap.usable_size(p.cast()) };
-        assert_eq!(usable, p.len(), "{what}: usable_size differs from the returned length");
+        assert_eq!(
+            usable,
+            p.len(),
+            "{what}: usable_size differs from the returned length"
+        );
         self.counter += 1;
         let b = Block {
             addr: a as usize,
@@ -179,18 +188,25 @@ impl<S: Source> Run<'_, S> {
     }
 
     fn free(&mut self, inp: &mut Input) {
-        let Some(b) = self.take(inp, "deallocate") else { return };
+        let Some(b) = self.take(inp, "deallocate") else {
+            return;
+        };
         trace!("deallocate {:#x} ({} B)", b.addr, b.size);
         self.live.remove(b.addr);
         let l = Layout::from_size_align(b.size, b.align).unwrap();
         // SAFETY: live block of this heap with this layout, freed once.
-        unsafe { self.heap.deallocate(NonNull::new(b.addr as *mut u8).unwrap(), l) };
+        unsafe {
+            self.heap
+                .deallocate(NonNull::new(b.addr as *mut u8).unwrap(), l)
+        };
     }
 
     /// `Heap::reallocate` (same alignment), or the `Allocator` trait's
     /// `grow`/`shrink` to a new layout (alignment may change).
     fn resize(&mut self, inp: &mut Input, trait_api: bool) {
-        let Some(b) = self.take(inp, "resize") else { return };
+        let Some(b) = self.take(inp, "resize") else {
+            return;
+        };
         let mut new_size = size(inp, self.max_huge);
         let new_align = if trait_api { align(inp) } else { b.align };
         if !trait_api && inp.u8() >= 248 {
@@ -199,7 +215,12 @@ impl<S: Source> Run<'_, S> {
         if self.live.bytes - b.size + new_size > BUDGET {
             return;
         }
-        trace!("resize {:#x} {} -> {new_size} align {} -> {new_align} trait {trait_api}", b.addr, b.size, b.align);
+        trace!(
+            "resize {:#x} {} -> {new_size} align {} -> {new_align} trait {trait_api}",
+            b.addr,
+            b.size,
+            b.align
+        );
         let ptr = NonNull::new(b.addr as *mut u8).unwrap();
         let old = Layout::from_size_align(b.size, b.align).unwrap();
         let new = Layout::from_size_align(new_size, new_align).unwrap();
@@ -222,19 +243,42 @@ impl<S: Source> Run<'_, S> {
         }
         let q = p.cast::<u8>().as_ptr();
         // SAFETY: the new block has at least `new_size` bytes.
-        unsafe { check_block("resize kept", b.addr, q, b.size, b.seed, b.size.min(new_size)) };
+        unsafe {
+            check_block(
+                "resize kept",
+                b.addr,
+                q,
+                b.size,
+                b.seed,
+                b.size.min(new_size),
+            )
+        };
         self.admit("resize", p, new_size, new_align);
     }
 
-    /// A `Vec` in the heap, grown by pushes (the `Allocator` grow path).
+    /// A `Vec` in the heap, grown step by step (the `Allocator` grow path,
+    /// in place or moving), its contents checked at the end.
     fn vec(&mut self, inp: &mut Input) {
-        let n = inp.u16() as usize * 8;
-        trace!("vec of {n} u64");
+        let steps = inp.u8() as usize % 32;
+        self.counter += 1;
+        let seed = seed_for(steps, self.counter);
+        trace!("vec grown in {steps} steps");
         let mut v = allocator_api2::vec::Vec::new_in(self.heap);
-        for i in 0..n {
-            v.push(i as u64 ^ 0x5a5a);
+        for _ in 0..steps {
+            let n = match inp.u8() {
+                0..=127 => inp.u8() as usize,
+                128..=223 => inp.range(256, 16 * KIB),
+                _ => inp.range(16 * KIB, 256 * KIB),
+            };
+            v.extend_from_slice(pattern_slice(seed, v.len(), n));
         }
-        assert!(v.iter().enumerate().all(|(i, &x)| x == i as u64 ^ 0x5a5a), "vec contents");
+        // SAFETY: the vector's own bytes.
+        if let Some(o) = unsafe { check(v.as_ptr(), seed, 0, v.len()) } {
+            panic!(
+                "vec of {} bytes in the heap: wrong byte at offset {o}",
+                v.len()
+            );
+        }
         drop(v);
     }
 
@@ -263,7 +307,9 @@ impl<S: Source> Run<'_, S> {
             // SAFETY: live blocks of this heap.
             unsafe {
                 check_block("check", b.addr, b.addr as *const u8, b.size, b.seed, b.size);
-                let u = self.heap.usable_size(NonNull::new(b.addr as *mut u8).unwrap());
+                let u = self
+                    .heap
+                    .usable_size(NonNull::new(b.addr as *mut u8).unwrap());
                 assert_eq!(u, b.usable, "usable size changed while live");
             }
         }
@@ -274,9 +320,17 @@ impl<S: Source> Run<'_, S> {
         for b in blocks {
             // SAFETY: live blocks, freed once.
             unsafe {
-                check_block("free all", b.addr, b.addr as *const u8, b.size, b.seed, b.size);
+                check_block(
+                    "free all",
+                    b.addr,
+                    b.addr as *const u8,
+                    b.size,
+                    b.seed,
+                    b.size,
+                );
                 let l = Layout::from_size_align(b.size, b.align).unwrap();
-                self.heap.deallocate(NonNull::new(b.addr as *mut u8).unwrap(), l);
+                self.heap
+                    .deallocate(NonNull::new(b.addr as *mut u8).unwrap(), l);
             }
             self.live.remove(b.addr);
         }
@@ -306,7 +360,13 @@ impl<S: Source> Run<'_, S> {
         self.heap.trim();
         let s = self.stats();
         assert_eq!(
-            (s.live_bytes, s.committed_bytes, s.retained_bytes, s.segments, s.reserved_bytes),
+            (
+                s.live_bytes,
+                s.committed_bytes,
+                s.retained_bytes,
+                s.segments,
+                s.reserved_bytes
+            ),
             (0, 0, 0, 0, 0),
             "everything freed and trimmed: {s:?}"
         );
@@ -335,13 +395,18 @@ fn run<S: Source>(src: &'static S, config: Config, max_huge: usize, inp: &mut In
 }
 
 fuzz_target!(|data: &[u8]| {
+    pagewise_fuzz::init();
     let mut inp = Input::new(data);
     let c = inp.u8();
     let p = inp.u8();
     let mut config = Config {
         decay_ms: [0, 1, 100, 1000][(c & 3) as usize],
         retain_max_bytes: [0, 256 * KIB, 4 * MIB, 64 * MIB][((c >> 2) & 3) as usize],
-        purge: if c & 16 == 0 { Purge::DontNeed } else { Purge::Free },
+        purge: if c & 16 == 0 {
+            Purge::DontNeed
+        } else {
+            Purge::Free
+        },
         background: false,
         reservation_bytes: if c & 32 == 0 { 1 << 30 } else { 64 * MIB },
     };

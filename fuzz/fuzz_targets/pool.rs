@@ -24,8 +24,7 @@
 
 use libfuzzer_sys::fuzz_target;
 use pagewise::pool::{
-    system_mprotect_calls, Allocation, Fit, PoolConfig, PoolStats, Pools, ProtectPages,
-    Protection,
+    system_mprotect_calls, Allocation, Fit, PoolConfig, PoolStats, Pools, ProtectPages, Protection,
 };
 use pagewise::{FakePages, SystemPages};
 use pagewise_fuzz::{check, fill, seed_for, trace, Input, KIB, MIB};
@@ -108,7 +107,11 @@ impl<S: ProtectPages + 'static> Run<S> {
     }
 
     fn live_bytes(&self) -> u64 {
-        self.model.iter().filter(|p| p.alive()).map(|p| p.size as u64).sum()
+        self.model
+            .iter()
+            .filter(|p| p.alive())
+            .map(|p| p.size as u64)
+            .sum()
     }
 
     fn alloc(&mut self, inp: &mut Input) {
@@ -120,12 +123,19 @@ impl<S: ProtectPages + 'static> Run<S> {
         let g = c.granule;
         let n = (size.max(1) + g - 1) & !(g - 1);
         trace!("alloc {size} (asks {n})");
-        let a = self.pools().alloc(size).expect("pool alloc well within memory");
+        let a = self
+            .pools()
+            .alloc(size)
+            .expect("pool alloc well within memory");
         let e = &mut self.expect;
         e.requests += 1;
         e.requested += size as u64;
         e.asked_for += n as u64;
-        assert_eq!(a.len(), n, "length is the request rounded up to the granule");
+        assert_eq!(
+            a.len(),
+            n,
+            "length is the request rounded up to the granule"
+        );
         assert!(!a.is_empty());
         let addr = a.as_ptr().as_ptr() as usize;
         assert_eq!(addr % g, 0, "{addr:#x} not aligned to the granule {g}");
@@ -138,8 +148,12 @@ impl<S: ProtectPages + 'static> Run<S> {
             .filter(|(_, &id)| self.model[id].avail() >= n);
         let chosen = match c.fit {
             Fit::First => fits.map(|(i, _)| i).next(),
-            Fit::Best => fits.min_by_key(|(_, &id)| self.model[id].avail()).map(|(i, _)| i),
-            Fit::Worst => fits.max_by_key(|(_, &id)| self.model[id].avail()).map(|(i, _)| i),
+            Fit::Best => fits
+                .min_by_key(|(_, &id)| self.model[id].avail())
+                .map(|(i, _)| i),
+            Fit::Worst => fits
+                .max_by_key(|(_, &id)| self.model[id].avail())
+                .map(|(i, _)| i),
         };
         let id = if let Some(i) = chosen {
             let id = self.open[i];
@@ -156,9 +170,17 @@ impl<S: ProtectPages + 'static> Run<S> {
             id
         } else {
             // A new pool: the allocation is its first bytes.
-            assert_eq!(addr % 4096, 0, "a new pool's first allocation starts its mapping");
+            assert_eq!(
+                addr % 4096,
+                0,
+                "a new pool's first allocation starts its mapping"
+            );
             let large = n > c.large_threshold;
-            let psize = if large { (n + 4095) & !4095 } else { c.pool_size };
+            let psize = if large {
+                (n + 4095) & !4095
+            } else {
+                c.pool_size
+            };
             let id = self.model.len();
             self.model.push(MPool {
                 size: psize,
@@ -202,10 +224,17 @@ impl<S: ProtectPages + 'static> Run<S> {
         if let Some(other) = self.handles.last() {
             assert_eq!(a.same_pool(&other.a), other.pool == id, "same_pool");
         }
-        assert!(a.as_slice().iter().all(|&b| b == 0), "fresh pool bytes read as zeros");
+        assert!(
+            a.as_slice().iter().all(|&b| b == 0),
+            "fresh pool bytes read as zeros"
+        );
         assert_eq!(a.protection(), self.model[id].prot);
         self.model[id].handles += 1;
-        let mut h = Handle { a, pool: id, seed: None };
+        let mut h = Handle {
+            a,
+            pool: id,
+            seed: None,
+        };
         self.write(&mut h);
         self.handles.push(h);
     }
@@ -217,17 +246,26 @@ impl<S: ProtectPages + 'static> Run<S> {
         let len = h.a.len();
         let rw = self.model[h.pool].prot == Protection::ReadWrite;
         if !self.config.executable {
-            let s = h.a.as_mut_slice().expect("a non-executable pool is always writable");
+            let s =
+                h.a.as_mut_slice()
+                    .expect("a non-executable pool is always writable");
             // SAFETY: the handle's own `len` bytes.
             unsafe { fill(s.as_mut_ptr(), seed, 0, len) };
             h.seed = Some(seed);
         } else {
-            assert!(h.a.as_mut_slice().is_none(), "no plain slice into an executable pool");
+            assert!(
+                h.a.as_mut_slice().is_none(),
+                "no plain slice into an executable pool"
+            );
             let r = h.a.with_writable(|s| {
                 // SAFETY: as above.
                 unsafe { fill(s.as_mut_ptr(), seed, 0, len) }
             });
-            assert_eq!(r.is_some(), rw, "with_writable works exactly while read+write (W^X)");
+            assert_eq!(
+                r.is_some(),
+                rw,
+                "with_writable works exactly while read+write (W^X)"
+            );
             if r.is_some() {
                 h.seed = Some(seed);
             }
@@ -242,7 +280,11 @@ impl<S: ProtectPages + 'static> Run<S> {
             None => s.iter().position(|&b| b != 0),
         };
         if let Some(o) = bad {
-            panic!("{what}: handle {:p} ({} B) has a wrong byte at offset {o}", s.as_ptr(), s.len());
+            panic!(
+                "{what}: handle {:p} ({} B) has a wrong byte at offset {o}",
+                s.as_ptr(),
+                s.len()
+            );
         }
     }
 
@@ -259,15 +301,25 @@ impl<S: ProtectPages + 'static> Run<S> {
         }
         let i = inp.pick(self.handles.len());
         let id = self.handles[i].pool;
-        trace!("make {} pool of handle {i}", if exec { "executable" } else { "writable" });
+        trace!(
+            "make {} pool of handle {i}",
+            if exec { "executable" } else { "writable" }
+        );
         let ok = if exec {
             self.handles[i].a.make_executable()
         } else {
             self.handles[i].a.make_writable()
         };
-        assert_eq!(ok, self.config.executable, "flips succeed exactly on executable pools");
+        assert_eq!(
+            ok, self.config.executable,
+            "flips succeed exactly on executable pools"
+        );
         if ok {
-            let want = if exec { Protection::ReadExecute } else { Protection::ReadWrite };
+            let want = if exec {
+                Protection::ReadExecute
+            } else {
+                Protection::ReadWrite
+            };
             let p = &mut self.model[id];
             if p.prot != want {
                 p.prot = want;
@@ -292,21 +344,36 @@ impl<S: ProtectPages + 'static> Run<S> {
 
     fn check_stats(&self) {
         let mapped = self.src.syscalls().mapped_bytes - self.mapped_before;
-        assert_eq!(mapped, self.live_bytes(), "mapped bytes = sizes of the live pools");
+        assert_eq!(
+            mapped,
+            self.live_bytes(),
+            "mapped bytes = sizes of the live pools"
+        );
         if self.system {
-            assert_eq!(system_mprotect_calls() - self.mprotect_before, self.mprotects, "mprotect calls");
+            assert_eq!(
+                system_mprotect_calls() - self.mprotect_before,
+                self.mprotects,
+                "mprotect calls"
+            );
         }
         let Some(pools) = &self.pools else { return };
         let s = pools.stats();
         let mut e = self.expect;
-        e.owaste = self.open.iter().map(|&id| self.model[id].avail() as u64).sum();
+        e.owaste = self
+            .open
+            .iter()
+            .map(|&id| self.model[id].avail() as u64)
+            .sum();
         let mine = self.model.iter().filter(|p| p.gen == self.gen && p.alive());
         e.live_pools = mine.clone().count() as u64;
         e.live_bytes = mine.map(|p| p.size as u64).sum();
         assert!(s.peak_live_bytes >= s.live_bytes, "{s:?}");
         e.peak_live_bytes = s.peak_live_bytes;
         assert_eq!(s, e, "stats (left) vs model (right)");
-        assert_eq!(s.allocated, s.asked_for + s.lwaste + s.swaste + s.nwaste + s.owaste);
+        assert_eq!(
+            s.allocated,
+            s.asked_for + s.lwaste + s.swaste + s.nwaste + s.owaste
+        );
         assert_eq!(s.waste(), s.allocated - s.asked_for);
     }
 
@@ -367,7 +434,12 @@ impl<S: ProtectPages + 'static> Run<S> {
     }
 }
 
-fn run<S: ProtectPages + 'static>(src: &'static S, system: bool, config: PoolConfig, inp: &mut Input) {
+fn run<S: ProtectPages + 'static>(
+    src: &'static S,
+    system: bool,
+    config: PoolConfig,
+    inp: &mut Input,
+) {
     let mut r = Run {
         src,
         system,
@@ -386,15 +458,28 @@ fn run<S: ProtectPages + 'static>(src: &'static S, system: bool, config: PoolCon
     // The clamped configuration is what the model follows.
     r.config = *r.pools().config();
     r.go(inp);
-    assert_eq!(src.syscalls().mapped_bytes, r.mapped_before, "every pool unmapped at the end");
+    assert_eq!(
+        src.syscalls().mapped_bytes,
+        r.mapped_before,
+        "every pool unmapped at the end"
+    );
 }
 
 fuzz_target!(|data: &[u8]| {
+    pagewise_fuzz::init();
     let mut inp = Input::new(data);
     let c1 = inp.u8();
     let c2 = inp.u8();
-    let pool_size = [64 * KIB, 4 * KIB, 16 * KIB, 256 * KIB, 12 * KIB, 64 * KIB, 100, 64 * KIB]
-        [(c1 & 7) as usize];
+    let pool_size = [
+        64 * KIB,
+        4 * KIB,
+        16 * KIB,
+        256 * KIB,
+        12 * KIB,
+        64 * KIB,
+        100,
+        64 * KIB,
+    ][(c1 & 7) as usize];
     let config = PoolConfig {
         pool_size,
         open_pools: ((c1 >> 3) & 7) as usize, // 0 is clamped to 1

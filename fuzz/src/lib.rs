@@ -7,7 +7,7 @@
 //! every byte string is a valid program and a mutation changes one argument
 //! rather than the whole parse.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 /// Reads operations' arguments from the fuzzer's input.
 pub struct Input<'a> {
@@ -101,11 +101,11 @@ fn log_uniform(inp: &mut Input, lo_log: u32, hi_log: u32) -> usize {
 pub fn size(inp: &mut Input, max_huge: usize) -> usize {
     let b = inp.u8();
     match b {
-        0..=127 => 1 + inp.u8() as usize,            // 1..=256 B
-        128..=175 => log_uniform(inp, 8, 14),        // 256 B..16 KiB
-        176..=207 => log_uniform(inp, 14, 19),       // 16..512 KiB (slab/large edge)
+        0..=127 => 1 + inp.u8() as usize,      // 1..=256 B
+        128..=175 => log_uniform(inp, 8, 14),  // 256 B..16 KiB
+        176..=207 => log_uniform(inp, 14, 19), // 16..512 KiB (slab/large edge)
         208..=231 => EDGE_SIZES[inp.u8() as usize % EDGE_SIZES.len()].min(max_huge),
-        232..=249 => log_uniform(inp, 18, 24),       // 256 KiB..16 MiB: large
+        232..=249 => log_uniform(inp, 18, 24), // 256 KiB..16 MiB: large
         _ => inp.range(16 * MIB, max_huge.max(16 * MIB)), // huge
     }
 }
@@ -136,18 +136,55 @@ pub fn seed_for(addr: usize, counter: u64) -> u64 {
     mix(addr as u64 ^ counter.rotate_left(40)) | 1
 }
 
-/// The pattern word at offset `off` (a multiple of 8) of a block: depends
-/// on the offset, not the address, so contents that move with `realloc`
-/// still match.
-#[inline]
-fn word(seed: u64, off: usize) -> u64 {
-    mix(seed ^ off as u64)
+/// Length of the pattern's period: a prime, so blocks whose seeds differ
+/// (mod it) never carry the same bytes at the same offsets.
+const PERIOD: usize = 65_521;
+
+/// The pattern, written out once: `PERIOD` pseudo-random bytes followed by
+/// their continuation, so that any range of up to [`CHUNK`] bytes starting
+/// at any phase is one slice of it. Blocks are filled with `memcpy` from
+/// it and checked with `memcmp` against it: libc's, which coverage does
+/// not instrument (a byte loop here costs a `__sanitizer_cov_trace_cmp`
+/// call per comparison and was most of the targets' time).
+fn pattern() -> &'static [u8; PERIOD + CHUNK] {
+    static P: std::sync::OnceLock<[u8; PERIOD + CHUNK]> = std::sync::OnceLock::new();
+    P.get_or_init(|| {
+        let mut b = [0u8; PERIOD + CHUNK];
+        for (i, x) in b.iter_mut().enumerate() {
+            let j = i % PERIOD;
+            *x = (mix(j as u64 / 8) >> ((j % 8) * 8)) as u8;
+        }
+        b
+    })
 }
 
-/// The pattern byte at offset `off` of a block.
+/// Longest range copied or compared in one go.
+const CHUNK: usize = 256 * 1024;
+
+/// Builds the pattern now (it is a static: no allocation). Call it before
+/// taking allocation baselines so the first use does not fall in one.
+pub fn init() {
+    let _ = pattern();
+}
+
+#[inline]
+fn phase(seed: u64, off: usize) -> usize {
+    ((seed % PERIOD as u64) as usize + off % PERIOD) % PERIOD
+}
+
+/// The pattern byte at offset `off` of a block: depends on the offset, not
+/// the address, so contents that move with `realloc` still match.
 #[inline]
 pub fn byte(seed: u64, off: usize) -> u8 {
-    (word(seed, off & !7) >> ((off & 7) * 8)) as u8
+    pattern()[phase(seed, off)]
+}
+
+/// The pattern bytes at offsets `off..off + n` of a block (`n` at most
+/// 256 KiB).
+pub fn pattern_slice(seed: u64, off: usize, n: usize) -> &'static [u8] {
+    assert!(n <= CHUNK);
+    let at = phase(seed, off);
+    &pattern()[at..at + n]
 }
 
 /// Writes the pattern over offsets `lo..hi` of the block at `p`.
@@ -155,21 +192,15 @@ pub fn byte(seed: u64, off: usize) -> u8 {
 /// # Safety
 /// `p + lo .. p + hi` is writable memory the caller owns.
 pub unsafe fn fill(p: *mut u8, seed: u64, lo: usize, hi: usize) {
+    let pat = pattern();
     let mut o = lo;
-    // SAFETY: every write is inside `lo..hi` (caller).
-    unsafe {
-        while o < hi && o % 8 != 0 {
-            p.add(o).write(byte(seed, o));
-            o += 1;
-        }
-        while o + 8 <= hi {
-            p.add(o).cast::<u64>().write_unaligned(word(seed, o).to_le());
-            o += 8;
-        }
-        while o < hi {
-            p.add(o).write(byte(seed, o));
-            o += 1;
-        }
+    while o < hi {
+        let n = (hi - o).min(CHUNK);
+        let at = phase(seed, o);
+        // SAFETY: `o..o + n` is inside `lo..hi` (caller); the source slice
+        // has `n` bytes from `at < PERIOD`.
+        unsafe { core::ptr::copy_nonoverlapping(pat[at..at + n].as_ptr(), p.add(o), n) };
+        o += n;
     }
 }
 
@@ -179,27 +210,18 @@ pub unsafe fn fill(p: *mut u8, seed: u64, lo: usize, hi: usize) {
 /// # Safety
 /// `p + lo .. p + hi` is readable.
 pub unsafe fn check(p: *const u8, seed: u64, lo: usize, hi: usize) -> Option<usize> {
+    let pat = pattern();
     let mut o = lo;
-    // SAFETY: every read is inside `lo..hi` (caller).
-    unsafe {
-        while o < hi && o % 8 != 0 {
-            if p.add(o).read() != byte(seed, o) {
-                return Some(o);
-            }
-            o += 1;
+    while o < hi {
+        let n = (hi - o).min(CHUNK);
+        let at = phase(seed, o);
+        // SAFETY: inside `lo..hi` (caller).
+        let got = unsafe { core::slice::from_raw_parts(p.add(o), n) };
+        let want = &pat[at..at + n];
+        if got != want {
+            return Some(o + (0..n).find(|&i| got[i] != want[i]).unwrap());
         }
-        while o + 8 <= hi {
-            if u64::from_le(p.add(o).cast::<u64>().read_unaligned()) != word(seed, o) {
-                return (o..o + 8).find(|&i| p.add(i).read() != byte(seed, i));
-            }
-            o += 8;
-        }
-        while o < hi {
-            if p.add(o).read() != byte(seed, o) {
-                return Some(o);
-            }
-            o += 1;
-        }
+        o += n;
     }
     None
 }
@@ -209,19 +231,18 @@ pub unsafe fn check(p: *const u8, seed: u64, lo: usize, hi: usize) -> Option<usi
 /// # Safety
 /// `p + lo .. p + hi` is readable.
 pub unsafe fn check_zero(p: *const u8, lo: usize, hi: usize) -> Option<usize> {
-    // SAFETY: reads inside `lo..hi` (caller).
-    let s = unsafe { core::slice::from_raw_parts(p.add(lo), hi - lo) };
-    let (head, mid, tail) = unsafe { s.align_to::<u64>() };
-    if let Some(i) = head.iter().position(|&b| b != 0) {
-        return Some(lo + i);
+    static ZEROS: [u8; 64 * 1024] = [0; 64 * 1024];
+    let mut o = lo;
+    while o < hi {
+        let n = (hi - o).min(ZEROS.len());
+        // SAFETY: inside `lo..hi` (caller).
+        let got = unsafe { core::slice::from_raw_parts(p.add(o), n) };
+        if got != &ZEROS[..n] {
+            return Some(o + got.iter().position(|&b| b != 0).unwrap());
+        }
+        o += n;
     }
-    if let Some(i) = mid.iter().position(|&w| w != 0) {
-        let at = head.len() + i * 8;
-        return Some(lo + at + s[at..at + 8].iter().position(|&b| b != 0).unwrap());
-    }
-    tail.iter()
-        .position(|&b| b != 0)
-        .map(|i| lo + head.len() + mid.len() * 8 + i)
+    None
 }
 
 /// Blocks up to this size carry the pattern in every byte.
@@ -268,7 +289,9 @@ pub fn probes(addr: usize, size: usize, full: usize, edge: usize, mut f: impl Fn
 /// The block is live, writable and `size` bytes long.
 pub unsafe fn fill_block(p: *mut u8, size: usize, seed: u64) {
     // SAFETY: probes lie inside `0..size`.
-    probes(p as usize, size, FULL, EDGE, |lo, hi| unsafe { fill(p, seed, lo, hi) });
+    probes(p as usize, size, FULL, EDGE, |lo, hi| unsafe {
+        fill(p, seed, lo, hi)
+    });
 }
 
 /// Checks the probed ranges of a block below `limit` (its size, or the
@@ -337,14 +360,22 @@ pub struct Block {
 }
 
 /// Live blocks by address; insertion checks that the new block's usable
-/// range overlaps no other's.
+/// range overlaps no other's. Blocks are also kept in one list per tag, so
+/// the input picks one in constant time (a walk of the map per operation
+/// was most of the targets' time on long inputs).
 #[derive(Default)]
 pub struct Live {
     pub blocks: BTreeMap<usize, Block>,
+    /// Addresses per tag, in the order the input picks from.
+    order: Vec<Vec<usize>>,
+    /// Where each address sits in `order[tag]`.
+    index: HashMap<usize, usize>,
     /// Sum of requested sizes.
     pub bytes: usize,
     /// Sum of usable sizes.
     pub usable: usize,
+    /// Blocks with more than 256 KiB usable (so not slab slots).
+    pub big: usize,
 }
 
 impl Live {
@@ -354,6 +385,11 @@ impl Live {
 
     pub fn is_empty(&self) -> bool {
         self.blocks.is_empty()
+    }
+
+    /// Live blocks with this tag.
+    pub fn count(&self, tag: u32) -> usize {
+        self.order.get(tag as usize).map_or(0, Vec::len)
     }
 
     /// Adds a block; panics if it overlaps a live one.
@@ -381,21 +417,42 @@ impl Live {
         }
         self.bytes += b.size;
         self.usable += b.usable;
+        self.big += usize::from(b.usable > 256 * KIB);
         self.blocks.insert(b.addr, b);
-    }
-
-    /// The `i`-th block by address (`i < len`).
-    pub fn nth(&self, i: usize) -> Block {
-        *self.blocks.values().nth(i).expect("index in range")
+        let t = b.tag as usize;
+        if self.order.len() <= t {
+            self.order.resize_with(t + 1, Vec::new);
+        }
+        self.index.insert(b.addr, self.order[t].len());
+        self.order[t].push(b.addr);
     }
 
     /// A block chosen by the input, or None if there is none.
     pub fn pick(&self, inp: &mut Input) -> Option<Block> {
         if self.blocks.is_empty() {
-            None
-        } else {
-            Some(self.nth(inp.pick(self.blocks.len())))
+            return None;
         }
+        let mut i = inp.pick(self.blocks.len());
+        for list in &self.order {
+            if i < list.len() {
+                return Some(self.blocks[&list[i]]);
+            }
+            i -= list.len();
+        }
+        unreachable!("the lists hold every block")
+    }
+
+    /// A block with this tag chosen by the input, or None.
+    pub fn pick_tag(&self, inp: &mut Input, tag: u32) -> Option<Block> {
+        let list = self.order.get(tag as usize).filter(|l| !l.is_empty())?;
+        Some(self.blocks[&list[inp.pick(list.len())]])
+    }
+
+    /// Every live block with this tag.
+    pub fn with_tag(&self, tag: u32) -> Vec<Block> {
+        self.order
+            .get(tag as usize)
+            .map_or(Vec::new(), |l| l.iter().map(|a| self.blocks[a]).collect())
     }
 
     /// Removes the block at `addr`.
@@ -403,6 +460,13 @@ impl Live {
         let b = self.blocks.remove(&addr).expect("live block");
         self.bytes -= b.size;
         self.usable -= b.usable;
+        self.big -= usize::from(b.usable > 256 * KIB);
+        let list = &mut self.order[b.tag as usize];
+        let i = self.index.remove(&addr).expect("indexed");
+        list.swap_remove(i);
+        if let Some(&moved) = list.get(i) {
+            self.index.insert(moved, i);
+        }
         b
     }
 }
