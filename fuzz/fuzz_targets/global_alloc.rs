@@ -180,7 +180,7 @@ struct Run {
 impl Run {
     /// Records a fresh block (checking alignment, usable size, overlap) and
     /// writes its pattern.
-    fn admit(&mut self, what: &str, p: *mut u8, size: usize, align: usize, tag: u32) -> Block {
+    fn admit(&mut self, what: &str, p: *mut u8, size: usize, align: usize, tag: u32) {
         assert!(
             !p.is_null(),
             "{what}: null for {size} B aligned {align} (well within memory)"
@@ -211,7 +211,6 @@ impl Run {
         self.live.insert(b);
         // SAFETY: the block is live with `size` bytes.
         unsafe { fill_block(p, size, b.seed) };
-        b
     }
 
     fn room_for(&self, size: usize) -> bool {
@@ -267,16 +266,16 @@ impl Run {
                 }
             }
         };
-        if zeroed && !p.is_null() {
+        assert!(
+            !p.is_null(),
+            "{what}: null for {size} B aligned {align} (well within memory)"
+        );
+        if zeroed {
             // SAFETY: a fresh block of at least `size` bytes.
             unsafe { check_zeroed(what, p, size) };
         }
         // SAFETY: as above.
-        let usable = if p.is_null() {
-            0
-        } else {
-            unsafe { pagewise::usable_size(p) }
-        };
+        let usable = unsafe { pagewise::usable_size(p) };
         self.delta(what, before, 1, usable as i64);
         self.admit(what, p, size, align, tag);
     }
@@ -348,8 +347,7 @@ impl Run {
         // SAFETY: `p` has at least `new_size` bytes.
         unsafe { check_block(what, b.addr, p, b.size, b.seed, b.size.min(new_size)) };
         self.live.remove(b.addr);
-        let nb = self.admit(what, p, new_size, b.align, b.tag);
-        let _ = nb;
+        self.admit(what, p, new_size, b.align, b.tag);
     }
 
     fn send_away(&mut self, inp: &mut Input) {
