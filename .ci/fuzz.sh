@@ -62,8 +62,9 @@ for t in $TARGETS; do
 done
 
 echo "== fuzzing: $(($(date +%s) - start)) s in all"
+total=$(echo $TARGETS | wc -w)
 if [ ${#failed[@]} -ne 0 ]; then
-    echo "fuzzing: FAILED: ${failed[*]} (inputs in fuzz/artifacts/)"
-    exit 1
+    echo "fuzzing: crashed: ${failed[*]} (inputs in fuzz/artifacts/)"
 fi
-echo "fuzzing: $(echo $TARGETS | wc -w) targets, no crash"
+echo "fuzzing: $((total - ${#failed[@]})) passed, ${#failed[@]} failed"
+[ ${#failed[@]} -eq 0 ]
