@@ -54,8 +54,10 @@ for t in $TARGETS; do
         -max_total_time="$SECS" -timeout=30 -max_len=4096 \
         -print_final_stats=1 >"$scratch/$t.log" 2>&1; then
         failed+=("$t")
-        # What the target said, then how to reproduce.
-        grep -v '^#[0-9]' "$scratch/$t.log" | tail -n 60
+        # What the target said (its panic or pagewise's abort message),
+        # then libFuzzer's summary and how to reproduce.
+        grep -a -A1 -E 'panicked at|^pagewise: ' "$scratch/$t.log" | head -n 20 || true
+        grep -a -v -E '^#[0-9]|^ +[0-9]+: |^ +at ' "$scratch/$t.log" | tail -n 30
     fi
     grep -E '^#[0-9]+.*(INITED|DONE)|^stat::number_of_executed_units|^stat::peak_rss_mb' \
         "$scratch/$t.log" || true
