@@ -107,10 +107,28 @@ fn many_dlopened_tls_modules_then_malloc_in_an_older_thread() {
 }
 
 #[test]
+fn calloc_after_a_huge_run_reused_at_another_alignment_is_zero() {
+    let Some(edge) = edge() else { return };
+    let o = preloaded({
+        let mut c = command(edge);
+        c.arg("calloc-after-realign");
+        c
+    });
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success() && stdout.contains("edge: calloc zero"),
+        "{stdout}{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
+
+#[test]
 fn misuse_aborts_with_one_clear_line() {
     let Some(edge) = edge() else { return };
     for (mode, message) in [
         ("double-free", "pagewise: double free"),
+        ("double-free-aba", "pagewise: double free"),
+        ("double-free-consumer", "pagewise: double free"),
         (
             "foreign-free",
             "pagewise: free of a pointer pagewise did not allocate",

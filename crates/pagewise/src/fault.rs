@@ -2,20 +2,25 @@
 //!
 //! Every detected misuse aborts the process with one line on stderr naming
 //! the problem and the address, because continuing after a corrupting free
-//! turns a clear bug into a mysterious one. Detected cheaply on every free:
+//! turns a clear bug into a mysterious one. Detected on every free, by
+//! default (each case has a test in `tests/misuse.rs`):
 //! - a pointer pagewise never handed out (not in any of its segments);
 //! - a pointer inside an allocation but not at its start;
-//! - a pointer into memory that is free (a large or huge object freed
-//!   twice, a pointer into a free span or a released slab page; a slot
-//!   whose page has no live slots, when the free goes past the thread cache);
-//! - freeing the slot the same thread freed last (the common double free:
-//!   it sits at the head of the thread cache);
+//! - a pointer into memory that is free: a large or huge object freed
+//!   twice, a pointer into a free span or a released slab page, and a small
+//!   slot freed twice, wherever the first free left it (this thread's cache,
+//!   another thread's, its page's free list, a remote-free list) and
+//!   whichever thread frees it, with or without a heap of its own: every
+//!   free slot carries a key made from a per-process secret and its address
+//!   (`memory/block.rs`), as glibc's tcache does;
+//! - a slot of a slab page that was carved but never handed out;
 //! - freeing into an owned `Heap`, or through the global allocator, a
-//!   pointer that belongs to another heap.
+//!   pointer that belongs to another heap (small, large and huge alike).
 //!
-//! A slot freed twice with other frees of its class in between is not
-//! detected in this build (the thread cache takes it without reading the
-//! page); the hardened mode planned next adds full detection.
+//! Not detected: a slot freed, handed out again, and then freed a second
+//! time through the old pointer (it is live again, so the free is valid as
+//! far as the allocator can tell; glibc cannot tell either), and writes to
+//! freed memory that do not touch a slot's first two words.
 
 /// The kinds of misuse pagewise detects.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -8,7 +8,10 @@
  *   edge hello      prints "hello" (for the environment tests)
  *   edge stack-cache LIB   frees under glibc's stack-cache lock (see below)
  *   edge tls-modules DIR N dlopens DIR/tls<i>.so, i < N, while a thread waits
- *   edge double-free | foreign-free | interior-free   misuse (must abort)
+ *   edge double-free | double-free-aba | double-free-consumer |
+ *        foreign-free | interior-free               misuse (must abort)
+ *   edge calloc-after-realign   calloc after a huge run's reuse at another
+ *        alignment (prints "edge: calloc zero" or the count of old bytes)
  *
  * Prints "edge: all ok" and exits 0 on success; on a failed check prints
  * the line and exits 1.
@@ -410,6 +413,37 @@ static int tls_modules(const char *dir, int n) {
     return 0;
 }
 
+static void *free_twice(void *p) {
+    /* A consumer thread: its first frees go straight to the owning page. */
+    free(p);
+    free(p);
+    return NULL;
+}
+
+/* The issue's reproducer: a huge block dirtied and freed, its run reused at
+ * a 2 MiB alignment and freed, the decay run, then calloc of the first size. */
+static int calloc_after_realign(void) {
+    size_t big = 40u << 20;
+    unsigned char *a = malloc(big);
+    memset(a, 0xAA, big);
+    __asm__ volatile("" : : "r"(a) : "memory");
+    free(a);
+    void *b = NULL;
+    if (posix_memalign(&b, 2u << 20, 30u << 20)) return 2;
+    free(b);
+    sleep(2);
+    unsigned char *c = calloc(1, big);
+    size_t dirty = 0;
+    for (size_t i = 0; i < big; i++) dirty += c[i] != 0;
+    free(c);
+    if (dirty) {
+        printf("edge: calloc returned %zu old bytes\n", dirty);
+        return 1;
+    }
+    printf("edge: calloc zero\n");
+    return 0;
+}
+
 int main(int argc, char **argv) {
     const char *mode = argc > 1 ? argv[1] : "pagewise";
     if (!strcmp(mode, "double-free")) {
@@ -418,6 +452,20 @@ int main(int argc, char **argv) {
         free(p);
         return 0;
     }
+    if (!strcmp(mode, "double-free-aba")) {
+        char *a = malloc(32), *b = malloc(32);
+        free(a);
+        free(b);
+        free(a);
+        return 0;
+    }
+    if (!strcmp(mode, "double-free-consumer")) {
+        pthread_t t;
+        pthread_create(&t, NULL, free_twice, malloc(48));
+        pthread_join(t, NULL);
+        return 0;
+    }
+    if (!strcmp(mode, "calloc-after-realign")) return calloc_after_realign();
     if (!strcmp(mode, "foreign-free")) {
         static char not_heap[64];
         free(not_heap + 16);
