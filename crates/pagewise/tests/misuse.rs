@@ -79,12 +79,15 @@ fn child_entry() {
                 .join()
                 .ok();
             }
+            // The program goes on allocating after each of these double
+            // frees: pagewise must abort before it hands a block out twice.
             "double-with-another-between" => {
                 let p = a.alloc(l);
                 let q = a.alloc(l);
                 a.dealloc(p, l);
                 a.dealloc(q, l);
                 a.dealloc(p, l);
+                allocate_and_check(l, 4000, Vec::new());
             }
             "double-after-the-cache-flushed" => {
                 // The first free's slot leaves the thread cache for its page
@@ -96,16 +99,41 @@ fn child_entry() {
                     a.dealloc(q, l);
                 }
                 a.dealloc(p, l);
+                allocate_and_check(l, 4000, Vec::new());
+            }
+            "double-then-page-empties" => {
+                // Both copies reach the page's free list, and the page
+                // counts one slot too few in use: it looks empty while `x`
+                // still lives in it.
+                let blocks: Vec<*mut u8> = (0..3000).map(|_| a.alloc(l)).collect();
+                let page = |p: *mut u8| p as usize & !0xffff;
+                let (p, q, x) = (blocks[0], blocks[1], blocks[2]);
+                std::ptr::write_bytes(x, 0x5a, 64);
+                a.dealloc(p, l);
+                a.dealloc(q, l);
+                a.dealloc(p, l);
+                for &b in &blocks[3..] {
+                    if page(b) == page(p) {
+                        a.dealloc(b, l);
+                    }
+                }
+                pagewise::trim();
+                if *x != 0x5a {
+                    println!("a live block's page was given back");
+                    std::process::exit(0);
+                }
             }
             "double-on-another-thread" => {
                 let p = a.alloc(l) as usize;
                 a.dealloc(p as *mut u8, l);
-                std::thread::spawn(move || {
+                let theirs = std::thread::spawn(move || {
                     let _warm = std::hint::black_box(a.alloc(l));
                     a.dealloc(p as *mut u8, l);
+                    (0..2000).map(|_| a.alloc(l) as usize).collect::<Vec<_>>()
                 })
                 .join()
-                .ok();
+                .unwrap_or_default();
+                allocate_and_check(l, 2000, theirs);
             }
             "owned-large-via-global" => {
                 let h = pagewise::Heap::new();
@@ -124,6 +152,20 @@ fn child_entry() {
     }
     // Reaching here means the misuse went undetected.
     std::process::exit(0);
+}
+
+/// Allocates `n` blocks of `l` (keeping them) and exits 0, saying so, if
+/// any address was handed out twice (among them and `held`).
+fn allocate_and_check(l: Layout, n: usize, held: Vec<usize>) {
+    let mut seen: std::collections::HashSet<usize> = held.into_iter().collect();
+    for _ in 0..n {
+        // SAFETY: a non-zero layout; the blocks are kept.
+        let p = unsafe { pagewise::Pagewise.alloc(l) } as usize;
+        if !seen.insert(p) {
+            println!("handed out twice: {p:#x}");
+            std::process::exit(0);
+        }
+    }
 }
 
 fn expect_abort(case: &str, message: &str) {
@@ -193,6 +235,11 @@ fn a_double_free_with_another_free_between_aborts() {
 #[test]
 fn a_double_free_after_the_slot_left_the_cache_aborts() {
     expect_abort("double-after-the-cache-flushed", "pagewise: double free");
+}
+
+#[test]
+fn a_double_free_whose_page_then_empties_aborts() {
+    expect_abort("double-then-page-empties", "pagewise: double free");
 }
 
 #[test]
