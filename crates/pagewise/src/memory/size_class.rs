@@ -315,11 +315,15 @@ mod tests {
     fn aligned_classes_are_multiples() {
         for align in [8usize, 16, 32, 64, 128, 4096, 65536] {
             for size in [1usize, 7, 100, 1000, 5000, 70000] {
-                if let Some(c) = class_for(size, align) {
-                    assert_eq!(SLOT_SIZE[c] as usize % align, 0);
-                    assert!(SLOT_SIZE[c] as usize >= size);
-                }
+                let c = class_for(size, align);
+                // Every power of two up to 64 KiB is itself a class, so a
+                // class always exists below SMALL_MAX.
+                let c = c.unwrap_or_else(|| panic!("no class for {size} at {align}"));
+                assert_eq!(SLOT_SIZE[c] as usize % align, 0);
+                assert!(SLOT_SIZE[c] as usize >= size);
             }
         }
+        assert!(class_for(100, 1 << 17).is_none(), "above a slice: no class");
+        assert!(class_for(SMALL_MAX + 1, 16).is_none());
     }
 }
