@@ -243,30 +243,9 @@ pub fn preloaded(mut cmd: Command) -> Output {
     cmd.output().expect("spawn")
 }
 
-/// Whether the tests run in CI (`PAGEWISE_CI=1`, exported by `.ci/run`),
-/// where `.ci/clib-deps.sh` has installed every program they use.
-pub fn in_ci() -> bool {
-    std::env::var_os("PAGEWISE_CI").is_some_and(|v| v == "1")
-}
-
-/// A program the running test needs (`what`, from Debian's `package`) is
-/// not installed. In CI that is a failure: this panics. Elsewhere it writes
-/// one line, `SKIPPED <test>: <what> not installed (apt-get install
-/// <package>)`, straight to stderr, where libtest's capture (which takes
-/// only the print macros) does not hide it; the caller then returns.
-pub fn missing(what: &str, package: &str) {
-    let thread = std::thread::current();
-    let test = thread.name().unwrap_or("?");
-    if in_ci() {
-        panic!(
-            "{test}: {what} not installed, and PAGEWISE_CI=1 says it must be \
-             (apt-get install {package}; .ci/clib-deps.sh does)"
-        );
-    }
-    use std::io::Write;
-    let line = format!("SKIPPED {test}: {what} not installed (apt-get install {package})\n");
-    let _ = std::io::stderr().write_all(line.as_bytes());
-}
+#[path = "missing.rs"]
+mod missing;
+pub use missing::missing;
 
 /// Debian's program at `/usr/bin/<name>`, or None when it is not installed
 /// (see [`missing`]: a panic in CI, a visible skip elsewhere).
