@@ -47,6 +47,8 @@ const MIB: usize = 1 << 20;
 
 /// Most blocks a worker holds at once.
 const LOCAL_MAX: usize = 1024;
+/// Blocks a worker tends to hold (allocations and frees balance there).
+const LOCAL_TARGET: usize = 128;
 /// How long a forked child may take before it counts as hung.
 const FORK_TIMEOUT_MS: u64 = 30_000;
 
@@ -92,7 +94,7 @@ impl Params {
         Params {
             threads: env_u64("PAGEWISE_STRESS_THREADS", 12).clamp(1, 256) as usize,
             ops: env_u64("PAGEWISE_STRESS_OPS", default_ops()).max(1),
-            seed: env_u64("PAGEWISE_STRESS_SEED", 0x5EED_0F_9A6E_7715E),
+            seed: env_u64("PAGEWISE_STRESS_SEED", 0x5EED_0F9A_6E77_715E),
             forks: if disabled("fork") {
                 0
             } else {
@@ -336,19 +338,19 @@ fn pick_size(rng: &mut Rng, max: usize) -> usize {
     let r = rng.below(1000);
     let size = if r < 20 {
         EDGE_SIZES[rng.index(EDGE_SIZES.len())]
-    } else if r < 800 {
+    } else if r < 828 {
         // 1 B .. 32 KiB
         {
             let b = rng.below(15) as u32;
             rng.in_octave(b)
         }
-    } else if r < 960 {
+    } else if r < 988 {
         // 32 KiB .. 1 MiB: the big slab classes and small large objects
         {
             let b = 15 + rng.below(5) as u32;
             rng.in_octave(b)
         }
-    } else if r < 994 {
+    } else if r < 998 {
         // 1 MiB .. 16 MiB: large objects
         {
             let b = 20 + rng.below(4) as u32;
@@ -424,19 +426,28 @@ impl Worker<'_> {
     fn step(&mut self) {
         let sh = self.sh;
         let p = &sh.p;
-        match self.rng.below(100) {
-            0..=39 => self.alloc_new(),
-            40..=65 => self.free_one(),
-            66..=73 if p.realloc => self.realloc_one(),
-            74..=82 if p.remote => self.send_one(),
-            83..=87 => self.verify_one(),
-            88..=89 if p.remote => {
+        match self.rng.below(1000) {
+            // Allocate or free, drifting towards LOCAL_TARGET blocks held.
+            0..=659 => self.alloc_or_free(),
+            660..=739 if p.realloc => self.realloc_one(),
+            740..=829 if p.remote => self.send_one(),
+            830..=879 => self.verify_one(),
+            880..=899 if p.remote => {
                 let n = 1 + self.rng.index(4);
                 self.adopt_orphans(n)
             }
-            90 => self.burst(),
-            91 if p.yields => thread::yield_now(),
-            _ => self.alloc_new(),
+            900..=902 => self.burst(),
+            903..=912 if p.yields => thread::yield_now(),
+            _ => self.alloc_or_free(),
+        }
+    }
+
+    /// Allocates or frees, drifting towards [`LOCAL_TARGET`] blocks held.
+    fn alloc_or_free(&mut self) {
+        if self.rng.index(2 * LOCAL_TARGET) >= self.local.len() {
+            self.alloc_new()
+        } else {
+            self.free_one()
         }
     }
 
@@ -982,9 +993,9 @@ fn run_stress(p: Params) -> Vec<String> {
             left
         }
     };
-    for slot in 0..threads {
-        let n = next_len(&mut rng, remaining[slot]);
-        remaining[slot] -= n;
+    for (slot, left) in remaining.iter_mut().enumerate() {
+        let n = next_len(&mut rng, *left);
+        *left -= n;
         handles.push(Some(spawn_worker(&sh, slot, 0, n, &tx)));
     }
     let mut running = threads;
@@ -1137,4 +1148,362 @@ fn stress_global_allocator() {
     let p = Params::from_env();
     let seed = p.seed;
     finish(run_stress(p), seed);
+}
+
+/// The whole stress again in a child process with one-segment reservations
+/// (every segment is its own mapping: reservation reuse and the limit on
+/// their number come into play) and no decay delay (every freed span is
+/// purged at once: zeroed allocations lean on what pagewise knows to be
+/// zero), at half the work.
+#[test]
+fn stress_small_reservations_no_decay() {
+    let _serial = serial();
+    let ops = env_u64("PAGEWISE_STRESS_OPS", default_ops()) / 2;
+    let out = std::process::Command::new(std::env::current_exe().expect("the test binary"))
+        .args([
+            "--exact",
+            "stress_global_allocator",
+            "--nocapture",
+            "--test-threads",
+            "1",
+        ])
+        .env("PAGEWISE_RESERVE", "32M")
+        .env("PAGEWISE_DECAY_MS", "0")
+        .env("PAGEWISE_STRESS_OPS", ops.max(1).to_string())
+        .output()
+        .expect("run the test binary");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    eprintln!("{text}");
+    if !out.status.success() || !text.contains("1 passed") {
+        let lines: Vec<&str> = text.lines().collect();
+        let tail = lines[lines.len().saturating_sub(40)..].join("\n");
+        panic!(
+            "the stress with PAGEWISE_RESERVE=32M PAGEWISE_DECAY_MS=0 failed ({}):\n{tail}",
+            out.status
+        );
+    }
+}
+
+// ----- focused reproducers ---------------------------------------------------------
+//
+// Each of these pins down one defect the stress finds, deterministically or
+// nearly so, in a fraction of a second.
+
+/// Fills `size` bytes at `p` with `v`.
+///
+/// # Safety
+/// `p..p + size` is one writable block.
+unsafe fn paint(p: *mut u8, size: usize, v: u8) {
+    // SAFETY: per the caller.
+    unsafe { std::ptr::write_bytes(p, v, size) };
+}
+
+/// A huge object's run is reused at another alignment (so at another
+/// offset from the run's start), then purged, then reused again: the purge
+/// covers the last occupant's offset only, so bytes of an earlier occupant
+/// survive, and the next zeroed allocation, told the run is clean, hands
+/// them out. One thread, no timing: the heap's retention cap forces the
+/// purge.
+#[test]
+fn zeroed_huge_block_after_its_run_was_purged_at_another_offset() {
+    let _serial = serial();
+    let cap = pagewise::thread::config().retain_max_bytes;
+    // A huge block that alone stays under the cap, and with 20 MiB more
+    // goes over it.
+    let filler = cap.saturating_sub(4 * MIB).max(17 * MIB);
+    let huge = |size: usize, align: usize| Layout::from_size_align(size, align).unwrap();
+    // (first occupant, second occupant, the zeroed block checked at the end)
+    let cases = [
+        // Earlier occupant at the usual offset (128 KiB), later one at 2 MiB:
+        // the start of the next block is stale.
+        (
+            huge(20 * MIB, 16),
+            huge(20 * MIB, 2 * MIB),
+            huge(20 * MIB, 16),
+        ),
+        // Earlier occupant at 2 MiB reaching the run's end, later one at
+        // 128 KiB and shorter: the end of the next block is stale.
+        (
+            huge(30 * MIB, 2 * MIB),
+            huge(20 * MIB, 16),
+            huge(32 * MIB - 128 * KIB, 16),
+        ),
+    ];
+    let mut failures = Vec::new();
+    for (i, (first, second, last)) in cases.into_iter().enumerate() {
+        pagewise::trim();
+        // SAFETY: each block is allocated, used within its size and freed
+        // once with its layout.
+        unsafe {
+            let a = alloc(first);
+            assert!(!a.is_null());
+            paint(a, first.size(), 0xA5);
+            dealloc(a, first);
+            // Reuses the run of `a` (a cached huge run fits up to twice the need).
+            let b = alloc(second);
+            assert!(!b.is_null());
+            paint(b, second.size(), 0xB6);
+            let d_layout = huge(filler, 16);
+            let d = alloc(d_layout);
+            assert!(!d.is_null());
+            dealloc(d, d_layout);
+            // Over the cap now: the run of `b`, freed last, is purged first.
+            dealloc(b, second);
+            let c = alloc_zeroed(last);
+            assert!(!c.is_null());
+            if let Some((off, v)) = first_nonzero(c, last.size()) {
+                failures.push(format!(
+                    "case {i}: {} B at align {}, then {} B at align {} in the same run, purged; alloc_zeroed({} B, align {}) = {c:p}: {}",
+                    first.size(),
+                    first.align(),
+                    second.size(),
+                    second.align(),
+                    last.size(),
+                    last.align(),
+                    describe_nonzero(c, last.size(), off, v)
+                ));
+            }
+            dealloc(c, last);
+        }
+    }
+    pagewise::trim();
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// The same mix-up the other way: a cached huge run remembers the committed
+/// bytes of its largest occupant but the offset of its last one, so when
+/// the last one sits further into the run the purge runs past the run's end
+/// (`MADV_DONTNEED` over the next segment's header and first object, live
+/// or not), or fails when the run ends its mapping (the bytes then stay
+/// retained after `trim()`).
+#[test]
+fn huge_run_purge_stays_inside_the_run() {
+    let _serial = serial();
+    pagewise::trim();
+    let first = Layout::from_size_align(32 * MIB - 128 * KIB, 16).unwrap();
+    let second = Layout::from_size_align(28 * MIB, 2 * MIB).unwrap();
+    let neighbour = Layout::from_size_align(20 * MIB, 16).unwrap();
+    // SAFETY: blocks used within their sizes and freed once with their
+    // layouts (a neighbour found broken is leaked: its header may be gone).
+    unsafe {
+        // One segment each: `first` fills its run up to the end.
+        let a = alloc(first);
+        assert!(!a.is_null());
+        paint(a, first.size(), 0xA5);
+        let run = a as usize & !(32 * MIB - 1);
+        // Live blocks in the segments after it (the lowest free ones).
+        let mut neighbours = Vec::new();
+        for i in 0..4u8 {
+            let x = alloc(neighbour);
+            assert!(!x.is_null());
+            paint(x, neighbour.size(), 0x10 + i);
+            neighbours.push((x, 0x10 + i));
+        }
+        dealloc(a, first);
+        // Reuses the run at offset 2 MiB: committed stays 32 MiB - 128 KiB.
+        let b = alloc(second);
+        assert!(!b.is_null());
+        assert_eq!(
+            b as usize & !(32 * MIB - 1),
+            run,
+            "the cached run is reused"
+        );
+        paint(b, second.size(), 0xB6);
+        dealloc(b, second);
+        let retained_before = pagewise::stats().retained_bytes;
+        // Purges the cached run: [run + 2 MiB, run + 2 MiB + 32 MiB - 128 KiB).
+        pagewise::trim();
+        let s = pagewise::stats();
+        let mut broken = Vec::new();
+        for &(x, v) in &neighbours {
+            let bad = (0..neighbour.size())
+                .step_by(4096)
+                .find(|&o| *x.add(o) != v);
+            match bad {
+                Some(o) => broken.push(format!(
+                    "the live {} MiB block at {x:p} (segment {:#x}, {} MiB after the purged run {run:#x}) reads {:#04x} at offset {o}, not {v:#04x}",
+                    neighbour.size() >> 20,
+                    x as usize & !(32 * MIB - 1),
+                    ((x as usize & !(32 * MIB - 1)) - run) >> 20,
+                    *x.add(o)
+                )),
+                None => dealloc(x, neighbour),
+            }
+        }
+        if s.retained_bytes > MIB as u64 {
+            broken.push(format!(
+                "{} bytes still retained after trim() ({} before): a purge failed",
+                s.retained_bytes, retained_before
+            ));
+        }
+        pagewise::trim();
+        assert!(broken.is_empty(), "{}", broken.join("\n"));
+    }
+}
+
+/// A thread frees a large object of another thread's heap right while that
+/// thread makes a slab page next to it. The slab page's span leaves the
+/// pool under the span lock, but its descriptor becomes `Kind::Slab` only
+/// after the lock is released: the free's coalescing sees a free neighbour
+/// and merges the new slab page into a free span, which a later allocation
+/// hands out again over live slots.
+#[test]
+fn large_free_racing_slab_page_creation() {
+    let _serial = serial();
+    let iterations = env_u64("PAGEWISE_STRESS_RACE_ITERATIONS", 500);
+    let handoff = Arc::new(AtomicUsize::new(0));
+    let stop = Arc::new(AtomicBool::new(false));
+    let large = Layout::from_size_align(5 * 64 * KIB, 8).unwrap();
+    // The remote freeing thread: frees each large block it is handed after
+    // a varying short spin, to sweep the window.
+    let freer = {
+        let (handoff, stop) = (handoff.clone(), stop.clone());
+        thread::spawn(move || {
+            let mut rng = Rng::new(7);
+            while !stop.load(Relaxed) {
+                let p = handoff.load(Acquire);
+                if p == 0 || p == 1 {
+                    // (Yield: on 2 busy cores a pure spin can cost a time slice.)
+                    thread::yield_now();
+                    continue;
+                }
+                for _ in 0..rng.below(200) {
+                    std::hint::spin_loop();
+                }
+                // SAFETY: handed over by its owner, freed once.
+                unsafe { dealloc(p as *mut u8, large) };
+                handoff.store(1, Release);
+            }
+        })
+    };
+    let mut overlaps = Vec::new();
+    for i in 0..iterations {
+        let handoff = handoff.clone();
+        // A fresh thread: it adopts the previous one's heap, whose slab
+        // pages went back to the span pool at its exit, so its first small
+        // allocation makes a slab page, next to the large block.
+        let r = thread::spawn(move || {
+            let small = Layout::from_size_align(1000 + (i % 7) as usize * 600, 8).unwrap();
+            // SAFETY: blocks used within their sizes, freed once.
+            unsafe {
+                let l = alloc(large);
+                assert!(!l.is_null());
+                handoff.store(l as usize, Release);
+                let s = alloc(small);
+                assert!(!s.is_null());
+                paint(s, small.size(), 0x5A);
+                while handoff.load(Acquire) != 1 {
+                    thread::yield_now();
+                }
+                // Exactly the size of the large span and the slab page
+                // together: if they were merged, this takes them.
+                let both = Layout::from_size_align(5 * 64 * KIB + 64 * KIB, 8).unwrap();
+                let big = alloc(both);
+                assert!(!big.is_null());
+                paint(big, both.size(), 0xC3);
+                let overlap = (big as usize..big as usize + both.size()).contains(&(s as usize))
+                    || (0..small.size()).any(|o| *s.add(o) != 0x5A);
+                dealloc(big, both);
+                dealloc(s, small);
+                handoff.store(0, Release);
+                overlap.then(|| {
+                    format!(
+                        "iteration {i}: large block {big:p} ({} B) overlaps the live slot {s:p}",
+                        both.size()
+                    )
+                })
+            }
+        })
+        .join()
+        .expect("the allocating thread");
+        if let Some(msg) = r {
+            overlaps.push(msg);
+            break;
+        }
+    }
+    stop.store(true, Relaxed);
+    freer.join().unwrap();
+    assert!(overlaps.is_empty(), "{}", overlaps.join("\n"));
+}
+
+/// Threads come and go one after another while another thread calls
+/// `stats()` and `trim()` in a loop: each new thread should adopt the heap
+/// the last one left, but `for_each_abandoned` takes the whole abandoned
+/// list while it runs, so new threads find it empty and make new heaps,
+/// which are never freed.
+#[test]
+fn heaps_are_reused_while_stats_and_trim_run() {
+    let _serial = serial();
+    let threads = env_u64("PAGEWISE_STRESS_HEAP_THREADS", 300);
+    let before = pagewise::stats().heaps;
+    let stop = Arc::new(AtomicBool::new(false));
+    let looper = {
+        let stop = stop.clone();
+        thread::spawn(move || {
+            let mut i = 0u64;
+            while !stop.load(Relaxed) {
+                i += 1;
+                if i % 2 == 0 {
+                    pagewise::trim();
+                } else {
+                    std::hint::black_box(pagewise::stats());
+                }
+            }
+        })
+    };
+    for i in 0..threads {
+        thread::spawn(move || {
+            let v: Vec<u64> = (0..100 + i).collect();
+            std::hint::black_box(&v);
+        })
+        .join()
+        .unwrap();
+    }
+    stop.store(true, Relaxed);
+    looper.join().unwrap();
+    let after = pagewise::stats().heaps;
+    eprintln!("{before} heaps before, {after} after {threads} threads");
+    // One thread at a time plus the looper: a few heaps at most.
+    assert!(
+        after <= before + 4,
+        "{after} heaps after {threads} threads that ran one at a time (there were {before} before)"
+    );
+}
+
+/// Huge blocks are cheap to hold while untouched (address space, no RSS),
+/// and the kernel has room for terabytes of it, but the global allocator
+/// keeps at most 256 reservations: with 1 GiB reservations of 32 segments,
+/// the 8193rd live block above 16 MiB fails.
+#[test]
+fn many_live_huge_blocks() {
+    let _serial = serial();
+    let n = env_u64("PAGEWISE_STRESS_HUGE_BLOCKS", 8448) as usize;
+    let size = 16 * MIB + 1;
+    let mut held = Vec::with_capacity(n);
+    let mut failed_at = None;
+    for i in 0..n {
+        // SAFETY: a valid alignment; freed below.
+        let p = unsafe { pagewise::raw::malloc(size, 16) };
+        if p.is_null() {
+            failed_at = Some(i);
+            break;
+        }
+        held.push(p);
+    }
+    let reserved = pagewise::stats().reserved_bytes;
+    for p in held {
+        // SAFETY: allocated above, freed once.
+        unsafe { pagewise::raw::free(p) };
+    }
+    pagewise::trim();
+    if let Some(i) = failed_at {
+        panic!(
+            "raw::malloc({size}) returned null with {i} such blocks live ({} GiB of address space reserved)",
+            reserved >> 30
+        );
+    }
 }
