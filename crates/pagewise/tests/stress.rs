@@ -1363,80 +1363,121 @@ fn huge_run_purge_stays_inside_the_run() {
 }
 
 /// A thread frees a large object of another thread's heap right while that
-/// thread makes a slab page next to it. The slab page's span leaves the
-/// pool under the span lock, but its descriptor becomes `Kind::Slab` only
-/// after the lock is released: the free's coalescing sees a free neighbour
-/// and merges the new slab page into a free span, which a later allocation
-/// hands out again over live slots.
+/// thread makes a slab page. The slab page's span leaves the pool under
+/// the span lock, but its descriptor becomes `Kind::Slab` only after the
+/// lock is released (`HeapCore::new_slab_page`, `Page::init_slab`), and
+/// the large free, under the lock, merges the previously freed large span
+/// (kept unmerged as the pool's `recent` span) with its free-looking
+/// neighbours: the new slab page joins a free span, which a later
+/// allocation hands out again over live slots.
+///
+/// Layout in the owner's heap: `m` (6 slices), `r` (5 slices, freed first:
+/// the recent span), then the new slab page `s` (more than 5 slices, so it
+/// comes from the free tail, right after `r`; checked). The other thread frees `m`
+/// while the owner makes `s`, which settles `r` and reads `s`'s descriptor.
+/// A merge shows as an allocation of exactly `r` + `s` overlapping `s`'s
+/// live slot. The window is a few instructions wide: this finds it rarely
+/// in a plain build, more often under `--cfg pagewise_perturb`, and under
+/// ThreadSanitizer always (a data race on the descriptor's `kind`).
 #[test]
 fn large_free_racing_slab_page_creation() {
+    use pagewise::size_class::{PAGE_SLICES, SLOT_SIZE};
     let _serial = serial();
     let iterations = env_u64("PAGEWISE_STRESS_RACE_ITERATIONS", 500);
+    const SLICE: usize = 64 * KIB;
+    // The smallest class whose slab page is longer than `r`.
+    let class = (0..PAGE_SLICES.len())
+        .find(|&c| PAGE_SLICES[c] > 5)
+        .expect("a class with pages of more than 5 slices");
+    let slab_slices = PAGE_SLICES[class] as usize;
+    let small = Layout::from_size_align(SLOT_SIZE[class] as usize, 8).unwrap();
+    let m_layout = Layout::from_size_align(6 * SLICE, 8).unwrap();
+    let r_layout = Layout::from_size_align(5 * SLICE, 8).unwrap();
+    let both = Layout::from_size_align((5 + slab_slices) * SLICE, 8).unwrap();
+    // The remote freeing thread: frees each block it is handed, after a
+    // varying spin (from at once to well after the owner made its page).
     let handoff = Arc::new(AtomicUsize::new(0));
     let stop = Arc::new(AtomicBool::new(false));
-    let large = Layout::from_size_align(5 * 64 * KIB, 8).unwrap();
-    // The remote freeing thread: frees each large block it is handed after
-    // a varying short spin, to sweep the window.
     let freer = {
         let (handoff, stop) = (handoff.clone(), stop.clone());
         thread::spawn(move || {
             let mut rng = Rng::new(7);
             while !stop.load(Relaxed) {
                 let p = handoff.load(Acquire);
-                if p == 0 || p == 1 {
+                if p <= 1 {
                     // (Yield: on 2 busy cores a pure spin can cost a time slice.)
                     thread::yield_now();
                     continue;
                 }
-                for _ in 0..rng.below(200) {
+                let spins = rng.below(env_u64("PAGEWISE_STRESS_RACE_SPIN", 4000));
+                for _ in 0..spins {
                     std::hint::spin_loop();
                 }
-                // SAFETY: handed over by its owner, freed once.
-                unsafe { dealloc(p as *mut u8, large) };
+                // SAFETY: handed over by its owner, freed once; both blocks
+                // handed over are large (the layout is not looked at).
+                unsafe { dealloc(p as *mut u8, m_layout) };
                 handoff.store(1, Release);
             }
         })
     };
+    let hand_over = |p: *mut u8| {
+        handoff.store(p as usize, Release);
+    };
+    let wait_freed = || {
+        while handoff.load(Acquire) != 1 {
+            thread::yield_now();
+        }
+        handoff.store(0, Release);
+    };
+    let laid_out = AtomicU64::new(0);
     let mut overlaps = Vec::new();
     for i in 0..iterations {
-        let handoff = handoff.clone();
-        // A fresh thread: it adopts the previous one's heap, whose slab
-        // pages went back to the span pool at its exit, so its first small
-        // allocation makes a slab page, next to the large block.
-        let r = thread::spawn(move || {
-            let small = Layout::from_size_align(1000 + (i % 7) as usize * 600, 8).unwrap();
-            // SAFETY: blocks used within their sizes, freed once.
-            unsafe {
-                let l = alloc(large);
-                assert!(!l.is_null());
-                handoff.store(l as usize, Release);
-                let s = alloc(small);
-                assert!(!s.is_null());
-                paint(s, small.size(), 0x5A);
-                while handoff.load(Acquire) != 1 {
-                    thread::yield_now();
-                }
-                // Exactly the size of the large span and the slab page
-                // together: if they were merged, this takes them.
-                let both = Layout::from_size_align(5 * 64 * KIB + 64 * KIB, 8).unwrap();
-                let big = alloc(both);
-                assert!(!big.is_null());
-                paint(big, both.size(), 0xC3);
-                let overlap = (big as usize..big as usize + both.size()).contains(&(s as usize))
-                    || (0..small.size()).any(|o| *s.add(o) != 0x5A);
-                dealloc(big, both);
-                dealloc(s, small);
-                handoff.store(0, Release);
-                overlap.then(|| {
-                    format!(
-                        "iteration {i}: large block {big:p} ({} B) overlaps the live slot {s:p}",
-                        both.size()
-                    )
+        // A fresh thread each time: it adopts the previous one's heap, whose
+        // empty slab pages went back to the span pool at its exit, so its
+        // allocation of `small` makes a new slab page.
+        let r = thread::scope(|scope| {
+            scope
+                .spawn(|| {
+                    // SAFETY: blocks used within their sizes, freed once.
+                    unsafe {
+                        let m = alloc(m_layout);
+                        let r = alloc(r_layout);
+                        assert!(!m.is_null() && !r.is_null());
+                        hand_over(r);
+                        wait_freed();
+                        // `r` is now the recent span. Free `m` remotely while
+                        // making the slab page next to `r`.
+                        hand_over(m);
+                        let s = alloc(small);
+                        assert!(!s.is_null());
+                        paint(s, small.size(), 0x5A);
+                        let page = r as usize + 5 * SLICE;
+                        if (page..page + slab_slices * SLICE).contains(&(s as usize)) {
+                            laid_out.fetch_add(1, Relaxed);
+                        }
+                        wait_freed();
+                        let b = alloc(both);
+                        assert!(!b.is_null());
+                        paint(b, both.size(), 0xC3);
+                        let hit = (b as usize..b as usize + both.size()).contains(&(s as usize))
+                            || (0..small.size()).any(|o| *s.add(o) != 0x5A);
+                        let msg = hit.then(|| {
+                            format!(
+                                "iteration {i}: the {} B block {b:p} overlaps the live {} B slot {s:p}: the slab page was merged into a free span",
+                                both.size(),
+                                small.size()
+                            )
+                        });
+                        if !hit {
+                            dealloc(b, both);
+                            dealloc(s, small);
+                        }
+                        msg
+                    }
                 })
-            }
-        })
-        .join()
-        .expect("the allocating thread");
+                .join()
+                .expect("the allocating thread")
+        });
         if let Some(msg) = r {
             overlaps.push(msg);
             break;
@@ -1445,6 +1486,11 @@ fn large_free_racing_slab_page_creation() {
     stop.store(true, Relaxed);
     freer.join().unwrap();
     assert!(overlaps.is_empty(), "{}", overlaps.join("\n"));
+    let laid_out = laid_out.load(Relaxed);
+    assert!(
+        laid_out * 2 >= iterations,
+        "only {laid_out} of {iterations} iterations had the slab page right after the recent span: the reproducer's set-up no longer holds"
+    );
 }
 
 /// Threads come and go one after another while another thread calls
