@@ -41,9 +41,9 @@ export TSAN_OPTIONS="${TSAN_OPTIONS:-halt_on_error=0 exitcode=66 second_deadlock
 export PAGEWISE_STRESS_FORKS=0
 # Less work, fewer threads, a smaller live cap (TSan keeps shadow memory
 # for every byte the test touches).
-export PAGEWISE_STRESS_OPS="${PAGEWISE_STRESS_OPS:-24000}"
-export PAGEWISE_STRESS_THREADS="${PAGEWISE_STRESS_THREADS:-8}"
-export PAGEWISE_STRESS_LIVE_MAX="${PAGEWISE_STRESS_LIVE_MAX:-128M}"
+export PAGEWISE_STRESS_OPS="${PAGEWISE_STRESS_OPS:-100000}"
+export PAGEWISE_STRESS_THREADS="${PAGEWISE_STRESS_THREADS:-12}"
+export PAGEWISE_STRESS_LIVE_MAX="${PAGEWISE_STRESS_LIVE_MAX:-192M}"
 
 cargo_test() {
     cargo +nightly test -Zbuild-std --target "$target" -p pagewise "$@"

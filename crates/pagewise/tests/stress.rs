@@ -51,6 +51,10 @@ const LOCAL_MAX: usize = 1024;
 const LOCAL_TARGET: usize = 128;
 /// How long a forked child may take before it counts as hung.
 const FORK_TIMEOUT_MS: u64 = 30_000;
+/// How long the workers may make no progress at all before the run counts
+/// as deadlocked (or, after a failure, before the workers count as stuck
+/// in corrupt allocator state).
+const STALL_TIMEOUT_S: u64 = 120;
 
 // ----- parameters ----------------------------------------------------------------
 
@@ -80,7 +84,7 @@ fn default_ops() -> u64 {
     let base = if cfg!(debug_assertions) {
         60_000
     } else {
-        240_000
+        120_000
     };
     // The perturbation build yields and spins inside the allocator.
     if cfg!(pagewise_perturb) {
@@ -251,6 +255,10 @@ struct Shared {
     workers_done: AtomicBool,
     /// Heaps before the run.
     heaps_before: u64,
+    /// Too many heaps were reported (once is enough).
+    heaps_noted: AtomicBool,
+    /// A fork failed: no more forks (a hang costs the whole timeout).
+    fork_failed: AtomicBool,
     /// Worker threads started and not yet joined, and the most at once:
     /// with the main and stats threads, the most heaps the run may need.
     alive: AtomicU64,
@@ -259,17 +267,26 @@ struct Shared {
 }
 
 impl Shared {
+    /// Records a failure after which going on is unsafe or pointless (a
+    /// corrupt block, a wrong counter): every thread stops, blocks are
+    /// leaked.
     fn fail(&self, msg: String) {
+        self.note(msg);
+        self.stop.store(true, SeqCst);
+    }
+    /// Records a failure that leaves the allocator usable (a hung fork
+    /// child, which was killed; too many heaps): the run goes on, so one
+    /// run can report several defects.
+    fn note(&self, msg: String) {
         say(&format!("stress: FAILURE (seed {:#x}): {msg}", self.p.seed));
         let mut f = self.failures.lock().unwrap_or_else(|e| e.into_inner());
         f.push(msg);
-        self.stop.store(true, SeqCst);
     }
     /// The most heaps the run may have needed so far: those there were
-    /// before, one per worker thread alive at once, one for the stats
-    /// thread.
+    /// before, one per worker thread alive at once, one each for the
+    /// stats thread and the watchdog.
     fn heap_bound(&self) -> u64 {
-        self.heaps_before + self.max_alive.load(SeqCst) + 1 + self.p.heap_slack
+        self.heaps_before + self.max_alive.load(SeqCst) + 2 + self.p.heap_slack
     }
     fn stopped(&self) -> bool {
         self.stop.load(Relaxed)
@@ -381,10 +398,17 @@ fn pick_size(rng: &mut Rng, max: usize) -> usize {
     size.clamp(1, max)
 }
 
-/// An alignment from 1 B to 2 MiB (powers of two, mostly small).
-fn pick_align(rng: &mut Rng, p: &Params) -> usize {
+/// An alignment from 1 B to 2 MiB (powers of two, mostly small) for a
+/// block of `size` bytes. Blocks above 256 KiB (spans and huge runs) take
+/// one of 128 KiB to 2 MiB a third of the time: those are the alignments
+/// that move a large object's start inside its free span and a huge
+/// object's offset inside its run.
+fn pick_align(rng: &mut Rng, p: &Params, size: usize) -> usize {
     if !p.align {
         return 8;
+    }
+    if size > 256 * KIB && rng.chance(1, 3) {
+        return 1 << (17 + rng.below(5)); // 128 KiB..2 MiB
     }
     let r = rng.below(100);
     let bit = if r < 70 {
@@ -473,7 +497,7 @@ impl Worker<'_> {
         let sh = self.sh;
         let p = &sh.p;
         let size = pick_size(&mut self.rng, p.max_size);
-        let align = pick_align(&mut self.rng, p);
+        let align = pick_align(&mut self.rng, p, size);
         let api = if p.raw && self.rng.chance(2, 5) {
             Api::Raw
         } else {
@@ -754,6 +778,9 @@ impl Worker<'_> {
     fn maybe_fork(&mut self, done: u64) {
         let sh = self.sh;
         let forks = sh.p.forks;
+        if sh.fork_failed.load(Relaxed) {
+            return;
+        }
         loop {
             let k = sh.next_fork.load(Relaxed);
             if k >= forks || done < sh.p.ops * (k + 1) / (forks + 1) {
@@ -776,7 +803,11 @@ impl Worker<'_> {
                     })
                     .collect();
                 if let Err(e) = fork_probe(&inherited, FORK_TIMEOUT_MS) {
-                    sh.fail(format!("fork #{k} (worker {}): {e}", self.slot));
+                    sh.fork_failed.store(true, Relaxed);
+                    sh.note(format!(
+                        "fork #{k} (worker {}): {e} (no more forks in this run)",
+                        self.slot
+                    ));
                 }
                 sh.counts.forks.fetch_add(1, Relaxed);
                 return;
@@ -788,7 +819,7 @@ impl Worker<'_> {
     /// handed over, so that many outlive it.
     fn exit(&mut self) {
         let sh = self.sh;
-        if sh.stopped() && !sh.failures.lock().unwrap().is_empty() {
+        if sh.stopped() {
             // Something is corrupt: leave everything as it is.
             self.local.clear();
             return;
@@ -861,8 +892,20 @@ fn spawn_worker(
 const ABSURD: u64 = 1 << 46;
 
 /// Checks what holds in a `stats()` taken while everything races.
-/// `max_heaps`: the most heaps the threads alive so far can need.
-fn check_racing(s: &pagewise::Stats, max_heaps: u64) -> Result<(), String> {
+/// Whether a `stats()` has more heaps than `max_heaps`, the most the
+/// threads alive so far can need.
+fn check_heaps(s: &pagewise::Stats, max_heaps: u64) -> Result<(), String> {
+    if s.heaps > max_heaps {
+        return Err(format!(
+            "stats(): {} heaps, while the threads alive at once so far need at most {max_heaps}: heaps pile up instead of being reused",
+            s.heaps
+        ));
+    }
+    Ok(())
+}
+
+/// Checks the counters of a `stats()` taken while everything races.
+fn check_racing(s: &pagewise::Stats) -> Result<(), String> {
     let named = [
         ("reserved_bytes", s.reserved_bytes),
         ("committed_bytes", s.committed_bytes),
@@ -911,12 +954,6 @@ fn check_racing(s: &pagewise::Stats, max_heaps: u64) -> Result<(), String> {
             s.committed_bytes, s.retained_bytes
         ));
     }
-    if s.heaps > max_heaps {
-        return Err(format!(
-            "stats(): {} heaps, while the threads alive at once so far need at most {max_heaps}: heaps pile up instead of being reused",
-            s.heaps
-        ));
-    }
     Ok(())
 }
 
@@ -940,10 +977,57 @@ fn stats_loop(sh: &Shared) {
             let s = pagewise::stats();
             sh.counts.stats.fetch_add(1, Relaxed);
             sh.counts.max_heaps.fetch_max(s.heaps, Relaxed);
-            // Read after the stats: a thread started since is counted.
-            if let Err(e) = check_racing(&s, sh.heap_bound()) {
+            if let Err(e) = check_racing(&s) {
                 sh.fail(format!("while racing: {e}"));
             }
+            // The bound is read after the stats: a thread started since
+            // is counted.
+            if let Err(e) = check_heaps(&s, sh.heap_bound()) {
+                if !sh.heaps_noted.swap(true, Relaxed) {
+                    sh.note(format!("while racing: {e}"));
+                }
+            }
+        }
+    }
+}
+
+// ----- the watchdog ----------------------------------------------------------------
+
+/// Aborts the process (after saying why) if the workers stop making
+/// progress: an allocator deadlock, or, after a failure, a worker caught in
+/// a loop through corrupt metadata. A hang is then a clear failure rather
+/// than a test that never ends. Polls once a second; times nothing else.
+fn watchdog(sh: &Shared) {
+    let mut last = u64::MAX;
+    let mut still = 0;
+    while !sh.workers_done.load(Acquire) {
+        thread::sleep(std::time::Duration::from_secs(1));
+        let done = sh.ops_done.load(Relaxed);
+        let stopped = sh.stopped();
+        if done != last && !stopped {
+            last = done;
+            still = 0;
+            continue;
+        }
+        still += 1;
+        let limit = if stopped {
+            STALL_TIMEOUT_S / 2
+        } else {
+            STALL_TIMEOUT_S
+        };
+        if still >= limit && !sh.workers_done.load(Acquire) {
+            say(&format!(
+                "stress: FAILURE (seed {:#x}): {}; aborting",
+                sh.p.seed,
+                if stopped {
+                    format!("workers still running {limit} s after the failure above (stuck in corrupt allocator state?)")
+                } else {
+                    format!(
+                        "no progress for {limit} s at {done} operations: a deadlock or livelock"
+                    )
+                }
+            ));
+            std::process::abort();
         }
     }
 }
@@ -975,6 +1059,8 @@ fn run_stress(p: Params) -> Vec<String> {
         next_fork: AtomicU64::new(0),
         workers_done: AtomicBool::new(false),
         heaps_before: before.heaps,
+        heaps_noted: AtomicBool::new(false),
+        fork_failed: AtomicBool::new(false),
         alive: AtomicU64::new(0),
         max_alive: AtomicU64::new(0),
         counts: Counts::default(),
@@ -986,6 +1072,13 @@ fn run_stress(p: Params) -> Vec<String> {
             .name("stress-trim-stats".into())
             .spawn(move || stats_loop(&sh))
             .expect("spawn the stats thread")
+    };
+    let watchdog_thread = {
+        let sh = sh.clone();
+        thread::Builder::new()
+            .name("stress-watchdog".into())
+            .spawn(move || watchdog(&sh))
+            .expect("spawn the watchdog")
     };
 
     // Each slot runs its share of the work in generations: a thread that
@@ -1033,13 +1126,14 @@ fn run_stress(p: Params) -> Vec<String> {
         }
     }
     sh.workers_done.store(true, Release);
+    let _ = watchdog_thread.join();
     if stats_thread.join().is_err() {
         sh.fail("the trim/stats thread panicked".into());
     }
 
     // What is left in mailboxes and the orphanage: checked and freed here.
-    let failed = !sh.failures.lock().unwrap().is_empty();
-    if !failed {
+    let corrupt = sh.stopped();
+    if !corrupt {
         let mut left: Vec<Blk> = std::mem::take(&mut *sh.orphans.lock().unwrap());
         for b in &sh.boxes {
             left.extend(b.take_all());
@@ -1071,7 +1165,7 @@ fn run_stress(p: Params) -> Vec<String> {
         c.skipped_for_cap.load(Relaxed),
     );
     let mut failures = std::mem::take(&mut *sh.failures.lock().unwrap());
-    if failures.is_empty() {
+    if !corrupt {
         if sh.live.load(Relaxed) != 0 {
             failures.push(format!(
                 "the test lost track of {} bytes",
@@ -1089,7 +1183,10 @@ fn run_stress(p: Params) -> Vec<String> {
 /// and trimmed.
 fn check_final(before: &pagewise::Stats, after: &pagewise::Stats, max_heaps: u64) -> Vec<String> {
     let mut f = Vec::new();
-    if let Err(e) = check_racing(after, max_heaps) {
+    if let Err(e) = check_racing(after) {
+        f.push(format!("at the end: {e}"));
+    }
+    if let Err(e) = check_heaps(after, max_heaps) {
         f.push(format!("at the end: {e}"));
     }
     let show = |s: &pagewise::Stats| {
@@ -1163,6 +1260,49 @@ fn stress_global_allocator() {
     finish(run_stress(p), seed);
 }
 
+/// Runs test `name` of this binary in a child process with `envs` set
+/// (and `PAGEWISE_STRESS_CHILD=name`); relays its output; Err with the
+/// tail of it if the child failed (a failed test, an abort, a signal, or
+/// exit code 66: a ThreadSanitizer report).
+fn run_child(name: &str, envs: &[(&str, String)]) -> Result<(), String> {
+    let mut cmd = std::process::Command::new(std::env::current_exe().expect("the test binary"));
+    cmd.args(["--exact", name, "--nocapture", "--test-threads", "1"])
+        .env("PAGEWISE_STRESS_CHILD", name);
+    for (k, v) in envs {
+        cmd.env(k, v);
+    }
+    let out = cmd.output().expect("run the test binary");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    eprintln!("{text}");
+    if out.status.success() && text.contains("1 passed") {
+        return Ok(());
+    }
+    let lines: Vec<&str> = text.lines().collect();
+    let tail = lines[lines.len().saturating_sub(40)..].join("\n");
+    Err(format!(
+        "{name} failed in a child process ({}):\n{tail}",
+        out.status
+    ))
+}
+
+/// For a test whose defect may corrupt the allocator (and so take every
+/// later test of the process down with it): true in a child process made
+/// for it, where the caller runs its body; in the test process itself,
+/// runs that child, fails if it failed, and returns false.
+fn isolated(name: &str) -> bool {
+    if std::env::var("PAGEWISE_STRESS_CHILD").as_deref() == Ok(name) {
+        return true;
+    }
+    if let Err(e) = run_child(name, &[]) {
+        panic!("{e}");
+    }
+    false
+}
+
 /// The whole stress again in a child process with one-segment reservations
 /// (every segment is its own mapping: reservation reuse and the limit on
 /// their number come into play) and no decay delay (every freed span is
@@ -1172,39 +1312,20 @@ fn stress_global_allocator() {
 fn stress_small_reservations_no_decay() {
     let _serial = serial();
     let ops = env_u64("PAGEWISE_STRESS_OPS", default_ops()) / 2;
-    let out = std::process::Command::new(std::env::current_exe().expect("the test binary"))
-        .args([
-            "--exact",
-            "stress_global_allocator",
-            "--nocapture",
-            "--test-threads",
-            "1",
-        ])
-        .env("PAGEWISE_RESERVE", "32M")
-        .env("PAGEWISE_DECAY_MS", "0")
-        .env("PAGEWISE_STRESS_OPS", ops.max(1).to_string())
-        .output()
-        .expect("run the test binary");
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    eprintln!("{text}");
-    if !out.status.success() || !text.contains("1 passed") {
-        let lines: Vec<&str> = text.lines().collect();
-        let tail = lines[lines.len().saturating_sub(40)..].join("\n");
-        panic!(
-            "the stress with PAGEWISE_RESERVE=32M PAGEWISE_DECAY_MS=0 failed ({}):\n{tail}",
-            out.status
-        );
+    let envs = [
+        ("PAGEWISE_RESERVE", "32M".to_string()),
+        ("PAGEWISE_DECAY_MS", "0".to_string()),
+        ("PAGEWISE_STRESS_OPS", ops.max(1).to_string()),
+    ];
+    if let Err(e) = run_child("stress_global_allocator", &envs) {
+        panic!("with PAGEWISE_RESERVE=32M PAGEWISE_DECAY_MS=0: {e}");
     }
 }
 
 // ----- focused reproducers ---------------------------------------------------------
 //
 // Each of these pins down one defect the stress finds, deterministically or
-// nearly so, in a fraction of a second.
+// nearly so, in a fraction of a second, each in a process of its own.
 
 /// Fills `size` bytes at `p` with `v`.
 ///
@@ -1224,6 +1345,9 @@ unsafe fn paint(p: *mut u8, size: usize, v: u8) {
 #[test]
 fn zeroed_huge_block_after_its_run_was_purged_at_another_offset() {
     let _serial = serial();
+    if !isolated("zeroed_huge_block_after_its_run_was_purged_at_another_offset") {
+        return;
+    }
     let cap = pagewise::thread::config().retain_max_bytes;
     // A huge block that alone stays under the cap, and with 20 MiB more
     // goes over it.
@@ -1296,6 +1420,9 @@ fn zeroed_huge_block_after_its_run_was_purged_at_another_offset() {
 #[test]
 fn huge_run_purge_stays_inside_the_run() {
     let _serial = serial();
+    if !isolated("huge_run_purge_stays_inside_the_run") {
+        return;
+    }
     pagewise::trim();
     let first = Layout::from_size_align(32 * MIB - 128 * KIB, 16).unwrap();
     let second = Layout::from_size_align(28 * MIB, 2 * MIB).unwrap();
@@ -1379,6 +1506,9 @@ fn huge_run_purge_stays_inside_the_run() {
 fn large_free_racing_slab_page_creation() {
     use pagewise::size_class::{PAGE_SLICES, SLOT_SIZE};
     let _serial = serial();
+    if !isolated("large_free_racing_slab_page_creation") {
+        return;
+    }
     let iterations = env_u64("PAGEWISE_STRESS_RACE_ITERATIONS", 500);
     const SLICE: usize = 64 * KIB;
     // The smallest class whose slab page is longer than `r`.
@@ -1497,6 +1627,9 @@ fn large_free_racing_slab_page_creation() {
 #[test]
 fn heaps_are_reused_while_stats_and_trim_run() {
     let _serial = serial();
+    if !isolated("heaps_are_reused_while_stats_and_trim_run") {
+        return;
+    }
     let threads = env_u64("PAGEWISE_STRESS_HEAP_THREADS", 300);
     let before = pagewise::stats().heaps;
     let stop = Arc::new(AtomicBool::new(false));
@@ -1540,6 +1673,9 @@ fn heaps_are_reused_while_stats_and_trim_run() {
 #[test]
 fn many_live_huge_blocks() {
     let _serial = serial();
+    if !isolated("many_live_huge_blocks") {
+        return;
+    }
     let n = env_u64("PAGEWISE_STRESS_HUGE_BLOCKS", 8448) as usize;
     let size = 16 * MIB + 1;
     let mut held = Vec::with_capacity(n);
