@@ -1324,8 +1324,9 @@ fn stress_small_reservations_no_decay() {
 
 // ----- focused reproducers ---------------------------------------------------------
 //
-// Each of these pins down one defect the stress finds, deterministically or
-// nearly so, in a fraction of a second, each in a process of its own.
+// Each of these pins down one defect the stress found (at 1e55a32; each
+// fixed since), deterministically or nearly so, in a fraction of a second,
+// each in a process of its own.
 
 /// Fills `size` bytes at `p` with `v`.
 ///
@@ -1337,11 +1338,11 @@ unsafe fn paint(p: *mut u8, size: usize, v: u8) {
 }
 
 /// A huge object's run is reused at another alignment (so at another
-/// offset from the run's start), then purged, then reused again: the purge
-/// covers the last occupant's offset only, so bytes of an earlier occupant
-/// survive, and the next zeroed allocation, told the run is clean, hands
-/// them out. One thread, no timing: the heap's retention cap forces the
-/// purge.
+/// offset from the run's start), then purged, then reused again by a zeroed
+/// allocation, which must read zero everywhere. (The defect: the purge
+/// covered the last occupant's offset only, so bytes of an earlier occupant
+/// survived, and the zeroed allocation, told the run was clean, handed them
+/// out.) One thread, no timing: the heap's retention cap forces the purge.
 #[test]
 fn zeroed_huge_block_after_its_run_was_purged_at_another_offset() {
     let _serial = serial();
@@ -1411,12 +1412,12 @@ fn zeroed_huge_block_after_its_run_was_purged_at_another_offset() {
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
-/// The same mix-up the other way: a cached huge run remembers the committed
-/// bytes of its largest occupant but the offset of its last one, so when
-/// the last one sits further into the run the purge runs past the run's end
-/// (`MADV_DONTNEED` over the next segment's header and first object, live
-/// or not), or fails when the run ends its mapping (the bytes then stay
-/// retained after `trim()`).
+/// A cached huge run's purge stays inside the run. (The defect: the run
+/// remembered the committed bytes of its largest occupant but the offset
+/// of its last one, so when the last one sat further into the run the
+/// purge ran past the run's end, `MADV_DONTNEED` over the next segment's
+/// header and first object, live or not, or failed when the run ended its
+/// mapping, and the bytes stayed retained after `trim()`.)
 #[test]
 fn huge_run_purge_stays_inside_the_run() {
     let _serial = serial();
@@ -1486,13 +1487,14 @@ fn huge_run_purge_stays_inside_the_run() {
 }
 
 /// A thread frees a large object of another thread's heap right while that
-/// thread makes a slab page. The slab page's span leaves the pool under
-/// the span lock, but its descriptor becomes `Kind::Slab` only after the
-/// lock is released (`HeapCore::new_slab_page`, `Page::init_slab`), and
-/// the large free, under the lock, merges the previously freed large span
-/// (kept unmerged as the pool's `recent` span) with its free-looking
-/// neighbours: the new slab page joins a free span, which a later
-/// allocation hands out again over live slots.
+/// thread makes a slab page; the slab page must not be merged into a free
+/// span. (The defect: the slab page's span left the pool under the span
+/// lock, but its descriptor became `Kind::Slab` only after the lock was
+/// released (`new_slab_page`, `Page::init_slab`), and the large free, under
+/// the lock, merged the previously freed large span, kept unmerged as the
+/// pool's `recent` span, with its free-looking neighbours: the new slab
+/// page joined a free span, which a later allocation handed out again over
+/// live slots.)
 ///
 /// Layout in the owner's heap: `m` (6 slices), `r` (5 slices, freed first:
 /// the recent span), then the new slab page `s` (more than 5 slices, so it
@@ -1621,9 +1623,9 @@ fn large_free_racing_slab_page_creation() {
 
 /// Threads come and go one after another while another thread calls
 /// `stats()` and `trim()` in a loop: each new thread should adopt the heap
-/// the last one left, but `for_each_abandoned` takes the whole abandoned
-/// list while it runs, so new threads find it empty and make new heaps,
-/// which are never freed.
+/// the last one left. (The defect: `for_each_abandoned` took the whole
+/// abandoned list while it ran, so new threads found it empty and made new
+/// heaps, which are never freed.)
 #[test]
 fn heaps_are_reused_while_stats_and_trim_run() {
     let _serial = serial();
@@ -1667,9 +1669,9 @@ fn heaps_are_reused_while_stats_and_trim_run() {
 }
 
 /// Huge blocks are cheap to hold while untouched (address space, no RSS),
-/// and the kernel has room for terabytes of it, but the global allocator
-/// keeps at most 256 reservations: with 1 GiB reservations of 32 segments,
-/// the 8193rd live block above 16 MiB fails.
+/// and the kernel has room for terabytes of it. (The defect: the global
+/// allocator kept at most 256 reservations: with 1 GiB reservations of 32
+/// segments, the 8193rd live block above 16 MiB failed.)
 #[test]
 fn many_live_huge_blocks() {
     let _serial = serial();
