@@ -171,7 +171,7 @@ impl Stats {
             s.free_slots += pc.slots.get(); // capacity for now; see `finish`
             s.cached_slots += cc.cached() as u64;
             s.total_allocs += cc.allocs.get();
-            s.total_frees += cc.frees.get();
+            s.total_frees += cc.frees();
             s.live_requested_bytes += cc.requested_estimate(); // total for now
         }
         let slab_committed = heap.slab_committed.get();

@@ -187,7 +187,7 @@ impl HeapCore {
             }
             let n = (*page).collect_thread_free();
             if n > 0 {
-                self.class((*page).class as usize).frees.add(n as u64);
+                self.class((*page).class as usize).returned.add(n as u64);
                 return true;
             }
             if (*page).capacity < (*page).reserved {
@@ -215,7 +215,7 @@ impl HeapCore {
                     self.local().queues[class].remove(page);
                     self.local().full.push(page);
                 }
-                Err(collected) => self.class(class).frees.add(collected as u64),
+                Err(collected) => self.class(class).returned.add(collected as u64),
             }
         }
     }

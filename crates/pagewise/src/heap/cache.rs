@@ -67,10 +67,11 @@ pub struct ClassState {
     geometry: Geometry,
     /// Slots handed out (cumulative).
     pub allocs: Counter,
-    /// Slots given back (cumulative): into the cache, into this heap's pages,
-    /// and other threads' frees into its pages once collected; slots that go
-    /// from the cache to another heap's page leave this count.
-    pub frees: Counter,
+    /// Slots given back to this heap's pages (cumulative): its own frees
+    /// past the cache (or sent home from it) and other threads' frees into
+    /// its pages once collected. Frees into the cache are not counted on
+    /// the fast path: [`ClassState::frees`] derives them.
+    pub returned: Counter,
     /// Bytes requested by the allocations served from pages (cumulative):
     /// a sample of all allocations, whose mean estimates the requested
     /// bytes of live slots (a C `free` does not say the size anyway).
@@ -91,7 +92,7 @@ impl ClassState {
             limit,
             geometry,
             allocs: Counter::zero(),
-            frees: Counter::zero(),
+            returned: Counter::zero(),
             requested: Counter::zero(),
             sampled: Counter::zero(),
         }
@@ -101,6 +102,19 @@ impl ClassState {
     #[inline]
     pub fn starts_slot(&self, offset: usize) -> bool {
         self.geometry.starts_slot(offset)
+    }
+
+    /// Slots given back (cumulative): into the cache, into this heap's
+    /// pages, and other threads' frees into its pages once collected; slots
+    /// that go from the cache to another heap's page are counted by that
+    /// heap. The cache's share is not counted as it happens (a free's fast
+    /// path would pay for it) but derived: what went in is what is there,
+    /// plus what was handed out from it (`allocs - sampled`), plus what was
+    /// sent on to pages (counted again in `returned` or by the other heap,
+    /// so it cancels).
+    pub fn frees(&self) -> u64 {
+        let from_cache = self.allocs.get().saturating_sub(self.sampled.get());
+        self.cached() as u64 + from_cache + self.returned.get()
     }
 
     /// Estimated requested bytes of all `allocs`, from the sample.
@@ -171,14 +185,12 @@ impl ClassState {
             *self.head.get() = block;
         }
         self.room.store(room - 1, Relaxed);
-        self.frees.add(1);
         true
     }
 
     /// Detaches all but the `keep` most recent cached slots as a list (the
-    /// older ones, which the thread is least likely to want back), and
-    /// takes them out of `frees`: the caller frees each to its page, which
-    /// counts it again where it lands.
+    /// older ones, which the thread is least likely to want back): the
+    /// caller frees each to its page, which counts it where it lands.
     ///
     /// # Safety
     /// Owner only.
@@ -204,7 +216,6 @@ impl ClassState {
             };
             self.room
                 .store(self.room.load(Relaxed) + (n - keep), Relaxed);
-            self.frees.sub((n - keep) as u64);
             rest
         }
     }
@@ -246,7 +257,7 @@ mod tests {
             assert!(c.push(p(&mut slots, 1)));
             assert!(c.push(p(&mut slots, 2)));
             assert!(!c.push(p(&mut slots, 3)), "full at the limit");
-            assert_eq!((c.cached(), c.frees.get()), (3, 3));
+            assert_eq!((c.cached(), c.frees()), (3, 3));
             assert_eq!(c.pop(), p(&mut slots, 2));
             assert_eq!(c.allocs.get(), 1, "a slot handed out is an allocation");
             assert!(c.push(p(&mut slots, 3)));
@@ -255,10 +266,10 @@ mod tests {
             assert_eq!(list, p(&mut slots, 1));
             assert_eq!((*list).next, p(&mut slots, 0));
             assert!((*(*list).next).next.is_null());
-            assert_eq!((c.cached(), c.frees.get()), (1, 2));
+            assert_eq!((c.cached(), c.frees()), (1, 2));
             assert!(c.take_older(1).is_null());
             assert_eq!(c.take_older(0), p(&mut slots, 3));
-            assert_eq!((c.cached(), c.frees.get()), (0, 1));
+            assert_eq!((c.cached(), c.frees()), (0, 1));
         }
     }
 }

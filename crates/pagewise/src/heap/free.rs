@@ -210,7 +210,7 @@ impl HeapCore {
             (*page).free = block;
             (*page).set_used(used - 1);
             let class = (*page).class as usize;
-            self.class(class).frees.add(1);
+            self.class(class).returned.add(1);
             // Slow only if the page leaves the full list, or empties and is
             // not its class's current page (which is kept: seed 000's churn
             // then never leaves this function).

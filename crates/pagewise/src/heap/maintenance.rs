@@ -117,7 +117,7 @@ impl HeapCore {
         // SAFETY: owner only; a slab page of this heap.
         unsafe {
             let n = (*page).collect_thread_free();
-            self.class((*page).class as usize).frees.add(n as u64);
+            self.class((*page).class as usize).returned.add(n as u64);
             if (*page).used() == 0 {
                 self.release_page(page);
             }

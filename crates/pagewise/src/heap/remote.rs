@@ -96,14 +96,14 @@ impl HeapCore {
                 let mut p = self.local().queues[class].head;
                 while !p.is_null() {
                     let n = (*p).collect_thread_free();
-                    self.class(class).frees.add(n as u64);
+                    self.class(class).returned.add(n as u64);
                     p = (*p).next;
                 }
             }
             let mut p = self.local().full.head;
             while !p.is_null() {
                 let n = (*p).collect_thread_free();
-                self.class((*p).class as usize).frees.add(n as u64);
+                self.class((*p).class as usize).returned.add(n as u64);
                 p = (*p).next;
             }
         }
