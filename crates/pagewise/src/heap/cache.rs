@@ -80,7 +80,9 @@ pub struct ClassState {
     pub sampled: Counter,
 }
 
-const _: () = assert!(core::mem::size_of::<ClassState>() == 64);
+// The slab table holds `class + 1` scaled to the state's size (`segment.rs`).
+const _: () =
+    assert!(core::mem::size_of::<ClassState>() == 1 << crate::memory::segment::STATE_SHIFT);
 
 impl ClassState {
     /// An empty cache of `limit` slots of the class with `geometry`, zero

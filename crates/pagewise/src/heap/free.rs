@@ -8,6 +8,7 @@
 
 use super::remote::free_remote;
 use super::*;
+use crate::memory::segment::STATE_SHIFT;
 
 impl HeapCore {
     /// Frees `ptr`, allocated by any heap. `current` is the calling thread's
@@ -59,11 +60,13 @@ impl HeapCore {
     pub(super) unsafe fn cache_free(&self, addr: usize) -> bool {
         // SAFETY: registered segments are mapped and headed by a `Segment`.
         let seg = unsafe { &*Segment::of(crate::memory::layout::segment_base(addr)) };
-        let (entry, offset) = seg.slab_entry(addr);
-        // SAFETY: slab table entries are 0 or a class + 1 (`mark_slab`), and
-        // `states` has CLASSES + 1 entries. Entry 0 (no slab page) finds the
-        // state whose geometry no offset passes.
-        let state = unsafe { self.states.get_unchecked(entry) };
+        let (state_at, offset) = seg.slab_entry(addr);
+        // SAFETY: slab-table entries are 0 or `(class + 1) << STATE_SHIFT`
+        // (`mark_slab`), the byte offset of a state in `states` (CLASSES + 1
+        // states of `1 << STATE_SHIFT` bytes). Entry 0 (no slab page) finds
+        // the state whose geometry no offset passes.
+        let state =
+            unsafe { &*((self.states.as_ptr() as *const u8).add(state_at) as *const ClassState) };
         if !state.starts_slot(offset) {
             return false; // not a slot start: the uncached path says so
         }
@@ -75,7 +78,7 @@ impl HeapCore {
                 misuse(Misuse::DoubleFree, addr);
             }
             if !state.push(block) {
-                self.cache_full(entry - 1, block);
+                self.cache_full((state_at >> STATE_SHIFT) - 1, block);
             }
         }
         true

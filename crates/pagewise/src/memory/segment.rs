@@ -13,7 +13,7 @@ use crate::memory::page::Page;
 use crate::memory::resident::Resident;
 use core::cell::UnsafeCell;
 use core::ptr::null_mut;
-use core::sync::atomic::{AtomicU16, AtomicU64, Ordering::Relaxed};
+use core::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
 
 /// Mixed into the header cookie so that a random word at a segment-aligned
 /// address is unlikely to pass for a header.
@@ -69,12 +69,14 @@ pub struct Segment {
     /// bits of its slab pages without the span lock while the purger clears
     /// bits of free spans that share a word.
     pub committed: [AtomicU64; BITMAP_WORDS],
-    /// Per slice: `class + 1 | first_slice_of_its_page << 6` if the slice
-    /// belongs to a slab page, else 0. Written only when a slab page is made
-    /// or released, so other threads' frees read it from their own caches
-    /// (the descriptors, written by the owner on every allocation, would
-    /// bounce between cores).
-    slab_slices: [AtomicU16; SLICES_PER_SEGMENT],
+    /// Per slice, the slab table: if the slice belongs to a slab page,
+    /// `(class + 1) << STATE_SHIFT | page_offset` (the page's byte offset in
+    /// the segment, a multiple of 64 KiB, so the low 16 bits are free), else
+    /// 0. Written only when a slab page is made or released, so other
+    /// threads' frees read it from their own caches (the descriptors,
+    /// written by the owner on every allocation, would bounce between
+    /// cores). Decoding it is two instructions on the free path.
+    slab_slices: [AtomicU32; SLICES_PER_SEGMENT],
     slices: [UnsafeCell<Page>; SLICES_PER_SEGMENT],
 }
 
@@ -84,14 +86,12 @@ pub const HEADER_PAGES: usize = core::mem::size_of::<Segment>().div_ceil(OS_PAGE
 pub const HEADER_SLICES: usize = core::mem::size_of::<Segment>().div_ceil(SLICE);
 
 const _: () = assert!(HEADER_SLICES <= 2);
-// A slab-table entry (`u16`): `class + 1` in the low bits (0: no slab
-// page), the first slice of the slab page above them.
-const SLAB_CLASS_MASK: usize = 63;
-const SLAB_FIRST_SHIFT: u32 = 6;
-const _: () = assert!(
-    crate::memory::size_class::CLASSES < SLAB_CLASS_MASK
-        && SLICES_PER_SEGMENT << SLAB_FIRST_SHIFT <= u16::MAX as usize + 1
-);
+/// A slab-table entry keeps `class + 1` shifted by this much: the size of
+/// a heap's per-class state (`heap::cache::ClassState`, which asserts it),
+/// so the free path finds the state at that byte offset without a multiply.
+pub const STATE_SHIFT: u32 = 6;
+const SLAB_STATE_MASK: usize = (1 << SLICE_SHIFT) - 1;
+const _: () = assert!((crate::memory::size_class::CLASSES + 1) << STATE_SHIFT <= SLAB_STATE_MASK);
 // Metadata stays under 1 % of the segment (checked at compile time).
 const _: () = assert!(HEADER_PAGES * OS_PAGE * 100 < crate::memory::layout::SEGMENT);
 
@@ -193,8 +193,8 @@ impl Segment {
 
     /// Records slices `first..first + n` as a slab page of `class`.
     pub fn mark_slab(&self, first: usize, n: usize, class: usize) {
-        debug_assert!(class < SLAB_CLASS_MASK && first < SLICES_PER_SEGMENT);
-        let entry = ((class + 1) | first << SLAB_FIRST_SHIFT) as u16;
+        debug_assert!(first < SLICES_PER_SEGMENT);
+        let entry = ((class + 1) << STATE_SHIFT | first << SLICE_SHIFT) as u32;
         for e in &self.slab_slices[first..first + n] {
             e.store(entry, Relaxed);
         }
@@ -212,22 +212,19 @@ impl Segment {
     #[inline]
     pub fn slab_page(&self, addr: usize) -> *mut Page {
         let e = self.slab_table_entry(addr - self.base());
-        debug_assert!(e & SLAB_CLASS_MASK != 0, "not a slab slot");
-        self.page(e >> SLAB_FIRST_SHIFT)
+        debug_assert!(e & SLAB_STATE_MASK != 0, "not a slab slot");
+        self.page(e >> SLICE_SHIFT)
     }
 
-    /// The slab table's entry for the slice holding `addr` (`class + 1` of
-    /// the slab page there, or 0) and `addr`'s offset from the start of
+    /// For the slice holding `addr`: `(class + 1) << STATE_SHIFT` of the
+    /// slab page there (0 if none), and `addr`'s offset from the start of
     /// that page (meaningless for 0). The free fast path's lookup: any
     /// thread may ask, it reads only the read-mostly slab table.
     #[inline]
     pub fn slab_entry(&self, addr: usize) -> (usize, usize) {
         let offset = addr - self.base();
         let e = self.slab_table_entry(offset);
-        (
-            e & SLAB_CLASS_MASK,
-            offset - ((e >> SLAB_FIRST_SHIFT) << SLICE_SHIFT),
-        )
+        (e & SLAB_STATE_MASK, offset - (e & !SLAB_STATE_MASK))
     }
 
     /// The raw slab-table entry of the slice `offset` bytes into the
