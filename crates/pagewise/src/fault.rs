@@ -19,8 +19,10 @@
 //!
 //! Not detected: a slot freed, handed out again, and then freed a second
 //! time through the old pointer (it is live again, so the free is valid as
-//! far as the allocator can tell; glibc cannot tell either), and writes to
-//! freed memory that do not touch a slot's first two words.
+//! far as the allocator can tell; glibc cannot tell either); a second free
+//! landing in the thread cache after the slot's page emptied, was purged and
+//! was remade for another class (past the cache, `Page::carved` catches it);
+//! and writes to freed memory that do not touch a slot's first two words.
 
 /// The kinds of misuse pagewise detects.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -67,6 +67,36 @@ fn child_entry() {
                 let p = h.allocate(l).unwrap();
                 a.dealloc(p.cast::<u8>().as_ptr(), l);
             }
+            "global-via-owned-realloc" => {
+                // An owned heap asked to resize a block of the global
+                // allocator (the program's mistake): abort at the call.
+                let p = a.alloc(l);
+                let h = pagewise::Heap::new();
+                let q = h.reallocate(std::ptr::NonNull::new(p).unwrap(), l, 4000);
+                println!("reallocate returned {:?}", q.map(|q| q.cast::<u8>()));
+            }
+            "stale-into-remade-page" => {
+                // p is freed, its page empties, is released and purged; a
+                // new page of the class is made on the same span with only
+                // its first OS page carved; then a thread without a heap
+                // frees p again.
+                let keeper = a.alloc(Layout::from_size_align(32, 8).unwrap());
+                let blocks: Vec<*mut u8> = (0..1024).map(|_| a.alloc(l)).collect();
+                let p = blocks[500] as usize;
+                for &b in &blocks {
+                    a.dealloc(b, l);
+                }
+                pagewise::trim();
+                let q = a.alloc(l) as usize;
+                assert_eq!(q & !0xffff, p & !0xffff, "the page is remade on the span");
+                std::thread::spawn(move || {
+                    assert!(pagewise::thread::current_or_null().is_null());
+                    a.dealloc(p as *mut u8, l);
+                })
+                .join()
+                .ok();
+                allocate_and_check(l, 2000, vec![keeper as usize, q]);
+            }
             "double-heapless" => {
                 // A thread with no heap of its own (its frees go straight to
                 // the owning page) frees one block twice.
@@ -245,4 +275,17 @@ fn a_double_free_whose_page_then_empties_aborts() {
 #[test]
 fn a_double_free_from_another_thread_aborts() {
     expect_abort("double-on-another-thread", "pagewise: double free");
+}
+
+#[test]
+fn resizing_a_global_block_in_an_owned_heap_aborts() {
+    expect_abort(
+        "global-via-owned-realloc",
+        "belongs to another pagewise heap",
+    );
+}
+
+#[test]
+fn a_stale_pointer_into_a_remade_page_aborts_on_the_uncached_path() {
+    expect_abort("stale-into-remade-page", "pagewise: double free");
 }

@@ -85,9 +85,10 @@ fn global_alloc_zeroed_after_reuse_at_another_offset() {
     }
 }
 
-/// Every dirty byte is counted and purged: after the reuse at another
-/// offset the run holds 40 MiB of dirty pages, not 30, and the decay gives
-/// back all 40, from where they are (`FakePages` zeroes what it purges).
+/// Every dirty byte is counted and purged: the reuse at another offset
+/// purges the pages below the new object at once, and the decay gives back
+/// the object's 30 MiB later, from where they are (`FakePages` zeroes what
+/// it purges).
 #[test]
 fn a_reused_huge_run_purges_the_pages_below_its_new_offset() {
     let heap = Heap::with_source(FakePages::new(), Config::default());
@@ -96,17 +97,19 @@ fn a_reused_huge_run_purges_the_pages_below_its_new_offset() {
     let a = heap.allocate(big).unwrap().cast::<u8>();
     fill(a.as_ptr(), big.size(), 0xAA);
     // SAFETY: blocks of this heap, freed once with their layouts.
-    unsafe {
+    let below = unsafe {
         heap.deallocate(a, big);
         let b = heap.allocate(aligned).unwrap().cast::<u8>();
         heap.deallocate(b, aligned);
-    }
+        b.as_ptr() as usize - a.as_ptr() as usize
+    };
+    assert!(below > 0, "the object moved up");
+    // Placing the 30 MiB object purged the rest of the run at once, the
+    // pages below its new offset included: only the object's pages are
+    // retained.
     let s = heap.stats();
-    assert!(
-        s.retained_bytes >= 40 * MIB as u64,
-        "retained {}",
-        s.retained_bytes
-    );
+    assert_eq!(s.retained_bytes, 30 * MIB as u64);
+    assert_eq!(first_nonzero(a.as_ptr(), below), None, "below the offset");
     heap.source().advance_ms(10_000);
     let l = Layout::from_size_align(300 << 10, 8).unwrap();
     let p = heap.allocate(l).unwrap();
@@ -122,4 +125,33 @@ fn a_reused_huge_run_purges_the_pages_below_its_new_offset() {
     // The freed object's memory is still the heap's (mapped, unused):
     // reading it shows what the purge reached.
     assert_eq!(first_nonzero(a.as_ptr(), big.size()), None, "not purged");
+}
+
+/// A cached huge run reused by a smaller object keeps committed only what
+/// the object covers: every committed byte has a name
+/// (`committed = live + free slots + retained`).
+#[test]
+fn a_huge_run_reused_by_a_smaller_object_commits_only_the_object() {
+    let heap = Heap::with_source(FakePages::new(), Config::default());
+    let big = Layout::from_size_align(40 * MIB, 16).unwrap();
+    let smaller = Layout::from_size_align(33 * MIB, 16).unwrap();
+    let a = heap.allocate(big).unwrap().cast::<u8>();
+    fill(a.as_ptr(), big.size(), 0xAA);
+    // SAFETY: blocks of this heap, freed once with their layouts.
+    unsafe {
+        heap.deallocate(a, big);
+        let b = heap.allocate(smaller).unwrap().cast::<u8>();
+        let s = heap.stats();
+        assert_eq!(
+            s.committed_bytes,
+            s.live_bytes + s.free_slot_bytes + s.retained_bytes,
+            "{} committed, {} live, {} free slots, {} retained",
+            s.committed_bytes,
+            s.live_bytes,
+            s.free_slot_bytes,
+            s.retained_bytes
+        );
+        assert_eq!(s.live_bytes, 33 * MIB as u64);
+        heap.deallocate(b, smaller);
+    }
 }

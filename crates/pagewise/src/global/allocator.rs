@@ -129,7 +129,7 @@ pub fn trim() {
         unsafe { (*me).trim() };
     }
     heaps::visit_abandoned(|h| {
-        // SAFETY: `for_each_abandoned` gives us an owner's exclusive access.
+        // SAFETY: `visit_abandoned` gives us an owner's exclusive access.
         unsafe { h.trim() };
     });
     heaps::for_each_heap(|h| {
@@ -159,7 +159,7 @@ pub fn stats() -> Stats {
         unsafe { (*me).collect_remote() };
     }
     heaps::visit_abandoned(|h| {
-        // SAFETY: `for_each_abandoned` gives us an owner's exclusive access.
+        // SAFETY: `visit_abandoned` gives us an owner's exclusive access.
         unsafe { h.collect_remote() };
     });
     let mut s = Stats::ZERO;

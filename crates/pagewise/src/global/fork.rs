@@ -42,6 +42,8 @@ extern "C" fn prepare() {
     crate::global::purger::pause();
     lock::hold(&VISITS);
     lock::hold(&ABANDONED_LIST);
+    // Heaps are published only with META held (`heaps::publish`), so from
+    // here on the list is the one `parent` and `child` walk to release.
     lock::hold(&META);
     for_each_heap(|h| lock::hold(&h.spans));
     lock::hold(&RESERVATIONS);

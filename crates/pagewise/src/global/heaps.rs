@@ -122,7 +122,7 @@ pub unsafe fn abandon(h: *mut HeapCore) {
     let mut head = ABANDONED_LIST.lock();
     // SAFETY: `h` is not on the list (its owner just let it go); the list
     // lock serialises the link.
-    unsafe { (*h).next_abandoned = *head as *mut HeapCore };
+    unsafe { (*h).next_abandoned.store(*head as *mut HeapCore, Relaxed) };
     *head = h as usize;
 }
 
@@ -133,12 +133,16 @@ fn pop_abandoned() -> Option<*mut HeapCore> {
         return None;
     }
     // SAFETY: abandoned heaps are live and linked through `next_abandoned`.
-    *head = unsafe { (*h).next_abandoned } as usize;
+    *head = unsafe { (*h).next_abandoned.load(Relaxed) } as usize;
     Some(h)
 }
 
 fn create() -> Option<*mut HeapCore> {
-    let at = meta_alloc(core::mem::size_of::<HeapCore>())? as *mut HeapCore;
+    // Made and published under META, which the fork handlers hold: the list
+    // of heaps cannot grow between `prepare`, which locks every heap's span
+    // pool, and `parent`/`child`, which release them.
+    let mut meta = META.lock();
+    let at = meta.alloc(core::mem::size_of::<HeapCore>())? as *mut HeapCore;
     // SAFETY: fresh, aligned, zeroed metadata memory; SYSTEM and
     // RESERVATIONS are statics. The owner is set before the heap is
     // published, so no visitor ever takes it for abandoned.
@@ -152,29 +156,38 @@ fn create() -> Option<*mut HeapCore> {
         );
         (*at).owner.store(thread_id(), Relaxed);
     }
+    publish(at, &mut meta);
+    Some(at)
+}
+
+/// Pushes a new heap onto the list of all heaps. Only with META held (the
+/// `&mut Meta` is the proof), so that a fork sees one list throughout.
+fn publish(heap: *mut HeapCore, _meta: &mut Meta) {
     let mut head = HEAPS.load(Relaxed);
     loop {
-        // SAFETY: `at` is not yet published.
-        unsafe { (*at).next_heap.store(head, Relaxed) };
-        match HEAPS.compare_exchange_weak(head, at, Release, Relaxed) {
-            Ok(_) => return Some(at),
+        // SAFETY: `heap` is not yet published.
+        unsafe { (*heap).next_heap.store(head, Relaxed) };
+        match HEAPS.compare_exchange_weak(head, heap, Release, Relaxed) {
+            Ok(_) => return,
             Err(seen) => head = seen,
         }
     }
 }
 
-fn meta_alloc(size: usize) -> Option<usize> {
-    let size = crate::memory::layout::align_up(size, 64);
-    let mut m = META.lock();
-    if m.next + size > m.end {
-        let chunk = size.max(META_CHUNK);
-        let p = SYSTEM.map(chunk, crate::memory::layout::OS_PAGE)?.as_ptr() as usize;
-        m.next = p;
-        m.end = p + chunk;
+impl Meta {
+    /// `size` bytes of zeroed memory for heap structures, never freed.
+    fn alloc(&mut self, size: usize) -> Option<usize> {
+        let size = crate::memory::layout::align_up(size, 64);
+        if self.next + size > self.end {
+            let chunk = size.max(META_CHUNK);
+            let p = SYSTEM.map(chunk, crate::memory::layout::OS_PAGE)?.as_ptr() as usize;
+            self.next = p;
+            self.end = p + chunk;
+        }
+        let p = self.next;
+        self.next += size;
+        Some(p)
     }
-    let p = m.next;
-    m.next += size;
-    Some(p)
 }
 
 /// Runs `f` on a heap the calling thread owns only for the call (a thread

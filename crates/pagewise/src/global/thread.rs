@@ -148,6 +148,13 @@ fn heap_for_frees() -> *mut HeapCore {
         // gets a heap, and marks it EXITING: a heap adopted by a free in the
         // last round of pthread key destructors would never be abandoned.
         register_exit(HEAPLESS);
+        // pthread_setspecific may allocate (keys past the first 32): in the
+        // C library that allocation is ours and gives the thread a heap,
+        // registered under the key, which the marker just overwrote.
+        let h = tls::current_heap();
+        if !h.is_null() {
+            register_exit(h);
+        }
     }
     if n < FREES_BEFORE_HEAP || n == EXITING {
         return null_mut();

@@ -190,7 +190,7 @@ impl HeapCore {
                 self.class((*page).class as usize).returned.add(n as u64);
                 return true;
             }
-            if (*page).capacity < (*page).reserved {
+            if (*page).capacity() < (*page).reserved {
                 let (first, count) = (*page).extend();
                 let seg = &*Segment::of(crate::memory::layout::segment_base(first));
                 let newly = seg.set_committed(seg.os_page(first), count);
@@ -231,7 +231,8 @@ impl HeapCore {
         while !p.is_null() && seen < FULLEST_CANDIDATES {
             // SAFETY: queue entries are slab pages of this heap.
             let (usable, used, next) = unsafe {
-                let usable = (*p).has_free() || (*p).capacity < (*p).reserved || (*p).has_remote();
+                let usable =
+                    (*p).has_free() || (*p).capacity() < (*p).reserved || (*p).has_remote();
                 (usable, (*p).used(), (*p).next)
             };
             if usable && (best.is_null() || used > best_used) {

@@ -146,8 +146,14 @@ impl HeapCore {
         match kind {
             Kind::Slab => {
                 // SAFETY: as above; slot geometry is fixed for a slab's life.
-                if unsafe { (*page).slot_index(addr) }.is_none() {
+                let Some(index) = (unsafe { (*page).slot_index(addr) }) else {
                     misuse(Misuse::Misaligned, addr);
+                };
+                // SAFETY: as above (the carved count only grows).
+                if !unsafe { (*page).carved(index) } {
+                    // Never handed out by this page: a stale pointer freed
+                    // again after its page was released and remade.
+                    misuse(Misuse::DoubleFree, addr);
                 }
                 // SAFETY: `addr` starts a slot of a live slab page.
                 if !unsafe { Block::mark_free(addr as *mut Block) } {
@@ -181,19 +187,25 @@ impl HeapCore {
     /// Owner only; `ptr` not used afterwards.
     pub unsafe fn free_own(&self, ptr: *mut u8) -> bool {
         let addr = ptr as usize;
-        let Some(base) = registry::header_of(addr) else {
-            misuse(Misuse::Foreign, addr)
-        };
-        // SAFETY: registered segments are mapped and headed by a `Segment`.
-        if unsafe { (*Segment::of(base)).heap } != self.me() {
-            misuse(Misuse::WrongHeap, addr);
-        }
+        self.assert_owns(addr);
         // SAFETY: we are the owner and `current`; the block is ours, and in
         // a slab-capable segment whose own header is the one checked above
         // (not the interior of a huge run) when `in_owned_segment` says so.
         unsafe {
             (registry::in_owned_segment(addr) && self.cache_free(addr))
                 || HeapCore::free_uncached(ptr, self)
+        }
+    }
+
+    /// Aborts unless `addr` lies in one of this heap's segments (the check
+    /// an owned `Heap` makes before touching a block it is handed).
+    pub fn assert_owns(&self, addr: usize) {
+        let Some(base) = registry::header_of(addr) else {
+            misuse(Misuse::Foreign, addr)
+        };
+        // SAFETY: registered segments are mapped and headed by a `Segment`.
+        if unsafe { (*Segment::of(base)).heap } != self.me() {
+            misuse(Misuse::WrongHeap, addr);
         }
     }
 

@@ -122,6 +122,11 @@ impl HeapCore {
         new_size: usize,
         current: *const HeapCore,
     ) -> *mut u8 {
+        if !self.global {
+            // An owned `Heap` resizes only its own blocks (a thread heap
+            // takes any pagewise block: it frees foreign ones remotely).
+            self.assert_owns(ptr as usize);
+        }
         // SAFETY: `ptr` is live (caller).
         let usable = unsafe { HeapCore::usable_size(ptr) };
         if new_size <= usable && (new_size >= usable / 2 || usable <= 64) {

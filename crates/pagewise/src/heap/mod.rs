@@ -172,7 +172,7 @@ pub struct HeapCore {
     /// Next heap in the list of all heaps.
     pub next_heap: AtomicPtr<HeapCore>,
     /// Next heap in the list of abandoned heaps.
-    pub next_abandoned: *mut HeapCore,
+    pub next_abandoned: AtomicPtr<HeapCore>,
     /// Earliest time a retained span of this heap expires (u64::MAX: none).
     pub next_deadline: AtomicU64,
     /// A thread heap of the global allocator (serviced by the purger).
@@ -208,7 +208,7 @@ impl HeapCore {
                 next_maintenance: 0,
             }),
             delayed: AtomicPtr::new(null_mut()),
-            spans: Locked::new(Spans::new()),
+            spans: Spans::locked(),
             states: ClassState::all(),
             page_counts: [const { PageCounts::zero() }; CLASSES],
             slab_committed: Counter::zero(),
@@ -220,7 +220,7 @@ impl HeapCore {
             flush_requested: AtomicBool::new(false),
             owner: AtomicUsize::new(0),
             next_heap: AtomicPtr::new(null_mut()),
-            next_abandoned: null_mut(),
+            next_abandoned: AtomicPtr::new(null_mut()),
             next_deadline: AtomicU64::new(u64::MAX),
             global,
         };
@@ -319,7 +319,9 @@ impl HeapCore {
     fn note_peak(&self) {
         let total = self.slab_committed.get() + self.span_committed.get();
         if total > self.peak_committed.get() {
-            self.peak_committed.0.store(total, Relaxed);
+            // Not a plain store: other threads get here too (a large free,
+            // under the span lock) while the owner does without it.
+            self.peak_committed.0.fetch_max(total, Relaxed);
         }
     }
 }

@@ -41,8 +41,10 @@ pub struct Page {
     /// Written only by the owner (plain load/store, no locked instruction);
     /// atomic so `stats()` may read it from another thread.
     pub used: AtomicU32,
-    /// Slots carved so far.
-    pub capacity: u32,
+    /// Slots carved so far. Written only by the owner (plain load and
+    /// store); atomic so that a free on another thread may check that a
+    /// slot was ever carved (see [`Page::carved`]).
+    capacity: AtomicU32,
     /// Slots that fit in the page.
     pub reserved: u32,
     /// Slot size (slab) in bytes.
@@ -95,7 +97,7 @@ impl Page {
         Page {
             free: null_mut(),
             used: AtomicU32::new(0),
-            capacity: 0,
+            capacity: AtomicU32::new(0),
             reserved: 0,
             slot_size: 0,
             start: 0,
@@ -132,7 +134,8 @@ impl Page {
     }
 
     /// Changes what the span is. The span pool in hand (`&mut Spans`, which
-    /// only its lock guard gives) is the proof that no other thread is
+    /// outside the pool's own module and unit tests only its lock guard
+    /// gives: `Spans::locked`) is the proof that no other thread is
     /// merging free spans meanwhile: a span must never be seen free while it
     /// is not in the pool, nor in use while it is.
     #[inline]
@@ -158,7 +161,7 @@ impl Page {
         self.class = class as u8;
         self.slot_size = slot as u32;
         self.reserved = (bytes / slot) as u32;
-        self.capacity = 0;
+        self.capacity.store(0, Ordering::Relaxed);
         self.used.store(0, Ordering::Relaxed);
         self.idle = false;
         self.free = null_mut();
@@ -182,12 +185,13 @@ impl Page {
     /// slot) onto the free list. Returns the OS pages newly touched as
     /// `(first_page_addr, count)` so the caller can mark them committed.
     pub fn extend(&mut self) -> (usize, usize) {
-        debug_assert!(self.free.is_null() && self.capacity < self.reserved);
+        let capacity = self.capacity();
+        debug_assert!(self.free.is_null() && capacity < self.reserved);
         let slot = self.slot_size as usize;
-        let begin = self.start + self.capacity as usize * slot;
+        let begin = self.start + capacity as usize * slot;
         let limit = crate::memory::layout::align_up(begin + 1, OS_PAGE);
         let mut n = ((limit - begin) / slot).max(1);
-        n = n.min((self.reserved - self.capacity) as usize);
+        n = n.min((self.reserved - capacity) as usize);
         let end = begin + n * slot;
         // Link the new slots in address order, each marked free (so that
         // freeing one that was never handed out is caught too).
@@ -203,10 +207,24 @@ impl Page {
             p += slot;
         }
         self.free = begin as *mut Block;
-        self.capacity += n as u32;
+        self.capacity.store(capacity + n as u32, Ordering::Relaxed);
         let first_page = begin & !(OS_PAGE - 1);
         let last_page = (end - 1) & !(OS_PAGE - 1);
         (first_page, (last_page - first_page) / OS_PAGE + 1)
+    }
+
+    /// Slots carved so far (any thread: it only grows while the page lives).
+    #[inline]
+    pub fn capacity(&self) -> u32 {
+        self.capacity.load(Ordering::Relaxed)
+    }
+
+    /// Whether slot `index` was ever carved, so could have been handed out.
+    /// A free of one that was not is of a stale pointer into memory this
+    /// page has not used yet (a block of an earlier page on the same span).
+    #[inline]
+    pub fn carved(&self, index: usize) -> bool {
+        index < self.capacity() as usize
     }
 
     /// Slots in use (owner's view).
@@ -352,7 +370,7 @@ mod tests {
 
     fn page_over(buf: &mut [u64], slot: usize) -> Page {
         let mut p = Page::empty();
-        p.set_kind(Kind::Slab, &mut Spans::new());
+        p.set_kind(Kind::Slab, &mut Spans::unlocked_for_tests());
         p.start = buf.as_mut_ptr() as usize;
         p.init_slab(3, slot, buf.len() * 8, null_mut());
         p
@@ -365,7 +383,7 @@ mod tests {
         let (first, pages) = p.extend();
         assert_eq!(first, p.start);
         assert_eq!(pages, 1);
-        assert_eq!(p.capacity as usize, OS_PAGE / 48);
+        assert_eq!(p.capacity() as usize, OS_PAGE / 48);
         assert!(p.slot_index(p.start + 48).is_some());
         assert!(p.slot_index(p.start + 47).is_none());
         assert!(p.slot_index(p.start + 48 * 1000).is_none());

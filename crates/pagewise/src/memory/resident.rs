@@ -65,6 +65,24 @@ impl Resident {
         }
     }
 
+    /// The parts of the resident range outside `lo..hi` (an object just
+    /// placed there), as (offset, length): what a reused run may purge so
+    /// that only the object stays resident.
+    pub fn outside(&self, lo: usize, hi: usize) -> [Option<(usize, usize)>; 2] {
+        let before = (self.lo < lo).then(|| (self.lo, lo - self.lo));
+        let after = (self.hi > hi).then(|| (hi, self.hi - hi));
+        [before, after]
+    }
+
+    /// Those parts were purged: only `lo..hi` is resident (it must lie
+    /// inside the range). Returns the bytes released.
+    pub fn purged_outside(&mut self, lo: usize, hi: usize) -> usize {
+        debug_assert!(self.lo <= lo && hi <= self.hi);
+        let before = self.bytes();
+        *self = Resident { lo, hi };
+        before - self.bytes()
+    }
+
     /// The range to purge, as (offset, length), if anything is resident.
     pub fn range(&self) -> Option<(usize, usize)> {
         self.any().then_some((self.lo, self.bytes()))

@@ -45,10 +45,41 @@ impl Spans {
         st.size = usable;
         st.requested = size;
         self.add_committed(placed.grown);
+        self.purge_outside_object(ctx, seg);
         self.counts.huge_count += 1;
         self.counts.huge_bytes += usable;
         self.counts.huge_requested += size;
         Some((seg as usize + offset, placed.was_clean))
+    }
+
+    /// A run reused by a smaller object, or at another offset, purges what
+    /// the object does not cover, so that every committed byte of a live
+    /// huge run is the object's (`committed = live + free slots + retained`
+    /// holds for huge runs too). A run reused at its own size purges nothing.
+    fn purge_outside_object(&mut self, ctx: &Ctx, seg: *mut Segment) {
+        // SAFETY: the huge state of a run we own, under the lock.
+        let (st, base) = unsafe { (&mut *(*seg).huge_state(), (*seg).base()) };
+        let (lo, hi) = (st.offset, st.offset + st.size);
+        let mut ok = true;
+        for (offset, len) in st.resident.outside(lo, hi).into_iter().flatten() {
+            // SAFETY: outside the live object, inside the run's mapping,
+            // page-aligned (offsets and sizes are multiples of OS pages).
+            ok &= unsafe {
+                ctx.source.purge(
+                    NonNull::new_unchecked((base + offset) as *mut u8),
+                    len,
+                    ctx.config.purge,
+                )
+            };
+        }
+        if !ok {
+            // The pages stay counted as committed (by the hull).
+            self.counts.purge_failures += 1;
+            return;
+        }
+        let bytes = st.resident.purged_outside(lo, hi);
+        self.counts.committed -= bytes;
+        self.counts.purged += bytes;
     }
 
     pub(super) fn best_cached_huge(&self, need: usize, align: usize) -> Option<*mut Segment> {

@@ -111,8 +111,21 @@ fn count_of(p: *mut Page) -> usize {
 }
 
 impl Spans {
+    /// An empty pool behind its lock: the only way to get a pool outside
+    /// this module, so a `&mut Spans` (what [`Page::set_kind`] asks for) is
+    /// proof that the lock is held.
+    pub const fn locked() -> Locked<Spans> {
+        Locked::new(Spans::new())
+    }
+
+    /// A pool outside any lock, for the unit tests of other modules.
+    #[cfg(test)]
+    pub(crate) const fn unlocked_for_tests() -> Spans {
+        Spans::new()
+    }
+
     /// An empty pool.
-    pub const fn new() -> Self {
+    const fn new() -> Self {
         Spans {
             bins: [null_mut(); BINS],
             nonempty: [0; BINS / 64],
@@ -490,12 +503,6 @@ impl Spans {
         // A large object's pages are all committed. Merged at once, not
         // kept as the recent span: its descriptors point back to `p`.
         self.give_back(t, now, (n - keep) * OS_PAGES_PER_SLICE);
-    }
-}
-
-impl Default for Spans {
-    fn default() -> Self {
-        Self::new()
     }
 }
 

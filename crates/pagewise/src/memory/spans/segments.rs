@@ -83,6 +83,9 @@ impl Spans {
         // and `Segment::init` trusts its header to read as zero (the slab
         // table above all), but a huge object purged with MADV_FREE may
         // still hold its data there: zero those headers the same way.
+        // Unregistered first: a stray free of a pointer in the run then gets
+        // the foreign-pointer abort, not a read of a zeroed header.
+        crate::memory::registry::unregister(base, nsegs);
         for k in 0..nsegs {
             zero_header(ctx, base + k * SEGMENT);
         }
