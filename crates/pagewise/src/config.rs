@@ -4,7 +4,7 @@
 //! | variable | field | default | meaning |
 //! |---|---|---|---|
 //! | `PAGEWISE_DECAY_MS` | [`Config::decay_ms`] | 1000 | ms a freed span stays committed before it is purged |
-//! | `PAGEWISE_RETAIN_MAX` | [`Config::retain_max_bytes`] | 64M | per heap: committed free bytes kept beyond which the oldest are purged at once |
+//! | `PAGEWISE_RETAIN_MAX` | [`Config::retain_max_bytes`] | none | ceiling on the committed free bytes kept by the whole process (every thread heap together; an owned `Heap` alone); below it, retention follows demand ([`crate::budget`]) |
 //! | `PAGEWISE_PURGE` | [`Config::purge`] | `dontneed` | `dontneed` (RSS drops at once) or `free` (MADV_FREE) |
 //! | `PAGEWISE_BACKGROUND` | [`Config::background`] | `1` | a background thread purges expired memory of idle threads |
 //! | `PAGEWISE_RESERVE` | [`Config::reservation_bytes`] | 1G | address space mapped at a time |
@@ -28,8 +28,24 @@ pub struct Config {
     /// clock of the span it lands in. 0 purges at once (and turns every
     /// turnover into madvise calls: the thrash of seed 000).
     pub decay_ms: u64,
-    /// Committed free bytes a heap may retain; beyond this the oldest
-    /// retained spans are purged immediately, whatever their age.
+    /// Ceiling on the committed free bytes retained by the heaps sharing a
+    /// budget (every thread heap of the global allocator together; an owned
+    /// [`Heap`](crate::Heap) alone); beyond it the oldest retained spans
+    /// are purged at once, whatever their age. Below it retention follows
+    /// demand: what the recent peak says will be needed again, plus a
+    /// slack of a fifth of that peak (see [`crate::budget`]).
+    /// `usize::MAX` (the default): no ceiling beyond demand.
+    ///
+    /// ```
+    /// use std::alloc::Layout;
+    /// let c = pagewise::Config { retain_max_bytes: 1 << 20, ..Default::default() };
+    /// let heap = pagewise::Heap::with_config(c);
+    /// let l = Layout::from_size_align(4 << 20, 8).unwrap();
+    /// let p = heap.allocate(l).unwrap();
+    /// // SAFETY: allocated above with `l`.
+    /// unsafe { heap.deallocate(p.cast(), l) };
+    /// assert!(heap.stats().retained_bytes <= 1 << 20);
+    /// ```
     pub retain_max_bytes: usize,
     /// How memory is purged.
     pub purge: Purge,
@@ -45,7 +61,7 @@ impl Config {
     /// The defaults (see the module table).
     pub const DEFAULT: Config = Config {
         decay_ms: 1000,
-        retain_max_bytes: 64 << 20,
+        retain_max_bytes: usize::MAX,
         purge: Purge::DontNeed,
         background: true,
         reservation_bytes: 1 << 30,

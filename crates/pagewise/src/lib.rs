@@ -49,7 +49,7 @@ pub(crate) mod sync;
 
 pub use global::allocator::{stats, trim, usable_size, Pagewise};
 pub use global::{purger, raw, thread};
-pub use memory::{layout, size_class};
+pub use memory::{budget, layout, size_class};
 pub use os::source;
 pub use runtime::{arena, pool};
 

@@ -2,6 +2,7 @@
 
 use crate::config::Config;
 use crate::heap::HeapCore;
+use crate::memory::budget::Budget;
 use crate::memory::layout::{align_up, OS_PAGE};
 use crate::memory::reservation::Reservations;
 use crate::os::source::{PageSource, SystemPages};
@@ -15,6 +16,7 @@ use core::ptr::NonNull;
 struct Inner<S> {
     core: HeapCore,
     reservations: Locked<Reservations>,
+    budget: Budget,
     source: S,
 }
 
@@ -100,11 +102,13 @@ impl<S: PageSource + 'static> Heap<S> {
         unsafe {
             core::ptr::addr_of_mut!((*p).source).write(source);
             core::ptr::addr_of_mut!((*p).reservations).write(Locked::new(Reservations::owned()));
+            core::ptr::addr_of_mut!((*p).budget).write(Budget::new());
             let src: *const dyn PageSource = core::ptr::addr_of!((*p).source);
             HeapCore::init_at(
                 core::ptr::addr_of_mut!((*p).core),
                 src,
                 core::ptr::addr_of!((*p).reservations),
+                core::ptr::addr_of!((*p).budget),
                 config,
                 false,
             );

@@ -1294,10 +1294,15 @@ fn run_child(name: &str, envs: &[(&str, String)]) -> Result<(), String> {
 /// for it, where the caller runs its body; in the test process itself,
 /// runs that child, fails if it failed, and returns false.
 fn isolated(name: &str) -> bool {
+    isolated_with(name, &[])
+}
+
+/// [`isolated`], with these environment variables in the child.
+fn isolated_with(name: &str, envs: &[(&str, String)]) -> bool {
     if std::env::var("PAGEWISE_STRESS_CHILD").as_deref() == Ok(name) {
         return true;
     }
-    if let Err(e) = run_child(name, &[]) {
+    if let Err(e) = run_child(name, envs) {
         panic!("{e}");
     }
     false
@@ -1346,29 +1351,37 @@ unsafe fn paint(p: *mut u8, size: usize, v: u8) {
 #[test]
 fn zeroed_huge_block_after_its_run_was_purged_at_another_offset() {
     let _serial = serial();
-    if !isolated("zeroed_huge_block_after_its_run_was_purged_at_another_offset") {
+    // An explicit ceiling on retention (the default has none: demand
+    // bounds it).
+    let envs = [("PAGEWISE_RETAIN_MAX", "96M".to_string())];
+    if !isolated_with(
+        "zeroed_huge_block_after_its_run_was_purged_at_another_offset",
+        &envs,
+    ) {
         return;
     }
     let cap = pagewise::thread::config().retain_max_bytes;
-    // A huge block that alone stays under the cap, and with 20 MiB more
+    assert_eq!(cap, 96 * MIB);
+    // Huge blocks are over one segment (32 MiB) or could not be spans.
+    // A huge block that alone stays under the cap, and with 52 MiB more
     // goes over it.
-    let filler = cap.saturating_sub(4 * MIB).max(17 * MIB);
+    let filler = cap - 4 * MIB;
     let huge = |size: usize, align: usize| Layout::from_size_align(size, align).unwrap();
     // (first occupant, second occupant, the zeroed block checked at the end)
     let cases = [
         // Earlier occupant at the usual offset (128 KiB), later one at 2 MiB:
         // the start of the next block is stale.
         (
-            huge(20 * MIB, 16),
-            huge(20 * MIB, 2 * MIB),
-            huge(20 * MIB, 16),
+            huge(52 * MIB, 16),
+            huge(52 * MIB, 2 * MIB),
+            huge(52 * MIB, 16),
         ),
         // Earlier occupant at 2 MiB reaching the run's end, later one at
         // 128 KiB and shorter: the end of the next block is stale.
         (
-            huge(30 * MIB, 2 * MIB),
-            huge(20 * MIB, 16),
-            huge(32 * MIB - 128 * KIB, 16),
+            huge(62 * MIB, 2 * MIB),
+            huge(52 * MIB, 16),
+            huge(64 * MIB - 128 * KIB, 16),
         ),
     ];
     let mut failures = Vec::new();
@@ -1425,13 +1438,14 @@ fn huge_run_purge_stays_inside_the_run() {
         return;
     }
     pagewise::trim();
-    let first = Layout::from_size_align(32 * MIB - 128 * KIB, 16).unwrap();
-    let second = Layout::from_size_align(28 * MIB, 2 * MIB).unwrap();
-    let neighbour = Layout::from_size_align(20 * MIB, 16).unwrap();
+    // Runs of two segments: a huge block is over one segment.
+    let first = Layout::from_size_align(64 * MIB - 128 * KIB, 16).unwrap();
+    let second = Layout::from_size_align(60 * MIB, 2 * MIB).unwrap();
+    let neighbour = Layout::from_size_align(52 * MIB, 16).unwrap();
     // SAFETY: blocks used within their sizes and freed once with their
     // layouts (a neighbour found broken is leaked: its header may be gone).
     unsafe {
-        // One segment each: `first` fills its run up to the end.
+        // One run each: `first` fills its run up to the end.
         let a = alloc(first);
         assert!(!a.is_null());
         paint(a, first.size(), 0xA5);
@@ -1445,7 +1459,7 @@ fn huge_run_purge_stays_inside_the_run() {
             neighbours.push((x, 0x10 + i));
         }
         dealloc(a, first);
-        // Reuses the run at offset 2 MiB: committed stays 32 MiB - 128 KiB.
+        // Reuses the run at offset 2 MiB: committed stays 64 MiB - 128 KiB.
         let b = alloc(second);
         assert!(!b.is_null());
         assert_eq!(
@@ -1456,7 +1470,7 @@ fn huge_run_purge_stays_inside_the_run() {
         paint(b, second.size(), 0xB6);
         dealloc(b, second);
         let retained_before = pagewise::stats().retained_bytes;
-        // Purges the cached run: [run + 2 MiB, run + 2 MiB + 32 MiB - 128 KiB).
+        // Purges the cached run: [run + 2 MiB, run + 2 MiB + 62 MiB - 128 KiB).
         pagewise::trim();
         let s = pagewise::stats();
         let mut broken = Vec::new();

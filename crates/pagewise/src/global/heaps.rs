@@ -151,6 +151,7 @@ fn create() -> Option<*mut HeapCore> {
             at,
             &SYSTEM as &dyn PageSource as *const dyn PageSource,
             &RESERVATIONS,
+            &crate::memory::budget::GLOBAL,
             config(),
             true,
         );

@@ -247,12 +247,14 @@ impl HeapCore {
 
     pub(super) unsafe fn new_slab_page(&self, class: usize) -> Option<*mut Page> {
         let slices = PAGE_SLICES[class] as usize;
-        let (page, committed) = {
+        let page = {
             let ctx = self.ctx();
             let mut spans = self.spans.lock();
-            spans.take_for_slab(&ctx, slices)?
+            let (page, committed) = spans.take_for_slab(&ctx, slices)?;
+            self.slab_committed.add(committed as u64);
+            self.publish(&mut spans, self.source().now_ms());
+            page
         };
-        self.slab_committed.add(committed as u64);
         // The span lock is let go here: the span must already be a slab
         // span, or a neighbour freed now would merge it (`Spans::take`).
         crate::sync::perturb::point();

@@ -24,6 +24,10 @@ impl HeapCore {
         }
         let n = size.max(1).div_ceil(SLICE);
         let align_slices = (align / SLICE).max(1);
+        if n + align_slices - 1 > crate::memory::spans::SPAN_SLICES {
+            // No span of a segment can hold it at that alignment.
+            return self.alloc_huge(size, align);
+        }
         let now = self.source().now_ms();
         let ctx = self.ctx();
         let mut spans = self.spans.lock();

@@ -79,6 +79,7 @@ impl HeapCore {
         let mut spans = self.spans.lock();
         spans.decay(&ctx, now, true);
         spans.release_empty(&ctx);
+        self.publish(&mut spans, now);
         self.next_deadline.store(u64::MAX, Relaxed);
     }
 
@@ -147,6 +148,7 @@ impl HeapCore {
         let mut spans = self.spans.lock();
         spans.decay(&ctx, now, true);
         spans.release_empty(&ctx);
+        self.publish(&mut spans, now);
         self.next_deadline.store(u64::MAX, Relaxed);
     }
 
@@ -159,6 +161,7 @@ impl HeapCore {
         let ctx = self.ctx();
         let now = self.source().now_ms();
         let next = spans.decay(&ctx, now, force);
+        self.publish(&mut spans, now);
         self.next_deadline.store(next.unwrap_or(u64::MAX), Relaxed);
         true
     }

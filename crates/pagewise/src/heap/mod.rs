@@ -25,6 +25,7 @@ pub(crate) mod remote;
 use crate::config::Config;
 use crate::fault::{misuse, Misuse};
 use crate::heap::cache::ClassState;
+use crate::memory::budget::Budget;
 use crate::memory::layout::{LARGE_ALIGN_MAX, LARGE_MAX, OS_PAGE, SLICE, SLICE_SHIFT};
 use crate::memory::page::{Block, Kind, Page};
 use crate::memory::registry;
@@ -163,6 +164,7 @@ pub struct HeapCore {
     pub span_committed: Counter,
     source: *const dyn PageSource,
     reservations: *const Locked<Reservations>,
+    budget: *const Budget,
     /// Retention policy.
     pub config: Config,
     /// Set by `trim()` of another thread: empty the caches at the next slow path.
@@ -189,12 +191,13 @@ impl HeapCore {
     /// Builds a heap in place.
     ///
     /// # Safety
-    /// `at` is writable, aligned memory for a `HeapCore`; `source` and
-    /// `reservations` outlive the heap.
+    /// `at` is writable, aligned memory for a `HeapCore`; `source`,
+    /// `reservations` and `budget` outlive the heap.
     pub unsafe fn init_at(
         at: *mut HeapCore,
         source: *const dyn PageSource,
         reservations: *const Locked<Reservations>,
+        budget: *const Budget,
         config: Config,
         global: bool,
     ) {
@@ -216,6 +219,7 @@ impl HeapCore {
             span_committed: Counter::zero(),
             source,
             reservations,
+            budget,
             config,
             flush_requested: AtomicBool::new(false),
             owner: AtomicUsize::new(0),
@@ -286,7 +290,15 @@ impl HeapCore {
             reservations: unsafe { &*self.reservations },
             heap: self.me(),
             config: &self.config,
+            // SAFETY: outlives the heap (init_at contract).
+            budget: unsafe { &*self.budget },
         }
+    }
+
+    /// The retention budget this heap shares.
+    pub fn budget(&self) -> &Budget {
+        // SAFETY: outlives the heap (init_at contract).
+        unsafe { &*self.budget }
     }
 
     /// # Safety
@@ -298,20 +310,35 @@ impl HeapCore {
         unsafe { &mut *self.local.get() }
     }
 
-    /// After a span operation (span lock held): purge what has expired or
-    /// exceeds the cap, publish the next deadline for the background purger,
-    /// and track the peak.
+    /// After a span operation (span lock held): publish the heap's bytes to
+    /// the budget, purge what the budget says must go (expired beyond what
+    /// demand needs, or anything beyond it plus the slack), publish the next
+    /// deadline for the background purger, and track the peak.
     fn after_span_change(&self, ctx: &Ctx, spans: &mut Spans, now: u64) {
+        self.publish(spans, now);
+        let retained = ctx.budget.retained();
         let due = self.next_deadline.load(Relaxed) <= now
-            || spans.retained() > self.config.retain_max_bytes;
-        if due || spans.retained() > 0 && self.next_deadline.load(Relaxed) == u64::MAX {
+            || retained > 0 && ctx.budget.keep(now, ctx.config).young < retained;
+        if spans.retained() > 0 && (due || self.next_deadline.load(Relaxed) == u64::MAX) {
             let next = spans.decay(ctx, now, false);
             self.next_deadline.store(next.unwrap_or(u64::MAX), Relaxed);
+            self.publish(spans, now);
         }
         self.span_committed
             .0
             .store(spans.counts.committed as u64, Relaxed);
         self.note_peak();
+    }
+
+    /// Adds the change of this heap's committed and retained bytes since
+    /// the last call to the budget, and records the demand (span lock held).
+    pub(crate) fn publish(&self, spans: &mut Spans, now: u64) {
+        let committed = spans.counts.committed + self.slab_committed.get() as usize;
+        let budget = self.budget();
+        budget.add(committed.wrapping_sub(spans.published_committed), 0);
+        spans.published_committed = committed;
+        spans.sync_retained(budget);
+        budget.note(now, &self.config);
     }
 
     /// Records a new peak of committed bytes (slab pages plus the span

@@ -27,8 +27,12 @@ pub const SLICES_PER_SEGMENT: usize = SEGMENT / SLICE;
 pub const OS_PAGES_PER_SEGMENT: usize = SEGMENT / OS_PAGE;
 /// OS pages per slice.
 pub const OS_PAGES_PER_SLICE: usize = SLICE / OS_PAGE;
-/// Largest object served from spans inside a segment; larger ones are huge.
-pub const LARGE_MAX: usize = SEGMENT / 2;
+/// Largest object served from spans inside a segment (a segment less its
+/// header, at most two slices); larger ones are huge. Up to a whole segment,
+/// so that buffers of a few MiB to tens of MiB share one best-fit pool and
+/// one retention FIFO, whatever their size, rather than a 20 MiB object
+/// waiting in a run of its own that a 10 MiB one cannot use.
+pub const LARGE_MAX: usize = SEGMENT - 2 * SLICE;
 /// Largest alignment a span inside a segment can honour by splitting.
 pub const LARGE_ALIGN_MAX: usize = SEGMENT / 4;
 

@@ -4,6 +4,7 @@
 //! types ask for.
 
 pub(crate) mod block;
+pub mod budget;
 pub mod layout;
 pub(crate) mod page;
 pub(crate) mod registry;

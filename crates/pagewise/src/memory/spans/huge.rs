@@ -125,15 +125,27 @@ impl Spans {
         self.huge_cache = seg;
     }
 
-    pub(super) fn decay_huge(&mut self, ctx: &Ctx, now: u64, force: bool) {
+    /// Purges cached huge runs as [`Spans::decay`] does spans. Returns
+    /// whether demand kept an expired run.
+    pub(super) fn decay_huge(
+        &mut self,
+        ctx: &Ctx,
+        now: u64,
+        force: bool,
+        keep: crate::memory::budget::Keep,
+    ) -> bool {
         let delay = ctx.config.decay_ms;
+        let mut kept_expired = false;
         let mut h = self.huge_cache;
         while !h.is_null() {
             // SAFETY: cache entries are huge headers of this heap (lock held).
             let (st, next, base) =
                 unsafe { (&mut *(*h).huge_state(), (*(*h).links()).next, (*h).base()) };
-            let over_cap = self.counts.retained > ctx.config.retain_max_bytes;
-            let due = force || over_cap || st.freed_at + delay <= now;
+            self.sync_retained(ctx.budget);
+            let total = ctx.budget.retained();
+            let expired = st.freed_at + delay <= now;
+            let due = force || total > keep.young || expired && total > keep.expired;
+            kept_expired |= expired && !due && st.resident.any();
             if let Some((offset, len)) = st.resident.range().filter(|_| due) {
                 // SAFETY: the cached run holds no live object; the range is
                 // page-aligned and inside the run's mapping.
@@ -155,5 +167,6 @@ impl Spans {
             }
             h = next;
         }
+        kept_expired
     }
 }

@@ -16,6 +16,7 @@ mod retention;
 mod segments;
 
 use crate::config::Config;
+use crate::memory::budget::Budget;
 use crate::memory::layout::{
     align_up, OS_PAGE, OS_PAGES_PER_SEGMENT, OS_PAGES_PER_SLICE, SEGMENT, SLICE, SLICES_PER_SEGMENT,
 };
@@ -40,6 +41,8 @@ pub struct Ctx<'a> {
     pub heap: *mut u8,
     /// Retention policy.
     pub config: &'a Config,
+    /// The retention budget the heap shares (the process's, or its own).
+    pub budget: &'a Budget,
 }
 
 /// Byte counts kept by the span pool (all exact).
@@ -88,6 +91,11 @@ pub struct Spans {
     /// right (seed 000's turnover at 1 MiB). Merged as soon as another
     /// large span is freed, the pool needs room, or segments are released.
     recent: *mut Page,
+    /// Retained bytes as last added to the budget.
+    published_retained: usize,
+    /// The heap's committed bytes (span pool and slab pages) as last added
+    /// to the budget.
+    pub published_committed: usize,
     /// Byte counts.
     pub counts: SpanCounts,
 }
@@ -134,6 +142,8 @@ impl Spans {
             segments: null_mut(),
             huge_cache: null_mut(),
             recent: null_mut(),
+            published_retained: 0,
+            published_committed: 0,
             counts: SpanCounts {
                 committed: 0,
                 peak_committed: 0,
@@ -320,9 +330,14 @@ impl Spans {
                 }
             }
         };
-        let f = self.bins[bin];
+        let f = if align_slices == 1 {
+            self.best_placed(bin, n)
+        } else {
+            self.bins[bin]
+        };
         // SAFETY: a non-empty bin's head is a free span descriptor.
         let freed_at = unsafe { (*f).freed_at };
+        let size = count_of(f);
         let dirty = self.remove(f);
         let seg = seg_of(f);
         let idx = seg.index_of(f);
@@ -341,7 +356,7 @@ impl Spans {
         if lead > 0 {
             self.insert(f, lead, freed_at, lead_dirty);
         }
-        let tail = bin - lead - n;
+        let tail = size - lead - n;
         if tail > 0 {
             self.insert(
                 seg.page(start + n),
@@ -361,6 +376,47 @@ impl Spans {
             (*p).heap = ctx.heap;
         }
         Some((p, taken_dirty))
+    }
+
+    /// The free span a request of `n` slices goes to, `bin` being the
+    /// smallest non-empty bin that fits: of the first few candidates in
+    /// size order (then address order), the one whose committed pages cover
+    /// most of the request, so that a new object lands on memory already
+    /// resident (no page faults, no growth of RSS) rather than on purged
+    /// pages while retained ones wait next door; the best fit on ties.
+    fn best_placed(&self, bin: usize, n: usize) -> *mut Page {
+        const CANDIDATES: usize = 16;
+        let want = n * OS_PAGES_PER_SLICE;
+        let mut best = self.bins[bin];
+        // SAFETY: free span descriptors of this pool (lock held).
+        let mut best_cover = unsafe { (*best).dirty_pages } as usize;
+        if best_cover >= want {
+            return best;
+        }
+        let mut seen = 0;
+        let mut b = Some(bin);
+        while let Some(i) = b {
+            let mut f = self.bins[i];
+            while !f.is_null() && seen < CANDIDATES {
+                // SAFETY: as above.
+                let cover = (unsafe { (*f).dirty_pages } as usize).min(want);
+                if cover > best_cover {
+                    best = f;
+                    best_cover = cover;
+                    if cover == want {
+                        return best;
+                    }
+                }
+                seen += 1;
+                // SAFETY: as above.
+                f = unsafe { (*f).next };
+            }
+            if seen >= CANDIDATES {
+                break;
+            }
+            b = self.first_bin_at_least(i + 1);
+        }
+        best
     }
 
     /// Marks all OS pages of a used span committed (large objects, whose
@@ -534,11 +590,13 @@ mod tests {
         let source = FakePages::new();
         let reservations = Locked::new(Reservations::owned());
         let config = Config::DEFAULT;
+        let budget = Budget::new();
         let ctx = Ctx {
             source: &source,
             reservations: &reservations,
             heap: null_mut(),
             config: &config,
+            budget: &budget,
         };
         let mut spans = Spans::new();
         let (slab, _) = spans.take_for_slab(&ctx, 1).unwrap();
@@ -577,6 +635,7 @@ mod loom_model {
         source: FakePages,
         reservations: Locked<Reservations>,
         config: Config,
+        budget: Budget,
         spans: Mutex<Spans>,
     }
 
@@ -587,6 +646,7 @@ mod loom_model {
                 reservations: &self.reservations,
                 heap: null_mut(),
                 config: &self.config,
+                budget: &self.budget,
             }
         }
     }
@@ -601,6 +661,7 @@ mod loom_model {
                     reservation_bytes: crate::memory::layout::SEGMENT,
                     ..Config::DEFAULT
                 },
+                budget: Budget::new(),
                 spans: Mutex::new(Spans::new()),
             });
             // A large object in the segment, freed by another thread below.

@@ -1,7 +1,8 @@
 //! Retention: every free span with committed pages sits on a FIFO with the
-//! time it was freed; the decay purges those older than the delay, then the
-//! oldest while retention exceeds the cap (one `madvise` per run of
-//! committed pages). Runs under the heap's span lock.
+//! time it was freed; the decay purges the oldest while the budget says
+//! retention is above what demand will need again (more for expired spans
+//! than for young ones: see [`crate::budget`]), one `madvise` per run of
+//! committed pages. Runs under the heap's span lock.
 
 use super::*;
 
@@ -82,24 +83,42 @@ impl Spans {
         }
     }
 
-    /// Purges retained spans whose decay delay has passed (all of them if
-    /// `force`), then the oldest ones while retention exceeds the cap.
+    /// Adds the change of this pool's retained bytes since the last call to
+    /// the budget.
+    pub fn sync_retained(&mut self, budget: &Budget) {
+        let r = self.counts.retained;
+        budget.add(0, r.wrapping_sub(self.published_retained));
+        self.published_retained = r;
+    }
+
+    /// Purges retained spans as the budget says (see [`crate::budget`]):
+    /// the oldest first, while the retention of every heap sharing the
+    /// budget is above what demand keeps for young spans, or the span has
+    /// expired and the retention is above what demand keeps for expired
+    /// ones; everything if `force`. Cached huge runs follow the same rule.
     /// Returns the time of the next deadline, if anything is still retained.
     pub fn decay(&mut self, ctx: &Ctx, now: u64, force: bool) -> Option<u64> {
         let delay = ctx.config.decay_ms;
+        self.sync_retained(ctx.budget);
+        let keep = ctx.budget.keep(now, ctx.config);
+        let mut kept_expired = false;
         while !self.dirty_head.is_null() {
             let f = self.dirty_head;
             // SAFETY: FIFO entries are free span descriptors.
-            let expired = force || unsafe { (*f).freed_at } + delay <= now;
-            if !expired && self.counts.retained <= ctx.config.retain_max_bytes {
+            let expired = unsafe { (*f).freed_at } + delay <= now;
+            let total = ctx.budget.retained();
+            if !(force || total > keep.young || expired && total > keep.expired) {
+                kept_expired = expired;
                 break;
             }
             self.purge_span(ctx, f);
+            self.sync_retained(ctx.budget);
             if self.dirty_tail == f && self.is_dirty(f) {
                 break; // the purge failed and it went back on the FIFO: do not spin
             }
         }
-        self.decay_huge(ctx, now, force);
+        kept_expired |= self.decay_huge(ctx, now, force, keep);
+        self.sync_retained(ctx.budget);
         let mut next = None;
         if !self.dirty_head.is_null() {
             // SAFETY: as above.
@@ -116,6 +135,10 @@ impl Spans {
                 }
                 h = (*(*h).links()).next;
             }
+        }
+        if kept_expired {
+            // Demand kept an expired span: look again when the history moves.
+            next = next.map(|n| n.max(keep.recheck_at));
         }
         next
     }
