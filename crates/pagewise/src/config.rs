@@ -5,6 +5,7 @@
 //! |---|---|---|---|
 //! | `PAGEWISE_DECAY_MS` | [`Config::decay_ms`] | 1000 | ms a freed span stays committed before it is purged |
 //! | `PAGEWISE_RETAIN_MAX` | [`Config::retain_max_bytes`] | none | ceiling on the committed free bytes kept by the whole process (every thread heap together; an owned `Heap` alone); below it, retention follows demand ([`crate::budget`]) |
+//! | `PAGEWISE_LIMIT` | [`Config::limit_bytes`] | none | hard limit on committed bytes (every thread heap together; an owned `Heap` alone): an allocation that would pass it first purges everything retained it can reach, then fails (null, `ENOMEM` in C) |
 //! | `PAGEWISE_PURGE` | [`Config::purge`] | `dontneed` | `dontneed` (RSS drops at once) or `free` (MADV_FREE) |
 //! | `PAGEWISE_BACKGROUND` | [`Config::background`] | `1` | a background thread purges expired memory of idle threads |
 //! | `PAGEWISE_RESERVE` | [`Config::reservation_bytes`] | 1G | address space mapped at a time |
@@ -47,6 +48,33 @@ pub struct Config {
     /// assert!(heap.stats().retained_bytes <= 1 << 20);
     /// ```
     pub retain_max_bytes: usize,
+    /// Hard limit on committed bytes (`PAGEWISE_LIMIT`), like tcmalloc's
+    /// `SetMemoryLimit`: counted over the heaps sharing a budget (every
+    /// thread heap of the global allocator together; an owned
+    /// [`Heap`](crate::Heap) alone). An allocation that would take the
+    /// count past it first purges everything retained it can reach (its own
+    /// heap's retained spans and cached huge runs, then the other heaps'),
+    /// and fails if that is not enough: null from `GlobalAlloc`, `Err` from
+    /// `Heap::allocate`, null with `errno = ENOMEM` from the C library.
+    /// The check is made when a span is taken (a slab page, a large or huge
+    /// object), so the count may pass the limit by the slots of a slab page
+    /// being filled. `usize::MAX` (the default): no limit.
+    ///
+    /// ```
+    /// use std::alloc::Layout;
+    /// let c = pagewise::Config { limit_bytes: 16 << 20, ..Default::default() };
+    /// let heap = pagewise::Heap::with_config(c);
+    /// let l = Layout::from_size_align(10 << 20, 8).unwrap();
+    /// let a = heap.allocate(l).unwrap();
+    /// assert!(heap.allocate(l).is_err(), "20 MiB would pass the 16 MiB limit");
+    /// // SAFETY: allocated above with `l`.
+    /// unsafe { heap.deallocate(a.cast(), l) };
+    /// // The freed 10 MiB are retained; under the limit they are purged
+    /// // to make room, and the allocation succeeds.
+    /// let b = heap.allocate(l).unwrap();
+    /// # unsafe { heap.deallocate(b.cast(), l) };
+    /// ```
+    pub limit_bytes: usize,
     /// How memory is purged.
     pub purge: Purge,
     /// Whether a background thread purges expired memory (global allocator
@@ -62,6 +90,7 @@ impl Config {
     pub const DEFAULT: Config = Config {
         decay_ms: 1000,
         retain_max_bytes: usize::MAX,
+        limit_bytes: usize::MAX,
         purge: Purge::DontNeed,
         background: true,
         reservation_bytes: 1 << 30,
@@ -84,6 +113,9 @@ impl Config {
         }
         if let Some(v) = env_parse(b"PAGEWISE_RETAIN_MAX\0", parse_size) {
             c.retain_max_bytes = v as usize;
+        }
+        if let Some(v) = env_parse(b"PAGEWISE_LIMIT\0", parse_size) {
+            c.limit_bytes = v as usize;
         }
         if let Some(v) = env_parse(b"PAGEWISE_PURGE\0", parse_purge) {
             c.purge = v;

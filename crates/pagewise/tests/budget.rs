@@ -218,3 +218,81 @@ fn retention_is_bounded_for_the_whole_process_not_per_heap() {
     // purges interleave: each purges its own oldest while the total is over).
     assert!(retained > 0, "but do retain: {retained}");
 }
+
+#[test]
+fn over_the_limit_an_allocation_purges_then_fails() {
+    let src: &'static FakePages = Box::leak(Box::new(FakePages::new()));
+    let heap = Heap::with_source(
+        src,
+        Config {
+            limit_bytes: 64 * MIB,
+            decay_ms: 60_000,
+            ..Config::DEFAULT
+        },
+    );
+    let l = layout(12 * MIB);
+    let mut live: Vec<_> = (0..5).map(|_| heap.allocate(l).unwrap()).collect();
+    assert_eq!(heap.stats().committed_bytes, 60 * MIB as u64);
+    let before = src.syscalls();
+    assert!(heap.allocate(l).is_err(), "72 MiB would pass the limit");
+    assert_eq!(src.syscalls().madvise, before.madvise, "nothing to purge");
+    // Two freed buffers are retained (decay is a minute away)...
+    for p in live.drain(..2) {
+        // SAFETY: allocated above with `l`.
+        unsafe { heap.deallocate(p.cast(), l) };
+    }
+    assert_eq!(heap.stats().retained_bytes, 24 * MIB as u64);
+    // ...and purged when the next allocation would pass the limit.
+    live.push(heap.allocate(l).unwrap());
+    let after = src.syscalls();
+    assert!(after.madvise > before.madvise);
+    assert!(after.purged_bytes - before.purged_bytes >= 24 * MIB as u64);
+    let s = heap.stats();
+    assert_eq!(s.retained_bytes, 0);
+    assert_eq!(s.committed_bytes, 48 * MIB as u64);
+    live.push(heap.allocate(l).unwrap());
+    assert!(heap.allocate(l).is_err(), "72 MiB again");
+    assert!(heap.stats().committed_bytes <= 64 * MIB as u64);
+    for p in live {
+        // SAFETY: as above.
+        unsafe { heap.deallocate(p.cast(), l) };
+    }
+}
+
+/// Child: under `PAGEWISE_LIMIT=64M`, the global allocator refuses what
+/// would pass it, and purges retained memory of another thread's heap to
+/// serve what would not.
+#[test]
+fn child_limit() {
+    if !in_child("child_limit") {
+        return;
+    }
+    // Another thread frees 40 MiB: retained in its heap (long decay).
+    std::thread::spawn(|| drop(black_box(vec![1u8; 40 * MIB])))
+        .join()
+        .unwrap();
+    let retained = pagewise::stats().retained_bytes;
+    let mut v: Vec<u8> = Vec::new();
+    let refused = v.try_reserve_exact(100 * MIB).is_err();
+    let mut w: Vec<u8> = Vec::new();
+    let served = w.try_reserve_exact(40 * MIB).is_ok();
+    let s = pagewise::stats();
+    println!(
+        "budget-report {} {} {} {} {}",
+        retained, refused as u8, served as u8, s.retained_bytes, s.committed_bytes
+    );
+}
+
+#[test]
+fn the_global_allocator_fails_over_the_limit_after_purging_every_heap() {
+    let r = run_child(
+        "child_limit",
+        &[("PAGEWISE_LIMIT", "64M"), ("PAGEWISE_DECAY_MS", "60000")],
+    );
+    let f: Vec<u64> = r.split(' ').map(|x| x.parse().unwrap()).collect();
+    assert!(f[0] >= 40 * MIB as u64, "the thread's 40 MiB retained: {r}");
+    assert_eq!(f[1], 1, "100 MiB refused: {r}");
+    assert_eq!(f[2], 1, "40 MiB served after purging the other heap: {r}");
+    assert!(f[3] < 40 * MIB as u64, "{r}");
+    assert!(f[4] <= 64 * MIB as u64, "committed within the limit: {r}");
+}

@@ -158,7 +158,20 @@ fn create() -> Option<*mut HeapCore> {
         (*at).owner.store(thread_id(), Relaxed);
     }
     publish(at, &mut meta);
+    crate::memory::budget::GLOBAL.set_purge_others(purge_all_for_limit);
     Some(at)
+}
+
+/// An allocation would pass `PAGEWISE_LIMIT`: purge what every heap
+/// retains. Called with no span lock held by the caller; must not allocate.
+/// For now each heap's retained spans and cached huge runs whose span lock
+/// is free (`try_lock`: a busy heap is skipped, never waited for).
+// Lead: extend with what the purger can reach (pages of idle and abandoned
+// heaps, wholly free segments).
+pub fn purge_all_for_limit() {
+    for_each_heap(|h| {
+        h.purge_expired(true);
+    });
 }
 
 /// Pushes a new heap onto the list of all heaps. Only with META held (the

@@ -247,6 +247,9 @@ impl HeapCore {
 
     pub(super) unsafe fn new_slab_page(&self, class: usize) -> Option<*mut Page> {
         let slices = PAGE_SLICES[class] as usize;
+        if !self.within_limit(slices * SLICE) {
+            return None;
+        }
         let page = {
             let ctx = self.ctx();
             let mut spans = self.spans.lock();

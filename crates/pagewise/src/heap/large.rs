@@ -28,6 +28,9 @@ impl HeapCore {
             // No span of a segment can hold it at that alignment.
             return self.alloc_huge(size, align);
         }
+        if !self.within_limit(n * SLICE) {
+            return (null_mut(), false);
+        }
         let now = self.source().now_ms();
         let ctx = self.ctx();
         let mut spans = self.spans.lock();
@@ -81,6 +84,9 @@ impl HeapCore {
     #[cold]
     pub(super) fn alloc_huge(&self, size: usize, align: usize) -> (*mut u8, bool) {
         if size > isize::MAX as usize / 2 || align > 1 << 40 {
+            return (null_mut(), false);
+        }
+        if !self.within_limit(crate::memory::layout::align_up(size, OS_PAGE)) {
             return (null_mut(), false);
         }
         let now = self.source().now_ms();

@@ -341,6 +341,24 @@ impl HeapCore {
         budget.note(now, &self.config);
     }
 
+    /// Whether `bytes` more may be committed under the hard limit
+    /// (`Config::limit_bytes`). Over it, purges first: this heap's retained
+    /// memory (span lock taken here: the caller must not hold it), then the
+    /// other heaps' through the budget's hook; false if still over.
+    pub(crate) fn within_limit(&self, bytes: usize) -> bool {
+        let limit = self.config.limit_bytes;
+        let budget = self.budget();
+        if limit == usize::MAX || budget.committed().saturating_add(bytes) <= limit {
+            return true;
+        }
+        self.trim_shared();
+        if budget.committed().saturating_add(bytes) <= limit {
+            return true;
+        }
+        budget.purge_others();
+        budget.committed().saturating_add(bytes) <= limit
+    }
+
     /// Records a new peak of committed bytes (slab pages plus the span
     /// pool's last published figure).
     fn note_peak(&self) {

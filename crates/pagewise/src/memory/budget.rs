@@ -32,7 +32,7 @@
 //! first purges what it can, then fails.
 
 use crate::config::Config;
-use core::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
+use core::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering::Relaxed};
 
 /// Time slots of the demand history (covering one decay delay).
 pub const SLOTS: usize = 8;
@@ -60,6 +60,10 @@ pub struct Budget {
     epoch: AtomicU64,
     /// Highest demand seen per slot, indexed by slot number mod `SLOTS`.
     history: [AtomicUsize; SLOTS],
+    /// Purges the retained memory of every member heap but the caller's
+    /// (a `fn()`, null if none): what an allocation over the limit runs
+    /// before it fails.
+    purge_others: AtomicPtr<()>,
 }
 
 /// What retention may hold now (see the module docs).
@@ -90,6 +94,7 @@ impl Budget {
             retained: AtomicUsize::new(0),
             epoch: AtomicU64::new(0),
             history: [const { AtomicUsize::new(0) }; SLOTS],
+            purge_others: AtomicPtr::new(core::ptr::null_mut()),
         }
     }
 
@@ -117,6 +122,26 @@ impl Budget {
     /// Committed bytes in use.
     pub fn demand(&self) -> usize {
         self.committed().saturating_sub(self.retained())
+    }
+
+    /// Sets what an allocation over the limit runs to purge the other
+    /// member heaps (the global allocator sets it when it makes its first
+    /// heap). It runs with no span lock of the caller held, and must not
+    /// allocate.
+    pub fn set_purge_others(&self, f: fn()) {
+        self.purge_others.store(f as *mut (), Relaxed);
+    }
+
+    /// Runs the hook of [`Budget::set_purge_others`], if any.
+    pub fn purge_others(&self) {
+        let p = self.purge_others.load(Relaxed);
+        if !p.is_null() {
+            // SAFETY: only `set_purge_others` stores here, and it stores a
+            // `fn()`; function and data pointers have one size on every
+            // platform pagewise builds for.
+            let f = unsafe { core::mem::transmute::<*mut (), fn()>(p) };
+            f();
+        }
     }
 
     fn slot_ms(config: &Config) -> u64 {
