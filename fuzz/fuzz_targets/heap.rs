@@ -402,6 +402,7 @@ fuzz_target!(|data: &[u8]| {
     let mut config = Config {
         decay_ms: [0, 1, 100, 1000][(c & 3) as usize],
         retain_max_bytes: [0, 256 * KIB, 4 * MIB, 64 * MIB][((c >> 2) & 3) as usize],
+        limit_bytes: usize::MAX,
         purge: if c & 16 == 0 {
             Purge::DontNeed
         } else {
