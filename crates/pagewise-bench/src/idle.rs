@@ -11,7 +11,7 @@
 
 use crate::util::{free_obj, new_obj, MmapVec, Obj, Rng};
 use crate::workloads::{part_since, Rec, Scale};
-use std::sync::mpsc;
+use std::sync::{Arc, Barrier, Mutex};
 use std::time::Instant;
 
 /// Block size of scenarios (a) and (b): 6,000 B, a small-object size in
@@ -81,25 +81,13 @@ fn produce(n: usize) -> MmapVec<Obj> {
 /// (c) A producer thread allocates 200 MiB of 1 KiB objects and hands
 /// them to the main thread, which frees them all. With `blocked` false the
 /// producer has exited before the frees (its heap is abandoned); with
-/// `blocked` true it stays alive, blocked on a channel, until the idle RSS
-/// has been read (its heap has an owner that never calls the allocator).
+/// `blocked` true it stays alive, blocked, until the idle RSS has been
+/// read (its heap has an owner that never calls the allocator).
 pub(crate) fn handoff(scale: Scale, blocked: bool, rec: &mut Rec) -> MmapVec<Obj> {
     let n = scale.pick(1 << 20, 200 << 20, 200 << 20) / HANDOFF_OBJ;
     let t = Instant::now();
     let objs = if blocked {
-        let (tx_objs, rx_objs) = mpsc::channel();
-        let (tx_end, rx_end) = mpsc::channel::<()>();
-        let h = std::thread::spawn(move || {
-            tx_objs.send(produce(n)).expect("main thread gone");
-            // Blocked until the worker has read RSS after idle.
-            let _ = rx_end.recv();
-        });
-        let objs = rx_objs.recv().expect("producer panicked");
-        rec.linger(move || {
-            drop(tx_end);
-            h.join().expect("producer panicked");
-        });
-        objs
+        handoff_blocked(n, rec)
     } else {
         std::thread::spawn(move || produce(n))
             .join()
@@ -114,6 +102,34 @@ pub(crate) fn handoff(scale: Scale, blocked: bool, rec: &mut Rec) -> MmapVec<Obj
     rec.ops += 2 * n as u64;
     part_since(rec, "free (main thread)", n as u64, t);
     MmapVec::with_capacity(1)
+}
+
+/// The producer of (c'): hands its objects over and blocks until the
+/// recorder ends it. Everything the hand-over needs is allocated by the
+/// main thread before the producer starts (a channel would allocate its
+/// first block in the producer, after the objects: a live block at the top
+/// of the producer's heap, which would keep glibc from trimming it, a
+/// harness artefact rather than the scenario).
+fn handoff_blocked(n: usize, rec: &mut Rec) -> MmapVec<Obj> {
+    let slot: Arc<Mutex<Option<MmapVec<Obj>>>> = Arc::new(Mutex::new(None));
+    let handed = Arc::new(Barrier::new(2));
+    let end = Arc::new(Barrier::new(2));
+    let h = {
+        let (slot, handed, end) = (Arc::clone(&slot), Arc::clone(&handed), Arc::clone(&end));
+        std::thread::spawn(move || {
+            *slot.lock().expect("slot") = Some(produce(n));
+            handed.wait();
+            // Blocked until the worker has read RSS after idle.
+            end.wait();
+        })
+    };
+    handed.wait();
+    let objs = slot.lock().expect("slot").take().expect("objects");
+    rec.linger(move || {
+        end.wait();
+        h.join().expect("producer panicked");
+    });
+    objs
 }
 
 /// Sizes of `idle-thread-rounds`: log-uniform 16 B-16 KiB, mostly small
