@@ -396,7 +396,7 @@ fn idle_rules(plan: &Plan) -> String {
     };
     let _ = writeln!(
         out,
-        "Idle period: {} after the workload's last free, waited by the first {} run(s) of {which}, the process calling no allocator meanwhile. Each allocator's own rule for free memory (default settings):",
+        "Idle period: {} after the workload's last free, waited by the first {} run(s) of {which}, the process calling no allocator meanwhile; the idle column and util are from those runs, the other columns medians of all runs. Each allocator's own rule for free memory (default settings):",
         idle_label(plan.idle_ms),
         plan.idle_runs
     );

@@ -33,7 +33,7 @@ pub struct BenchArgs {
     pub only: Vec<String>,
 
     /// Small sizes, 3 runs each, a 2 s idle period (unless --idle-ms)
-    /// waited only by the idle workloads: about two minutes on 2 cores.
+    /// waited only by the idle workloads: about 90 s on 2 cores.
     #[arg(long)]
     pub quick: bool,
 
@@ -405,7 +405,7 @@ pub(crate) struct Plan {
     /// How many repetitions (the first ones) wait the idle period.
     pub idle_runs: usize,
     /// Whether every workload waits it, or only the idle-focused ones
-    /// (`--quick` keeps its couple of minutes that way).
+    /// (`--quick` keeps its 90 s that way).
     pub idle_all: bool,
     pub workers: Vec<PathBuf>,
 }
