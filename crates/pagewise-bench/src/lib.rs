@@ -25,7 +25,11 @@
 
 #![deny(unsafe_op_in_unsafe_fn)]
 
+mod big_buffers;
+pub mod delays;
+mod idle;
 mod plot;
+mod progress;
 mod report;
 mod runner;
 pub mod util;

@@ -14,6 +14,10 @@ const TIMELINES: &[&str] = &[
     "arena-on-malloc",
     "threads",
     "arena-churn",
+    "idle-threads-exit",
+    "idle-handoff",
+    "idle-thread-rounds",
+    "big-buffers",
 ];
 
 fn err<E: std::fmt::Debug>(e: E) -> anyhow::Error {
@@ -145,7 +149,7 @@ fn timeline(path: &Path, w: &str, plan: &Plan, records: &[RunRecord]) -> Result<
     root.fill(&WHITE).map_err(err)?;
     let mut chart = ChartBuilder::on(&root)
         .caption(
-            format!("{w}: RSS over time (net of baseline; first run; last second idle)"),
+            format!("{w}: RSS over time (net of baseline; first run, then its idle period)"),
             ("sans-serif", 18),
         )
         .margin(12)

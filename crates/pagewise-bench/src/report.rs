@@ -379,6 +379,46 @@ pub(crate) fn machine() -> (usize, String, String) {
     (nproc, cpu, kernel)
 }
 
+/// Which runs waited the idle period, and what each allocator does with
+/// free memory meanwhile: an idle figure means little without both.
+fn idle_rules(plan: &Plan) -> String {
+    let mut out = String::new();
+    if plan.idle_ms == 0 {
+        out.push_str(
+            "No idle period (--idle-ms 0): \"RSS after idle\" is read right after the frees.\n",
+        );
+        return out;
+    }
+    let which = if plan.idle_all {
+        "every workload"
+    } else {
+        "the idle workloads only (--quick)"
+    };
+    let _ = writeln!(
+        out,
+        "Idle period: {} after the workload's last free, waited by the first {} run(s) of {which}, the process calling no allocator meanwhile; the idle column and util are from those runs, the other columns medians of all runs. Each allocator's own rule for free memory (default settings):",
+        idle_label(plan.idle_ms),
+        plan.idle_runs
+    );
+    for a in &plan.allocs {
+        let Some(r) = crate::delays::purge_rule(a) else {
+            let _ = writeln!(out, "- {}: not known (a library given by path)", a.label);
+            continue;
+        };
+        let late = match r.delay_ms {
+            Some(d) if d >= plan.idle_ms => {
+                format!(
+                    " LONGER than this idle period ({}): its idle figure is not final.",
+                    idle_label(d)
+                )
+            }
+            _ => String::new(),
+        };
+        let _ = writeln!(out, "- {}: {} [{}]{late}", a.label, r.rule, r.source);
+    }
+    out
+}
+
 pub(crate) fn render(plan: &Plan, s: &Summary, wall: Duration) -> String {
     let mut out = String::new();
     let (nproc, cpu, kernel) = machine();
@@ -394,6 +434,7 @@ pub(crate) fn render(plan: &Plan, s: &Summary, wall: Duration) -> String {
         "RSS is net of the worker's RSS before the workload; idle = {}; util = live / RSS; floor = live / (pages holding a live byte × 4 KiB).",
         idle_label(plan.idle_ms)
     );
+    out.push_str(&idle_rules(plan));
     for w in &plan.workloads {
         let _ = writeln!(out, "\n## {w}: {}\n", crate::workloads::describe(w));
         if crate::workloads::allocator_independent(w) {
@@ -436,7 +477,9 @@ pub(crate) fn render(plan: &Plan, s: &Summary, wall: Duration) -> String {
                 format!("{:.1}", c.ns_per_op.unwrap_or(0.0)),
                 mib(c.peak_rss_net.map(|x| x.median).unwrap_or(0.0)),
                 mib(c.rss_after_free_net.map(|x| x.median).unwrap_or(0.0)),
-                mib(c.rss_idle_net.map(|x| x.median).unwrap_or(0.0)),
+                c.rss_idle_net
+                    .map(|x| mib(x.median))
+                    .unwrap_or_else(|| "—".into()),
                 c.live_bytes
                     .filter(|&l| l > 0.0)
                     .map(mib)
@@ -579,6 +622,9 @@ pub(crate) fn render(plan: &Plan, s: &Summary, wall: Duration) -> String {
         .filter(|w| !crate::workloads::allocator_independent(w))
     {
         for (fig, f, best_high) in figures {
+            if fig == "RSS after idle" && !plan.idles(w) {
+                continue;
+            }
             let mut row = vec![w.clone(), fig.to_string()];
             for a in &plan.allocs {
                 let own = s.cell(w, &a.label).and_then(f);
@@ -595,6 +641,8 @@ pub(crate) fn render(plan: &Plan, s: &Summary, wall: Duration) -> String {
                 row.push(match (own, best) {
                     (Some(o), Some(b)) if b > 0.0 => format!("{:.2}", o / b),
                     (Some(_), _) => "—".into(),
+                    // Ran, but without this figure (no idle run succeeded).
+                    (None, _) if s.cell(w, &a.label).is_some_and(|c| c.runs_ok > 0) => "—".into(),
                     _ => "fail".into(),
                 });
             }
@@ -634,6 +682,12 @@ struct JsonOut<'a> {
     scale: &'static str,
     runs_per: usize,
     idle_ms: u64,
+    /// How many runs (the first ones) waited the idle period, and whether
+    /// every workload did (false: only the idle-focused ones, --quick).
+    idle_runs: usize,
+    idle_all: bool,
+    /// Each allocator's rule for free memory, as the report prints it.
+    purge_rules: Vec<(String, Option<crate::delays::PurgeRule>)>,
     wall_s: f64,
     allocators: &'a [crate::runner::AllocSpec],
     workloads: &'a [String],
@@ -665,6 +719,13 @@ pub(crate) fn write_json(
         scale: plan.scale.name(),
         runs_per: plan.reps,
         idle_ms: plan.idle_ms,
+        idle_runs: plan.idle_runs,
+        idle_all: plan.idle_all,
+        purge_rules: plan
+            .allocs
+            .iter()
+            .map(|a| (a.label.clone(), crate::delays::purge_rule(a)))
+            .collect(),
         wall_s: wall.as_secs_f64(),
         allocators: &plan.allocs,
         workloads: &plan.workloads,

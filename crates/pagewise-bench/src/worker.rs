@@ -170,7 +170,7 @@ pub struct WorkerResult {
     pub scale: Scale,
     /// Allocator operations.
     pub ops: u64,
-    /// Wall time of the workload (without the idle second).
+    /// Wall time of the workload (without the idle period).
     pub elapsed_ns: u64,
     /// RSS before the workload.
     pub baseline_rss: u64,
@@ -365,6 +365,9 @@ fn worker(name: &str, source: SyscallSource) -> Result<WorkerResult, String> {
     let sys1 = syscalls_now(source);
     let int1 = interposed();
     let minor = minor_faults() - faults0;
+    // A thread the workload kept alive through the idle period (a blocked
+    // producer) ends now, after every figure of the period is read.
+    rec.end_lingering();
     stop.store(true, Relaxed);
     sampler.join().map_err(|_| "sampler thread panicked")?;
     let live_objects = survivors.len() as u64;
@@ -410,9 +413,9 @@ fn worker(name: &str, source: SyscallSource) -> Result<WorkerResult, String> {
         syscall_source,
         syscalls_interposed: interposing.then(|| int1.since(int0)),
         minor_faults: minor,
-        parts: rec.parts,
-        extra: rec.extra,
-        marks: rec.marks,
+        parts: std::mem::take(&mut rec.parts),
+        extra: std::mem::take(&mut rec.extra),
+        marks: std::mem::take(&mut rec.marks),
         samples,
     })
 }

@@ -23,7 +23,29 @@ pub const WORKLOADS: &[&str] = &[
     "mixed",
     "arena-churn",
     "jit-pools",
+    "idle-one-thread",
+    "idle-threads-exit",
+    "idle-handoff",
+    "idle-handoff-blocked",
+    "idle-thread-rounds",
+    "big-buffers",
 ];
+
+/// Workloads whose figure is the RSS after the idle period (issue 11's
+/// scenarios): with `--quick` only these wait the idle period, and the
+/// RSS charts show their idle tail.
+pub const IDLE_FOCUSED: &[&str] = &[
+    "idle-one-thread",
+    "idle-threads-exit",
+    "idle-handoff",
+    "idle-handoff-blocked",
+    "idle-thread-rounds",
+];
+
+/// Whether `name` is in [`IDLE_FOCUSED`].
+pub fn idle_focused(name: &str) -> bool {
+    IDLE_FOCUSED.contains(&name)
+}
 
 /// Workloads whose figures do not depend on the global allocator (their
 /// memory comes from pagewise's own page sources, and what they report is
@@ -47,6 +69,12 @@ pub fn describe(name: &str) -> &'static str {
         "mixed" => "alloc-test shape: short-lived objects, Pareto sizes (16 B..64 KiB), some realloc",
         "arena-churn" => "issue 5 / seed 001: short-lived arenas of 1-64 MiB (4 alive) filled and dropped: pagewise Arena, bumpalo, arena on malloc",
         "jit-pools" => "issue 5 / seed 002: JIT-like trace of code-sized requests through pagewise::pool, first/best/worst fit; over-allocation and waste",
+        "idle-one-thread" => "issue 11 (a): one thread allocates 8,192 blocks of 6,000 B, writes them, frees them all, then idles",
+        "idle-threads-exit" => "issue 11 (b): eight threads each allocate, write and free 8,192 blocks of 6,000 B and exit; the main thread idles",
+        "idle-handoff" => "issue 11 (c): a producer thread allocates 200 MiB of 1 KiB objects and exits; the main thread frees them, then idles",
+        "idle-handoff-blocked" => "issue 11 (c'): as idle-handoff, but the producer stays alive, blocked, through the idle period",
+        "idle-thread-rounds" => "issue 11: 16 rounds of 8 threads that allocate 16 B-16 KiB objects, free half, leave half to the next round's threads, and exit; the main thread frees the rest and idles",
+        "big-buffers" => "issue 11: 20 live buffers of 5-25 MiB, one replaced at random 2,000 times, every page of each new buffer written: wall time, peak RSS, page faults",
         _ => "unknown workload",
     }
 }
@@ -83,7 +111,7 @@ impl Scale {
         }
     }
 
-    fn pick<T>(self, tiny: T, quick: T, full: T) -> T {
+    pub(crate) fn pick<T>(self, tiny: T, quick: T, full: T) -> T {
         match self {
             Scale::Tiny => tiny,
             Scale::Quick => quick,
@@ -129,6 +157,10 @@ pub struct Rec {
     pub marks: Vec<(f64, String)>,
     start: Instant,
     proc: Option<ProcReader>,
+    /// What ends the threads a workload leaves alive through the idle
+    /// period (a blocked producer): run once RSS after idle is read, or
+    /// when the recorder is dropped, so no caller leaves them behind.
+    lingering: Vec<Box<dyn FnOnce()>>,
 }
 
 impl Rec {
@@ -141,26 +173,40 @@ impl Rec {
             marks: Vec::with_capacity(16),
             start: Instant::now(),
             proc: ProcReader::open().ok(),
+            lingering: Vec::new(),
         }
     }
 
-    fn mark(&mut self, label: &str) {
+    /// Keeps something alive past the workload's end (through the idle
+    /// period); `end` releases it and waits for it.
+    pub(crate) fn linger(&mut self, end: impl FnOnce() + 'static) {
+        self.lingering.push(Box::new(end));
+    }
+
+    /// Ends what the workload left alive (see [`Rec::linger`]).
+    pub fn end_lingering(&mut self) {
+        for end in self.lingering.drain(..) {
+            end();
+        }
+    }
+
+    pub(crate) fn mark(&mut self, label: &str) {
         let ms = self.start.elapsed().as_secs_f64() * 1e3;
         self.marks.push((ms, label.to_string()));
     }
 
-    fn rss(&mut self) -> Option<u64> {
+    pub(crate) fn rss(&mut self) -> Option<u64> {
         self.proc.as_mut().map(|p| p.rss())
     }
 
     /// Resets the peak-RSS mark so that [`Rec::peak`] is the peak from now
     /// on; the worker's whole-run peak then takes the parts' peaks into
     /// account. Returns false if the kernel refused.
-    fn reset_peak(&mut self) -> bool {
+    pub(crate) fn reset_peak(&mut self) -> bool {
         self.proc.is_some() && crate::util::reset_hwm()
     }
 
-    fn peak(&mut self) -> Option<u64> {
+    pub(crate) fn peak(&mut self) -> Option<u64> {
         self.proc.as_mut().map(|p| p.hwm())
     }
 }
@@ -168,6 +214,12 @@ impl Rec {
 impl Default for Rec {
     fn default() -> Self {
         Rec::new()
+    }
+}
+
+impl Drop for Rec {
+    fn drop(&mut self) {
+        self.end_lingering();
     }
 }
 
@@ -183,6 +235,12 @@ pub fn run(name: &str, scale: Scale, seed: u64, rec: &mut Rec) -> Result<MmapVec
         "mixed" => Ok(mixed(scale, &mut rng, rec)),
         "arena-churn" => Ok(arena_churn(scale, seed, rec)),
         "jit-pools" => Ok(jit_pools(scale, rec)),
+        "idle-one-thread" => Ok(crate::idle::one_thread(scale, rec)),
+        "idle-threads-exit" => Ok(crate::idle::threads_exit(scale, rec)),
+        "idle-handoff" => Ok(crate::idle::handoff(scale, false, rec)),
+        "idle-handoff-blocked" => Ok(crate::idle::handoff(scale, true, rec)),
+        "idle-thread-rounds" => Ok(crate::idle::thread_rounds(scale, seed, rec)),
+        "big-buffers" => Ok(crate::big_buffers::run(scale, seed, rec)),
         _ => Err(format!(
             "unknown workload `{name}` (known: {})",
             WORKLOADS.join(", ")
@@ -190,7 +248,7 @@ pub fn run(name: &str, scale: Scale, seed: u64, rec: &mut Rec) -> Result<MmapVec
     }
 }
 
-fn part_since(rec: &mut Rec, name: &str, ops: u64, t: Instant) {
+pub(crate) fn part_since(rec: &mut Rec, name: &str, ops: u64, t: Instant) {
     let ns = t.elapsed().as_nanos() as u64;
     let rss = rec.rss();
     rec.parts.push(Part {
