@@ -86,6 +86,7 @@ unsafe fn dealloc_uncached(ptr: *mut u8, current: *mut HeapCore) {
 #[cold]
 #[inline(never)]
 fn first_alloc(layout: Layout) -> *mut u8 {
+    crate::global::purger::allow_start_from_free();
     // SAFETY: `with_heap` lends the calling thread's own heap.
     thread::with_heap(|h| unsafe { h.alloc(layout.size(), layout.align()) })
         .unwrap_or(core::ptr::null_mut())

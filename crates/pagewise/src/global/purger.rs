@@ -8,9 +8,12 @@
 //! at that free under the Rust global allocator, at the next allocation in
 //! the C library (whose `free` glibc may call with a lock that
 //! `pthread_create` needs). It
-//! wakes every quarter of the decay delay, and for each heap whose earliest
-//! deadline has passed it purges expired spans under that heap's span lock
-//! (`try_lock`: a busy heap is simply visited next round). Owner threads
+//! wakes every quarter of the decay delay. Each pass visits the heaps whose
+//! thread exited (as their owner, `heaps::visit_abandoned`): collects what
+//! other threads freed into them and releases their emptied pages; then, for
+//! each heap whose earliest deadline has passed, it purges expired spans
+//! under that heap's span lock (`try_lock`: a busy heap is simply visited
+//! next round). Owner threads
 //! never wait for it on their fast paths, which take no lock.
 //!
 //! Disable with `PAGEWISE_BACKGROUND=0`: purging then happens on slow paths.
@@ -18,7 +21,7 @@
 use crate::global::{heaps, thread};
 use crate::os::source::PageSource;
 use crate::sync::lock::{self, Locked};
-use core::sync::atomic::{AtomicU8, Ordering::*};
+use core::sync::atomic::{AtomicBool, AtomicU8, Ordering::*};
 
 const NOT_STARTED: u8 = 0;
 const RUNNING: u8 = 1;
@@ -27,6 +30,9 @@ const OFF: u8 = 2;
 const REQUESTED: u8 = 3;
 
 static STATE: AtomicU8 = AtomicU8::new(NOT_STARTED);
+/// Set by the Rust global allocator: its frees never run inside glibc, so
+/// a free's slow path may start the purger itself ([`after_free`]).
+static FREE_MAY_START: AtomicBool = AtomicBool::new(false);
 /// Held by the purger for each pass, and by `fork_prepare`.
 static PASS: Locked<()> = Locked::new(());
 
@@ -38,6 +44,26 @@ static PASS: Locked<()> = Locked::new(());
 pub fn request() {
     if STATE.load(Relaxed) == NOT_STARTED {
         STATE.store(REQUESTED, Relaxed);
+    }
+}
+
+/// Lets a free's slow path start the purger (the Rust global allocator,
+/// whose frees never come from inside glibc).
+pub(crate) fn allow_start_from_free() {
+    if !FREE_MAY_START.load(Relaxed) {
+        FREE_MAY_START.store(true, Relaxed);
+    }
+}
+
+/// At the end of a free's slow path (cache flush), with no lock held and
+/// no heap operation left in progress on this thread: starts the purger
+/// where that is safe ([`allow_start_from_free`]), else asks for it.
+#[cold]
+pub(crate) fn after_free() {
+    if FREE_MAY_START.load(Relaxed) {
+        ensure();
+    } else {
+        request();
     }
 }
 
@@ -108,6 +134,12 @@ extern "C" fn run(_: *mut libc::c_void) -> *mut libc::c_void {
         sleep_ms(interval);
         let _pass = PASS.lock();
         let now = crate::global::heaps::SYSTEM.now_ms();
+        // Heaps whose thread exited: nobody else will collect what other
+        // threads freed into them or release their emptied pages.
+        heaps::visit_abandoned(|h| {
+            // SAFETY: `visit_abandoned` gives an owner's exclusive access.
+            unsafe { h.release_while_abandoned() };
+        });
         heaps::for_each_heap(|h| {
             if h.next_deadline.load(Relaxed) <= now {
                 h.purge_expired(false);

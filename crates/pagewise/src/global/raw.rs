@@ -43,6 +43,9 @@ pub unsafe fn malloc(size: usize, align: usize) -> *mut u8 {
 /// ```
 /// // SAFETY: 16 is a power of two; blocks are freed once.
 /// unsafe {
+///     // The first allocations take the slow path (it makes the heap, then
+///     // starts the purger).
+///     pagewise::raw::free(pagewise::raw::malloc(100, 16));
 ///     let p = pagewise::raw::malloc(100, 16);
 ///     pagewise::raw::free(p);
 ///     // The slot just freed is in this thread's cache.

@@ -246,6 +246,12 @@ impl HeapCore {
     }
 
     pub(super) unsafe fn new_slab_page(&self, class: usize) -> Option<*mut Page> {
+        if self.global {
+            // Memory that may later be retained: the purger must be there
+            // before the program goes quiet (in the C library it starts at
+            // the next allocation, where that is safe).
+            crate::global::purger::request();
+        }
         let slices = PAGE_SLICES[class] as usize;
         if !self.within_limit(slices * SLICE) {
             return None;

@@ -104,6 +104,11 @@ impl HeapCore {
             let cached = state.push(block);
             debug_assert!(cached, "room was just made");
         }
+        // The flush may have emptied pages into the span pool: the purger
+        // must be there to give them back if the thread now goes quiet.
+        if self.global {
+            crate::global::purger::after_free();
+        }
     }
 
     /// `free_any` past the cache: into the slot's page, or a large or huge

@@ -19,6 +19,11 @@ impl HeapCore {
     /// Allocates a large or huge object; also says whether its memory is
     /// known to be zero.
     pub(super) unsafe fn alloc_span(&self, size: usize, align: usize) -> (*mut u8, bool) {
+        if self.global {
+            // As for a new slab page: the purger must be there before the
+            // program goes quiet.
+            crate::global::purger::request();
+        }
         if size > LARGE_MAX || align > LARGE_ALIGN_MAX {
             return self.alloc_huge(size, align);
         }

@@ -140,6 +140,22 @@ impl HeapCore {
         self.owner.store(crate::global::heaps::ABANDONED, Release);
     }
 
+    /// The purger's pass over a heap whose thread exited: collects what
+    /// other threads freed into it, releases the pages that emptied (to be
+    /// purged by the decay) and runs the decay. Its live objects stay where
+    /// they are.
+    ///
+    /// # Safety
+    /// The caller holds the heap as its owner (a visit of an abandoned heap).
+    pub unsafe fn release_while_abandoned(&self) {
+        // SAFETY: per the caller.
+        unsafe {
+            self.process_delayed();
+            self.release_empty_pages();
+        }
+        self.purge_expired(false);
+    }
+
     /// Gives back what can be given back without the owner: retained spans,
     /// cached huge objects, wholly free segments (any thread).
     pub fn trim_shared(&self) {
