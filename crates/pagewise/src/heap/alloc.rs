@@ -103,40 +103,24 @@ impl HeapCore {
     #[inline]
     pub(super) unsafe fn alloc_small(&self, class: usize, size: usize) -> *mut u8 {
         debug_assert!(class < CLASSES);
-        // SAFETY: `class_of` and `class_for` return classes below CLASSES;
-        // owner only (caller).
+        // SAFETY: `class_of` and `class_for` return classes below CLASSES.
+        let state = unsafe { self.states.get_unchecked(class + 1) };
+        // SAFETY: owner only (caller): the cache is ours and holds free slots
+        // of this class (a page with a slot out is never released); `direct`
+        // pages are live slab pages of this heap or the never-written empty
+        // page.
         unsafe {
-            let b = self.states.get_unchecked(class + 1).pop();
+            let b = state.pop();
             if !b.is_null() {
                 return b as *mut u8;
             }
-            self.alloc_past_cache(class, size)
-        }
-    }
-
-    /// `alloc_small` past an empty cache: the current page's free list,
-    /// else `alloc_slow`. Out of line, so that `alloc_small`, inlined where
-    /// the size is known, is the cache's pop and a jump.
-    ///
-    /// # Safety
-    /// Owner only.
-    #[inline(never)]
-    unsafe fn alloc_past_cache(&self, class: usize, size: usize) -> *mut u8 {
-        // SAFETY: `class_of` and `class_for` return classes below CLASSES.
-        let state = unsafe { self.states.get_unchecked(class + 1) };
-        // SAFETY: owner only (caller): `direct` pages are live slab pages of
-        // this heap or the never-written empty page.
-        unsafe {
             let page = self.direct.get_unchecked(class).load(Relaxed);
             let b = (*page).free;
-            // Pending frees are checked before a page hands out a slot (one
-            // may be a second free of it): `alloc_slow` settles them.
-            if !b.is_null() && !self.local().pending.any() {
+            if !b.is_null() {
                 (*page).free = (*b).next;
                 Block::mark_live(b);
                 (*page).set_used((*page).used() + 1);
                 state.count_alloc(size);
-                state.set_last(b);
                 return b as *mut u8;
             }
             self.alloc_slow(class, size)
@@ -147,7 +131,6 @@ impl HeapCore {
     pub(super) unsafe fn alloc_slow(&self, class: usize, size: usize) -> *mut u8 {
         // SAFETY: owner only (caller).
         unsafe {
-            self.settle_pending();
             self.process_delayed();
             let page = self.current_page(class);
             if page != empty_page() && self.refill(page) {
@@ -189,7 +172,6 @@ impl HeapCore {
             Block::mark_live(b);
             (*page).set_used((*page).used() + 1);
             self.class(class).count_alloc(size);
-            self.class(class).set_last(b);
             b as *mut u8
         }
     }

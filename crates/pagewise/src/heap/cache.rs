@@ -23,7 +23,7 @@ use crate::memory::page::Block;
 use crate::memory::size_class::{Geometry, CLASSES, GEOMETRY, SLOT_SIZE};
 use core::cell::UnsafeCell;
 use core::ptr::null_mut;
-use core::sync::atomic::{AtomicU16, Ordering::Relaxed};
+use core::sync::atomic::{AtomicU32, Ordering::Relaxed};
 
 /// Most slots cached per class.
 pub const LIMIT: u32 = 128;
@@ -49,7 +49,6 @@ const fn build_limits() -> [u32; CLASSES] {
 
 /// Slots cached at most, per class.
 pub static LIMITS: [u32; CLASSES] = build_limits();
-const _: () = assert!(LIMIT <= u16::MAX as u32);
 
 /// One size class of a heap: its cache of free slots, the class's slot
 /// geometry, and its counters, on one cache line: the fast paths touch no
@@ -60,13 +59,9 @@ pub struct ClassState {
     head: UnsafeCell<*mut Block>,
     /// Slots the cache can still take (owner writes with plain stores;
     /// stats read). Counting down saves the free path a table lookup.
-    room: AtomicU16,
-    /// Most slots the cache holds (fixed; at most [`LIMIT`]).
-    limit: u16,
-    /// The low half of the address of the slot this class handed out last
-    /// (owner only): a free of that slot is checked at once, its line being
-    /// in this core's cache (`HeapCore::cache_free`).
-    last: UnsafeCell<u32>,
+    room: AtomicU32,
+    /// Most slots the cache holds (fixed).
+    limit: u32,
     /// The class's slot geometry (a copy of [`GEOMETRY`], fixed), which the
     /// free path checks the address against.
     geometry: Geometry,
@@ -95,9 +90,8 @@ impl ClassState {
     pub const fn new(limit: u32, geometry: Geometry) -> ClassState {
         ClassState {
             head: UnsafeCell::new(null_mut()),
-            room: AtomicU16::new(limit as u16),
-            limit: limit as u16,
-            last: UnsafeCell::new(0),
+            room: AtomicU32::new(limit),
+            limit,
             geometry,
             allocs: Counter::zero(),
             returned: Counter::zero(),
@@ -136,28 +130,7 @@ impl ClassState {
 
     /// Slots in the cache (any thread; a snapshot).
     pub fn cached(&self) -> u32 {
-        (self.limit - self.room.load(Relaxed)) as u32
-    }
-
-    /// Whether `addr` is the slot this class handed out last (or one whose
-    /// address has the same low half).
-    ///
-    /// # Safety
-    /// Owner only.
-    #[inline]
-    pub unsafe fn handed_out_last(&self, addr: usize) -> bool {
-        // SAFETY: owner only (caller).
-        unsafe { *self.last.get() == addr as u32 }
-    }
-
-    /// Records `block` as the slot this class handed out last.
-    ///
-    /// # Safety
-    /// Owner only.
-    #[inline]
-    pub unsafe fn set_last(&self, block: *mut Block) {
-        // SAFETY: owner only (caller).
-        unsafe { *self.last.get() = block as usize as u32 };
+        self.limit - self.room.load(Relaxed)
     }
 
     /// A state per class at index `class + 1`, each cache bounded by
@@ -188,7 +161,6 @@ impl ClassState {
                 let next = (*b).next;
                 *self.head.get() = next;
                 Block::mark_live(b);
-                *self.last.get() = b as usize as u32;
                 self.room.store(self.room.load(Relaxed) + 1, Relaxed);
                 self.allocs.add(1);
             }
@@ -245,7 +217,7 @@ impl ClassState {
                 rest
             };
             self.room
-                .store(self.room.load(Relaxed) + (n - keep) as u16, Relaxed);
+                .store(self.room.load(Relaxed) + (n - keep), Relaxed);
             rest
         }
     }

@@ -74,14 +74,6 @@ impl HeapCore {
         // SAFETY: owner only (caller); `addr` starts a slot (of two words at
         // least) of the class `entry - 1` (slab table) in a live slab page.
         unsafe {
-            if !state.handed_out_last(addr) {
-                // Not this thread's latest allocation: its line may have
-                // been written last by another core, and a load from it
-                // would stall this free until it arrives. Checked a few
-                // such frees later instead (`remote.rs`, `Pending`).
-                self.free_pending(block, state_at);
-                return true;
-            }
             if !Block::mark_free(block) {
                 misuse(Misuse::DoubleFree, addr);
             }

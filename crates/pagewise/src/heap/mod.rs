@@ -118,8 +118,6 @@ struct Local {
     queues: [Queue; CLASSES],
     full: Queue,
     next_maintenance: u64,
-    /// Other heaps' slots this thread freed last, not checked yet.
-    pending: remote::Pending,
 }
 
 /// Slab pages of one class in a heap (owner-maintained).
@@ -208,7 +206,6 @@ impl HeapCore {
                 queues: [Queue::EMPTY; CLASSES],
                 full: Queue::EMPTY,
                 next_maintenance: 0,
-                pending: remote::Pending::EMPTY,
             }),
             delayed: AtomicPtr::new(null_mut()),
             spans: Spans::locked(),

@@ -9,21 +9,9 @@
 //!   (`memory::page`).
 //! - The owner takes `thread_free` lists whole (one CAS) and the `delayed`
 //!   list whole (one swap), and only then touches the slots.
-//!
-//! A slot of another heap's page freed into this thread's cache is checked
-//! for a double free ([`Block::mark_free`]) [`PENDING`] such frees later,
-//! not at once: its line was last written by the core that allocated it,
-//! and the free's load of the slot's key waited for that line, where the
-//! free's stores alone do not (the larson-like server freeing what other
-//! threads allocated was 10-12 % slower with the load). Meanwhile the slot
-//! waits in [`Pending`], in no list, so it cannot be handed out unchecked;
-//! the free stores into it at once, so that its line is on its way when
-//! the check comes. A slot freed twice meets its first copy's key when its
-//! second copy is checked, as on the immediate path.
 
 use super::free::lookup_page;
 use super::*;
-use crate::memory::segment::STATE_SHIFT;
 
 impl HeapCore {
     /// Sends the cached slots of `class` back to their pages, all but the
@@ -68,10 +56,8 @@ impl HeapCore {
         }
     }
 
-    /// Empties every class's cache (pending slots first). Owner only.
+    /// Empties every class's cache. Owner only.
     pub(super) unsafe fn flush_caches(&self) {
-        // SAFETY: owner only (caller).
-        unsafe { self.settle_pending() };
         for class in 0..CLASSES {
             // SAFETY: owner only (caller).
             unsafe { self.flush_cache(class, 0) };
@@ -122,124 +108,6 @@ impl HeapCore {
             }
         }
     }
-}
-
-/// Other heaps' slots freed into this thread's cache whose check waits.
-pub const PENDING: usize = 8;
-
-/// Where `Pending` keeps a slot's class state offset (`cache_free`'s
-/// `state_at`) next to its address: registered segments lie below 2^47
-/// (`registry`), so the top 16 bits of a slot's address are 0.
-const STATE_AT_SHIFT: u32 = 48;
-const _: () = assert!((CLASSES + 1) << STATE_SHIFT < 1 << (usize::BITS - STATE_AT_SHIFT));
-const ADDR_MASK: usize = (1 << STATE_AT_SHIFT) - 1;
-
-/// The last [`PENDING`] slots of other heaps' pages that this thread freed
-/// into its cache, not checked yet (owner only). Each entry is the slot's
-/// address with its class state's offset in the top bits, or 0.
-pub(super) struct Pending {
-    slots: [usize; PENDING],
-    at: usize,
-}
-
-impl Pending {
-    pub(super) const EMPTY: Pending = Pending {
-        slots: [0; PENDING],
-        at: 0,
-    };
-
-    /// Whether a slot is pending (the latest entry is one: they are
-    /// settled all at once or oldest first).
-    #[inline]
-    pub(super) fn any(&self) -> bool {
-        self.slots[self.at.wrapping_sub(1) % PENDING] != 0
-    }
-}
-
-impl HeapCore {
-    /// Frees a slot of another heap's page into this thread's cache, its
-    /// check deferred: it takes the place of the oldest pending slot, which
-    /// is checked and cached now.
-    ///
-    /// # Safety
-    /// Owner only, not inside another heap operation; `block` starts a
-    /// live slot (of two words at least) of a slab page of another thread
-    /// heap of the global allocator, whose class state is `state_at` bytes
-    /// into `states`.
-    #[inline(always)]
-    pub(super) unsafe fn free_pending(&self, block: *mut Block, state_at: usize) {
-        // SAFETY: owner only (caller); the borrow of `pending` ends before
-        // any other use of `local`. The slot is ours to write (caller).
-        unsafe {
-            let p = &mut self.local().pending;
-            let i = p.at % PENDING;
-            let old = p.slots[i];
-            p.slots[i] = block as usize | state_at << STATE_AT_SHIFT;
-            p.at = i + 1;
-            // Ask for the line now, without waiting for it: it is here by
-            // the time the slot is checked.
-            prefetch_for_write(block);
-            (*block).next = null_mut();
-            if old != 0 {
-                self.settle(old);
-            }
-        }
-    }
-
-    /// Checks a slot taken out of `Pending` and caches it.
-    ///
-    /// # Safety
-    /// Owner only, not inside another heap operation; `entry` was in
-    /// `Pending` (and no longer is).
-    #[inline(never)]
-    unsafe fn settle(&self, entry: usize) {
-        let block = (entry & ADDR_MASK) as *mut Block;
-        let state_at = entry >> STATE_AT_SHIFT;
-        // SAFETY: `state_at` is the offset of a class state in `states`
-        // (`cache_free`); the slot is a live slot of that class, freed by
-        // this thread, in no list (per the caller).
-        unsafe {
-            let state = &*((self.states.as_ptr() as *const u8).add(state_at) as *const ClassState);
-            if !Block::mark_free(block) {
-                misuse(Misuse::DoubleFree, block as usize);
-            }
-            if !state.push(block) {
-                self.cache_full((state_at >> STATE_SHIFT) - 1, block);
-            }
-        }
-    }
-
-    /// Checks and caches every pending slot: before the caches are emptied
-    /// (thread exit, `trim`) and on the allocation slow path, so a pending
-    /// double free is caught soon even if the thread stops freeing.
-    ///
-    /// # Safety
-    /// Owner only, between operations.
-    pub(super) unsafe fn settle_pending(&self) {
-        for i in 0..PENDING {
-            // SAFETY: owner only (caller); each entry leaves `Pending` before
-            // it is settled (settling may flush caches and come back here).
-            unsafe {
-                let p = &mut self.local().pending;
-                let entry = core::mem::replace(&mut p.slots[i], 0);
-                if entry != 0 {
-                    self.settle(entry);
-                }
-            }
-        }
-    }
-}
-
-/// Starts bringing `block`'s line into this core's cache, to be written.
-#[inline(always)]
-fn prefetch_for_write(block: *mut Block) {
-    #[cfg(target_arch = "x86_64")]
-    // SAFETY: a prefetch reads nothing and never faults.
-    unsafe {
-        core::arch::x86_64::_mm_prefetch::<{ core::arch::x86_64::_MM_HINT_ET0 }>(block as *const i8)
-    };
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = block;
 }
 
 /// Consecutive slots of one page of another heap, linked first to last.
