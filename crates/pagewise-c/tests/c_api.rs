@@ -106,6 +106,49 @@ fn many_dlopened_tls_modules_then_malloc_in_an_older_thread() {
     assert_all_ok(&o, "edge tls-modules");
 }
 
+/// Issue 11's quiet scenarios through the C library: what the frees
+/// leave resident goes back within ten decay delays of quiet (resident
+/// bytes within 2 MiB of where the program started; nothing is live).
+fn assert_idle_gives_back(scenario: &str, freed_at_least: i64) {
+    let Some(edge) = edge() else { return };
+    let o = preloaded({
+        let mut c = command(edge);
+        c.args(["idle", scenario])
+            .env("PAGEWISE_DECAY_MS", "100")
+            .env_remove("PAGEWISE_BACKGROUND")
+            .env_remove("PAGEWISE_RETAIN_MAX");
+        c
+    });
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    let line = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("edge: idle "))
+        .unwrap_or_else(|| panic!("{stdout}{}", String::from_utf8_lossy(&o.stderr)));
+    let f: Vec<i64> = line.split(' ').map(|x| x.parse().unwrap()).collect();
+    let (before, freed, after) = (f[0], f[1], f[2]);
+    let report = format!(
+        "{scenario}: resident {before} before, {freed} after the frees, {after} after the quiet"
+    );
+    // The control: the frees alone left the memory resident.
+    assert!(freed >= before + freed_at_least, "control: {report}");
+    assert!(after <= before + (2 << 20), "{report}");
+}
+
+#[test]
+fn idle_one_thread_that_freed_everything_gives_it_back() {
+    assert_idle_gives_back("one-thread", 16 << 20);
+}
+
+#[test]
+fn idle_after_threads_exit_their_freed_memory_goes_back() {
+    assert_idle_gives_back("threads-exit", 16 << 20);
+}
+
+#[test]
+fn idle_after_objects_of_an_exited_thread_are_freed_they_go_back() {
+    assert_idle_gives_back("handoff", 32 << 20);
+}
+
 #[test]
 fn calloc_after_a_huge_run_reused_at_another_alignment_is_zero() {
     let Some(edge) = edge() else { return };

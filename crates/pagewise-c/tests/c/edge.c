@@ -10,6 +10,8 @@
  *   edge tls-modules DIR N dlopens DIR/tls<i>.so, i < N, while a thread waits
  *   edge double-free | double-free-aba | double-free-consumer |
  *        foreign-free | interior-free               misuse (must abort)
+ *   edge idle one-thread | threads-exit | handoff   issue 11's quiet
+ *        scenarios (prints "edge: idle BEFORE FREED AFTER", resident bytes)
  *   edge calloc-after-realign   calloc after a huge run's reuse at another
  *        alignment (prints "edge: calloc zero" or the count of old bytes)
  *
@@ -444,8 +446,63 @@ static int calloc_after_realign(void) {
     return 0;
 }
 
+/* Issue 11's quiet scenarios: resident bytes before, right after the
+ * frees, and after an idle second (run with a short PAGEWISE_DECAY_MS). */
+static long resident(void) {
+    long size = 0, rss = 0;
+    FILE *f = fopen("/proc/self/statm", "r");
+    if (!f || fscanf(f, "%ld %ld", &size, &rss) != 2) return -1;
+    fclose(f);
+    return rss * sysconf(_SC_PAGESIZE);
+}
+
+static void *written_then_freed(void *arg) {
+    (void)arg;
+    static __thread char *blocks[8192];
+    for (int i = 0; i < 8192; i++) {
+        blocks[i] = malloc(6000);
+        memset(blocks[i], i | 1, 6000);
+    }
+    for (int i = 0; i < 8192; i++) free(blocks[i]);
+    return NULL;
+}
+
+#define HANDOFF_OBJECTS 65536
+static void *produce(void *arg) {
+    char **objs = arg;
+    for (int i = 0; i < HANDOFF_OBJECTS; i++) {
+        objs[i] = malloc(1024);
+        memset(objs[i], i | 1, 1024);
+    }
+    return NULL;
+}
+
+static int idle(const char *which) {
+    static char *objs[HANDOFF_OBJECTS];
+    pthread_t t[8];
+    long before = resident();
+    if (!strcmp(which, "one-thread")) {
+        written_then_freed(NULL);
+    } else if (!strcmp(which, "threads-exit")) {
+        for (int i = 0; i < 8; i++) pthread_create(&t[i], NULL, written_then_freed, NULL);
+        for (int i = 0; i < 8; i++) pthread_join(t[i], NULL);
+    } else if (!strcmp(which, "handoff")) {
+        pthread_create(&t[0], NULL, produce, objs);
+        pthread_join(t[0], NULL);
+        for (int i = 0; i < HANDOFF_OBJECTS; i++) free(objs[i]);
+    } else {
+        return 2;
+    }
+    long freed = resident();
+    sleep(1);
+    long after = resident();
+    printf("edge: idle %ld %ld %ld\n", before, freed, after);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     const char *mode = argc > 1 ? argv[1] : "pagewise";
+    if (!strcmp(mode, "idle") && argc > 2) return idle(argv[2]);
     if (!strcmp(mode, "double-free")) {
         char *p = malloc(32);
         free(p);

@@ -106,20 +106,30 @@ fn start() {
     if !startable || STATE.compare_exchange(s, RUNNING, AcqRel, Relaxed).is_err() {
         return;
     }
+    // glibc carves a thread's static TLS out of its stack, so a program
+    // with more than 64 KiB of `__thread` data cannot have a 64 KiB thread:
+    // then the default stack size (address space, touched only as used).
+    if spawn(Some(64 * 1024)) != 0 && spawn(None) != 0 {
+        // No thread: slow paths still purge. Do not retry every free.
+        STATE.store(OFF, Relaxed);
+    }
+}
+
+/// Starts the detached purger thread; returns pthread_create's result.
+fn spawn(stack: Option<usize>) -> i32 {
     // SAFETY: plain pthread calls with valid out-pointers; `run` has the
     // required signature and takes no argument.
     unsafe {
         let mut attr: libc::pthread_attr_t = core::mem::zeroed();
         libc::pthread_attr_init(&mut attr);
         libc::pthread_attr_setdetachstate(&mut attr, libc::PTHREAD_CREATE_DETACHED);
-        libc::pthread_attr_setstacksize(&mut attr, 64 * 1024);
+        if let Some(size) = stack {
+            libc::pthread_attr_setstacksize(&mut attr, size);
+        }
         let mut tid: libc::pthread_t = core::mem::zeroed();
         let rc = libc::pthread_create(&mut tid, &attr, run, core::ptr::null_mut());
         libc::pthread_attr_destroy(&mut attr);
-        if rc != 0 {
-            // No thread: slow paths still purge. Do not retry every free.
-            STATE.store(OFF, Relaxed);
-        }
+        rc
     }
 }
 
