@@ -315,8 +315,12 @@ impl HeapCore {
     /// demand needs, or anything beyond it plus the slack), publish the next
     /// deadline for the background purger, and track the peak.
     fn after_span_change(&self, ctx: &Ctx, spans: &mut Spans, now: u64) {
-        self.publish(spans, now);
-        let retained = ctx.budget.retained();
+        self.publish_coarsely(spans, now);
+        // This heap's own retention exactly, the others' as published.
+        let retained = ctx
+            .budget
+            .retained()
+            .wrapping_add(spans.unpublished_retained() as usize);
         let due = self.next_deadline.load(Relaxed) <= now
             || retained > 0 && ctx.budget.keep(now, ctx.config).young < retained;
         if spans.retained() > 0 && (due || self.next_deadline.load(Relaxed) == u64::MAX) {
@@ -333,12 +337,27 @@ impl HeapCore {
     /// Adds the change of this heap's committed and retained bytes since
     /// the last call to the budget, and records the demand (span lock held).
     pub(crate) fn publish(&self, spans: &mut Spans, now: u64) {
+        self.publish_committed(spans);
+        spans.sync_retained(self.budget());
+        self.budget().note(now, &self.config);
+    }
+
+    /// [`HeapCore::publish`], with retained bytes published only once they
+    /// moved by a grain (`Spans::sync_retained_coarsely`): the span
+    /// operations of a churn then touch no shared counter.
+    fn publish_coarsely(&self, spans: &mut Spans, now: u64) {
+        self.publish_committed(spans);
+        spans.sync_retained_coarsely(self.budget());
+        self.budget().note(now, &self.config);
+    }
+
+    fn publish_committed(&self, spans: &mut Spans) {
         let committed = spans.counts.committed + self.slab_committed.get() as usize;
-        let budget = self.budget();
-        budget.add(committed.wrapping_sub(spans.published_committed), 0);
-        spans.published_committed = committed;
-        spans.sync_retained(budget);
-        budget.note(now, &self.config);
+        let delta = committed.wrapping_sub(spans.published_committed);
+        if delta != 0 {
+            self.budget().add(delta, 0);
+            spans.published_committed = committed;
+        }
     }
 
     /// Whether `bytes` more may be committed under the hard limit

@@ -23,7 +23,12 @@
 //!
 //! Heaps publish their committed and retained bytes here under their span
 //! lock, as deltas, on their slow paths (span operations, decay): never on a
-//! fast path. The history is approximate under races (a slot may be cleared
+//! fast path. After a span operation a heap publishes its retained bytes
+//! only once they moved by `SYNC_GRAIN` (4 MiB; its own decisions use its
+//! exact figure, and the decay syncs exactly before it purges): a large
+//! object freed and taken again then costs no locked instruction on a line
+//! every heap shares (1 MiB pairs went from 15.6 to 27.5 ns with an
+//! exact publish on every operation, 20 ns with this). The history is approximate under races (a slot may be cleared
 //! and then raised by a thread with an older time): it errs towards keeping
 //! a little more for one slot, never towards purging what is in use.
 //!
@@ -162,7 +167,14 @@ impl Budget {
                 self.history[(k % SLOTS as u64) as usize].store(0, Relaxed);
             }
         }
-        self.history[(e % SLOTS as u64) as usize].fetch_max(self.demand(), Relaxed);
+        // Most calls find the slot already at or above today's demand (a
+        // churn frees and takes back the same bytes): a load then, not a
+        // locked read-modify-write on a line every heap shares.
+        let slot = &self.history[(e % SLOTS as u64) as usize];
+        let demand = self.demand();
+        if slot.load(Relaxed) < demand {
+            slot.fetch_max(demand, Relaxed);
+        }
     }
 
     /// The highest demand over the last decay delay (at least today's).

@@ -6,6 +6,10 @@
 
 use super::*;
 
+/// How far a pool's retained bytes may drift from what the budget shows
+/// between span operations (see [`Spans::sync_retained_coarsely`]).
+pub const SYNC_GRAIN: usize = 4 << 20;
+
 impl Spans {
     pub(super) fn is_dirty(&self, f: *mut Page) -> bool {
         // SAFETY: a free span descriptor (lock held).
@@ -89,6 +93,21 @@ impl Spans {
         let r = self.counts.retained;
         budget.add(0, r.wrapping_sub(self.published_retained));
         self.published_retained = r;
+    }
+
+    /// [`Spans::sync_retained`] only once this pool's retained bytes moved
+    /// by [`SYNC_GRAIN`] or more since the last call: a churn that takes a
+    /// span from retention and gives it back then touches no counter every
+    /// heap shares. The decay syncs exactly before it decides.
+    pub fn sync_retained_coarsely(&mut self, budget: &Budget) {
+        if self.unpublished_retained().unsigned_abs() >= SYNC_GRAIN {
+            self.sync_retained(budget);
+        }
+    }
+
+    /// Retained bytes not yet added to the budget (negative: taken).
+    pub fn unpublished_retained(&self) -> isize {
+        self.counts.retained.wrapping_sub(self.published_retained) as isize
     }
 
     /// Purges retained spans as the budget says (see [`crate::budget`]):
