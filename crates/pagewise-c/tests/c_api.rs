@@ -150,6 +150,16 @@ fn idle_after_objects_of_an_exited_thread_are_freed_they_go_back() {
 }
 
 #[test]
+fn idle_after_objects_of_a_blocked_thread_are_freed_they_go_back() {
+    assert_idle_gives_back("handoff-blocked", 32 << 20);
+}
+
+#[test]
+fn malloc_trim_gives_back_what_was_freed_into_a_blocked_thread_heap() {
+    assert_idle_gives_back("handoff-blocked-trim", 32 << 20);
+}
+
+#[test]
 fn calloc_after_a_huge_run_reused_at_another_alignment_is_zero() {
     let Some(edge) = edge() else { return };
     let o = preloaded({

@@ -191,6 +191,14 @@ impl Stats {
         self.huge.requested_bytes += spans.huge_requested as u64;
     }
 
+    /// Counts slots freed into a heap's pages by other threads and not yet
+    /// taken in by the heap (per class) as frees.
+    pub(crate) fn add_pending_frees(&mut self, pending: &[u64; CLASSES]) {
+        for (c, n) in self.classes.iter_mut().zip(pending) {
+            c.total_frees += n;
+        }
+    }
+
     /// Derives the totals from the parts.
     pub(crate) fn finish(&mut self) {
         let mut small = 0u64;

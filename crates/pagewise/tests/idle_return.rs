@@ -4,7 +4,10 @@
 //! the child reports its resident set (`/proc/self/statm`) before the
 //! scenario and after an idle period of ten decay delays, and the parent
 //! asserts that what stays resident is within 2 MiB of where it started
-//! (nothing is live at the end).
+//! (nothing is live at the end), and that `stats()` counted nothing live
+//! right after the frees. The blocked-producer scenarios keep the thread
+//! that owns the pages alive, parked in a channel, through the quiet (or
+//! through a `trim()` from the main thread).
 
 #[global_allocator]
 static A: pagewise::Pagewise = pagewise::Pagewise;
@@ -58,6 +61,25 @@ fn handoff() {
     drop(black_box(objects));
 }
 
+/// 64 MiB of 1 KiB objects made by a producer thread that then blocks
+/// (no allocator call) until the returned function lets it go.
+fn objects_of_a_blocked_producer() -> (Vec<Box<[u8]>>, impl FnOnce()) {
+    let (objects_tx, objects_rx) = std::sync::mpsc::channel();
+    let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
+    let producer = std::thread::spawn(move || {
+        let objects: Vec<_> = (0..65536)
+            .map(|i| vec![i as u8 | 1; 1024].into_boxed_slice())
+            .collect();
+        objects_tx.send(objects).unwrap();
+        let _ = go_rx.recv();
+    });
+    let objects = objects_rx.recv().unwrap();
+    (objects, move || {
+        drop(go_tx);
+        producer.join().unwrap();
+    })
+}
+
 /// Runs in the child only: the scenario named by `CHILD`, then the quiet.
 #[test]
 fn child_entry() {
@@ -67,22 +89,40 @@ fn child_entry() {
     // Warm up what the harness itself needs, so the baseline holds it.
     black_box(pagewise::stats());
     let before = resident();
+    let mut release_producer: Option<Box<dyn FnOnce()>> = None;
+    let mut trim = false;
     match which.as_str() {
         "one-thread" => one_thread(),
         "threads-exit" => threads_exit(),
         "handoff" => handoff(),
+        "handoff-blocked" | "handoff-blocked-trim" => {
+            let (objects, release) = objects_of_a_blocked_producer();
+            drop(black_box(objects));
+            release_producer = Some(Box::new(release));
+            trim = which.ends_with("trim");
+        }
         other => panic!("unknown scenario {other}"),
     }
     let freed = resident();
-    // Quiet: no allocator call for ten decay delays.
-    std::thread::sleep(std::time::Duration::from_millis(1000));
+    let live = pagewise::stats().live_bytes;
+    if trim {
+        // No quiet: `trim()` gives it back before it returns.
+        pagewise::trim();
+    } else {
+        // Quiet: no allocator call for ten decay delays.
+        std::thread::sleep(std::time::Duration::from_millis(1000));
+    }
     let after = resident();
-    println!("idle-report {before} {freed} {after}");
+    println!("idle-report {before} {freed} {after} {live}");
+    if let Some(release) = release_producer {
+        release();
+    }
 }
 
 /// Runs `scenario` in a child; returns resident bytes (before, right after
-/// the frees, after the idle period).
-fn run(scenario: &str) -> (u64, u64, u64) {
+/// the frees, after the idle period) and the live bytes `stats()` reported
+/// right after the frees.
+fn run(scenario: &str) -> (u64, u64, u64, u64) {
     let out = Command::new(std::env::current_exe().unwrap())
         .args(["--exact", "child_entry", "--nocapture", "--test-threads=1"])
         .env(CHILD, scenario)
@@ -100,11 +140,11 @@ fn run(scenario: &str) -> (u64, u64, u64) {
         .find_map(|l| l.split_once("idle-report ").map(|(_, r)| r))
         .unwrap_or_else(|| panic!("no report from the child:\n{stdout}\n{stderr}"));
     let f: Vec<u64> = line.split(' ').map(|x| x.parse().unwrap()).collect();
-    (f[0], f[1], f[2])
+    (f[0], f[1], f[2], f[3])
 }
 
 fn assert_given_back(scenario: &str, freed_at_least: u64) {
-    let (before, freed, after) = run(scenario);
+    let (before, freed, after, live) = run(scenario);
     let mib = |b: u64| b as f64 / MIB as f64;
     let report = format!(
         "{scenario}: {:.1} MiB before, {:.1} right after the frees, {:.1} after the quiet",
@@ -115,6 +155,12 @@ fn assert_given_back(scenario: &str, freed_at_least: u64) {
     // The control: the scenario did make memory resident that the frees
     // alone did not give back, or the check below proves nothing.
     assert!(freed >= before + freed_at_least, "control: {report}");
+    // Nothing was live after the frees, whichever heap they went to.
+    assert!(
+        live <= SLACK,
+        "{report}; stats() said {:.1} MiB live",
+        mib(live)
+    );
     assert!(after <= before + SLACK, "{report}");
 }
 
@@ -131,4 +177,14 @@ fn threads_that_exit_give_back_what_they_freed() {
 #[test]
 fn objects_of_an_exited_thread_freed_by_another_go_back() {
     assert_given_back("handoff", 32 * MIB);
+}
+
+#[test]
+fn objects_of_a_blocked_thread_freed_by_another_go_back() {
+    assert_given_back("handoff-blocked", 32 * MIB);
+}
+
+#[test]
+fn trim_gives_back_what_was_freed_into_a_blocked_thread_heap() {
+    assert_given_back("handoff-blocked-trim", 32 * MIB);
 }

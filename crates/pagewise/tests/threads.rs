@@ -255,3 +255,87 @@ fn stats_and_trim() {
         "{after:?}"
     );
 }
+
+#[test]
+fn trim_and_stats_visit_heaps_whose_threads_are_working() {
+    solo::alone(
+        "trim_and_stats_visit_heaps_whose_threads_are_working",
+        LIMIT,
+        visited_while_working,
+    );
+}
+
+/// Producers allocate (from their current pages: their caches stay empty)
+/// and consumers free what they receive (in runs onto the producers' pages'
+/// remote lists), some pausing now and then, while another thread calls
+/// `trim()` and `stats()` in a loop: every heap is visited again and again,
+/// between and during its owner's slow paths. Each object carries its own
+/// serial number in its first and last words, checked when it is freed (a
+/// slot handed out twice, or a page released under a live object, shows as
+/// a wrong number or a crash), and in the end nothing is live and
+/// everything goes back.
+fn visited_while_working() {
+    use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+    use std::sync::Arc;
+    const PAIRS: usize = 2;
+    const OBJECTS: u64 = 400_000;
+    const BATCH: usize = 512;
+    let base = pagewise::stats();
+    let done = Arc::new(AtomicBool::new(false));
+    let visitor = {
+        let done = done.clone();
+        thread::spawn(move || {
+            let mut visits = 0u64;
+            while !done.load(Relaxed) {
+                pagewise::trim();
+                let s = pagewise::stats();
+                assert!(s.live_bytes <= s.committed_bytes, "{s:?}");
+                visits += 1;
+            }
+            visits
+        })
+    };
+    let mut handles = Vec::new();
+    for pair in 0..PAIRS {
+        let (tx, rx) = mpsc::sync_channel::<Vec<Box<[u64]>>>(4);
+        handles.push(thread::spawn(move || {
+            let words = [2usize, 6, 16, 62][pair % 4];
+            let mut batch = Vec::with_capacity(BATCH);
+            for n in 0..OBJECTS {
+                let serial = n * PAIRS as u64 + pair as u64;
+                let mut v = vec![0u64; words].into_boxed_slice();
+                v[0] = serial;
+                v[words - 1] = !serial;
+                batch.push(v);
+                if batch.len() == BATCH {
+                    tx.send(std::mem::replace(&mut batch, Vec::with_capacity(BATCH)))
+                        .unwrap();
+                }
+                if n % 65_536 == 65_535 {
+                    // Long enough for visits to find the heap quiet.
+                    thread::sleep(Duration::from_millis(2));
+                }
+            }
+            tx.send(batch).unwrap();
+        }));
+        handles.push(thread::spawn(move || {
+            for batch in rx {
+                for v in batch {
+                    let serial = v[0];
+                    assert_eq!(v[v.len() - 1], !serial, "object {serial} changed");
+                }
+            }
+        }));
+    }
+    for h in handles {
+        h.join().unwrap();
+    }
+    done.store(true, Relaxed);
+    let visits = visitor.join().unwrap();
+    drop(done);
+    assert!(visits > 10, "the visitor ran {visits} passes only");
+    let s = pagewise::stats();
+    assert_eq!(s.live_bytes, base.live_bytes, "{s:?}");
+    pagewise::trim();
+    assert_given_back(&base, &pagewise::stats(), MIB);
+}

@@ -10,8 +10,9 @@
  *   edge tls-modules DIR N dlopens DIR/tls<i>.so, i < N, while a thread waits
  *   edge double-free | double-free-aba | double-free-consumer |
  *        foreign-free | interior-free               misuse (must abort)
- *   edge idle one-thread | threads-exit | handoff   issue 11's quiet
- *        scenarios (prints "edge: idle BEFORE FREED AFTER", resident bytes)
+ *   edge idle one-thread | threads-exit | handoff | handoff-blocked |
+ *        handoff-blocked-trim   issue 11's quiet scenarios (prints "edge:
+ *        idle BEFORE FREED AFTER", resident bytes)
  *   edge calloc-after-realign   calloc after a huge run's reuse at another
  *        alignment (prints "edge: calloc zero" or the count of old bytes)
  *
@@ -23,6 +24,7 @@
 #include <errno.h>
 #include <malloc.h>
 #include <pthread.h>
+#include <semaphore.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -477,6 +479,16 @@ static void *produce(void *arg) {
     return NULL;
 }
 
+/* A producer that stays alive, blocked in a semaphore (no allocator
+ * call), while main frees what it made. */
+static sem_t produced, go;
+static void *produce_then_block(void *arg) {
+    produce(arg);
+    sem_post(&produced);
+    sem_wait(&go);
+    return NULL;
+}
+
 static int idle(const char *which) {
     static char *objs[HANDOFF_OBJECTS];
     pthread_t t[8];
@@ -490,13 +502,26 @@ static int idle(const char *which) {
         pthread_create(&t[0], NULL, produce, objs);
         pthread_join(t[0], NULL);
         for (int i = 0; i < HANDOFF_OBJECTS; i++) free(objs[i]);
+    } else if (!strcmp(which, "handoff-blocked") || !strcmp(which, "handoff-blocked-trim")) {
+        sem_init(&produced, 0, 0);
+        sem_init(&go, 0, 0);
+        pthread_create(&t[0], NULL, produce_then_block, objs);
+        sem_wait(&produced);
+        for (int i = 0; i < HANDOFF_OBJECTS; i++) free(objs[i]);
     } else {
         return 2;
     }
     long freed = resident();
-    sleep(1);
+    if (strstr(which, "-trim"))
+        malloc_trim(0); /* gives it back before it returns: no quiet */
+    else
+        sleep(1);
     long after = resident();
     printf("edge: idle %ld %ld %ld\n", before, freed, after);
+    if (strstr(which, "blocked")) {
+        sem_post(&go);
+        pthread_join(t[0], NULL);
+    }
     return 0;
 }
 

@@ -1,7 +1,7 @@
 //! The global allocator: `#[global_allocator] static A: Pagewise = Pagewise;`
 
 use crate::global::{heaps, thread};
-use crate::heap::HeapCore;
+use crate::heap::{Access, HeapCore};
 use crate::stats::Stats;
 use core::alloc::{GlobalAlloc, Layout};
 
@@ -113,12 +113,14 @@ pub unsafe fn usable_size(ptr: *const u8) -> usize {
     unsafe { HeapCore::usable_size(ptr) }
 }
 
-/// Gives back to the OS everything the global allocator retains: the
-/// calling thread's and exited threads' empty pages, every heap's retained
-/// spans and cached huge objects, wholly free segments, and reservations
-/// left unused (munmap).
-/// Other threads' current pages and cached free slots are released by their
-/// next slow path.
+/// Gives back to the OS everything the global allocator retains: every
+/// heap's empty pages (those other threads emptied too), retained spans and
+/// cached huge objects, wholly free segments, and reservations left unused
+/// (munmap). The calling thread does the other heaps' work, waiting for a
+/// thread that is on one of its slow paths. What stays: the free slots in
+/// other live threads' caches and their current pages (one per size class
+/// at most), which their threads use without a lock; each such thread
+/// empties its caches at its next slow path.
 ///
 /// ```
 /// pagewise::trim();
@@ -129,24 +131,25 @@ pub fn trim() {
         // SAFETY: our own heap.
         unsafe { (*me).trim() };
     }
-    heaps::visit_abandoned(|h| {
-        // SAFETY: `visit_abandoned` gives us an owner's exclusive access.
-        unsafe { h.trim() };
-    });
-    heaps::for_each_heap(|h| {
-        if !core::ptr::eq(h, me) {
-            h.trim_shared();
+    heaps::visit_all(me, heaps::Busy::Wait, |h, l, who| {
+        // SAFETY: `visit_all` hands over the page lists, and the heap
+        // itself only with `Access::Owner`.
+        unsafe { h.release_empty_pages(l, who) };
+        if who == Access::Visitor {
             // Their caches are theirs alone: ask them to empty them.
             h.flush_requested
                 .store(true, core::sync::atomic::Ordering::Relaxed);
         }
     });
+    heaps::for_each_heap(|h| {
+        if !core::ptr::eq(h, me) {
+            h.trim_shared();
+        }
+    });
 }
 
 /// A snapshot of the global allocator's counters. Slots other threads
-/// freed into the calling thread's pages and into exited threads' heaps are
-/// collected first; those freed into other live threads' pages count as
-/// live until their owner collects them.
+/// freed count as free at once, whichever heap they went to.
 ///
 /// ```
 /// let s = pagewise::stats();
@@ -157,13 +160,18 @@ pub fn stats() -> Stats {
     if !me.is_null() {
         // SAFETY: our own heap. Collecting what other threads freed into
         // it makes those slots count as free rather than live.
-        unsafe { (*me).collect_remote() };
+        unsafe { (*me).collect_remote(&mut (*me).lock_local(), Access::Owner) };
     }
-    heaps::visit_abandoned(|h| {
-        // SAFETY: `visit_abandoned` gives us an owner's exclusive access.
-        unsafe { h.collect_remote() };
-    });
     let mut s = Stats::ZERO;
+    heaps::visit_all(me, heaps::Busy::Wait, |h, l, who| {
+        if who == Access::Owner {
+            // SAFETY: `visit_all` gives us the abandoned heap as its owner.
+            unsafe { h.collect_remote(l, who) };
+        }
+        // Slots freed into a live thread's pages wait for it on the pages'
+        // remote lists: counted free from there.
+        s.add_pending_frees(&h.pending_remote(l));
+    });
     s.syscalls = crate::os::source::PageSource::syscalls(&crate::global::heaps::SYSTEM);
     {
         // Hold the reservation lock while peeking at current pages, so no

@@ -45,6 +45,10 @@ extern "C" fn prepare() {
     // Heaps are published only with META held (`heaps::publish`), so from
     // here on the list is the one `parent` and `child` walk to release.
     lock::hold(&META);
+    // Each thread's page lists (so none is left held by a thread on a slow
+    // path, which the child would never see finish), then the span pools:
+    // the order every slow path takes them in.
+    for_each_heap(|h| lock::hold(h.local_lock()));
     for_each_heap(|h| lock::hold(&h.spans));
     lock::hold(&RESERVATIONS);
 }
@@ -54,6 +58,7 @@ extern "C" fn parent() {
     unsafe {
         lock::release(&RESERVATIONS);
         for_each_heap(|h| lock::release(&h.spans));
+        for_each_heap(|h| lock::release(h.local_lock()));
         lock::release(&META);
         lock::release(&ABANDONED_LIST);
         lock::release(&VISITS);
@@ -66,6 +71,7 @@ extern "C" fn child() {
     unsafe {
         RESERVATIONS.reset_after_fork();
         for_each_heap(|h| h.spans.reset_after_fork());
+        for_each_heap(|h| h.local_lock().reset_after_fork());
         META.reset_after_fork();
         ABANDONED_LIST.reset_after_fork();
         VISITS.reset_after_fork();

@@ -11,8 +11,13 @@
 //! - a thread id: the heap's thread owns it (set before the heap is
 //!   published, or by [`adopt`]);
 //! - [`ABANDONED`] (0): no owner; its thread exited ([`abandon`]);
-//! - [`VISITING`]: `trim()` or `stats()` of another thread works on an
-//!   abandoned heap as its owner for a moment ([`visit_abandoned`]).
+//! - [`VISITING`]: the purger, `trim()` or `stats()` of another thread
+//!   works on an abandoned heap as its owner for a moment ([`visit_all`]).
+//!
+//! A heap whose thread is alive is visited too, with its page lists only
+//! (`HeapCore::lock_local`, the lock its owner takes on every slow path):
+//! every page but the current ones, which with the thread caches stay the
+//! owner's ([`crate::heap::Access::Visitor`]).
 //!
 //! Visiting never takes a heap off the abandoned list, so a thread starting
 //! meanwhile adopts it (waiting out the visit) instead of making a new heap:
@@ -20,7 +25,7 @@
 //! once, plus the few a lease or a visit holds for an instant.
 
 use crate::global::thread::config;
-use crate::heap::HeapCore;
+use crate::heap::{Access, HeapCore, Local};
 use crate::memory::reservation::Reservations;
 use crate::os::source::{PageSource, SystemPages};
 use crate::sync::lock::Locked;
@@ -37,7 +42,7 @@ static HEAPS: AtomicPtr<HeapCore> = AtomicPtr::new(null_mut());
 /// Heaps whose thread exited, waiting for a new thread (linked through
 /// `next_abandoned`).
 pub(crate) static ABANDONED_LIST: Locked<usize> = Locked::new(0);
-/// Held for a whole pass of [`visit_abandoned`] (and by the fork
+/// Held for a whole pass of [`visit_all`] (and by the fork
 /// handlers, so that no visit is half done in a child).
 pub(crate) static VISITS: Locked<()> = Locked::new(());
 /// Bump allocator for heap structures.
@@ -231,16 +236,45 @@ pub fn for_each_heap(mut f: impl FnMut(&HeapCore)) {
     }
 }
 
-/// Runs `f` on every abandoned heap with the exclusive access of an owner,
-/// one at a time, leaving each on the abandoned list: a thread that starts
-/// meanwhile adopts it once `f` is done with it, rather than making a new
-/// heap.
-pub fn visit_abandoned(mut f: impl FnMut(&HeapCore)) {
+/// How [`visit_all`] treats a heap whose thread is alive and on one of its
+/// slow paths (holding its page lists).
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Busy {
+    /// Wait for it (`trim()`, `stats()`: a slow path is short).
+    Wait,
+    /// Skip it until the next pass (the purger).
+    Skip,
+}
+
+/// Runs `f` on every heap but `skip`, with its page lists, one at a time:
+/// an abandoned heap claimed as its owner (`Access::Owner`), a heap whose
+/// thread is alive as a visitor (`Access::Visitor`: its current pages and
+/// caches stay its thread's). The protocol is in docs/design.md, "Visiting
+/// a live heap".
+pub fn visit_all(
+    skip: *const HeapCore,
+    busy: Busy,
+    mut f: impl FnMut(&HeapCore, &mut Local, Access),
+) {
     let _pass = VISITS.lock();
     for_each_heap(|h| {
+        if core::ptr::eq(h, skip) {
+            return;
+        }
         if claim_for_visit(&h.owner) {
-            f(h);
+            f(h, &mut h.lock_local(), Access::Owner);
             end_visit(&h.owner);
+            return;
+        }
+        // Alive, or being adopted: either way its thread owns the current
+        // pages and caches, and a visitor's rights are a subset of an
+        // owner's whatever happens to the owner word meanwhile.
+        let lists = match busy {
+            Busy::Wait => Some(h.lock_local()),
+            Busy::Skip => h.try_lock_local(),
+        };
+        if let Some(mut l) = lists {
+            f(h, &mut l, Access::Visitor);
         }
     });
 }

@@ -8,9 +8,11 @@
 //! at that free under the Rust global allocator, at the next allocation in
 //! the C library (whose `free` glibc may call with a lock that
 //! `pthread_create` needs). It
-//! wakes every quarter of the decay delay. Each pass visits the heaps whose
-//! thread exited (as their owner, `heaps::visit_abandoned`): collects what
-//! other threads freed into them and releases their emptied pages; then, for
+//! wakes every quarter of the decay delay. Each pass visits every heap
+//! (`heaps::visit_all`): one whose thread exited as its owner, one whose
+//! thread lives with its page lists only, skipped if its thread is on a
+//! slow path: collects what other threads freed into it and releases its
+//! emptied pages but the current ones; then, for
 //! each heap whose earliest deadline has passed, it purges expired spans
 //! under that heap's span lock (`try_lock`: a busy heap is simply visited
 //! next round). Owner threads
@@ -144,11 +146,13 @@ extern "C" fn run(_: *mut libc::c_void) -> *mut libc::c_void {
         sleep_ms(interval);
         let _pass = PASS.lock();
         let now = crate::global::heaps::SYSTEM.now_ms();
-        // Heaps whose thread exited: nobody else will collect what other
-        // threads freed into them or release their emptied pages.
-        heaps::visit_abandoned(|h| {
-            // SAFETY: `visit_abandoned` gives an owner's exclusive access.
-            unsafe { h.release_while_abandoned() };
+        // Heaps whose thread exited or is elsewhere: nobody else would
+        // collect what other threads freed into them or release their
+        // emptied pages while the program is quiet.
+        heaps::visit_all(core::ptr::null(), heaps::Busy::Skip, |h, l, who| {
+            // SAFETY: `visit_all` hands over the page lists, and the heap
+            // itself only with `Access::Owner`.
+            unsafe { h.release_while_away(l, who) };
         });
         heaps::for_each_heap(|h| {
             if h.next_deadline.load(Relaxed) <= now {

@@ -129,14 +129,16 @@ impl HeapCore {
 
     #[cold]
     pub(super) unsafe fn alloc_slow(&self, class: usize, size: usize) -> *mut u8 {
-        // SAFETY: owner only (caller).
+        let mut l = self.lock_local();
+        let l = &mut *l;
+        // SAFETY: owner only (caller), with the page lists held.
         unsafe {
-            self.process_delayed();
+            self.process_delayed(l, Access::Owner);
             let page = self.current_page(class);
             if page != empty_page() && self.refill(page) {
                 return self.pop(page, class, size);
             }
-            self.maintenance();
+            self.maintenance(l);
             // Maintenance may have emptied the caches into this page (then
             // it has room again), or even released it (then it is no longer
             // current): look again.
@@ -145,11 +147,11 @@ impl HeapCore {
                 if self.refill(page) {
                     return self.pop(page, class, size);
                 }
-                self.retire_exhausted(page);
+                self.retire_exhausted(l, page);
             }
-            let next = match self.fullest_nonfull(class) {
+            let next = match self.fullest_nonfull(l, class) {
                 Some(p) => p,
-                None => match self.new_slab_page(class) {
+                None => match self.new_slab_page(l, class) {
                     Some(p) => p,
                     None => return null_mut(),
                 },
@@ -177,7 +179,8 @@ impl HeapCore {
     }
 
     /// Gives `page` a free slot if it can: remote frees first, then fresh
-    /// slots. Owner only.
+    /// slots. Owner only, with the page lists held (counters it updates are
+    /// the visitors' too).
     pub(super) unsafe fn refill(&self, page: *mut Page) -> bool {
         // SAFETY: owner only; `page` is a slab page of this heap. Page
         // methods borrow it only for the call.
@@ -203,8 +206,9 @@ impl HeapCore {
     }
 
     /// Moves an exhausted current page to the full list (unless remote frees
-    /// just arrived). Owner only.
-    pub(super) unsafe fn retire_exhausted(&self, page: *mut Page) {
+    /// just arrived). A page on the full list is never current: a visitor
+    /// may free into it (the heap's delayed list). Owner only.
+    pub(super) unsafe fn retire_exhausted(&self, l: &mut Local, page: *mut Page) {
         // SAFETY: owner only; `page` is this heap's current page of its class.
         // If remote frees arrived meanwhile, try_mark_full collected them and
         // the page stays on its queue with free slots.
@@ -212,8 +216,9 @@ impl HeapCore {
             let class = (*page).class as usize;
             match (*page).try_mark_full() {
                 Ok(()) => {
-                    self.local().queues[class].remove(page);
-                    self.local().full.push(page);
+                    self.set_current_page(class, empty_page());
+                    l.queues[class].remove(page);
+                    l.full.push(page);
                 }
                 Err(collected) => self.class(class).returned.add(collected as u64),
             }
@@ -222,11 +227,10 @@ impl HeapCore {
 
     /// The fullest page of the class queue (among the first few), other
     /// than an exhausted current page. Owner only.
-    pub(super) unsafe fn fullest_nonfull(&self, class: usize) -> Option<*mut Page> {
+    pub(super) unsafe fn fullest_nonfull(&self, l: &Local, class: usize) -> Option<*mut Page> {
         let mut best: *mut Page = null_mut();
         let mut best_used = 0;
-        // SAFETY: owner only.
-        let mut p = unsafe { self.local().queues[class].head };
+        let mut p = l.queues[class].head;
         let mut seen = 0;
         while !p.is_null() && seen < FULLEST_CANDIDATES {
             // SAFETY: queue entries are slab pages of this heap.
@@ -245,7 +249,7 @@ impl HeapCore {
         (!best.is_null()).then_some(best)
     }
 
-    pub(super) unsafe fn new_slab_page(&self, class: usize) -> Option<*mut Page> {
+    pub(super) unsafe fn new_slab_page(&self, l: &mut Local, class: usize) -> Option<*mut Page> {
         if self.global {
             // Memory that may later be retained: the purger must be there
             // before the program goes quiet (in the C library it starts at
@@ -275,22 +279,23 @@ impl HeapCore {
             let c = &self.page_counts[class];
             c.pages.add(1);
             c.slots.add((*page).reserved as u64);
-            self.local().queues[class].push(page);
+            l.queues[class].push(page);
         }
         Some(page)
     }
 
-    /// Returns an empty slab page to the span pool. Owner only.
-    pub(super) unsafe fn release_page(&self, page: *mut Page) {
-        // SAFETY: owner only; `page` is an empty slab page of this heap, on
-        // its class queue or the full list.
+    /// Returns an empty slab page to the span pool. With the page lists
+    /// held; a current page only by its owner.
+    pub(super) unsafe fn release_page(&self, l: &mut Local, page: *mut Page) {
+        // SAFETY: the page lists are held; `page` is an empty slab page of
+        // this heap, on its class queue or the full list.
         unsafe {
             let class = (*page).class as usize;
             if (*page).in_full {
-                self.local().full.remove(page);
+                l.full.remove(page);
                 (*page).clear_full();
             } else {
-                self.local().queues[class].remove(page);
+                l.queues[class].remove(page);
             }
             if self.current_page(class) == page {
                 self.set_current_page(class, empty_page());

@@ -96,11 +96,14 @@ impl HeapCore {
     #[inline(never)]
     pub(super) unsafe fn cache_full(&self, class: usize, block: *mut Block) {
         let state = self.class(class);
-        // SAFETY: owner only (caller), between operations.
+        // SAFETY: owner only (caller), between operations; the page lists
+        // are held for the flush and the maintenance.
         unsafe {
+            let mut l = self.lock_local();
             let keep = state.cached() / 2;
-            self.flush_cache(class, keep);
-            self.maintenance();
+            self.flush_cache(&mut l, class, keep);
+            self.maintenance(&mut l);
+            drop(l);
             let cached = state.push(block);
             debug_assert!(cached, "room was just made");
         }
@@ -165,8 +168,12 @@ impl HeapCore {
                     misuse(Misuse::DoubleFree, addr);
                 }
                 if heap == current {
-                    // SAFETY: the calling thread owns `current`.
-                    unsafe { (*heap).free_local(page, addr as *mut Block) }
+                    // SAFETY: the calling thread owns `current`, and holds
+                    // its page lists for the call.
+                    unsafe {
+                        let h = &*heap;
+                        h.free_local(&mut h.lock_local(), page, addr as *mut Block)
+                    }
                 } else {
                     // SAFETY: a thread heap's live slot (checked above);
                     // its heap outlives its pages.
@@ -215,10 +222,16 @@ impl HeapCore {
     }
 
     /// # Safety
-    /// Owner only; `block` is a live slot of `page`, a slab page of this heap.
+    /// The page lists are held (`l`); `block` is a live slot of `page`, a
+    /// slab page of this heap; a current page only by its owner.
     /// Returns true if a page went back to the span pool.
     #[inline]
-    pub(super) unsafe fn free_local(&self, page: *mut Page, block: *mut Block) -> bool {
+    pub(super) unsafe fn free_local(
+        &self,
+        l: &mut Local,
+        page: *mut Page,
+        block: *mut Block,
+    ) -> bool {
         // SAFETY: per the caller; the page is only touched through `page`.
         unsafe {
             let used = (*page).used();
@@ -235,24 +248,25 @@ impl HeapCore {
             // not its class's current page (which is kept: seed 000's churn
             // then never leaves this function).
             if (*page).in_full || (used == 1 && self.current_page(class) != page) {
-                return self.free_slow(page);
+                return self.free_slow(l, page);
             }
             false
         }
     }
 
     #[cold]
-    pub(super) unsafe fn free_slow(&self, page: *mut Page) -> bool {
-        // SAFETY: owner only (caller); `page` is a slab page of this heap.
+    pub(super) unsafe fn free_slow(&self, l: &mut Local, page: *mut Page) -> bool {
+        // SAFETY: the page lists are held (caller); `page` is a slab page of
+        // this heap.
         unsafe {
             let class = (*page).class as usize;
             if (*page).in_full {
-                self.local().full.remove(page);
+                l.full.remove(page);
                 (*page).clear_full();
-                self.local().queues[class].push(page);
+                l.queues[class].push(page);
             }
             if (*page).used() == 0 && self.current_page(class) != page {
-                self.release_page(page);
+                self.release_page(l, page);
                 return true;
             }
             false

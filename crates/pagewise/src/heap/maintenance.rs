@@ -2,30 +2,27 @@
 //! thread exit, and the purges other threads may run on it.
 //!
 //! Invariants: `maintenance`, `trim` and `abandon` are owner-only (an
-//! abandoned heap's owner is whoever claimed it); `trim_shared` and
-//! `purge_expired` touch only the span pool, under its lock, and may run on
-//! any thread.
+//! abandoned heap's owner is whoever claimed it), and run with the page
+//! lists held; `release_while_away` is a visit, with the page lists held;
+//! `trim_shared` and `purge_expired` touch only the span pool, under its
+//! lock, and may run on any thread.
 
 use super::*;
 
 impl HeapCore {
     /// Owner-side periodic work on slow paths: release current pages that
     /// stayed empty since the last pass, and run the decay if due.
-    pub(super) unsafe fn maintenance(&self) {
+    pub(super) unsafe fn maintenance(&self, l: &mut Local) {
         if self.flush_requested.load(Relaxed) {
             self.flush_requested.store(false, Relaxed);
             // SAFETY: owner only (caller).
-            unsafe { self.flush_caches() };
+            unsafe { self.flush_caches(l) };
         }
         let now = self.source().now_ms();
-        // SAFETY: owner only (caller); the borrow ends before any call.
-        unsafe {
-            let next = &mut self.local().next_maintenance;
-            if now < *next {
-                return;
-            }
-            *next = now + (self.config.decay_ms / 2).max(1);
+        if now < l.next_maintenance {
+            return;
         }
+        l.next_maintenance = now + (self.config.decay_ms / 2).max(1);
         for class in 0..CLASSES {
             // Halve the caches: slots still wanted come back from their
             // pages cheaply; slots no longer wanted go home within a few
@@ -33,7 +30,7 @@ impl HeapCore {
             let n = self.class(class).cached();
             if n > 0 {
                 // SAFETY: owner only (caller).
-                unsafe { self.flush_cache(class, n / 2) };
+                unsafe { self.flush_cache(l, class, n / 2) };
             }
         }
         for class in 0..CLASSES {
@@ -50,7 +47,7 @@ impl HeapCore {
                     (*page).idle = true;
                 } else {
                     self.set_current_page(class, empty_page());
-                    self.release_page(page);
+                    self.release_page(l, page);
                 }
             }
         }
@@ -68,59 +65,64 @@ impl HeapCore {
     /// # Safety
     /// Owner only.
     pub unsafe fn trim(&self) {
-        // SAFETY: owner only (caller).
-        unsafe {
-            self.flush_caches();
-            self.process_delayed();
-            self.release_empty_pages();
+        {
+            let mut l = self.lock_local();
+            // SAFETY: owner only (caller), with the page lists held.
+            unsafe {
+                self.flush_caches(&mut l);
+                self.release_empty_pages(&mut l, Access::Owner);
+            }
         }
-        let ctx = self.ctx();
-        let now = self.source().now_ms();
-        let mut spans = self.spans.lock();
-        spans.decay(&ctx, now, true);
-        spans.release_empty(&ctx);
-        self.publish(&mut spans, now);
-        self.next_deadline.store(u64::MAX, Relaxed);
+        self.trim_shared();
     }
 
-    /// Collects remote frees everywhere and releases every empty slab page.
-    pub(super) unsafe fn release_empty_pages(&self) {
+    /// Collects remote frees everywhere and releases every empty slab page
+    /// (a visitor of a live heap: every page but the current ones).
+    pub(crate) unsafe fn release_empty_pages(&self, l: &mut Local, who: Access) {
+        // SAFETY: the page lists are held (caller).
+        unsafe { self.process_delayed(l, who) };
         for class in 0..CLASSES {
-            self.set_current_page(class, empty_page());
-            // SAFETY: owner only (caller); queue entries are slab pages of
-            // this heap; the next link is read before the page may leave.
+            if who == Access::Owner {
+                self.set_current_page(class, empty_page());
+            }
+            // SAFETY: the page lists are held (caller); queue entries are
+            // slab pages of this heap; the next link is read before the page
+            // may leave.
             unsafe {
-                let mut p = self.local().queues[class].head;
+                let mut p = l.queues[class].head;
                 while !p.is_null() {
                     let next = (*p).next;
-                    self.collect_and_release_if_empty(p);
+                    if who == Access::Owner || !self.is_current(p) {
+                        self.collect_and_release_if_empty(l, p);
+                    }
                     p = next;
                 }
             }
         }
-        // SAFETY: as above, for the full list.
+        // SAFETY: as above, for the full list (never a current page).
         unsafe {
-            let mut p = self.local().full.head;
+            let mut p = l.full.head;
             while !p.is_null() {
                 let next = (*p).next;
                 if (*p).has_remote() {
-                    self.local().full.remove(p);
+                    l.full.remove(p);
                     (*p).clear_full();
-                    self.local().queues[(*p).class as usize].push(p);
-                    self.collect_and_release_if_empty(p);
+                    l.queues[(*p).class as usize].push(p);
+                    self.collect_and_release_if_empty(l, p);
                 }
                 p = next;
             }
         }
     }
 
-    pub(super) unsafe fn collect_and_release_if_empty(&self, page: *mut Page) {
-        // SAFETY: owner only; a slab page of this heap.
+    pub(super) unsafe fn collect_and_release_if_empty(&self, l: &mut Local, page: *mut Page) {
+        // SAFETY: the page lists are held; a slab page of this heap, not
+        // current unless the caller owns the heap.
         unsafe {
             let n = (*page).collect_thread_free();
             self.class((*page).class as usize).returned.add(n as u64);
             if (*page).used() == 0 {
-                self.release_page(page);
+                self.release_page(l, page);
             }
         }
     }
@@ -131,28 +133,31 @@ impl HeapCore {
     /// # Safety
     /// Owner only, as its last act.
     pub unsafe fn abandon(&self) {
-        // SAFETY: owner only.
-        unsafe {
-            self.flush_caches();
-            self.process_delayed();
-            self.release_empty_pages();
+        {
+            let mut l = self.lock_local();
+            // SAFETY: owner only, with the page lists held.
+            unsafe {
+                self.flush_caches(&mut l);
+                self.release_empty_pages(&mut l, Access::Owner);
+            }
         }
         self.owner.store(crate::global::heaps::ABANDONED, Release);
     }
 
-    /// The purger's pass over a heap whose thread exited: collects what
-    /// other threads freed into it, releases the pages that emptied (to be
-    /// purged by the decay) and runs the decay. Its live objects stay where
-    /// they are.
+    /// A visit while the heap's thread is elsewhere (the purger's pass,
+    /// another thread's `trim()`): collects what other threads freed into
+    /// its pages, releases the pages that emptied (to be purged by the
+    /// decay) and runs the decay. Live objects stay where they are. A heap
+    /// whose thread is alive (`Access::Visitor`) keeps its current pages
+    /// and caches, which its fast paths use without the lock; an abandoned
+    /// one (`Access::Owner`, claimed by the caller) has none worth keeping.
     ///
     /// # Safety
-    /// The caller holds the heap as its owner (a visit of an abandoned heap).
-    pub unsafe fn release_while_abandoned(&self) {
+    /// `l` is this heap's page lists; with `Access::Owner`, the caller also
+    /// holds the heap as its owner (a visit of an abandoned heap).
+    pub(crate) unsafe fn release_while_away(&self, l: &mut Local, who: Access) {
         // SAFETY: per the caller.
-        unsafe {
-            self.process_delayed();
-            self.release_empty_pages();
-        }
+        unsafe { self.release_empty_pages(l, who) };
         self.purge_expired(false);
     }
 
@@ -180,5 +185,98 @@ impl HeapCore {
         self.publish(&mut spans, now);
         self.next_deadline.store(next.unwrap_or(u64::MAX), Relaxed);
         true
+    }
+}
+
+#[cfg(all(test, loom))]
+mod loom_model {
+    //! Visiting a live heap, under every interleaving loom finds: the owner
+    //! touches its current page without a lock (the fast paths) and changes
+    //! which page is current only with its page lists held (the slow
+    //! paths); a visitor holds the page lists and touches only the pages
+    //! that are not current. Pages are loom cells, so loom reports any
+    //! access of the owner's fast path and a visitor to one page that no
+    //! lock orders as a data race. The lock is `Locked`'s protocol (an
+    //! acquiring CAS, a releasing store) on loom's atomics.
+    use core::sync::atomic::Ordering::*;
+    use loom::cell::UnsafeCell;
+    use loom::sync::atomic::{AtomicBool, AtomicUsize};
+    use loom::sync::Arc;
+
+    struct Heap {
+        lists: AtomicBool,
+        current: AtomicUsize,
+        pages: [UnsafeCell<u32>; 2],
+    }
+
+    impl Heap {
+        fn try_lock(&self) -> bool {
+            self.lists
+                .compare_exchange(false, true, Acquire, Relaxed)
+                .is_ok()
+        }
+        fn lock(&self) {
+            while !self.try_lock() {
+                loom::thread::yield_now();
+            }
+        }
+        fn unlock(&self) {
+            self.lists.store(false, Release);
+        }
+        /// The fast path: the current page, no lock.
+        fn fast(&self) {
+            let c = self.current.load(Relaxed);
+            // SAFETY: the current page is the owner's alone.
+            self.pages[c].with_mut(|v| unsafe { *v += 1 });
+        }
+        /// A slow path: a new current page, the old one touched (queued).
+        fn slow(&self) {
+            self.lock();
+            let old = self.current.load(Relaxed);
+            self.pages[old].with_mut(|v| unsafe { *v += 100 });
+            self.current.store(1 - old, Relaxed);
+            self.unlock();
+        }
+        /// A visit: every page but the current one.
+        fn visit(&self, wait: bool) {
+            if wait {
+                self.lock();
+            } else if !self.try_lock() {
+                return;
+            }
+            let other = 1 - self.current.load(Relaxed);
+            // SAFETY: with the lists held, a page not current is no one
+            // else's.
+            self.pages[other].with_mut(|v| unsafe { *v += 10 });
+            self.unlock();
+        }
+    }
+
+    fn model(wait: bool) {
+        loom::model(move || {
+            let h = Arc::new(Heap {
+                lists: AtomicBool::new(false),
+                current: AtomicUsize::new(0),
+                pages: [UnsafeCell::new(0), UnsafeCell::new(0)],
+            });
+            let visitor = {
+                let h = h.clone();
+                loom::thread::spawn(move || h.visit(wait))
+            };
+            h.fast();
+            h.slow();
+            h.fast();
+            visitor.join().unwrap();
+        });
+    }
+
+    #[test]
+    fn a_purger_visit_never_meets_the_owner_on_a_page() {
+        model(false);
+    }
+
+    #[test]
+    fn a_trim_visit_never_meets_the_owner_on_a_page() {
+        model(true);
     }
 }

@@ -114,11 +114,34 @@ impl Queue {
     }
 }
 
-/// What only the owning thread touches.
-struct Local {
+/// The heap's page lists: behind [`HeapCore::local`], a lock its owner
+/// takes on every slow path and a visitor (the purger, `trim()`,
+/// `stats()`) takes to work on the heap while its thread is elsewhere.
+///
+/// Holding it (a `&mut Local`, which only the lock hands out) is what lets
+/// a function touch a page that is not a current page: its free list, its
+/// `used` count, its queue links, and release it. What the owner's fast
+/// paths touch without it (the thread caches and the current page of each
+/// class) only the owner touches, and a visitor of a live heap leaves it
+/// alone ([`Access::Visitor`]). The protocol is in docs/design.md,
+/// "Visiting a live heap".
+pub(crate) struct Local {
     queues: [Queue; CLASSES],
     full: Queue,
     next_maintenance: u64,
+}
+
+/// Who holds a heap's [`Local`]: the thread that owns the heap (or a
+/// visitor of an abandoned heap, which then has every right of an owner),
+/// or a visitor of a heap whose thread is alive, which must leave the
+/// current pages and caches alone.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Access {
+    /// The heap's owner, or the claimant of an abandoned heap.
+    Owner,
+    /// Another thread, while the owner lives: current pages and caches are
+    /// the owner's.
+    Visitor,
 }
 
 /// Slab pages of one class in a heap (owner-maintained).
@@ -144,7 +167,8 @@ pub struct HeapCore {
     /// The current page of each class. Atomic only so that `stats()` can
     /// read it from another thread; the owner uses plain loads and stores.
     direct: [AtomicPtr<Page>; CLASSES],
-    local: UnsafeCell<Local>,
+    /// The page lists, and with them every page but the current ones.
+    local: Locked<Local>,
     /// Frees from other threads into pages on the full list.
     delayed: AtomicPtr<Block>,
     /// Span pool, shared with remote large frees and the purger.
@@ -205,7 +229,7 @@ impl HeapCore {
         crate::memory::block::init_secret();
         let heap = HeapCore {
             direct: [const { AtomicPtr::new(null_mut()) }; CLASSES],
-            local: UnsafeCell::new(Local {
+            local: Locked::new(Local {
                 queues: [Queue::EMPTY; CLASSES],
                 full: Queue::EMPTY,
                 next_maintenance: 0,
@@ -301,13 +325,21 @@ impl HeapCore {
         unsafe { &*self.budget }
     }
 
-    /// # Safety
-    /// Only the owning thread may call this, and not reentrantly.
-    #[allow(clippy::mut_from_ref)]
+    /// Takes the page lists for a slow path (the owner's, or a visit).
+    /// Never reentrant: nothing that runs under it may allocate.
     #[inline]
-    unsafe fn local(&self) -> &mut Local {
-        // SAFETY: forwarded from the caller.
-        unsafe { &mut *self.local.get() }
+    pub(crate) fn lock_local(&self) -> crate::sync::lock::Guard<'_, Local> {
+        self.local.lock()
+    }
+
+    /// As [`HeapCore::lock_local`], if no one holds it.
+    pub(crate) fn try_lock_local(&self) -> Option<crate::sync::lock::Guard<'_, Local>> {
+        self.local.try_lock()
+    }
+
+    /// The page lists' lock itself, for the fork handlers.
+    pub(crate) fn local_lock(&self) -> &Locked<Local> {
+        &self.local
     }
 
     /// After a span operation (span lock held): publish the heap's bytes to

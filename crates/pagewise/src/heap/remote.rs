@@ -18,8 +18,8 @@ impl HeapCore {
     /// `keep` most recent.
     ///
     /// # Safety
-    /// Owner only.
-    pub(super) unsafe fn flush_cache(&self, class: usize, keep: u32) {
+    /// Owner only, with its page lists held.
+    pub(super) unsafe fn flush_cache(&self, l: &mut Local, class: usize, keep: u32) {
         // SAFETY: owner only; the detached list holds live slots of this
         // class, of this heap's pages or other heaps' (which outlive them).
         unsafe {
@@ -36,7 +36,7 @@ impl HeapCore {
                 let seg = &*Segment::of(crate::memory::layout::segment_base(b as usize));
                 let page = seg.slab_page(b as usize);
                 if seg.heap == self.me() {
-                    let _ = self.free_local(page, b);
+                    let _ = self.free_local(l, page, b);
                 } else if page == run.page {
                     (*run.last).next = b;
                     run.last = b;
@@ -56,16 +56,20 @@ impl HeapCore {
         }
     }
 
-    /// Empties every class's cache. Owner only.
-    pub(super) unsafe fn flush_caches(&self) {
+    /// Empties every class's cache. Owner only, with its page lists held.
+    pub(super) unsafe fn flush_caches(&self, l: &mut Local) {
         for class in 0..CLASSES {
             // SAFETY: owner only (caller).
-            unsafe { self.flush_cache(class, 0) };
+            unsafe { self.flush_cache(l, class, 0) };
         }
     }
 
     /// Handles frees that other threads made into pages on the full list.
-    pub(super) unsafe fn process_delayed(&self) {
+    /// A visitor leaves a slot of a current page on the list for the owner
+    /// (its free list is the owner's fast path); none is expected, since a
+    /// full page is never current, but a slot may wait here while its page
+    /// leaves the full list and becomes current.
+    pub(super) unsafe fn process_delayed(&self, l: &mut Local, who: Access) {
         if self.delayed.load(Relaxed).is_null() {
             return;
         }
@@ -73,38 +77,109 @@ impl HeapCore {
         let mut b = self.delayed.swap(null_mut(), Acquire);
         while !b.is_null() {
             // SAFETY: the delayed list holds slots of this heap's pages,
-            // pushed by `free_remote`; we own the list after the swap.
+            // pushed by `free_remote`; we own the list after the swap, and
+            // hold the page lists (caller).
             unsafe {
                 let next = (*b).next;
                 let seg = &*Segment::of(crate::memory::layout::segment_base(b as usize));
                 let page = lookup_page(seg, b as usize);
-                let _ = self.free_local(page, b);
+                if who == Access::Visitor && self.is_current(page) {
+                    self.push_delayed(b);
+                } else {
+                    let _ = self.free_local(l, page, b);
+                }
                 b = next;
             }
         }
     }
 
-    /// Takes in every slot other threads freed into this heap's pages
-    /// (the owner would on its next slow paths), so counters show them as
-    /// free. Owner only.
-    pub unsafe fn collect_remote(&self) {
-        // SAFETY: owner only (caller); queue and full-list entries are slab
-        // pages of this heap, and collecting moves no page between lists.
+    /// Whether `page` is its class's current page in this heap.
+    ///
+    /// # Safety
+    /// `page` is a slab page of this heap.
+    pub(super) unsafe fn is_current(&self, page: *mut Page) -> bool {
+        // SAFETY: per the caller.
+        self.current_page(unsafe { (*page).class } as usize) == page
+    }
+
+    /// Takes in every slot other threads freed into this heap's pages (the
+    /// owner would on its next slow paths), so counters show them as free;
+    /// a visitor leaves current pages to their owner.
+    pub(crate) unsafe fn collect_remote(&self, l: &mut Local, who: Access) {
+        // SAFETY: the page lists are held (caller); queue and full-list
+        // entries are slab pages of this heap, and collecting moves no page
+        // between lists.
         unsafe {
-            self.process_delayed();
+            self.process_delayed(l, who);
             for class in 0..CLASSES {
-                let mut p = self.local().queues[class].head;
+                let mut p = l.queues[class].head;
                 while !p.is_null() {
-                    let n = (*p).collect_thread_free();
-                    self.class(class).returned.add(n as u64);
+                    if who == Access::Owner || !self.is_current(p) {
+                        let n = (*p).collect_thread_free();
+                        self.class(class).returned.add(n as u64);
+                    }
                     p = (*p).next;
                 }
             }
-            let mut p = self.local().full.head;
+            let mut p = l.full.head;
             while !p.is_null() {
                 let n = (*p).collect_thread_free();
                 self.class((*p).class as usize).returned.add(n as u64);
                 p = (*p).next;
+            }
+        }
+    }
+
+    /// Slots freed into this heap's pages by other threads and not yet
+    /// collected, per class: on the pages' remote lists and the delayed
+    /// list. Read only; the page lists are held, so no page leaves.
+    pub(crate) fn pending_remote(&self, l: &Local) -> [u64; CLASSES] {
+        let mut out = [0u64; CLASSES];
+        let mut count = |p: *mut Page| {
+            // SAFETY: a slab page of this heap, on a list we hold; its
+            // remote word is atomic.
+            let (class, n) = unsafe { ((*p).class as usize, (*p).pending_remote()) };
+            out[class] += n as u64;
+        };
+        for q in l.queues.iter().chain(core::iter::once(&l.full)) {
+            let mut p = q.head;
+            while !p.is_null() {
+                count(p);
+                // SAFETY: as above.
+                p = unsafe { (*p).next };
+            }
+        }
+        // Current pages are on their class queue; the delayed list's slots
+        // stay until a holder of the page lists takes them, as we do now.
+        let mut b = self.delayed.load(Acquire);
+        while !b.is_null() {
+            // SAFETY: slots on the delayed list are this heap's, and only a
+            // holder of the page lists unlinks them.
+            unsafe {
+                let seg = &*Segment::of(crate::memory::layout::segment_base(b as usize));
+                let page = lookup_page(seg, b as usize);
+                out[(*page).class as usize] += 1;
+                b = (*b).next;
+            }
+        }
+        out
+    }
+
+    /// Puts a slot on the delayed list, for a holder of the page lists.
+    ///
+    /// # Safety
+    /// `block` is a free slot of this heap's page, on no list.
+    unsafe fn push_delayed(&self, block: *mut Block) {
+        let mut head = self.delayed.load(Relaxed);
+        loop {
+            // SAFETY: per the caller, the slot is ours to link.
+            unsafe { (*block).next = head };
+            match self
+                .delayed
+                .compare_exchange_weak(head, block, Release, Relaxed)
+            {
+                Ok(_) => return,
+                Err(seen) => head = seen,
             }
         }
     }
@@ -177,20 +252,7 @@ pub(super) unsafe fn free_remote(page: *mut Page, block: *mut Block) {
 /// `block` is a live slot of `page`, whose heap outlives it; `push_remote`
 /// just claimed the notification for it.
 unsafe fn free_to_delayed(page: *mut Page, block: *mut Block) {
-    // SAFETY: per the caller.
-    unsafe {
-        let heap = &*((*page).heap as *const HeapCore);
-        let mut head = heap.delayed.load(Relaxed);
-        loop {
-            crate::sync::perturb::point();
-            (*block).next = head;
-            match heap
-                .delayed
-                .compare_exchange_weak(head, block, Release, Relaxed)
-            {
-                Ok(_) => return,
-                Err(seen) => head = seen,
-            }
-        }
-    }
+    crate::sync::perturb::point();
+    // SAFETY: per the caller; the heap outlives its pages.
+    unsafe { (*((*page).heap as *const HeapCore)).push_delayed(block) };
 }

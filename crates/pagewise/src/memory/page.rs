@@ -277,6 +277,12 @@ impl Page {
         n
     }
 
+    /// How many slots other threads freed and the owner has not collected
+    /// (a snapshot).
+    pub fn pending_remote(&self) -> usize {
+        remote_word::pending_count(&self.thread_free)
+    }
+
     /// Whether other threads freed slots not yet collected.
     #[inline]
     pub fn has_remote(&self) -> bool {

@@ -120,6 +120,11 @@ pub fn take<W: Word>(word: &W) -> Option<List> {
     }
 }
 
+/// How many slots the list holds now (a snapshot: pushes go on).
+pub fn pending_count<W: Word>(word: &W) -> usize {
+    (word.load(Acquire) & COUNT_MASK) >> COUNT_SHIFT
+}
+
 /// Whether slots are waiting on the list.
 #[inline]
 pub fn pending<W: Word>(word: &W) -> bool {
