@@ -303,3 +303,40 @@ fn sampler_writes_lines_while_running() {
         assert!(f[1] > 0, "RSS sampled: {line}");
     }
 }
+
+/// `PAGEWISE_LIMIT` through the C library: 64 MiB freed into the heap of a
+/// thread that is blocked still counts as committed until it goes back, and
+/// a `malloc` that would pass the limit makes it go back first (the other
+/// heaps' emptied pages, not only their retained spans); past the limit
+/// `malloc` returns NULL with `errno = ENOMEM`, and works again once
+/// memory is freed.
+#[test]
+fn limit_reclaims_other_threads_free_memory_then_fails_with_enomem() {
+    let Some(edge) = edge() else { return };
+    let o = preloaded({
+        let mut c = command(edge);
+        c.arg("limit")
+            .env("PAGEWISE_LIMIT", "96M")
+            .env("PAGEWISE_BACKGROUND", "0")
+            .env_remove("PAGEWISE_RETAIN_MAX");
+        c
+    });
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    let report = format!("{stdout}{}", String::from_utf8_lossy(&o.stderr));
+    let line = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("edge: limit "))
+        .unwrap_or_else(|| panic!("{report}"));
+    let f: Vec<i64> = line.split(' ').map(|x| x.parse().unwrap()).collect();
+    let (first80, total, enomem) = (f[0], f[1], f[2]);
+    assert_eq!(
+        first80, 1,
+        "80 MiB under a 96 MiB limit once 64 MiB was freed: {report}"
+    );
+    assert!(
+        (80..=96).contains(&total),
+        "{total} MiB under a 96 MiB limit: {report}"
+    );
+    assert_eq!(enomem, 1, "the failing malloc set ENOMEM: {report}");
+    assert!(stdout.contains("edge: limit after-free 1"), "{report}");
+}

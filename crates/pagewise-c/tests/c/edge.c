@@ -13,6 +13,9 @@
  *   edge idle one-thread | threads-exit | handoff | handoff-blocked |
  *        handoff-blocked-trim   issue 11's quiet scenarios (prints "edge:
  *        idle BEFORE FREED AFTER", resident bytes)
+ *   edge limit   under PAGEWISE_LIMIT=96M: 48 MiB freed into a blocked
+ *        thread's heap, then 1 MiB blocks until malloc fails (prints "edge:
+ *        limit FIRST80 TOTAL_MIB ERRNO_IS_ENOMEM")
  *   edge calloc-after-realign   calloc after a huge run's reuse at another
  *        alignment (prints "edge: calloc zero" or the count of old bytes)
  *
@@ -525,8 +528,42 @@ static int idle(const char *which) {
     return 0;
 }
 
+/* PAGEWISE_LIMIT: memory freed into another thread's heap while that
+ * thread is blocked counts against the limit until it goes back; an
+ * allocation that would pass the limit makes it go back first, and fails
+ * with ENOMEM only when the limit is really reached. */
+static int limit(void) {
+    static char *objs[HANDOFF_OBJECTS];
+    static char *blocks[256];
+    pthread_t t;
+    sem_init(&produced, 0, 0);
+    sem_init(&go, 0, 0);
+    pthread_create(&t, NULL, produce_then_block, objs); /* 64 MiB of 1 KiB */
+    sem_wait(&produced);
+    for (int i = 0; i < HANDOFF_OBJECTS; i++) free(objs[i]);
+    int n = 0, first = 0;
+    errno = 0;
+    while (n < 256) {
+        char *b = malloc(1 << 20);
+        if (!b) break;
+        memset(b, 1, 1 << 20);
+        blocks[n++] = b;
+        if (n == 80) first = 1;
+    }
+    int enomem = n < 256 && errno == ENOMEM;
+    printf("edge: limit %d %d %d\n", first, n, enomem);
+    for (int i = 0; i < n; i++) free(blocks[i]);
+    char *again = malloc(1 << 20);
+    printf("edge: limit after-free %d\n", again != NULL);
+    free(again);
+    sem_post(&go);
+    pthread_join(t, NULL);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     const char *mode = argc > 1 ? argv[1] : "pagewise";
+    if (!strcmp(mode, "limit")) return limit();
     if (!strcmp(mode, "idle") && argc > 2) return idle(argv[2]);
     if (!strcmp(mode, "double-free")) {
         char *p = malloc(32);

@@ -167,14 +167,35 @@ fn create() -> Option<*mut HeapCore> {
     Some(at)
 }
 
-/// An allocation would pass `PAGEWISE_LIMIT`: purge what every heap
-/// retains. Called with no span lock held by the caller; must not allocate.
-/// For now each heap's retained spans and cached huge runs whose span lock
-/// is free (`try_lock`: a busy heap is skipped, never waited for).
-// Lead: extend with what the purger can reach (pages of idle and abandoned
-// heaps, wholly free segments).
+/// An allocation would pass `PAGEWISE_LIMIT`: give back what every other
+/// heap can, as the purger does (its emptied pages, then everything it
+/// retains, expired or not). Called on the allocating thread's slow path,
+/// with its own page lists held and no span lock: so nothing here waits
+/// (a visit pass in progress, a heap on a slow path or a busy span pool
+/// is skipped) and nothing allocates.
 pub fn purge_all_for_limit() {
+    let me = crate::global::thread::current_or_null();
+    let Some(_pass) = VISITS.try_lock() else {
+        for_each_heap(|h| {
+            h.purge_expired(true);
+        });
+        return;
+    };
     for_each_heap(|h| {
+        if core::ptr::eq(h, me) {
+            return;
+        }
+        if claim_for_visit(&h.owner) {
+            if let Some(mut l) = h.try_lock_local() {
+                // SAFETY: claimed as the abandoned heap's owner, with its
+                // page lists.
+                unsafe { h.release_empty_pages(&mut l, Access::Owner) };
+            }
+            end_visit(&h.owner);
+        } else if let Some(mut l) = h.try_lock_local() {
+            // SAFETY: the page lists of a heap whose thread lives.
+            unsafe { h.release_empty_pages(&mut l, Access::Visitor) };
+        }
         h.purge_expired(true);
     });
 }
