@@ -353,8 +353,11 @@ impl HeapCore {
             .budget
             .retained()
             .wrapping_add(spans.unpublished_retained() as usize);
+        // The history is read only when retention could be over budget: a
+        // churn of one big buffer never gets there.
         let due = self.next_deadline.load(Relaxed) <= now
-            || retained > 0 && ctx.budget.keep(now, ctx.config).young < retained;
+            || retained > Budget::young_floor(ctx.config)
+                && ctx.budget.keep(now, ctx.config).young < retained;
         if spans.retained() > 0 && (due || self.next_deadline.load(Relaxed) == u64::MAX) {
             let next = spans.decay(ctx, now, false);
             self.next_deadline.store(next.unwrap_or(u64::MAX), Relaxed);
@@ -377,19 +380,27 @@ impl HeapCore {
     /// [`HeapCore::publish`], with retained bytes published only once they
     /// moved by a grain (`Spans::sync_retained_coarsely`): the span
     /// operations of a churn then touch no shared counter.
+    /// The demand is noted only if something was published or the
+    /// history moved to a new slot since the last note: demand is
+    /// committed minus retained, and this heap's share of both is what it
+    /// publishes (others note their own changes).
     fn publish_coarsely(&self, spans: &mut Spans, now: u64) {
-        self.publish_committed(spans);
-        spans.sync_retained_coarsely(self.budget());
-        self.budget().note(now, &self.config);
+        let moved = self.publish_committed(spans) | spans.sync_retained_coarsely(self.budget());
+        if moved || now >= spans.next_note_at {
+            self.budget().note(now, &self.config);
+            spans.next_note_at = self.budget().next_slot_at(now, &self.config);
+        }
     }
 
-    fn publish_committed(&self, spans: &mut Spans) {
+    /// Returns whether it published.
+    fn publish_committed(&self, spans: &mut Spans) -> bool {
         let committed = spans.counts.committed + self.slab_committed.get() as usize;
         let delta = committed.wrapping_sub(spans.published_committed);
         if delta != 0 {
             self.budget().add(delta, 0);
             spans.published_committed = committed;
         }
+        delta != 0
     }
 
     /// Whether `bytes` more may be committed under the hard limit

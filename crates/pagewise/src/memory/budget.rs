@@ -177,6 +177,12 @@ impl Budget {
         }
     }
 
+    /// When the history's slot of `now` ends.
+    pub fn next_slot_at(&self, now: u64, config: &Config) -> u64 {
+        let slot = Self::slot_ms(config);
+        (now / slot + 1) * slot
+    }
+
     /// The highest demand over the last decay delay (at least today's).
     pub fn peak(&self, now: u64, config: &Config) -> usize {
         let mut peak = self.demand();
@@ -196,6 +202,17 @@ impl Budget {
             }
         }
         peak
+    }
+
+    /// A lower bound of [`Keep::young`] that needs no history: retention
+    /// at or under it is within the budget whatever the demand was. (The
+    /// slack alone is at least 2 MiB.)
+    pub fn young_floor(config: &Config) -> usize {
+        if config.decay_ms == 0 {
+            0
+        } else {
+            (2usize << 20).min(config.retain_max_bytes)
+        }
     }
 
     /// What retention may hold now.

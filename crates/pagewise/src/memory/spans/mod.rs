@@ -96,6 +96,10 @@ pub struct Spans {
     /// The heap's committed bytes (span pool and slab pages) as last added
     /// to the budget.
     pub published_committed: usize,
+    /// When the budget's demand history moves to its next slot: until
+    /// then, a span operation that published nothing need not note the
+    /// demand again (`HeapCore::publish_coarsely`).
+    pub next_note_at: u64,
     /// Byte counts.
     pub counts: SpanCounts,
 }
@@ -144,6 +148,7 @@ impl Spans {
             recent: null_mut(),
             published_retained: 0,
             published_committed: 0,
+            next_note_at: 0,
             counts: SpanCounts {
                 committed: 0,
                 peak_committed: 0,

@@ -99,10 +99,13 @@ impl Spans {
     /// by [`SYNC_GRAIN`] or more since the last call: a churn that takes a
     /// span from retention and gives it back then touches no counter every
     /// heap shares. The decay syncs exactly before it decides.
-    pub fn sync_retained_coarsely(&mut self, budget: &Budget) {
-        if self.unpublished_retained().unsigned_abs() >= SYNC_GRAIN {
+    /// Returns whether it published.
+    pub fn sync_retained_coarsely(&mut self, budget: &Budget) -> bool {
+        let due = self.unpublished_retained().unsigned_abs() >= SYNC_GRAIN;
+        if due {
             self.sync_retained(budget);
         }
+        due
     }
 
     /// Retained bytes not yet added to the budget (negative: taken).
