@@ -19,6 +19,11 @@
  *  - aligned_alloc sets EINVAL for an alignment that is not a power of two;
  *    memalign rounds such an alignment up to the next power of two.
  *
+ * C++: every form of operator new and operator delete (plain, array, nothrow,
+ * sized, aligned) is exported under its Itanium name; throwing new calls the
+ * std::new_handler and throws std::bad_alloc, nothrow new returns NULL
+ * (docs/c-library.md).
+ *
  * Bad input: free(), realloc() or malloc_usable_size() of a pointer pagewise
  * did not allocate, of a pointer inside (not at the start of) a block, or a
  * detected double free aborts the process with one line on stderr naming the

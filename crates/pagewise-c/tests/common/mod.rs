@@ -179,6 +179,44 @@ pub fn bigtls_so() -> Option<&'static Path> {
     }))
 }
 
+/// `c++` on the PATH, or None (see [`missing`]).
+pub fn cxx_compiler() -> Option<PathBuf> {
+    let found = std::env::var_os("PATH").and_then(|path| {
+        std::env::split_paths(&path)
+            .map(|d| d.join("c++"))
+            .find(|p| p.is_file())
+    });
+    if found.is_none() {
+        missing("c++ (a C++ compiler)", "g++");
+    }
+    found
+}
+
+/// The C++ test program (`tests/c/cxx.cpp`, C++17), linked against glibc
+/// and libstdc++ only; None without a C++ compiler (see [`missing`]).
+pub fn cxx_program() -> Option<&'static Path> {
+    cxx_compiler()?;
+    static CXX: OnceLock<PathBuf> = OnceLock::new();
+    Some(CXX.get_or_init(|| {
+        let out = scratch("cxx").join("cxx");
+        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/cxx.cpp");
+        let o = Command::new("c++")
+            .args(["-std=c++17", "-O0", "-g", "-Wall", "-Wextra", "-Werror"])
+            .arg(src)
+            .arg("-o")
+            .arg(&out)
+            .arg("-ldl")
+            .output()
+            .expect("running c++");
+        assert!(
+            o.status.success(),
+            "c++ failed:\n{}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        out
+    }))
+}
+
 /// Waits for `child` at most `limit`; kills it and returns None if it is
 /// still running then (a deadlock: the test must fail, not hang). If the
 /// child leads its own process group (`CommandExt::process_group(0)`),
