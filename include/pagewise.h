@@ -67,6 +67,16 @@ void *pvalloc(size_t size);
 size_t malloc_usable_size(void *ptr);
 /* Gives back everything pagewise retains (pad is ignored); returns 1. */
 int malloc_trim(size_t pad);
+/* glibc's __libc_malloc, __libc_free, __libc_calloc, __libc_realloc,
+ * __libc_memalign, __libc_valloc, __libc_pvalloc and cfree are exported too
+ * (the functions above under glibc's other names). */
+/* C23: free a block with the size it was allocated with (checked by debug
+ * builds of the library: a larger size aborts). */
+void free_sized(void *ptr, size_t size);
+void free_aligned_sized(void *ptr, size_t align, size_t size);
+/* The usable size malloc(size) would get: its size class (jemalloc's
+ * nallocx); malloc_usable_size(malloc(n)) == malloc_good_size(n). */
+size_t malloc_good_size(size_t size);
 
 /* Gives back to the OS all the free memory pagewise retains: empty pages,
  * retained spans, cached huge blocks, wholly free segments. */

@@ -114,22 +114,10 @@ fn no_bad_alloc(size: usize) -> ! {
     let mut digits = [0u8; 20];
     pw::fault::write_stderr(&[
         b"pagewise: out of memory in operator new (",
-        decimal(size, &mut digits),
+        crate::out::decimal(size, &mut digits),
         b" bytes), and no std::bad_alloc to throw\n",
     ]);
     std::process::abort()
-}
-
-fn decimal(mut x: usize, buf: &mut [u8; 20]) -> &[u8] {
-    let mut at = buf.len();
-    loop {
-        at -= 1;
-        buf[at] = b'0' + (x % 10) as u8;
-        x /= 10;
-        if x == 0 {
-            return &buf[at..];
-        }
-    }
 }
 
 /// What a throwing `new` calls after [`cxx_try`] failed: the new handler
@@ -391,32 +379,11 @@ unsafe fn delete(ptr: *mut c_void) {
 /// As [`delete`].
 #[inline(always)]
 unsafe fn delete_sized(ptr: *mut c_void, size: usize) {
-    #[cfg(debug_assertions)]
-    if !ptr.is_null() {
-        // SAFETY: a live block (caller).
-        let usable = unsafe { pw::raw::usable_size(ptr.cast()) };
-        if size > usable {
-            wrong_size(ptr as usize, size);
-        }
-    }
-    let _ = size;
     // SAFETY: forwarded.
-    unsafe { delete(ptr) }
-}
-
-/// A sized delete whose size is larger than the block: misuse, one line.
-#[cfg(debug_assertions)]
-#[cold]
-fn wrong_size(addr: usize, size: usize) -> ! {
-    let (mut hex, mut digits) = ([0u8; 18], [0u8; 20]);
-    pw::fault::write_stderr(&[
-        b"pagewise: sized delete of ",
-        decimal(size, &mut digits),
-        b" bytes, larger than the block: ",
-        pw::fault::hex(addr, &mut hex),
-        b"\n",
-    ]);
-    std::process::abort()
+    unsafe {
+        crate::glibc::check_size(ptr, size, b"sized delete");
+        delete(ptr)
+    }
 }
 
 macro_rules! deletes {

@@ -31,6 +31,7 @@
 #![warn(missing_docs)]
 
 pub mod cxx;
+pub mod glibc;
 pub mod out;
 pub mod proc;
 pub mod report;

@@ -9,7 +9,8 @@
  *   edge stack-cache LIB   frees under glibc's stack-cache lock (see below)
  *   edge tls-modules DIR N dlopens DIR/tls<i>.so, i < N, while a thread waits
  *   edge double-free | double-free-aba | double-free-consumer |
- *        foreign-free | interior-free               misuse (must abort)
+ *        foreign-free | interior-free | free-sized-wrong   misuse (must abort;
+ *        free-sized-wrong only with a debug build of the library)
  *   edge idle one-thread | threads-exit | handoff   issue 11's quiet
  *        scenarios (prints "edge: idle BEFORE FREED AFTER", resident bytes)
  *   edge calloc-after-realign   calloc after a huge run's reuse at another
@@ -351,6 +352,86 @@ static void pagewise_own(void) {
     CHECK(strstr(text, "pagewise report") != NULL);
 }
 
+/* ----- the rest of glibc's family, C23's sized frees, malloc_good_size ---- */
+
+/* `name` resolves to pagewise (the preloaded library, or the program that
+ * linked libpagewise.a), not to glibc. */
+static void *pagewise_symbol(const char *name) {
+    void *sym = dlsym(RTLD_DEFAULT, name);
+    Dl_info info;
+    int ok = sym && dladdr(sym, &info) && info.dli_fname &&
+             strstr(info.dli_fname, "libc.so") == NULL &&
+             (linked_mode || strstr(info.dli_fname, "libpagewise") != NULL);
+    if (!ok) fprintf(stderr, "edge: %s does not resolve to pagewise\n", name);
+    CHECK(ok);
+    return ok ? sym : NULL;
+}
+
+static void glibc_family(void) {
+    void *(*libc_malloc)(size_t) = (void *(*)(size_t))pagewise_symbol("__libc_malloc");
+    void (*libc_free)(void *) = (void (*)(void *))pagewise_symbol("__libc_free");
+    void *(*libc_calloc)(size_t, size_t) = (void *(*)(size_t, size_t))pagewise_symbol("__libc_calloc");
+    void *(*libc_realloc)(void *, size_t) = (void *(*)(void *, size_t))pagewise_symbol("__libc_realloc");
+    void *(*libc_memalign)(size_t, size_t) = (void *(*)(size_t, size_t))pagewise_symbol("__libc_memalign");
+    void *(*libc_valloc)(size_t) = (void *(*)(size_t))pagewise_symbol("__libc_valloc");
+    void *(*libc_pvalloc)(size_t) = (void *(*)(size_t))pagewise_symbol("__libc_pvalloc");
+    void (*cfree_)(void *) = (void (*)(void *))pagewise_symbol("cfree");
+    void (*free_sized_)(void *, size_t) = (void (*)(void *, size_t))pagewise_symbol("free_sized");
+    void (*free_aligned_sized_)(void *, size_t, size_t) =
+        (void (*)(void *, size_t, size_t))pagewise_symbol("free_aligned_sized");
+    size_t (*good_size)(size_t) = (size_t(*)(size_t))pagewise_symbol("malloc_good_size");
+    if (!libc_malloc || !libc_free || !libc_calloc || !libc_realloc || !libc_memalign ||
+        !libc_valloc || !libc_pvalloc || !cfree_ || !free_sized_ || !free_aligned_sized_ || !good_size)
+        return;
+    long page = sysconf(_SC_PAGESIZE);
+
+    /* Each serves pagewise memory: malloc_usable_size (pagewise's, which
+     * aborts on a foreign pointer) and free accept it. */
+    unsigned char *p = libc_malloc(100);
+    CHECK(p && aligned(p, 16) && malloc_usable_size(p) >= 100);
+    memset(p, 7, 100);
+    p = libc_realloc(p, 5000);
+    CHECK(p && p[99] == 7 && malloc_usable_size(p) >= 5000);
+    libc_free(p);
+    p = libc_calloc(100, 100);
+    size_t bad = 0;
+    for (int i = 0; i < 10000; i++) bad += p[i] != 0;
+    CHECK(p && bad == 0);
+    free(p);
+    p = libc_memalign(64, 10);
+    CHECK(p && aligned(p, 64));
+    free(p);
+    p = libc_valloc(10);
+    CHECK(p && aligned(p, (size_t)page));
+    cfree_(p);
+    p = libc_pvalloc(10);
+    CHECK(p && aligned(p, (size_t)page) && malloc_usable_size(p) >= (size_t)page);
+    libc_free(p);
+    errno = 0;
+    CHECK(libc_malloc(SIZE_MAX) == NULL && errno == ENOMEM);
+    libc_free(NULL);
+    cfree_(NULL);
+
+    /* C23: the size (and alignment) given back with the block. */
+    p = malloc(100);
+    free_sized_(p, 100);
+    p = calloc(3, 1000);
+    free_sized_(p, 3000);
+    p = aligned_alloc(256, 1024);
+    free_aligned_sized_(p, 256, 1024);
+    free_sized_(NULL, 0);
+    free_aligned_sized_(NULL, 64, 0);
+
+    /* malloc_good_size is exactly the usable size malloc gives. */
+    for (size_t n = 0; n < (80u << 20); n = n < 4096 ? n + 1 : n * 9 / 8) {
+        void *q = malloc(n);
+        size_t good = good_size(n);
+        CHECK(good >= n && malloc_usable_size(q) == good);
+        free(q);
+    }
+    CHECK(good_size(100) == 112);
+}
+
 /* ----- free() inside glibc's stack-cache lock ----------------------------
  * A thread touches the big TLS block of a dlopened library (malloc'd), exits
  * and is joined: its stack goes to glibc's cache. Four threads with larger
@@ -528,6 +609,11 @@ int main(int argc, char **argv) {
         free(not_heap + 16);
         return 0;
     }
+    if (!strcmp(mode, "free-sized-wrong")) {
+        void (*free_sized_)(void *, size_t) = (void (*)(void *, size_t))dlsym(RTLD_DEFAULT, "free_sized");
+        if (free_sized_) free_sized_(malloc(100), 1000);
+        return 0;
+    }
     if (!strcmp(mode, "interior-free")) {
         char *p = malloc(100000);
         free(p + 8);
@@ -549,6 +635,7 @@ int main(int argc, char **argv) {
     threads();
     forks();
     if (pagewise_mode) pagewise_own();
+    if (pagewise_mode) glibc_family();
     if (failures) {
         fprintf(stderr, "edge: %d checks failed\n", failures);
         return 1;
