@@ -32,7 +32,9 @@
  *
  * Environment (read once, at the first allocation or when the library loads;
  * a malformed value prints one line on stderr and the default is used):
+ *   PAGEWISE_CONF=decay_ms:500,retain_max:32M   all settings in one string
  *   PAGEWISE_DECAY_MS=1000     ms a freed span stays committed before purging
+ *                              (-1: never); sizes accept 64M, 64MiB, 1.5G
  *   PAGEWISE_RETAIN_MAX=64M    committed free bytes a thread heap may keep
  *   PAGEWISE_PURGE=dontneed    or "free" (MADV_FREE)
  *   PAGEWISE_BACKGROUND=1      a background thread purges idle memory
@@ -93,6 +95,20 @@ void pagewise_stats_print(int fd);
  * call again with a buffer of at least result + 1 bytes. buf may be NULL
  * when len is 0. Does not allocate. */
 size_t pagewise_stats_json(char *buf, size_t len);
+
+/* Options at run time: decay_ms, retain_max, limit, reserve (changeable),
+ * purge, background (fixed at start). get returns -1 for none/never (and -1
+ * with errno = EINVAL for an unknown name); set parses value as the
+ * PAGEWISE_* variable and returns 0, EINVAL (unknown, malformed, refused)
+ * or EPERM (fixed at start). */
+long long pagewise_option_get(const char *name);
+int pagewise_option_set(const char *name, const char *value);
+
+/* Embedded defaults: a program may define
+ *     const char *pagewise_conf = "decay_ms:500,retain_max:32M";
+ * (exported: automatic when linked with -lpagewise, -rdynamic when only
+ * preloaded). Precedence: defaults < pagewise_conf < PAGEWISE_CONF <
+ * PAGEWISE_* variables. */
 
 #ifdef __cplusplus
 }

@@ -32,6 +32,8 @@
 
 pub mod cxx;
 pub mod glibc;
+pub mod introspect;
+pub mod options;
 pub mod out;
 pub mod proc;
 pub mod report;

@@ -133,6 +133,25 @@ pub fn edge() -> Option<&'static Path> {
     }))
 }
 
+/// The C test program defining `pagewise_conf` (embedded defaults) and
+/// exporting it (`-rdynamic`); None without a C compiler.
+pub fn edge_embedded() -> Option<&'static Path> {
+    c_compiler()?;
+    static EDGE: OnceLock<PathBuf> = OnceLock::new();
+    Some(EDGE.get_or_init(|| {
+        let out = scratch("cc-embedded").join("edge-embedded");
+        cc(
+            &out,
+            &[
+                "-ldl",
+                "-rdynamic",
+                "-DEMBED_CONF=\"decay_ms:700,limit:1G,retain_max:16M\"",
+            ],
+        );
+        out
+    }))
+}
+
 /// The C test program with libpagewise.a linked in; None without a C
 /// compiler.
 pub fn edge_linked() -> Option<&'static Path> {

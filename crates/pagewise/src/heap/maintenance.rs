@@ -24,7 +24,7 @@ impl HeapCore {
             if now < *next {
                 return;
             }
-            *next = now + (self.config.decay_ms / 2).max(1);
+            *next = now.saturating_add((self.config.decay_ms() / 2).max(1));
         }
         for class in 0..CLASSES {
             // Halve the caches: slots still wanted come back from their
