@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # What the tests of crates/pagewise-c and crates/pagewise-cli need: a C
-# compiler for the C test program, and Debian's python3, lua5.4, sqlite3 and
+# compiler for the C test program, a C++ compiler for the C++ one (operator
+# new and delete), and Debian's python3, lua5.4, sqlite3 and
 # git to run under LD_PRELOAD; crates/pagewise-bench's need tcmalloc (a
 # built-in peer of `pagewise bench`, preloaded from libtcmalloc_minimal.so.4).
 # Called from .ci/run before `cargo test`; with PAGEWISE_CI=1 a test whose
@@ -9,6 +10,7 @@ set -euo pipefail
 export DEBIAN_FRONTEND=noninteractive
 need=()
 command -v cc >/dev/null 2>&1 || need+=(gcc libc6-dev)
+command -v c++ >/dev/null 2>&1 || need+=(g++)
 [ -x /usr/bin/python3 ] || need+=(python3)
 [ -x /usr/bin/lua5.4 ] || need+=(lua5.4)
 [ -x /usr/bin/sqlite3 ] || need+=(sqlite3)
@@ -18,4 +20,4 @@ if [ ${#need[@]} -gt 0 ]; then
     apt-get update -qq
     apt-get install -y -qq "${need[@]}" >/dev/null
 fi
-echo "clib-deps: cc $(cc -dumpversion), $(/usr/bin/python3 --version), $(/usr/bin/lua5.4 -v 2>&1 | cut -d' ' -f1-2), sqlite3 $(/usr/bin/sqlite3 --version | cut -d' ' -f1), $(/usr/bin/git --version), libtcmalloc-minimal4 $(dpkg-query -W -f='${Version}' libtcmalloc-minimal4)"
+echo "clib-deps: cc $(cc -dumpversion), c++ $(c++ -dumpversion), $(/usr/bin/python3 --version), $(/usr/bin/lua5.4 -v 2>&1 | cut -d' ' -f1-2), sqlite3 $(/usr/bin/sqlite3 --version | cut -d' ' -f1), $(/usr/bin/git --version), libtcmalloc-minimal4 $(dpkg-query -W -f='${Version}' libtcmalloc-minimal4)"

@@ -19,6 +19,11 @@
  *  - aligned_alloc sets EINVAL for an alignment that is not a power of two;
  *    memalign rounds such an alignment up to the next power of two.
  *
+ * C++: every form of operator new and operator delete (plain, array, nothrow,
+ * sized, aligned) is exported under its Itanium name; throwing new calls the
+ * std::new_handler and throws std::bad_alloc, nothrow new returns NULL
+ * (docs/c-library.md).
+ *
  * Bad input: free(), realloc() or malloc_usable_size() of a pointer pagewise
  * did not allocate, of a pointer inside (not at the start of) a block, or a
  * detected double free aborts the process with one line on stderr naming the
@@ -27,7 +32,9 @@
  *
  * Environment (read once, at the first allocation or when the library loads;
  * a malformed value prints one line on stderr and the default is used):
+ *   PAGEWISE_CONF=decay_ms:500,retain_max:32M   all settings in one string
  *   PAGEWISE_DECAY_MS=1000     ms a freed span stays committed before purging
+ *                              (-1: never); sizes accept 64M, 64MiB, 1.5G
  *   PAGEWISE_RETAIN_MAX=64M    committed free bytes a thread heap may keep
  *   PAGEWISE_PURGE=dontneed    or "free" (MADV_FREE)
  *   PAGEWISE_BACKGROUND=1      a background thread purges idle memory
@@ -62,6 +69,16 @@ void *pvalloc(size_t size);
 size_t malloc_usable_size(void *ptr);
 /* Gives back everything pagewise retains (pad is ignored); returns 1. */
 int malloc_trim(size_t pad);
+/* glibc's __libc_malloc, __libc_free, __libc_calloc, __libc_realloc,
+ * __libc_memalign, __libc_valloc, __libc_pvalloc and cfree are exported too
+ * (the functions above under glibc's other names). */
+/* C23: free a block with the size it was allocated with (checked by debug
+ * builds of the library: a larger size aborts). */
+void free_sized(void *ptr, size_t size);
+void free_aligned_sized(void *ptr, size_t align, size_t size);
+/* The usable size malloc(size) would get: its size class (jemalloc's
+ * nallocx); malloc_usable_size(malloc(n)) == malloc_good_size(n). */
+size_t malloc_good_size(size_t size);
 
 /* Gives back to the OS all the free memory pagewise retains: empty pages,
  * retained spans, cached huge blocks, wholly free segments. */
@@ -78,6 +95,20 @@ void pagewise_stats_print(int fd);
  * call again with a buffer of at least result + 1 bytes. buf may be NULL
  * when len is 0. Does not allocate. */
 size_t pagewise_stats_json(char *buf, size_t len);
+
+/* Options at run time: decay_ms, retain_max, limit, reserve (changeable),
+ * purge, background (fixed at start). get returns -1 for none/never (and -1
+ * with errno = EINVAL for an unknown name); set parses value as the
+ * PAGEWISE_* variable and returns 0, EINVAL (unknown, malformed, refused)
+ * or EPERM (fixed at start). */
+long long pagewise_option_get(const char *name);
+int pagewise_option_set(const char *name, const char *value);
+
+/* Embedded defaults: a program may define
+ *     const char *pagewise_conf = "decay_ms:500,retain_max:32M";
+ * (exported: automatic when linked with -lpagewise, -rdynamic when only
+ * preloaded). Precedence: defaults < pagewise_conf < PAGEWISE_CONF <
+ * PAGEWISE_* variables. */
 
 #ifdef __cplusplus
 }

@@ -164,6 +164,19 @@ pub fn expand_path(template: &[u8], out: &mut [u8; 4096]) -> bool {
     true
 }
 
+/// Formats `x` in decimal into `buf`, returning the used part.
+pub fn decimal(mut x: usize, buf: &mut [u8; 20]) -> &[u8] {
+    let mut at = buf.len();
+    loop {
+        at -= 1;
+        buf[at] = b'0' + (x % 10) as u8;
+        x /= 10;
+        if x == 0 {
+            return &buf[at..];
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

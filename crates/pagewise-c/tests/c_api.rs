@@ -178,7 +178,13 @@ fn calloc_after_a_huge_run_reused_at_another_alignment_is_zero() {
 #[test]
 fn misuse_aborts_with_one_clear_line() {
     let Some(edge) = edge() else { return };
-    for (mode, message) in [
+    // A size larger than the block is checked by debug builds of the
+    // library only (the test binary and the library share the profile).
+    let debug_only = cfg!(debug_assertions).then_some((
+        "free-sized-wrong",
+        "pagewise: free_sized of 1000 bytes, larger than the block",
+    ));
+    for (mode, message) in debug_only.into_iter().chain([
         ("double-free", "pagewise: double free"),
         ("double-free-aba", "pagewise: double free"),
         ("double-free-consumer", "pagewise: double free"),
@@ -190,7 +196,7 @@ fn misuse_aborts_with_one_clear_line() {
             "interior-free",
             "pagewise: free of a pointer that is not the start of an allocation",
         ),
-    ] {
+    ]) {
         let o = preloaded({
             let mut c = command(edge);
             c.arg(mode);
@@ -221,7 +227,7 @@ fn malformed_environment_gets_one_line_and_the_default() {
     assert_eq!(
         lines,
         [
-            "pagewise: ignoring malformed PAGEWISE_DECAY_MS=soon (using the default)",
+            "pagewise: ignoring malformed PAGEWISE_DECAY_MS=soon (expected milliseconds, or -1 for never)",
             "pagewise: ignoring malformed PAGEWISE_STATS=maybe (expected 1 or 0)",
         ],
         "{stderr}"
@@ -339,4 +345,150 @@ fn limit_reclaims_other_threads_free_memory_then_fails_with_enomem() {
     );
     assert_eq!(enomem, 1, "the failing malloc set ENOMEM: {report}");
     assert!(stdout.contains("edge: limit after-free 1"), "{report}");
+}
+
+fn options_line(o: &std::process::Output) -> String {
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("edge: options "))
+        .unwrap_or_else(|| panic!("{stdout}"))
+        .to_owned()
+}
+
+#[test]
+fn pagewise_conf_string_below_the_separate_variables() {
+    let Some(edge) = edge() else { return };
+    let o = preloaded({
+        let mut c = command(edge);
+        c.arg("options")
+            .env(
+                "PAGEWISE_CONF",
+                "decay_ms:500, retain_max:32M,reserve:64MiB,limit:1.5G",
+            )
+            .env("PAGEWISE_DECAY_MS", "250");
+        c
+    });
+    assert_eq!(
+        options_line(&o),
+        "decay_ms=250 retain_max=33554432 limit=1610612736 reserve=67108864 purge=0 background=1"
+    );
+    assert_eq!(String::from_utf8_lossy(&o.stderr), "");
+}
+
+#[test]
+fn bad_settings_are_refused_with_what_is_accepted() {
+    let Some(edge) = edge() else { return };
+    let o = preloaded({
+        let mut c = command(edge);
+        c.arg("options")
+            .env(
+                "PAGEWISE_CONF",
+                "colour:blue,decay_ms:-1,retain_max:lots,oops",
+            )
+            .env("PAGEWISE_RESERVE", "0")
+            .env("PAGEWISE_LIMIT", "0");
+        c
+    });
+    assert_eq!(
+        options_line(&o),
+        "decay_ms=-1 retain_max=-1 limit=-1 reserve=1073741824 purge=0 background=1",
+        "-1 is never; refused values leave the defaults"
+    );
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    let lines: Vec<&str> = stderr.lines().collect();
+    assert_eq!(
+        lines,
+        [
+            "pagewise: ignoring unknown setting colour in PAGEWISE_CONF (known: decay_ms, retain_max, limit, purge, background, reserve)",
+            "pagewise: ignoring malformed retain_max:lots in PAGEWISE_CONF (expected a size such as 64M, 64MB, 64MiB or 1.5G, or -1 for none)",
+            "pagewise: ignoring malformed oops in PAGEWISE_CONF (expected key:value entries separated by commas)",
+            "pagewise: ignoring malformed PAGEWISE_LIMIT=0 (expected a size above 0 such as 512M, 512MiB or 1.5G, or -1 for none)",
+            "pagewise: ignoring malformed PAGEWISE_RESERVE=0 (expected a size of at least 32M (a segment) such as 1G or 256MiB)",
+        ],
+        "{stderr}"
+    );
+}
+
+#[test]
+fn embedded_pagewise_conf_is_the_lowest_precedence() {
+    let Some(edge) = edge_embedded() else { return };
+    let o = preloaded({
+        let mut c = command(edge);
+        c.arg("options");
+        c
+    });
+    assert_eq!(
+        options_line(&o),
+        "decay_ms=700 retain_max=16777216 limit=1073741824 reserve=1073741824 purge=0 background=1"
+    );
+    let o = preloaded({
+        let mut c = command(edge);
+        c.arg("options")
+            .env("PAGEWISE_CONF", "decay_ms:600")
+            .env("PAGEWISE_RETAIN_MAX", "8M");
+        c
+    });
+    assert_eq!(
+        options_line(&o),
+        "decay_ms=600 retain_max=8388608 limit=1073741824 reserve=1073741824 purge=0 background=1"
+    );
+}
+
+#[test]
+fn malloc_info_writes_well_formed_xml_shaped_like_glibcs() {
+    let Some(edge) = edge() else { return };
+    let Some(python) = debian_program("python3", "python3") else {
+        return;
+    };
+    let o = preloaded({
+        let mut c = command(edge);
+        c.arg("pagewise");
+        c
+    });
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let xml = stdout
+        .split_once("edge: malloc_info begin\n")
+        .and_then(|(_, rest)| rest.split_once("edge: malloc_info end\n"))
+        .map(|(xml, _)| xml)
+        .unwrap_or_else(|| panic!("{stdout}"));
+    // A real XML parser reads it: the root, glibc's elements, and a live
+    // byte count that includes the block held while it was written.
+    let check = r#"
+import sys, xml.etree.ElementTree as ET
+root = ET.fromstring(sys.stdin.read())
+assert root.tag == "malloc" and root.get("version") == "1", root.tag
+heap = root.find("heap")
+assert heap is not None and heap.get("nr") == "0"
+assert heap.find("sizes") is not None
+types = {t.get("type") for t in root.findall("total")}
+assert types == {"fast", "rest", "mmap"}, types
+assert int(root.find("system[@type='current']").get("size")) > 0
+assert int(root.find("pagewise").get("live")) >= 200
+print("xml ok")
+"#;
+    let mut child = std::process::Command::new(python)
+        .args(["-c", check])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::io::Write::write_all(child.stdin.as_mut().unwrap(), xml.as_bytes()).unwrap();
+    let r = child.wait_with_output().unwrap();
+    assert!(
+        String::from_utf8_lossy(&r.stdout).contains("xml ok"),
+        "{xml}\n{}",
+        String::from_utf8_lossy(&r.stderr)
+    );
 }

@@ -8,12 +8,46 @@
 //! | `PAGEWISE_LIMIT` | [`Config::limit_bytes`] | none | hard limit on committed bytes (every thread heap together; an owned `Heap` alone): an allocation that would pass it first purges everything retained it can reach, then fails (null, `ENOMEM` in C) |
 //! | `PAGEWISE_PURGE` | [`Config::purge`] | `dontneed` | `dontneed` (RSS drops at once) or `free` (MADV_FREE) |
 //! | `PAGEWISE_BACKGROUND` | [`Config::background`] | `1` | a background thread purges expired memory of idle threads |
-//! | `PAGEWISE_RESERVE` | [`Config::reservation_bytes`] | 1G | address space mapped at a time |
+//! | `PAGEWISE_RESERVE` | [`Config::reservation_bytes`] | 1G | address space mapped at a time (at least 32 MiB) |
 //!
-//! Sizes accept `K`, `M`, `G` suffixes. A malformed value prints one line on
-//! stderr and the default is used.
+//! Sizes accept `64M`, `64MB`, `64MiB`, `1.5G` (binary units, [`parse`]);
+//! `-1` means none for sizes and never for `PAGEWISE_DECAY_MS`. A malformed
+//! value, or one that would make pagewise misbehave (`PAGEWISE_RESERVE`
+//! below one 32 MiB segment, `PAGEWISE_LIMIT=0`), prints one line on stderr
+//! saying what is accepted, and is ignored.
+//!
+//! The same settings can be given as one string, `key:value` entries
+//! separated by commas, with the short names of [`Setting`] (`decay_ms`,
+//! `retain_max`, `limit`, `purge`, `background`, `reserve`): in the
+//! `PAGEWISE_CONF` variable, and embedded in a program as the symbol
+//! `const char *pagewise_conf` ([`pagewise_conf`]). Precedence, lowest first:
+//! the defaults, the embedded string, `PAGEWISE_CONF`, the separate
+//! `PAGEWISE_*` variables. [`crate::options`] reads and changes them at
+//! run time.
+
+pub mod parse;
 
 use crate::os::source::Purge;
+pub use parse::{apply_conf, parse_bool, parse_size, parse_u64, ConfError, Setting};
+
+/// Defaults a program embeds, as a `key:value,...` string (jemalloc's
+/// `malloc_conf` is the precedent): a C program that links libpagewise.so
+/// defines `const char *pagewise_conf = "decay_ms:500,retain_max:32M";` and
+/// the linker makes it override this null default. A program that is only
+/// preloaded must export it (`-rdynamic`, or
+/// `-Wl,--export-dynamic-symbol=pagewise_conf`). Read once, without
+/// allocating, when the configuration is first read; below `PAGEWISE_CONF`
+/// and the variables in precedence.
+///
+/// ```
+/// // Null unless a program defines it.
+/// // SAFETY: read once, nothing writes it.
+/// assert!(unsafe { core::ptr::read_volatile(&raw const pagewise::config::pagewise_conf) }.is_null());
+/// ```
+#[no_mangle]
+#[used]
+#[allow(non_upper_case_globals)]
+pub static mut pagewise_conf: *const core::ffi::c_char = core::ptr::null();
 
 /// Retention policy of a heap.
 ///
@@ -27,7 +61,8 @@ pub struct Config {
     /// Milliseconds a retained span (an emptied slab page, a freed large
     /// object) stays committed before it is purged. Each free restarts the
     /// clock of the span it lands in. 0 purges at once (and turns every
-    /// turnover into madvise calls: the thrash of seed 000).
+    /// turnover into madvise calls: the thrash of seed 000); `u64::MAX`
+    /// (`-1` in the environment) never purges by age.
     pub decay_ms: u64,
     /// Ceiling on the committed free bytes retained by the heaps sharing a
     /// budget (every thread heap of the global allocator together; an owned
@@ -96,47 +131,89 @@ impl Config {
         reservation_bytes: 1 << 30,
     };
 
-    /// The defaults, overridden by `PAGEWISE_*` environment variables.
-    /// Reads the environment with `getenv` (no allocation), so it is safe to
-    /// call from inside the allocator.
+    /// The defaults, overridden by the embedded [`pagewise_conf`]
+    /// string, then `PAGEWISE_CONF`, then the separate `PAGEWISE_*`
+    /// variables. Reads the environment with `getenv` (no allocation), so it
+    /// is safe to call from inside the allocator. A bad entry or value is
+    /// reported on one line of stderr and ignored.
     ///
     /// ```
+    /// std::env::set_var("PAGEWISE_CONF", "decay_ms:500,retain_max:32M");
     /// std::env::set_var("PAGEWISE_DECAY_MS", "250");
-    /// assert_eq!(pagewise::Config::from_env().decay_ms, 250);
+    /// let c = pagewise::Config::from_env();
+    /// assert_eq!((c.decay_ms, c.retain_max_bytes), (250, 32 << 20), "variables win");
     /// std::env::remove_var("PAGEWISE_DECAY_MS");
+    /// std::env::remove_var("PAGEWISE_CONF");
     /// assert_eq!(pagewise::Config::from_env(), pagewise::Config::DEFAULT);
     /// ```
     pub fn from_env() -> Config {
         let mut c = Config::DEFAULT;
-        if let Some(v) = env_parse(b"PAGEWISE_DECAY_MS\0", parse_u64) {
-            c.decay_ms = v;
+        // SAFETY: a program defines the symbol as a constant string or
+        // leaves our null; nothing writes it at run time. Volatile: the
+        // value is the linker's, not this crate's initialiser.
+        let embedded = unsafe { core::ptr::read_volatile(&raw const pagewise_conf) };
+        if !embedded.is_null() {
+            // SAFETY: a NUL-terminated string (the symbol's contract).
+            let text = unsafe { core::ffi::CStr::from_ptr(embedded) }.to_bytes();
+            apply_conf(&mut c, text, |e| report_conf(b"pagewise_conf", e));
         }
-        if let Some(v) = env_parse(b"PAGEWISE_RETAIN_MAX\0", parse_size) {
-            c.retain_max_bytes = v as usize;
+        if let Some(text) = getenv(b"PAGEWISE_CONF\0") {
+            apply_conf(&mut c, text, |e| report_conf(b"PAGEWISE_CONF", e));
         }
-        if let Some(v) = env_parse(b"PAGEWISE_LIMIT\0", parse_size) {
-            c.limit_bytes = v as usize;
-        }
-        if let Some(v) = env_parse(b"PAGEWISE_PURGE\0", parse_purge) {
-            c.purge = v;
-        }
-        if let Some(v) = env_parse(b"PAGEWISE_BACKGROUND\0", parse_bool) {
-            c.background = v;
-        }
-        if let Some(v) = env_parse(b"PAGEWISE_RESERVE\0", parse_size) {
-            c.reservation_bytes = (v as usize).max(crate::memory::layout::SEGMENT);
+        for setting in Setting::ALL {
+            let name = setting.variable();
+            if let Some(value) = getenv(name) {
+                if let Err(accepted) = setting.apply(&mut c, value) {
+                    crate::fault::write_stderr(&[
+                        b"pagewise: ignoring malformed ",
+                        &name[..name.len() - 1],
+                        b"=",
+                        value,
+                        b" (expected ",
+                        accepted.as_bytes(),
+                        b")\n",
+                    ]);
+                }
+            }
         }
         c
     }
 }
 
-impl Default for Config {
-    fn default() -> Self {
-        Config::DEFAULT
+/// Reports a bad entry of a `key:value,...` string on one line of stderr.
+fn report_conf(source: &[u8], e: ConfError<'_>) {
+    let w = crate::fault::write_stderr;
+    match e {
+        ConfError::Unknown(key) => w(&[
+            b"pagewise: ignoring unknown setting ",
+            key,
+            b" in ",
+            source,
+            b" (known: decay_ms, retain_max, limit, purge, background, reserve)\n",
+        ]),
+        ConfError::Malformed(entry) => w(&[
+            b"pagewise: ignoring malformed ",
+            entry,
+            b" in ",
+            source,
+            b" (expected key:value entries separated by commas)\n",
+        ]),
+        ConfError::Value(setting, value, accepted) => w(&[
+            b"pagewise: ignoring malformed ",
+            setting.name().as_bytes(),
+            b":",
+            value,
+            b" in ",
+            source,
+            b" (expected ",
+            accepted.as_bytes(),
+            b")\n",
+        ]),
     }
 }
 
-fn env_parse<T>(name: &[u8], parse: fn(&[u8]) -> Option<T>) -> Option<T> {
+/// `getenv(name)` (NUL-terminated name) as bytes.
+fn getenv(name: &[u8]) -> Option<&'static [u8]> {
     // SAFETY: `name` is NUL-terminated; getenv returns NULL or a C string
     // that stays valid while the environment is not modified.
     let p = unsafe { libc::getenv(name.as_ptr().cast()) };
@@ -144,76 +221,11 @@ fn env_parse<T>(name: &[u8], parse: fn(&[u8]) -> Option<T>) -> Option<T> {
         return None;
     }
     // SAFETY: non-null getenv result is a NUL-terminated string.
-    let value = unsafe { core::ffi::CStr::from_ptr(p) }.to_bytes();
-    let parsed = parse(value);
-    if parsed.is_none() {
-        let key = &name[..name.len() - 1];
-        crate::fault::write_stderr(&[
-            b"pagewise: ignoring malformed ",
-            key,
-            b"=",
-            value,
-            b" (using the default)\n",
-        ]);
-    }
-    parsed
+    Some(unsafe { core::ffi::CStr::from_ptr(p) }.to_bytes())
 }
 
-/// Parses a decimal integer.
-pub fn parse_u64(s: &[u8]) -> Option<u64> {
-    if s.is_empty() || s.len() > 19 {
-        return None;
-    }
-    s.iter().try_fold(0u64, |acc, &b| {
-        b.is_ascii_digit().then(|| acc * 10 + (b - b'0') as u64)
-    })
-}
-
-/// Parses a size with an optional K/M/G suffix.
-///
-/// ```
-/// use pagewise::config::parse_size;
-/// assert_eq!(parse_size(b"64M"), Some(64 << 20));
-/// assert_eq!(parse_size(b"12"), Some(12));
-/// assert_eq!(parse_size(b"x"), None);
-/// ```
-pub fn parse_size(s: &[u8]) -> Option<u64> {
-    let (digits, shift) = match s.last()? {
-        b'k' | b'K' => (&s[..s.len() - 1], 10),
-        b'm' | b'M' => (&s[..s.len() - 1], 20),
-        b'g' | b'G' => (&s[..s.len() - 1], 30),
-        _ => (s, 0),
-    };
-    parse_u64(digits)?.checked_mul(1 << shift)
-}
-
-fn parse_purge(s: &[u8]) -> Option<Purge> {
-    match s {
-        b"dontneed" | b"DONTNEED" => Some(Purge::DontNeed),
-        b"free" | b"FREE" => Some(Purge::Free),
-        _ => None,
-    }
-}
-
-fn parse_bool(s: &[u8]) -> Option<bool> {
-    match s {
-        b"1" | b"true" | b"on" | b"yes" => Some(true),
-        b"0" | b"false" | b"off" | b"no" => Some(false),
-        _ => None,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn parses_values() {
-        assert_eq!(parse_u64(b"1500"), Some(1500));
-        assert_eq!(parse_u64(b"-1"), None);
-        assert_eq!(parse_size(b"1G"), Some(1 << 30));
-        assert_eq!(parse_purge(b"free"), Some(Purge::Free));
-        assert_eq!(parse_bool(b"0"), Some(false));
-        assert_eq!(parse_bool(b"maybe"), None);
+impl Default for Config {
+    fn default() -> Self {
+        Config::DEFAULT
     }
 }

@@ -41,6 +41,7 @@ pub mod fault;
 mod global;
 pub(crate) mod heap;
 pub(crate) mod memory;
+pub mod options;
 mod os;
 mod owned_heap;
 mod runtime;

@@ -6,10 +6,12 @@
  *   edge glibc      the same checks of standard semantics against glibc
  *   edge linked     all checks, pagewise linked in statically (libpagewise.a)
  *   edge hello      prints "hello" (for the environment tests)
+ *   edge options    prints the settings pagewise started with
  *   edge stack-cache LIB   frees under glibc's stack-cache lock (see below)
  *   edge tls-modules DIR N dlopens DIR/tls<i>.so, i < N, while a thread waits
  *   edge double-free | double-free-aba | double-free-consumer |
- *        foreign-free | interior-free               misuse (must abort)
+ *        foreign-free | interior-free | free-sized-wrong   misuse (must abort;
+ *        free-sized-wrong only with a debug build of the library)
  *   edge idle one-thread | threads-exit | handoff | handoff-blocked |
  *        handoff-blocked-trim   issue 11's quiet scenarios (prints "edge:
  *        idle BEFORE FREED AFTER", resident bytes)
@@ -42,6 +44,12 @@
 #pragma GCC diagnostic ignored "-Wfree-nonheap-object"
 #pragma GCC diagnostic ignored "-Wuse-after-free"
 #pragma GCC diagnostic ignored "-Walloc-size-larger-than="
+
+#ifdef EMBED_CONF
+/* Defaults embedded in the program (exported with -rdynamic, read by a
+ * preloaded libpagewise.so). */
+const char *pagewise_conf = EMBED_CONF;
+#endif
 
 static int failures;
 #define CHECK(cond)                                                            \
@@ -356,6 +364,175 @@ static void pagewise_own(void) {
     CHECK(strstr(text, "pagewise report") != NULL);
 }
 
+/* ----- the rest of glibc's family, C23's sized frees, malloc_good_size ---- */
+
+/* `name` resolves to pagewise (the preloaded library, or the program that
+ * linked libpagewise.a), not to glibc. */
+static void *pagewise_symbol(const char *name) {
+    void *sym = dlsym(RTLD_DEFAULT, name);
+    Dl_info info;
+    int ok = sym && dladdr(sym, &info) && info.dli_fname &&
+             strstr(info.dli_fname, "libc.so") == NULL &&
+             (linked_mode || strstr(info.dli_fname, "libpagewise") != NULL);
+    if (!ok) fprintf(stderr, "edge: %s does not resolve to pagewise\n", name);
+    CHECK(ok);
+    return ok ? sym : NULL;
+}
+
+static void glibc_family(void) {
+    void *(*libc_malloc)(size_t) = (void *(*)(size_t))pagewise_symbol("__libc_malloc");
+    void (*libc_free)(void *) = (void (*)(void *))pagewise_symbol("__libc_free");
+    void *(*libc_calloc)(size_t, size_t) = (void *(*)(size_t, size_t))pagewise_symbol("__libc_calloc");
+    void *(*libc_realloc)(void *, size_t) = (void *(*)(void *, size_t))pagewise_symbol("__libc_realloc");
+    void *(*libc_memalign)(size_t, size_t) = (void *(*)(size_t, size_t))pagewise_symbol("__libc_memalign");
+    void *(*libc_valloc)(size_t) = (void *(*)(size_t))pagewise_symbol("__libc_valloc");
+    void *(*libc_pvalloc)(size_t) = (void *(*)(size_t))pagewise_symbol("__libc_pvalloc");
+    void (*cfree_)(void *) = (void (*)(void *))pagewise_symbol("cfree");
+    void (*free_sized_)(void *, size_t) = (void (*)(void *, size_t))pagewise_symbol("free_sized");
+    void (*free_aligned_sized_)(void *, size_t, size_t) =
+        (void (*)(void *, size_t, size_t))pagewise_symbol("free_aligned_sized");
+    size_t (*good_size)(size_t) = (size_t(*)(size_t))pagewise_symbol("malloc_good_size");
+    if (!libc_malloc || !libc_free || !libc_calloc || !libc_realloc || !libc_memalign ||
+        !libc_valloc || !libc_pvalloc || !cfree_ || !free_sized_ || !free_aligned_sized_ || !good_size)
+        return;
+    long page = sysconf(_SC_PAGESIZE);
+
+    /* Each serves pagewise memory: malloc_usable_size (pagewise's, which
+     * aborts on a foreign pointer) and free accept it. */
+    unsigned char *p = libc_malloc(100);
+    CHECK(p && aligned(p, 16) && malloc_usable_size(p) >= 100);
+    memset(p, 7, 100);
+    p = libc_realloc(p, 5000);
+    CHECK(p && p[99] == 7 && malloc_usable_size(p) >= 5000);
+    libc_free(p);
+    p = libc_calloc(100, 100);
+    size_t bad = 0;
+    for (int i = 0; i < 10000; i++) bad += p[i] != 0;
+    CHECK(p && bad == 0);
+    free(p);
+    p = libc_memalign(64, 10);
+    CHECK(p && aligned(p, 64));
+    free(p);
+    p = libc_valloc(10);
+    CHECK(p && aligned(p, (size_t)page));
+    cfree_(p);
+    p = libc_pvalloc(10);
+    CHECK(p && aligned(p, (size_t)page) && malloc_usable_size(p) >= (size_t)page);
+    libc_free(p);
+    errno = 0;
+    CHECK(libc_malloc(SIZE_MAX) == NULL && errno == ENOMEM);
+    libc_free(NULL);
+    cfree_(NULL);
+
+    /* C23: the size (and alignment) given back with the block. */
+    p = malloc(100);
+    free_sized_(p, 100);
+    p = calloc(3, 1000);
+    free_sized_(p, 3000);
+    p = aligned_alloc(256, 1024);
+    free_aligned_sized_(p, 256, 1024);
+    free_sized_(NULL, 0);
+    free_aligned_sized_(NULL, 64, 0);
+
+    /* malloc_good_size is exactly the usable size malloc gives. */
+    for (size_t n = 0; n < (80u << 20); n = n < 4096 ? n + 1 : n * 9 / 8) {
+        void *q = malloc(n);
+        size_t good = good_size(n);
+        CHECK(good >= n && malloc_usable_size(q) == good);
+        free(q);
+    }
+    CHECK(good_size(100) == 112);
+}
+
+/* ----- introspection with pagewise's figures, options at run time ------- */
+
+static void introspection(void) {
+    /* mallinfo2 moves with allocations: 100 blocks of 1000 bytes (class
+     * 1024) and one huge block. */
+    struct mallinfo2 a = mallinfo2();
+    void *blocks[100];
+    for (int i = 0; i < 100; i++) blocks[i] = malloc(1000);
+    void *huge = malloc(40u << 20);
+    struct mallinfo2 b = mallinfo2();
+    CHECK(b.uordblks >= a.uordblks + 100 * 1000);
+    CHECK(b.hblks == a.hblks + 1 && b.hblkhd >= a.hblkhd + (40u << 20));
+    CHECK(b.arena >= b.uordblks && b.arena == b.uordblks + b.fordblks);
+    CHECK(b.usmblks >= b.arena + b.hblkhd);
+    for (int i = 0; i < 100; i++) free(blocks[i]);
+    free(huge);
+    struct mallinfo2 c = mallinfo2();
+    CHECK(c.uordblks + 100 * 1000 <= b.uordblks && c.hblks == a.hblks);
+    CHECK(c.keepcost > 0 && c.fordblks >= c.keepcost);
+    malloc_trim(0);
+    struct mallinfo2 d = mallinfo2();
+    CHECK(d.keepcost < c.keepcost);
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+    struct mallinfo m = mallinfo();
+#pragma GCC diagnostic pop
+    CHECK(m.uordblks > 0 && m.arena >= m.uordblks);
+
+    /* malloc_info: options != 0 is EINVAL; the XML goes to stdout between
+     * markers (the Rust test parses it). */
+    CHECK(malloc_info(1, stdout) == EINVAL);
+    void *keep = malloc(200);
+    printf("edge: malloc_info begin\n");
+    fflush(stdout);
+    CHECK(malloc_info(0, stdout) == 0);
+    fflush(stdout);
+    printf("edge: malloc_info end\n");
+    free(keep);
+
+    /* mallopt: M_TRIM_THRESHOLD is the retention ceiling; M_ARENA_MAX and
+     * unknown parameters change nothing and say so. */
+    long long (*get)(const char *) = (long long (*)(const char *))pagewise_symbol("pagewise_option_get");
+    int (*set)(const char *, const char *) = (int (*)(const char *, const char *))pagewise_symbol("pagewise_option_set");
+    if (!get || !set) return;
+    long long retain = get("retain_max");
+    CHECK(mallopt(M_TRIM_THRESHOLD, 8 << 20) == 1);
+    CHECK(get("retain_max") == 8 << 20);
+    CHECK(mallopt(M_TRIM_THRESHOLD, -5) == 0);
+    CHECK(mallopt(M_ARENA_MAX, 1) == 0);
+    CHECK(mallopt(M_MMAP_THRESHOLD, 1 << 20) == 0);
+    CHECK(mallopt(12345, 1) == 0);
+    /* Observable: with a 1 MiB ceiling, freeing 16 MiB keeps at most 1 MiB. */
+    CHECK(mallopt(M_TRIM_THRESHOLD, 1 << 20) == 1);
+    void *big[16];
+    for (int i = 0; i < 16; i++) { big[i] = malloc(1u << 20); memset(big[i], 1, 1u << 20); }
+    for (int i = 0; i < 16; i++) free(big[i]);
+    CHECK(mallinfo2().keepcost <= (1u << 20) + (256u << 10));
+
+    /* pagewise_option_get / set. */
+    CHECK(get("decay_ms") == 1000);
+    CHECK(set("decay_ms", "250") == 0 && get("decay_ms") == 250);
+    CHECK(set("decay_ms", "-1") == 0 && get("decay_ms") == -1);
+    CHECK(set("decay_ms", "soon") == EINVAL && get("decay_ms") == -1);
+    CHECK(set("decay_ms", "1000") == 0);
+    CHECK(set("retain_max", "1.5G") == 0 && get("retain_max") == 3ll << 29);
+    CHECK(set("retain_max", "-1") == 0 && get("retain_max") == -1);
+    CHECK(set("limit", "0") == EINVAL && get("limit") == -1);
+    CHECK(set("reserve", "0") == EINVAL && get("reserve") == 1ll << 30);
+    CHECK(set("reserve", "64MiB") == 0 && get("reserve") == 64ll << 20);
+    CHECK(set("purge", "free") == EPERM && get("purge") == 0);
+    CHECK(set("background", "0") == EPERM && get("background") == 1);
+    errno = 0;
+    CHECK(get("colour") == -1 && errno == EINVAL);
+    CHECK(set("colour", "blue") == EINVAL);
+    CHECK(set(NULL, "1") == EINVAL && set("decay_ms", NULL) == EINVAL);
+    CHECK(set("retain_max", "-1") == 0);
+    if (retain != -1) fprintf(stderr, "edge: retain_max was %lld\n", retain);
+}
+
+/* Prints the settings pagewise started with (for the PAGEWISE_CONF and
+ * pagewise_conf tests). */
+static int print_options(void) {
+    long long (*get)(const char *) = (long long (*)(const char *))dlsym(RTLD_DEFAULT, "pagewise_option_get");
+    if (!get) return 2;
+    printf("edge: options decay_ms=%lld retain_max=%lld limit=%lld reserve=%lld purge=%lld background=%lld\n",
+           get("decay_ms"), get("retain_max"), get("limit"), get("reserve"), get("purge"), get("background"));
+    return 0;
+}
+
 /* ----- free() inside glibc's stack-cache lock ----------------------------
  * A thread touches the big TLS block of a dlopened library (malloc'd), exits
  * and is joined: its stack goes to glibc's cache. Four threads with larger
@@ -590,6 +767,11 @@ int main(int argc, char **argv) {
         free(not_heap + 16);
         return 0;
     }
+    if (!strcmp(mode, "free-sized-wrong")) {
+        void (*free_sized_)(void *, size_t) = (void (*)(void *, size_t))dlsym(RTLD_DEFAULT, "free_sized");
+        if (free_sized_) free_sized_(malloc(100), 1000);
+        return 0;
+    }
     if (!strcmp(mode, "interior-free")) {
         char *p = malloc(100000);
         free(p + 8);
@@ -597,6 +779,7 @@ int main(int argc, char **argv) {
     }
     if (!strcmp(mode, "stack-cache") && argc > 2) return stack_cache(argv[2]);
     if (!strcmp(mode, "tls-modules") && argc > 3) return tls_modules(argv[2], atoi(argv[3]));
+    if (!strcmp(mode, "options")) return print_options();
     if (!strcmp(mode, "hello")) {
         free(malloc(10));
         printf("hello\n");
@@ -611,6 +794,8 @@ int main(int argc, char **argv) {
     threads();
     forks();
     if (pagewise_mode) pagewise_own();
+    if (pagewise_mode) glibc_family();
+    if (pagewise_mode) introspection();
     if (failures) {
         fprintf(stderr, "edge: %d checks failed\n", failures);
         return 1;

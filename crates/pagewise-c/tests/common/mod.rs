@@ -133,6 +133,25 @@ pub fn edge() -> Option<&'static Path> {
     }))
 }
 
+/// The C test program defining `pagewise_conf` (embedded defaults) and
+/// exporting it (`-rdynamic`); None without a C compiler.
+pub fn edge_embedded() -> Option<&'static Path> {
+    c_compiler()?;
+    static EDGE: OnceLock<PathBuf> = OnceLock::new();
+    Some(EDGE.get_or_init(|| {
+        let out = scratch("cc-embedded").join("edge-embedded");
+        cc(
+            &out,
+            &[
+                "-ldl",
+                "-rdynamic",
+                "-DEMBED_CONF=\"decay_ms:700,limit:1G,retain_max:16M\"",
+            ],
+        );
+        out
+    }))
+}
+
 /// The C test program with libpagewise.a linked in; None without a C
 /// compiler.
 pub fn edge_linked() -> Option<&'static Path> {
@@ -175,6 +194,44 @@ pub fn bigtls_so() -> Option<&'static Path> {
             .output()
             .expect("running cc");
         assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        out
+    }))
+}
+
+/// `c++` on the PATH, or None (see [`missing`]).
+pub fn cxx_compiler() -> Option<PathBuf> {
+    let found = std::env::var_os("PATH").and_then(|path| {
+        std::env::split_paths(&path)
+            .map(|d| d.join("c++"))
+            .find(|p| p.is_file())
+    });
+    if found.is_none() {
+        missing("c++ (a C++ compiler)", "g++");
+    }
+    found
+}
+
+/// The C++ test program (`tests/c/cxx.cpp`, C++17), linked against glibc
+/// and libstdc++ only; None without a C++ compiler (see [`missing`]).
+pub fn cxx_program() -> Option<&'static Path> {
+    cxx_compiler()?;
+    static CXX: OnceLock<PathBuf> = OnceLock::new();
+    Some(CXX.get_or_init(|| {
+        let out = scratch("cxx").join("cxx");
+        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/cxx.cpp");
+        let o = Command::new("c++")
+            .args(["-std=c++17", "-O0", "-g", "-Wall", "-Wextra", "-Werror"])
+            .arg(src)
+            .arg("-o")
+            .arg(&out)
+            .arg("-ldl")
+            .output()
+            .expect("running c++");
+        assert!(
+            o.status.success(),
+            "c++ failed:\n{}",
+            String::from_utf8_lossy(&o.stderr)
+        );
         out
     }))
 }

@@ -163,6 +163,10 @@ fn create() -> Option<*mut HeapCore> {
         (*at).owner.store(thread_id(), Relaxed);
     }
     publish(at, &mut meta);
+    // A setting changed while the heap was made reached the heaps
+    // published then, not this one: take the current settings again.
+    // SAFETY: published heaps are never freed.
+    unsafe { (*at).config.store(config()) };
     crate::memory::budget::GLOBAL.set_purge_others(purge_all_for_limit);
     Some(at)
 }

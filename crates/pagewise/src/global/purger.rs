@@ -141,9 +141,9 @@ pub fn running() -> bool {
 }
 
 extern "C" fn run(_: *mut libc::c_void) -> *mut libc::c_void {
-    let interval = (thread::config().decay_ms / 4).clamp(10, 1000);
     loop {
-        sleep_ms(interval);
+        // Read each pass: `options::set` may change the delay.
+        sleep_ms((thread::config().decay_ms / 4).clamp(10, 1000));
         let _pass = PASS.lock();
         let now = crate::global::heaps::SYSTEM.now_ms();
         // Heaps whose thread exited or is elsewhere: nobody else would

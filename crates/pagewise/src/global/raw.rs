@@ -209,3 +209,76 @@ pub unsafe fn usable_size(ptr: *const u8) -> usize {
 pub fn owns(ptr: *const u8) -> bool {
     registry::header_of(ptr as usize).is_some()
 }
+
+/// The usable size a request of `size` bytes at `align` (a power of two)
+/// gets: the slot size of its class for small requests, whole 64 KiB slices
+/// for large ones, whole OS pages for huge ones. What
+/// [`usable_size`] reports for the block [`malloc`] returns (the C
+/// library's `malloc_good_size`, jemalloc's `nallocx`). A request no heap
+/// can serve (above `isize::MAX / 2`) answers `size` itself.
+///
+/// ```
+/// assert_eq!(pagewise::raw::good_size(100, 16), 112);
+/// assert_eq!(pagewise::raw::good_size(0, 16), 16);
+/// assert_eq!(pagewise::raw::good_size(300 << 10, 16), 320 << 10);
+/// // SAFETY: 16 is a power of two; freed below.
+/// unsafe {
+///     let p = pagewise::raw::malloc(5000, 16);
+///     assert_eq!(pagewise::raw::usable_size(p), pagewise::raw::good_size(5000, 16));
+///     pagewise::raw::free(p);
+/// }
+/// ```
+pub fn good_size(size: usize, align: usize) -> usize {
+    use crate::memory::layout::{align_up, LARGE_ALIGN_MAX, LARGE_MAX, OS_PAGE, SLICE};
+    use crate::memory::size_class::{class_for, class_of, SLOT_SIZE, SMALL_MAX};
+    let size = size.max(1);
+    // The dispatch of `HeapCore::alloc`, `alloc_span` and `take_huge`.
+    if size <= SMALL_MAX {
+        let class = if align <= 16 {
+            Some(class_of(size))
+        } else {
+            class_for(size, align)
+        };
+        if let Some(c) = class {
+            return SLOT_SIZE[c] as usize;
+        }
+    }
+    if size <= LARGE_MAX && align <= LARGE_ALIGN_MAX {
+        let n = size.div_ceil(SLICE);
+        if n + (align / SLICE).max(1) - 1 <= crate::memory::spans::SPAN_SLICES {
+            return n * SLICE;
+        }
+    }
+    if size > isize::MAX as usize / 2 {
+        return size;
+    }
+    align_up(size, OS_PAGE)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn good_size_is_the_usable_size_malloc_gives() {
+        let mut sizes: Vec<usize> = (0..=2048).collect();
+        let mut s = 2048;
+        while s < (80 << 20) {
+            sizes.extend([s - 1, s, s + 1]);
+            s = s * 5 / 4;
+        }
+        for align in [16, 64, 4096, 1 << 17, 1 << 21] {
+            for &size in &sizes {
+                // SAFETY: `align` is a power of two; the block is freed below.
+                unsafe {
+                    let p = malloc(size, align);
+                    assert!(!p.is_null());
+                    let usable = usable_size(p);
+                    free(p);
+                    assert_eq!(good_size(size, align), usable, "size {size} align {align}");
+                }
+            }
+        }
+        assert_eq!(good_size(usize::MAX, 16), usize::MAX);
+    }
+}

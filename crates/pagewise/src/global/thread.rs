@@ -16,7 +16,8 @@ use crate::config::Config;
 use crate::global::heaps;
 use crate::global::tls;
 use crate::heap::HeapCore;
-use core::cell::{Cell, UnsafeCell};
+use crate::options::LiveConfig;
+use core::cell::Cell;
 use core::ptr::null_mut;
 use core::sync::atomic::{AtomicU8, AtomicUsize, Ordering::*};
 
@@ -44,22 +45,25 @@ thread_local! {
 pub const FREES_BEFORE_HEAP: u32 = 64;
 const EXITING: u32 = u32::MAX;
 
-struct ConfigCell(UnsafeCell<Config>);
-// SAFETY: written once before CONFIG_STATE becomes READY, read-only after.
-unsafe impl Sync for ConfigCell {}
-static CONFIG: ConfigCell = ConfigCell(UnsafeCell::new(Config::DEFAULT));
+/// The global allocator's settings: read from the environment once, then
+/// changed only by [`set_config`] ([`crate::options::set`]).
+static CONFIG: LiveConfig = LiveConfig::new(Config::DEFAULT);
 static CONFIG_STATE: AtomicU8 = AtomicU8::new(0);
 const READY: u8 = 2;
 
-/// The global allocator's configuration (read from the environment once).
+/// The global allocator's configuration (read from the environment once;
+/// [`crate::options::set`] changes it at run time).
+///
+/// ```
+/// assert!(pagewise::thread::config().reservation_bytes >= 32 << 20);
+/// ```
 pub fn config() -> Config {
     if CONFIG_STATE.load(Acquire) != READY {
         if CONFIG_STATE
             .compare_exchange(0, 1, Acquire, Relaxed)
             .is_ok()
         {
-            // SAFETY: we won the race to initialise; readers wait for READY.
-            unsafe { *CONFIG.0.get() = Config::from_env() };
+            CONFIG.store(Config::from_env());
             CONFIG_STATE.store(READY, Release);
         } else {
             while CONFIG_STATE.load(Acquire) != READY {
@@ -67,8 +71,16 @@ pub fn config() -> Config {
             }
         }
     }
-    // SAFETY: READY means the value is written and never changes again.
-    unsafe { *CONFIG.0.get() }
+    CONFIG.get()
+}
+
+/// Makes `c` the global allocator's configuration, for every thread heap
+/// (a heap being made meanwhile takes it when it is published) and the
+/// heaps made later. Callers serialise (`options::set`).
+pub(crate) fn set_config(c: Config) {
+    let _ = config();
+    CONFIG.store(c);
+    heaps::for_each_heap(|h| h.config.store(c));
 }
 
 /// Runs `f` on the calling thread's heap, made or adopted on first use.

@@ -55,8 +55,8 @@ impl HeapCore {
         self.after_span_change(&ctx, &mut spans, now);
         // Pages not committed before were never used or purged; purged ones
         // read as zero only after MADV_DONTNEED.
-        let zero =
-            newly == n * SLICE / OS_PAGE && self.config.purge == crate::os::source::Purge::DontNeed;
+        let zero = newly == n * SLICE / OS_PAGE
+            && self.config.purge() == crate::os::source::Purge::DontNeed;
         (start as *mut u8, zero)
     }
 
@@ -99,7 +99,7 @@ impl HeapCore {
         let mut spans = self.spans.lock();
         let p = spans.take_huge(&ctx, size, align);
         self.after_span_change(&ctx, &mut spans, now);
-        let dontneed = self.config.purge == crate::os::source::Purge::DontNeed;
+        let dontneed = self.config.purge() == crate::os::source::Purge::DontNeed;
         p.map_or((null_mut(), false), |(a, fresh)| {
             (a as *mut u8, fresh && dontneed)
         })

@@ -22,7 +22,7 @@ impl HeapCore {
         if now < l.next_maintenance {
             return;
         }
-        l.next_maintenance = now + (self.config.decay_ms / 2).max(1);
+        l.next_maintenance = now.saturating_add((self.config.decay_ms() / 2).max(1));
         for class in 0..CLASSES {
             // Halve the caches: slots still wanted come back from their
             // pages cheaply; slots no longer wanted go home within a few

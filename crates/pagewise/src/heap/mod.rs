@@ -33,6 +33,7 @@ use crate::memory::reservation::Reservations;
 use crate::memory::segment::Segment;
 use crate::memory::size_class::{class_for, class_of, CLASSES, PAGE_SLICES, SLOT_SIZE, SMALL_MAX};
 use crate::memory::spans::{Ctx, Spans};
+use crate::options::LiveConfig;
 use crate::os::source::PageSource;
 use crate::sync::lock::Locked;
 use core::cell::UnsafeCell;
@@ -189,8 +190,8 @@ pub struct HeapCore {
     source: *const dyn PageSource,
     reservations: *const Locked<Reservations>,
     budget: *const Budget,
-    /// Retention policy.
-    pub config: Config,
+    /// Retention policy (changeable at run time: `options::set`).
+    pub(crate) config: LiveConfig,
     /// Set by `trim()` of another thread: empty the caches at the next slow path.
     pub flush_requested: AtomicBool,
     /// Thread that owns the heap (0: none, abandoned).
@@ -244,7 +245,7 @@ impl HeapCore {
             source,
             reservations,
             budget,
-            config,
+            config: LiveConfig::new(config),
             flush_requested: AtomicBool::new(false),
             owner: AtomicUsize::new(0),
             next_heap: AtomicPtr::new(null_mut()),
@@ -313,7 +314,7 @@ impl HeapCore {
             // SAFETY: outlives the heap (init_at contract).
             reservations: unsafe { &*self.reservations },
             heap: self.me(),
-            config: &self.config,
+            config: self.config.get(),
             // SAFETY: outlives the heap (init_at contract).
             budget: unsafe { &*self.budget },
         }
@@ -356,8 +357,8 @@ impl HeapCore {
         // The history is read only when retention could be over budget: a
         // churn of one big buffer never gets there.
         let due = self.next_deadline.load(Relaxed) <= now
-            || retained > Budget::young_floor(ctx.config)
-                && ctx.budget.keep(now, ctx.config).young < retained;
+            || retained > Budget::young_floor(&ctx.config)
+                && ctx.budget.keep(now, &ctx.config).young < retained;
         if spans.retained() > 0 && (due || self.next_deadline.load(Relaxed) == u64::MAX) {
             let next = spans.decay(ctx, now, false);
             self.next_deadline.store(next.unwrap_or(u64::MAX), Relaxed);
@@ -374,7 +375,7 @@ impl HeapCore {
     pub(crate) fn publish(&self, spans: &mut Spans, now: u64) {
         self.publish_committed(spans);
         spans.sync_retained(self.budget());
-        self.budget().note(now, &self.config);
+        self.budget().note(now, &self.config.get());
     }
 
     /// [`HeapCore::publish`], with retained bytes published only once they
@@ -387,8 +388,9 @@ impl HeapCore {
     fn publish_coarsely(&self, spans: &mut Spans, now: u64) {
         let moved = self.publish_committed(spans) | spans.sync_retained_coarsely(self.budget());
         if moved || now >= spans.next_note_at {
-            self.budget().note(now, &self.config);
-            spans.next_note_at = self.budget().next_slot_at(now, &self.config);
+            let config = self.config.get();
+            self.budget().note(now, &config);
+            spans.next_note_at = self.budget().next_slot_at(now, &config);
         }
     }
 
@@ -408,7 +410,7 @@ impl HeapCore {
     /// memory (span lock taken here: the caller must not hold it), then the
     /// other heaps' through the budget's hook; false if still over.
     pub(crate) fn within_limit(&self, bytes: usize) -> bool {
-        let limit = self.config.limit_bytes;
+        let limit = self.config.limit_bytes();
         let budget = self.budget();
         if limit == usize::MAX || budget.committed().saturating_add(bytes) <= limit {
             return true;

@@ -143,7 +143,7 @@ impl Spans {
                 unsafe { (&mut *(*h).huge_state(), (*(*h).links()).next, (*h).base()) };
             self.sync_retained(ctx.budget);
             let total = ctx.budget.retained();
-            let expired = st.freed_at + delay <= now;
+            let expired = st.freed_at.saturating_add(delay) <= now;
             let due = force || total > keep.young || expired && total > keep.expired;
             kept_expired |= expired && !due && st.resident.any();
             if let Some((offset, len)) = st.resident.range().filter(|_| due) {

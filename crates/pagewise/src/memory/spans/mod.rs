@@ -39,8 +39,8 @@ pub struct Ctx<'a> {
     pub reservations: &'a Locked<Reservations>,
     /// The owning heap (type-erased).
     pub heap: *mut u8,
-    /// Retention policy.
-    pub config: &'a Config,
+    /// Retention policy (a snapshot of the heap's settings).
+    pub config: Config,
     /// The retention budget the heap shares (the process's, or its own).
     pub budget: &'a Budget,
 }
@@ -600,7 +600,7 @@ mod tests {
             source: &source,
             reservations: &reservations,
             heap: null_mut(),
-            config: &config,
+            config,
             budget: &budget,
         };
         let mut spans = Spans::new();
@@ -650,7 +650,7 @@ mod loom_model {
                 source: &self.source,
                 reservations: &self.reservations,
                 heap: null_mut(),
-                config: &self.config,
+                config: self.config,
                 budget: &self.budget,
             }
         }

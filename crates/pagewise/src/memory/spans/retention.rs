@@ -122,12 +122,12 @@ impl Spans {
     pub fn decay(&mut self, ctx: &Ctx, now: u64, force: bool) -> Option<u64> {
         let delay = ctx.config.decay_ms;
         self.sync_retained(ctx.budget);
-        let keep = ctx.budget.keep(now, ctx.config);
+        let keep = ctx.budget.keep(now, &ctx.config);
         let mut kept_expired = false;
         while !self.dirty_head.is_null() {
             let f = self.dirty_head;
             // SAFETY: FIFO entries are free span descriptors.
-            let expired = unsafe { (*f).freed_at } + delay <= now;
+            let expired = unsafe { (*f).freed_at }.saturating_add(delay) <= now;
             let total = ctx.budget.retained();
             if !(force || total > keep.young || expired && total > keep.expired) {
                 kept_expired = expired;
