@@ -296,3 +296,59 @@ fn the_global_allocator_fails_over_the_limit_after_purging_every_heap() {
     assert!(f[3] < 40 * MIB as u64, "{r}");
     assert!(f[4] <= 64 * MIB as u64, "committed within the limit: {r}");
 }
+
+/// Child: a thread writes and frees 32 MiB of 4 KiB blocks and exits (its
+/// heap abandoned, retaining what it freed: the decay is a minute away and
+/// no purger runs); then the main thread, with a heap of its own, writes
+/// 32 MiB of 4 KiB blocks. Reports the resident bytes before and after,
+/// and the retained bytes.
+#[test]
+fn child_exited_thread_then_main() {
+    if !in_child("child_exited_thread_then_main") {
+        return;
+    }
+    let blocks = || -> Vec<Box<[u8]>> {
+        (0..8192)
+            .map(|i| vec![i as u8 | 1; 4096].into_boxed_slice())
+            .collect()
+    };
+    black_box(vec![1u8; 64]); // the main thread's heap, made now
+    let before = resident();
+    std::thread::spawn(move || drop(black_box(blocks())))
+        .join()
+        .unwrap();
+    let mine = black_box(blocks());
+    let after = resident();
+    println!(
+        "budget-report {before} {after} {}",
+        pagewise::stats().retained_bytes
+    );
+    drop(mine);
+}
+
+fn resident() -> usize {
+    let s = std::fs::read_to_string("/proc/self/statm").unwrap();
+    let pages: usize = s.split(' ').nth(1).unwrap().parse().unwrap();
+    pages * 4096
+}
+
+#[test]
+fn an_exited_threads_retention_makes_room_for_a_live_thread() {
+    let r = run_child(
+        "child_exited_thread_then_main",
+        &[("PAGEWISE_DECAY_MS", "60000"), ("PAGEWISE_BACKGROUND", "0")],
+    );
+    let f: Vec<usize> = r.split(' ').map(|x| x.trim().parse().unwrap()).collect();
+    let (before, after, retained) = (f[0], f[1], f[2]);
+    // The exited thread's 32 MiB cannot serve the main thread (a heap takes
+    // spans from its own pool): kept, it would double the resident set.
+    // As the main thread commits fresh memory, as much of it goes back.
+    assert!(
+        after <= before + 40 * MIB,
+        "{} MiB resident after 32 MiB live, {} MiB retained",
+        (after - before) >> 20,
+        retained >> 20
+    );
+    // Not vacuous: the process does hold the main thread's 32 MiB.
+    assert!(after >= before + 32 * MIB, "{} MiB", (after - before) >> 20);
+}

@@ -204,6 +204,22 @@ pub fn purge_all_for_limit() {
     });
 }
 
+/// Heap `me` committed `bytes` of fresh memory: retention in heaps whose
+/// thread exited cannot serve it (a heap takes spans from its own pool
+/// only, and an abandoned heap's pool waits for a thread that may never
+/// come), so as much of theirs goes back, oldest first, and the process's
+/// committed memory follows its demand instead of growing by every exited
+/// thread's pool. Live threads keep theirs, which they reuse. Never waits
+/// (busy pools are skipped); does not allocate.
+pub fn reclaim_elsewhere(me: *const HeapCore, bytes: usize) {
+    let mut left = bytes;
+    for_each_heap(|h| {
+        if left > 0 && !core::ptr::eq(h, me) && h.owner.load(Relaxed) == ABANDONED {
+            left = left.saturating_sub(h.purge_for_another(left));
+        }
+    });
+}
+
 /// Pushes a new heap onto the list of all heaps. Only with META held (the
 /// `&mut Meta` is the proof), so that a fork sees one list throughout.
 fn publish(heap: *mut HeapCore, _meta: &mut Meta) {

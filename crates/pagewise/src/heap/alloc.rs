@@ -16,6 +16,10 @@
 
 use super::*;
 
+/// Fresh memory a heap commits before other heaps' retention is reclaimed
+/// for it.
+const FRESH_GRAIN: usize = 1 << 20;
+
 /// Candidates looked at when choosing the fullest non-full page.
 const FULLEST_CANDIDATES: usize = 8;
 
@@ -199,10 +203,28 @@ impl HeapCore {
                 let newly = seg.set_committed(seg.os_page(first), count);
                 self.slab_committed.add((newly * OS_PAGE) as u64);
                 self.note_peak();
+                self.note_fresh(newly * OS_PAGE);
                 return true;
             }
         }
         false
+    }
+
+    /// Counts fresh memory this heap committed; past a grain, other heaps
+    /// give back as much of what they retain ([`heaps::reclaim_elsewhere`]).
+    /// With the page lists held.
+    ///
+    /// [`heaps::reclaim_elsewhere`]: crate::global::heaps::reclaim_elsewhere
+    fn note_fresh(&self, bytes: usize) {
+        if !self.global || bytes == 0 {
+            return;
+        }
+        self.fresh.add(bytes as u64);
+        let fresh = self.fresh.get() as usize;
+        if fresh >= FRESH_GRAIN && self.budget().retained() > 0 {
+            self.fresh.sub(fresh as u64);
+            crate::global::heaps::reclaim_elsewhere(self, fresh);
+        }
     }
 
     /// Moves an exhausted current page to the full list (unless remote frees

@@ -173,6 +173,21 @@ impl HeapCore {
         self.next_deadline.store(u64::MAX, Relaxed);
     }
 
+    /// Purges up to `bytes` of this heap's retained spans, oldest first,
+    /// for another heap that had to commit fresh memory (any thread; a
+    /// busy span pool is skipped). Returns the bytes purged.
+    pub fn purge_for_another(&self, bytes: usize) -> usize {
+        let Some(mut spans) = self.spans.try_lock() else {
+            return 0;
+        };
+        let ctx = self.ctx();
+        let purged = spans.purge_oldest(&ctx, bytes);
+        if purged > 0 {
+            self.publish(&mut spans, self.source().now_ms());
+        }
+        purged
+    }
+
     /// Runs the decay from outside the owner (background purger, global
     /// trim). Returns false if the span lock was busy.
     pub fn purge_expired(&self, force: bool) -> bool {

@@ -187,6 +187,9 @@ pub struct HeapCore {
     pub peak_committed: Counter,
     /// The span pool's committed bytes as last published (under its lock).
     pub span_committed: Counter,
+    /// Fresh slab memory committed since other heaps last reclaimed their
+    /// retention for it (page lists held).
+    fresh: Counter,
     source: *const dyn PageSource,
     reservations: *const Locked<Reservations>,
     budget: *const Budget,
@@ -242,6 +245,7 @@ impl HeapCore {
             slab_committed: Counter::zero(),
             peak_committed: Counter::zero(),
             span_committed: Counter::zero(),
+            fresh: Counter::zero(),
             source,
             reservations,
             budget,

@@ -165,6 +165,21 @@ impl Spans {
         next
     }
 
+    /// Purges retained spans, oldest first, until `bytes` are purged or
+    /// none is left (cached huge runs stay). Returns the bytes purged.
+    pub fn purge_oldest(&mut self, ctx: &Ctx, bytes: usize) -> usize {
+        let start = self.counts.retained;
+        while !self.dirty_head.is_null() && start - self.counts.retained < bytes {
+            let f = self.dirty_head;
+            self.purge_span(ctx, f);
+            if self.dirty_tail == f && self.is_dirty(f) {
+                break; // the purge failed and it went back on the FIFO: do not spin
+            }
+        }
+        self.sync_retained(ctx.budget);
+        start.saturating_sub(self.counts.retained)
+    }
+
     /// Committed bytes currently retained (free spans and cached huge runs).
     pub fn retained(&self) -> usize {
         self.counts.retained
