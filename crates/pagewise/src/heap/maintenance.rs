@@ -140,6 +140,20 @@ impl HeapCore {
         self.owner.store(crate::global::heaps::ABANDONED, Release);
     }
 
+    /// Checks every slot in the thread caches, changing nothing: aborts on
+    /// a slot freed twice into them, or whose other copy went to its page
+    /// or was handed out (what the next allocation or flush would catch).
+    /// For the process's exit, where no flush comes.
+    ///
+    /// # Safety
+    /// Owner only, between operations.
+    pub unsafe fn verify_caches(&self) {
+        for class in 0..CLASSES {
+            // SAFETY: owner only (caller).
+            unsafe { self.class(class).verify() };
+        }
+    }
+
     /// The purger's pass over a heap whose thread exited: collects what
     /// other threads freed into it, releases the pages that emptied (to be
     /// purged by the decay) and runs the decay. Its live objects stay where
