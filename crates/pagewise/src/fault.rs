@@ -2,17 +2,24 @@
 //!
 //! Every detected misuse aborts the process with one line on stderr naming
 //! the problem and the address, because continuing after a corrupting free
-//! turns a clear bug into a mysterious one. Detected on every free, by
-//! default (each case has a test in `tests/misuse.rs`):
-//! - a pointer pagewise never handed out (not in any of its segments);
-//! - a pointer inside an allocation but not at its start;
+//! turns a clear bug into a mysterious one. Detected by default (each case
+//! has a test in `tests/misuse.rs`):
+//! - a pointer pagewise never handed out (not in any of its segments), at
+//!   the free;
+//! - a pointer inside an allocation but not at its start, at the free;
 //! - a pointer into memory that is free: a large or huge object freed
-//!   twice, a pointer into a free span or a released slab page, and a small
-//!   slot freed twice, wherever the first free left it (this thread's cache,
-//!   another thread's, its page's free list, a remote-free list) and
-//!   whichever thread frees it, with or without a heap of its own: every
-//!   free slot carries a key made from a per-process secret and its address
-//!   (`memory/block.rs`), as glibc's tcache does;
+//!   twice, a pointer into a free span or a released slab page, at the
+//!   free; and a small slot freed twice, wherever the first free left it
+//!   (this thread's cache, another thread's, its page's free list, a
+//!   remote-free list) and whichever thread frees it: every free slot
+//!   carries a key made from a per-process secret and its address, one
+//!   kind in thread caches and another in page lists (`memory/block.rs`).
+//!   A free past the cache (a thread without a heap) checks it at once; a
+//!   free into a thread cache only stores it, and the slot freed twice is
+//!   caught where it leaves the cache or its page list again: the
+//!   allocation that would hand it out a second time, the flush that sends
+//!   it home, the release of a page that looks empty one slot early, the
+//!   thread's exit, or the process's `exit()` (docs/design.md, "Bad input");
 //! - a slot of a slab page that was carved but never handed out;
 //! - freeing into an owned `Heap`, or through the global allocator, a
 //!   pointer that belongs to another heap (small, large and huge alike).
@@ -22,7 +29,10 @@
 //! far as the allocator can tell; glibc cannot tell either); a second free
 //! landing in the thread cache after the slot's page emptied, was purged and
 //! was remade for another class (past the cache, `Page::carved` catches it);
-//! and writes to freed memory that do not touch a slot's first two words.
+//! a second free into the cache of a thread that, before the process ends,
+//! neither allocates the slot again, nor flushes, nor exits, and is not the
+//! thread that calls `exit()`; and writes to freed memory that do not touch
+//! a slot's first two words.
 
 /// The kinds of misuse pagewise detects.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -244,3 +244,26 @@ extern "C" fn on_thread_exit(value: *mut libc::c_void) {
     // SAFETY: the exiting thread owns `heap`; this is its last use of it.
     unsafe { heaps::abandon(heap) };
 }
+
+// ----- process exit --------------------------------------------------------
+
+/// At `exit()`: checks the exiting thread's caches. A slot freed twice into
+/// a thread cache is caught when it leaves the cache (the next allocation
+/// of its class, a flush, the thread's exit), but the thread that calls
+/// `exit()` has no exit of its own: a program whose last act is a double
+/// free would otherwise end normally.
+extern "C" fn on_process_exit() {
+    let heap = tls::current_heap();
+    if !heap.is_null() {
+        // SAFETY: the calling thread's own heap; exit handlers run between
+        // its allocator calls.
+        unsafe { (*heap).verify_caches() };
+    }
+}
+
+/// Runs [`on_process_exit`] at `exit()`, with the other destructors (no
+/// registration, so no allocation).
+#[cfg(all(target_os = "linux", not(miri)))]
+#[used]
+#[link_section = ".fini_array"]
+static ON_PROCESS_EXIT: extern "C" fn() = on_process_exit;

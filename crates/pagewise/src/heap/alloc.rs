@@ -110,22 +110,32 @@ impl HeapCore {
         // SAFETY: `class_of` and `class_for` return classes below CLASSES.
         let state = unsafe { self.states.get_unchecked(class + 1) };
         // SAFETY: owner only (caller): the cache is ours and holds free slots
-        // of this class (a page with a slot out is never released); `direct`
-        // pages are live slab pages of this heap or the never-written empty
-        // page.
+        // of this class (a page with a slot out is never released).
         unsafe {
             let b = state.pop();
             if !b.is_null() {
                 return b as *mut u8;
             }
+            self.alloc_past_cache(class, size)
+        }
+    }
+
+    /// `alloc_small` past the cache: the current page's free list, else the
+    /// slow path. Out of line, so that the pop stays small enough to be
+    /// inlined where the class is known (a constant-size allocation folds
+    /// the class lookup away).
+    ///
+    /// # Safety
+    /// Owner only.
+    #[inline(never)]
+    pub(super) unsafe fn alloc_past_cache(&self, class: usize, size: usize) -> *mut u8 {
+        // SAFETY: `class` is below CLASSES (caller); owner only: `direct`
+        // pages are live slab pages of this heap or the never-written empty
+        // page.
+        unsafe {
             let page = self.direct.get_unchecked(class).load(Relaxed);
-            let b = (*page).free;
-            if !b.is_null() {
-                (*page).free = (*b).next;
-                Block::mark_live(b);
-                (*page).set_used((*page).used() + 1);
-                state.count_alloc(size);
-                return b as *mut u8;
+            if (*page).has_free() {
+                return self.pop(page, class, size);
             }
             self.alloc_slow(class, size)
         }
@@ -168,12 +178,20 @@ impl HeapCore {
         }
     }
 
+    /// Takes the first slot of `page`'s free list. Aborts if it does not
+    /// hold the page key: it was freed twice (its other copy was handed out
+    /// from a cache or from this list, or is still in a cache).
+    ///
     /// # Safety
     /// Owner only; `page` has a free slot.
+    #[inline]
     pub(super) unsafe fn pop(&self, page: *mut Page, class: usize, size: usize) -> *mut u8 {
         // SAFETY: per the caller.
         unsafe {
             let b = (*page).free;
+            if !Block::is_in_page(b) {
+                misuse(Misuse::DoubleFree, b as usize);
+            }
             (*page).free = (*b).next;
             Block::mark_live(b);
             (*page).set_used((*page).used() + 1);
@@ -312,6 +330,7 @@ impl HeapCore {
         // SAFETY: the page lists are held; `page` is an empty slab page of
         // this heap, on its class queue or the full list.
         unsafe {
+            (*page).verify_empty();
             let class = (*page).class as usize;
             if (*page).in_full {
                 l.full.remove(page);

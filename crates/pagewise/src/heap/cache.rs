@@ -18,6 +18,7 @@
 //! The cache shares its cache line with the class's slot geometry and
 //! counters, which the same fast paths read and update.
 
+use crate::fault::{misuse, Misuse};
 use crate::heap::Counter;
 use crate::memory::page::Block;
 use crate::memory::size_class::{Geometry, CLASSES, GEOMETRY, SLOT_SIZE};
@@ -147,18 +148,22 @@ impl ClassState {
     }
 
     /// Takes a cached slot for an allocation, if any, and counts the
-    /// allocation.
+    /// allocation. Aborts if the slot does not hold the cache key: it was
+    /// freed twice (its first copy already handed out, or gone to its page).
     ///
     /// # Safety
     /// Owner only.
     #[inline]
     pub unsafe fn pop(&self) -> *mut Block {
         // SAFETY: owner only (caller): the list is ours, and holds free slots
-        // whose first word links the next.
+        // whose first word links the next and whose second holds the key.
         unsafe {
             let b = *self.head.get();
             if !b.is_null() {
                 let next = (*b).next;
+                if !Block::is_cached(b) {
+                    misuse(Misuse::DoubleFree, b as usize);
+                }
                 *self.head.get() = next;
                 Block::mark_live(b);
                 self.room.store(self.room.load(Relaxed) + 1, Relaxed);
@@ -171,8 +176,8 @@ impl ClassState {
     /// Caches a freed slot unless the cache is full (then returns false).
     ///
     /// # Safety
-    /// Owner only; `block` is a slot of this class, already marked free
-    /// (`Block::mark_free`), no longer used by the caller.
+    /// Owner only; `block` is a slot of this class, already marked cached
+    /// (`Block::mark_cached`), no longer used by the caller.
     #[inline]
     pub unsafe fn push(&self, block: *mut Block) -> bool {
         let room = self.room.load(Relaxed);
@@ -191,17 +196,20 @@ impl ClassState {
     }
 
     /// Detaches all but the `keep` most recent cached slots as a list (the
-    /// older ones, which the thread is least likely to want back): the
-    /// caller frees each to its page, which counts it where it lands.
+    /// older ones, which the thread is least likely to want back), with
+    /// their count: the caller frees each to its page, which counts it where
+    /// it lands. The caller walks the list by that count, not to its end: a
+    /// slot freed twice into the cache makes the list a cycle.
     ///
     /// # Safety
     /// Owner only.
-    pub unsafe fn take_older(&self, keep: u32) -> *mut Block {
+    pub unsafe fn take_older(&self, keep: u32) -> (*mut Block, u32) {
         let n = self.cached();
         if n <= keep {
-            return null_mut();
+            return (null_mut(), 0);
         }
-        // SAFETY: owner only (caller); the list holds `n` slots.
+        // SAFETY: owner only (caller); the list holds `n` slots, unless a
+        // double free left it shorter (then a null link ends the walk).
         unsafe {
             let rest = if keep == 0 {
                 let all = *self.head.get();
@@ -210,7 +218,12 @@ impl ClassState {
             } else {
                 let mut last = *self.head.get();
                 for _ in 1..keep {
-                    last = (*last).next;
+                    let next = (*last).next;
+                    if next.is_null() {
+                        // Shorter than counted: a slot was freed twice.
+                        misuse(Misuse::DoubleFree, last as usize);
+                    }
+                    last = next;
                 }
                 let rest = (*last).next;
                 (*last).next = null_mut();
@@ -218,7 +231,38 @@ impl ClassState {
             };
             self.room
                 .store(self.room.load(Relaxed) + (n - keep), Relaxed);
-            rest
+            (rest, n - keep)
+        }
+    }
+
+    /// Checks every cached slot (a walk by count, as at thread exit) without
+    /// changing the cache: aborts if a slot is not marked cached, or is in
+    /// the cache twice, or the list is shorter than counted.
+    ///
+    /// # Safety
+    /// Owner only.
+    pub unsafe fn verify(&self) {
+        let n = self.cached();
+        // SAFETY: owner only (caller): the list is ours. The first walk
+        // moves each slot's key to the page key, so that a slot met twice
+        // fails the check; the second walk puts the cache keys back.
+        unsafe {
+            let (mut b, mut prev) = (*self.head.get(), null_mut::<Block>());
+            for _ in 0..n {
+                if b.is_null() {
+                    // Shorter than counted: a slot was freed twice.
+                    misuse(Misuse::DoubleFree, prev as usize);
+                }
+                if !Block::cached_to_page(b) {
+                    misuse(Misuse::DoubleFree, b as usize);
+                }
+                (prev, b) = (b, (*b).next);
+            }
+            let mut b = *self.head.get();
+            for _ in 0..n {
+                Block::mark_cached(b);
+                b = (*b).next;
+            }
         }
     }
 
@@ -252,25 +296,32 @@ mod tests {
         let mut slots = [[0usize; 2]; 4];
         let p = |s: &mut [[usize; 2]; 4], i: usize| s[i].as_mut_ptr() as *mut Block;
         let c = ClassState::new(3, GEOMETRY[0]);
-        // SAFETY: test-local slots, each pushed once while not in the cache.
+        // SAFETY: test-local slots, each pushed once while not in the cache,
+        // marked cached as a free does.
         unsafe {
+            let push = |b: *mut Block| {
+                Block::mark_cached(b);
+                c.push(b)
+            };
             assert!(c.pop().is_null());
-            assert!(c.push(p(&mut slots, 0)));
-            assert!(c.push(p(&mut slots, 1)));
-            assert!(c.push(p(&mut slots, 2)));
-            assert!(!c.push(p(&mut slots, 3)), "full at the limit");
+            assert!(push(p(&mut slots, 0)));
+            assert!(push(p(&mut slots, 1)));
+            assert!(push(p(&mut slots, 2)));
+            assert!(!push(p(&mut slots, 3)), "full at the limit");
             assert_eq!((c.cached(), c.frees()), (3, 3));
+            c.verify();
             assert_eq!(c.pop(), p(&mut slots, 2));
             assert_eq!(c.allocs.get(), 1, "a slot handed out is an allocation");
-            assert!(c.push(p(&mut slots, 3)));
+            assert!(push(p(&mut slots, 3)));
+            c.verify();
             // Keep the most recent one (3); the older ones (1, then 0) go.
-            let list = c.take_older(1);
-            assert_eq!(list, p(&mut slots, 1));
+            let (list, n) = c.take_older(1);
+            assert_eq!((list, n), (p(&mut slots, 1), 2));
             assert_eq!((*list).next, p(&mut slots, 0));
             assert!((*(*list).next).next.is_null());
             assert_eq!((c.cached(), c.frees()), (1, 2));
-            assert!(c.take_older(1).is_null());
-            assert_eq!(c.take_older(0), p(&mut slots, 3));
+            assert!(c.take_older(1).0.is_null());
+            assert_eq!(c.take_older(0), (p(&mut slots, 3), 1));
             assert_eq!((c.cached(), c.frees()), (0, 1));
         }
     }

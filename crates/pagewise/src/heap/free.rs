@@ -73,10 +73,11 @@ impl HeapCore {
         let block = addr as *mut Block;
         // SAFETY: owner only (caller); `addr` starts a slot (of two words at
         // least) of the class `entry - 1` (slab table) in a live slab page.
+        // The key is stored blind: loading it would wait for a line another
+        // core may have written last; a slot freed twice is caught when it
+        // leaves the cache (`ClassState::pop`, `flush_cache`).
         unsafe {
-            if !Block::mark_free(block) {
-                misuse(Misuse::DoubleFree, addr);
-            }
+            Block::mark_cached(block);
             if !state.push(block) {
                 self.cache_full((state_at >> STATE_SHIFT) - 1, block);
             }
@@ -163,7 +164,8 @@ impl HeapCore {
                     // again after its page was released and remade.
                     misuse(Misuse::DoubleFree, addr);
                 }
-                // SAFETY: `addr` starts a slot of a live slab page.
+                // SAFETY: `addr` starts a slot of a live slab page. A slot
+                // that is free holds the cache key or the page key.
                 if !unsafe { Block::mark_free(addr as *mut Block) } {
                     misuse(Misuse::DoubleFree, addr);
                 }
@@ -222,9 +224,11 @@ impl HeapCore {
     }
 
     /// # Safety
-    /// The page lists are held (`l`); `block` is a live slot of `page`, a
-    /// slab page of this heap; a current page only by its owner.
-    /// Returns true if a page went back to the span pool.
+    /// The page lists are held (`l`); `block` is a slot of `page`, a slab
+    /// page of this heap (a current page only by its owner), that was live
+    /// and now holds the page key (`Block::mark_free` or
+    /// `Block::cached_to_page`). Returns true if a page went back to the
+    /// span pool.
     #[inline]
     pub(super) unsafe fn free_local(
         &self,

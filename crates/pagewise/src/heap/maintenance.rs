@@ -144,6 +144,20 @@ impl HeapCore {
         self.owner.store(crate::global::heaps::ABANDONED, Release);
     }
 
+    /// Checks every slot in the thread caches, changing nothing: aborts on
+    /// a slot freed twice into them, or whose other copy went to its page
+    /// or was handed out (what the next allocation or flush would catch).
+    /// For the process's exit, where no flush comes.
+    ///
+    /// # Safety
+    /// Owner only, between operations.
+    pub unsafe fn verify_caches(&self) {
+        for class in 0..CLASSES {
+            // SAFETY: owner only (caller).
+            unsafe { self.class(class).verify() };
+        }
+    }
+
     /// A visit while the heap's thread is elsewhere (the purger's pass,
     /// another thread's `trim()`): collects what other threads freed into
     /// its pages, releases the pages that emptied (to be purged by the

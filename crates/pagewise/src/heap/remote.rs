@@ -20,15 +20,27 @@ impl HeapCore {
     /// # Safety
     /// Owner only, with its page lists held.
     pub(super) unsafe fn flush_cache(&self, l: &mut Local, class: usize, keep: u32) {
-        // SAFETY: owner only; the detached list holds live slots of this
+        // SAFETY: owner only; the detached list holds `n` slots of this
         // class, of this heap's pages or other heaps' (which outlive them).
+        // Each is checked before it is touched: a slot freed twice into the
+        // cache, or whose other copy already went to its page, aborts here.
         unsafe {
-            let mut b = self.class(class).take_older(keep);
+            let (mut b, n) = self.class(class).take_older(keep);
             // Slots of one page of another heap that come in a row go home
             // as one chain, with one CAS (a producer's objects often come
             // from the same page).
             let mut run = RemoteRun::EMPTY;
-            while !b.is_null() {
+            let mut prev = null_mut::<Block>();
+            // By count: a slot freed twice makes the list a cycle (the
+            // second copy is met, and caught, before it comes round again).
+            for _ in 0..n {
+                if b.is_null() {
+                    // Shorter than counted: a slot was freed twice.
+                    misuse(Misuse::DoubleFree, prev as usize);
+                }
+                if !Block::cached_to_page(b) {
+                    misuse(Misuse::DoubleFree, b as usize);
+                }
                 let next = (*b).next;
                 // Owner and page from the segment header's read-mostly
                 // fields, not from the descriptor, which its owner rewrites
@@ -50,7 +62,7 @@ impl HeapCore {
                         count: 1,
                     };
                 }
-                b = next;
+                (prev, b) = (b, next);
             }
             run.send();
         }

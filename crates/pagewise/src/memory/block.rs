@@ -1,16 +1,24 @@
-//! A free slot: its link, and the key that says it is free.
+//! A free slot: its link, and the key that says where it is free.
 //!
-//! Every free slot, wherever it waits (a thread cache, a page's free list,
-//! a remote-free list, a heap's delayed list), holds in its second word a
-//! key derived from a per-process secret and its own address; every
-//! allocation clears it. A free that finds the key already there is a
-//! double free, and aborts ([`crate::fault`]). That is glibc's tcache check,
-//! made exact enough to need no confirming scan: a live object holds the
-//! key only if the program wrote `secret ^ address` there itself, which it
-//! can learn only by reading freed memory (and a copy of a freed slot's
-//! bytes elsewhere carries the wrong address). Cost: on a free one load, one
-//! compare and one store to the slot's first cache line, which the free
-//! writes anyway; on an allocation one store to the line it reads.
+//! Every free slot holds in its second word a key derived from a
+//! per-process secret and its own address: the *cache key* while it waits
+//! in a thread cache, the *page key* while it waits in its page's lists (the
+//! free list, a remote-free list, a heap's delayed list); every allocation
+//! clears it. A live object holds neither unless the program wrote that
+//! value there itself, which it can learn only by reading freed memory (and
+//! a copy of a freed slot's bytes elsewhere carries the wrong address): so
+//! a slot found with the wrong key was freed twice, with no confirming scan
+//! (glibc's tcache key, made exact), and pagewise aborts ([`crate::fault`]).
+//!
+//! Where it is checked: a free into a thread cache stores the cache key
+//! blind (loading the slot would wait for a line another core may have
+//! written last); the cache's pop checks the cache key on the line it reads
+//! for the link; a flush moves each slot from the cache key to the page key,
+//! checking it; a page's pop checks the page key, and a page released as
+//! empty checks every slot of its free list once; a free past the cache
+//! checks that the slot holds neither key. A slot freed twice into a cache
+//! has one key for its two copies: the pop or flush that meets the second
+//! copy finds it cleared or already turned into the page key.
 //!
 //! This is why no slot is smaller than two words (`size_class::MIN_SLOT`).
 
@@ -59,29 +67,107 @@ fn random_word() -> usize {
     0x9e37_79b9_7f4a_7c15
 }
 
-/// The key a free slot at `addr` holds.
+/// Told apart from the cache key in the page key: flips a bit the
+/// address (16-byte aligned) does not have, so no slot's page key is any
+/// slot's cache key, and neither is ever 0 (the secret is odd).
+const PAGE_TAG: usize = 2;
+
+/// The key a free slot at `addr` holds in a thread cache.
 #[inline(always)]
-fn key_of(addr: usize) -> usize {
+fn cache_key(addr: usize) -> usize {
     SECRET.load(Relaxed) ^ addr
 }
 
+/// The key a free slot at `addr` holds in its page's lists (free list,
+/// remote-free list, delayed list).
+#[inline(always)]
+fn page_key(addr: usize) -> usize {
+    SECRET.load(Relaxed) ^ addr ^ PAGE_TAG
+}
+
 impl Block {
-    /// Marks a slot free, returning false (and marking nothing) if it
-    /// already was: the caller has a double free.
+    /// Marks a slot as freed into a thread cache: a blind store, no check
+    /// (the free fast path must not wait for the slot's line). A slot
+    /// already free is caught when it is taken out of the cache again
+    /// ([`Block::take_cached`], [`Block::cached_to_page`]).
     ///
     /// # Safety
     /// `block` is a slot of at least two words that the caller may write.
     #[inline(always)]
-    pub unsafe fn mark_free(block: *mut Block) -> bool {
-        let key = key_of(block as usize);
+    pub unsafe fn mark_cached(block: *mut Block) {
+        // SAFETY: per the caller.
+        unsafe { (*block).key = cache_key(block as usize) };
+    }
+
+    /// Whether a slot popped from a thread cache holds the cache key (false:
+    /// the slot was freed twice, or written after its free).
+    ///
+    /// # Safety
+    /// `block` is a slot of at least two words that the caller may read.
+    #[inline(always)]
+    pub unsafe fn is_cached(block: *const Block) -> bool {
+        // SAFETY: per the caller.
+        unsafe { (*block).key == cache_key(block as usize) }
+    }
+
+    /// Whether a slot popped from a page's free list holds the page key.
+    ///
+    /// # Safety
+    /// As [`Block::is_cached`].
+    #[inline(always)]
+    pub unsafe fn is_in_page(block: *const Block) -> bool {
+        // SAFETY: per the caller.
+        unsafe { (*block).key == page_key(block as usize) }
+    }
+
+    /// Moves a slot's key from the cache's to the page's (a slot going
+    /// from a thread cache to its page), returning false (and changing
+    /// nothing) if it did not hold the cache key: a second copy of a slot
+    /// whose first copy already went to its page, or a slot a pop handed
+    /// out while another copy stayed cached.
+    ///
+    /// # Safety
+    /// As [`Block::mark_cached`].
+    #[inline(always)]
+    pub unsafe fn cached_to_page(block: *mut Block) -> bool {
         // SAFETY: per the caller.
         unsafe {
-            if (*block).key == key {
+            if !Block::is_cached(block) {
                 return false;
             }
-            (*block).key = key;
+            (*block).key = page_key(block as usize);
         }
         true
+    }
+
+    /// Marks a slot freed past the cache (to its page), returning false
+    /// (and marking nothing) if it was free already, in a cache or in a
+    /// page's lists.
+    ///
+    /// # Safety
+    /// As [`Block::mark_cached`].
+    #[inline(always)]
+    pub unsafe fn mark_free(block: *mut Block) -> bool {
+        // SAFETY: per the caller.
+        unsafe {
+            let k = (*block).key;
+            if k == cache_key(block as usize) || k == page_key(block as usize) {
+                return false;
+            }
+            Block::mark_in_page(block);
+        }
+        true
+    }
+
+    /// Gives a slot the page key without a check (a slot carved fresh, or
+    /// one whose key was just checked).
+    ///
+    /// # Safety
+    /// As [`Block::mark_cached`].
+    #[inline(always)]
+    pub unsafe fn mark_in_page(block: *mut Block) {
+        // SAFETY: per the caller.
+        unsafe { (*block).key = page_key(block as usize) };
     }
 
     /// Marks a slot live (about to be handed out).

@@ -10,6 +10,7 @@
 //! memory can be purged without losing track of it, and (later) individual
 //! OS pages of a slab page can be given back while others hold live slots.
 
+use crate::fault;
 use crate::memory::layout::OS_PAGE;
 use crate::memory::remote_word;
 use crate::memory::spans::Spans;
@@ -193,8 +194,8 @@ impl Page {
         let mut n = ((limit - begin) / slot).max(1);
         n = n.min((self.reserved - capacity) as usize);
         let end = begin + n * slot;
-        // Link the new slots in address order, each marked free (so that
-        // freeing one that was never handed out is caught too).
+        // Link the new slots in address order, each holding the page key
+        // (so that freeing one that was never handed out is caught too).
         let mut p = begin;
         while p < end {
             let next = if p + slot < end { p + slot } else { 0 };
@@ -202,7 +203,7 @@ impl Page {
             // page's span, which the heap owns and nothing else references yet.
             unsafe {
                 (*(p as *mut Block)).next = next as *mut Block;
-                Block::mark_free(p as *mut Block);
+                Block::mark_in_page(p as *mut Block);
             }
             p += slot;
         }
@@ -281,6 +282,40 @@ impl Page {
     /// (a snapshot).
     pub fn pending_remote(&self) -> usize {
         remote_word::pending_count(&self.thread_free)
+    }
+
+    /// Checks the free list of a page that is about to be released because
+    /// no slot is in use: it must hold exactly the carved slots, each once,
+    /// each with the page key. A slot freed twice whose copies both reached
+    /// the page (the second through a thread cache, which does not check)
+    /// makes the page count one slot too few in use, so it looks empty while
+    /// a live object is still in it: releasing it would hand that object's
+    /// memory to another allocation. Aborts instead. Clears the keys (the
+    /// slots are going back to the span pool).
+    ///
+    /// # Safety
+    /// Owner only; a slab page with no slot in use, about to be released.
+    pub unsafe fn verify_empty(&self) {
+        let mut b = self.free;
+        let mut prev = null_mut::<Block>();
+        for _ in 0..self.capacity() {
+            // SAFETY: the page's free list, owner only (caller): slots of
+            // this page, which stays mapped and committed while it is in
+            // use. A slot met again finds its key cleared.
+            unsafe {
+                if b.is_null() || !Block::is_in_page(b) {
+                    fault::misuse(
+                        fault::Misuse::DoubleFree,
+                        if b.is_null() { prev } else { b } as usize,
+                    );
+                }
+                Block::mark_live(b);
+                (prev, b) = (b, (*b).next);
+            }
+        }
+        if !b.is_null() {
+            fault::misuse(fault::Misuse::DoubleFree, b as usize);
+        }
     }
 
     /// Whether other threads freed slots not yet collected.
