@@ -85,9 +85,10 @@ pub fn start_from_env() {
 
 extern "C" fn run(_: *mut libc::c_void) -> *mut libc::c_void {
     let ms = INTERVAL_MS.load(Relaxed);
+    // `as _`: the field types differ between C libraries (musl's `time_t`).
     let ts = libc::timespec {
-        tv_sec: (ms / 1000) as libc::time_t,
-        tv_nsec: ((ms % 1000) * 1_000_000) as libc::c_long,
+        tv_sec: (ms / 1000) as _,
+        tv_nsec: ((ms % 1000) * 1_000_000) as _,
     };
     while !STOPPED.load(Acquire) {
         // SAFETY: a valid timespec; an early wake-up only shortens a period.

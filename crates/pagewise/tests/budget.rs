@@ -11,10 +11,11 @@
 #[global_allocator]
 static A: pagewise::Pagewise = pagewise::Pagewise;
 
+mod reexec;
+
 use pagewise::{Config, FakePages, Heap, PageSource, Purge};
 use std::alloc::Layout;
 use std::hint::black_box;
-use std::process::Command;
 use std::ptr::NonNull;
 
 const MIB: usize = 1 << 20;
@@ -150,7 +151,7 @@ fn an_idle_heap_gives_everything_back_after_the_decay_delay() {
 // ----- the global allocator, in a child process ------------------------------------
 
 fn run_child(test: &str, envs: &[(&str, &str)]) -> String {
-    let mut cmd = Command::new(std::env::current_exe().unwrap());
+    let mut cmd = reexec::this_binary();
     cmd.args(["--exact", test, "--nocapture", "--test-threads=1"])
         .env(CHILD, test)
         .env_remove("PAGEWISE_RETAIN_MAX")

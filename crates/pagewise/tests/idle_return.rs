@@ -12,8 +12,9 @@
 #[global_allocator]
 static A: pagewise::Pagewise = pagewise::Pagewise;
 
+mod reexec;
+
 use std::hint::black_box;
-use std::process::Command;
 
 const CHILD: &str = "PAGEWISE_IDLE_RETURN_CHILD";
 const MIB: u64 = 1 << 20;
@@ -87,7 +88,7 @@ fn child_entry() {
         return;
     };
     // Warm up what the harness itself needs, so the baseline holds it.
-    black_box(pagewise::stats());
+    let committed_before = pagewise::stats().committed_bytes;
     let before = resident();
     let mut release_producer: Option<Box<dyn FnOnce()>> = None;
     let mut trim = false;
@@ -113,17 +114,28 @@ fn child_entry() {
         std::thread::sleep(std::time::Duration::from_millis(1000));
     }
     let after = resident();
-    println!("idle-report {before} {freed} {after} {live}");
+    let committed_after = pagewise::stats().committed_bytes;
+    println!("idle-report {before} {freed} {after} {live} {committed_before} {committed_after}");
     if let Some(release) = release_producer {
         release();
     }
 }
 
-/// Runs `scenario` in a child; returns resident bytes (before, right after
-/// the frees, after the idle period) and the live bytes `stats()` reported
-/// right after the frees.
-fn run(scenario: &str) -> (u64, u64, u64, u64) {
-    let out = Command::new(std::env::current_exe().unwrap())
+/// What a child reported: resident bytes before the scenario, right after
+/// the frees and after the idle period; the live bytes `stats()` reported
+/// right after the frees; pagewise's committed bytes before and after.
+struct Report {
+    before: u64,
+    freed: u64,
+    after: u64,
+    live: u64,
+    committed_before: u64,
+    committed_after: u64,
+}
+
+/// Runs `scenario` in a child and returns its report.
+fn run(scenario: &str) -> Report {
+    let out = reexec::this_binary()
         .args(["--exact", "child_entry", "--nocapture", "--test-threads=1"])
         .env(CHILD, scenario)
         .env("PAGEWISE_DECAY_MS", "100")
@@ -140,17 +152,28 @@ fn run(scenario: &str) -> (u64, u64, u64, u64) {
         .find_map(|l| l.split_once("idle-report ").map(|(_, r)| r))
         .unwrap_or_else(|| panic!("no report from the child:\n{stdout}\n{stderr}"));
     let f: Vec<u64> = line.split(' ').map(|x| x.parse().unwrap()).collect();
-    (f[0], f[1], f[2], f[3])
+    Report {
+        before: f[0],
+        freed: f[1],
+        after: f[2],
+        live: f[3],
+        committed_before: f[4],
+        committed_after: f[5],
+    }
 }
 
 fn assert_given_back(scenario: &str, freed_at_least: u64) {
-    let (before, freed, after, live) = run(scenario);
+    let r = run(scenario);
+    let (before, freed, after, live) = (r.before, r.freed, r.after, r.live);
     let mib = |b: u64| b as f64 / MIB as f64;
     let report = format!(
-        "{scenario}: {:.1} MiB before, {:.1} right after the frees, {:.1} after the quiet",
+        "{scenario}: resident {:.1} MiB before, {:.1} right after the frees, {:.1} after the quiet; \
+         committed {:.1} MiB before, {:.1} after the quiet",
         mib(before),
         mib(freed),
-        mib(after)
+        mib(after),
+        mib(r.committed_before),
+        mib(r.committed_after),
     );
     // The control: the scenario did make memory resident that the frees
     // alone did not give back, or the check below proves nothing.
@@ -161,6 +184,29 @@ fn assert_given_back(scenario: &str, freed_at_least: u64) {
         "{report}; stats() said {:.1} MiB live",
         mib(live)
     );
+    // What pagewise itself holds went back.
+    assert!(r.committed_after <= r.committed_before + SLACK, "{report}");
+    if reexec::emulated() {
+        // Under qemu-user, /proc/self/statm is the emulator's resident set:
+        // it also holds qemu's translated code and the state of every guest
+        // thread it ran, which the host's malloc keeps after the threads
+        // exit (about 11 MiB after threads-exit, 2.3 after handoff, on
+        // aarch64, with pagewise's committed bytes back at 0.1 MiB). So the
+        // exact check gives way to the committed check above and a loose
+        // one: three quarters of what the scenario made resident went back.
+        // Straight to stderr, past libtest's capture, so the change shows.
+        use std::io::Write as _;
+        let _ = writeln!(
+            std::io::stderr(),
+            "idle_return: exact resident-set check SKIPPED under emulation \
+             (PAGEWISE_TEST_RUNNER is set; committed bytes checked instead): {report}"
+        );
+        assert!(
+            after.saturating_sub(before) <= (freed - before) / 4,
+            "{report}"
+        );
+        return;
+    }
     assert!(after <= before + SLACK, "{report}");
 }
 

@@ -2,14 +2,14 @@
 //! a child process (this test binary re-executed) and the parent checks the
 //! exit and the message.
 
+mod reexec;
+
 use std::alloc::{GlobalAlloc, Layout};
-use std::process::Command;
 
 const CASE: &str = "PAGEWISE_MISUSE_CASE";
 
 fn run_case(case: &str) -> (bool, String) {
-    let exe = std::env::current_exe().unwrap();
-    let out = Command::new(exe)
+    let out = reexec::this_binary()
         .args(["--exact", "child_entry", "--nocapture", "--test-threads=1"])
         .env(CASE, case)
         .output()

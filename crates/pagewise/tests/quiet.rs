@@ -11,8 +11,9 @@
 #[global_allocator]
 static A: pagewise::Pagewise = pagewise::Pagewise;
 
+mod reexec;
+
 use std::hint::black_box;
-use std::process::Command;
 
 const CHILD: &str = "PAGEWISE_QUIET_CHILD";
 /// Bytes the child frees before going quiet.
@@ -67,7 +68,7 @@ fn child_entry() {
 /// Runs the child with `PAGEWISE_DECAY_MS=100`, and `PAGEWISE_BACKGROUND=0`
 /// if `background` is false.
 fn run_child(background: bool) -> Report {
-    let mut cmd = Command::new(std::env::current_exe().unwrap());
+    let mut cmd = reexec::this_binary();
     cmd.args(["--exact", "child_entry", "--nocapture", "--test-threads=1"])
         .env(CHILD, "1")
         .env("PAGEWISE_DECAY_MS", "100")

@@ -23,6 +23,7 @@
 #[global_allocator]
 static A: pagewise::Pagewise = pagewise::Pagewise;
 
+mod reexec;
 mod support;
 
 use std::alloc::{alloc, alloc_zeroed, dealloc, realloc, Layout};
@@ -1265,7 +1266,7 @@ fn stress_global_allocator() {
 /// tail of it if the child failed (a failed test, an abort, a signal, or
 /// exit code 66: a ThreadSanitizer report).
 fn run_child(name: &str, envs: &[(&str, String)]) -> Result<(), String> {
-    let mut cmd = std::process::Command::new(std::env::current_exe().expect("the test binary"));
+    let mut cmd = reexec::this_binary();
     cmd.args(["--exact", name, "--nocapture", "--test-threads", "1"])
         .env("PAGEWISE_STRESS_CHILD", name);
     for (k, v) in envs {

@@ -6,6 +6,7 @@
 #[global_allocator]
 static A: pagewise::Pagewise = pagewise::Pagewise;
 
+mod reexec;
 mod solo;
 
 use pagewise::Stats;

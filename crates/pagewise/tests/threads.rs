@@ -6,6 +6,7 @@
 #[global_allocator]
 static A: pagewise::Pagewise = pagewise::Pagewise;
 
+mod reexec;
 mod solo;
 
 use pagewise::Stats;
@@ -244,8 +245,13 @@ fn stats_and_trim() {
     pagewise::trim();
     let after = pagewise::stats();
     assert_given_back(&before, &after, MIB);
+    // What the test held was committed on top of the baseline, and trim
+    // gave it back, except what the test's objects made slab pages that
+    // also hold baseline objects grow by (those pages stay; how many there
+    // are depends on where the C library's and libtest's own allocations
+    // landed: on musl, 64 KiB of class 640; bounded by the slack above).
     assert!(
-        after.committed_bytes + held <= mid.committed_bytes,
+        before.committed_bytes.min(after.committed_bytes) + held <= mid.committed_bytes,
         "{after:?}"
     );
     assert!(after.purged_bytes > before.purged_bytes, "{after:?}");

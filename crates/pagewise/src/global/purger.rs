@@ -163,9 +163,11 @@ extern "C" fn run(_: *mut libc::c_void) -> *mut libc::c_void {
 }
 
 fn sleep_ms(ms: u64) {
+    // `as _`: the field types differ between C libraries (the libc crate
+    // deprecates naming musl's `time_t`, which changes width).
     let ts = libc::timespec {
-        tv_sec: (ms / 1000) as libc::time_t,
-        tv_nsec: ((ms % 1000) * 1_000_000) as libc::c_long,
+        tv_sec: (ms / 1000) as _,
+        tv_nsec: ((ms % 1000) * 1_000_000) as _,
     };
     // SAFETY: valid timespec; an early wake-up (signal) only shortens a pass.
     unsafe { libc::nanosleep(&ts, core::ptr::null_mut()) };

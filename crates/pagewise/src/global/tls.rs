@@ -9,6 +9,12 @@
 //! pair as the same code linked into a Rust program. Stable Rust has no
 //! attribute for the TLS model, so the word is declared in assembly.
 //!
+//! On aarch64 Linux the same word is read the same way: its offset from a
+//! GOT entry (`adrp`/`ldr` with the `:gottprel:` relocations, which the
+//! linker relaxes to an immediate in an executable), added to the thread
+//! pointer (`mrs tpidr_el0`). A `thread_local!` there would cost a TLS
+//! descriptor call per access in a shared library.
+//!
 //! Initial-exec TLS lives in the static TLS block the loader sets up at
 //! startup: always so for an executable or a preloaded library; a library
 //! loaded later with `dlopen` takes its 8 bytes from glibc's static TLS
@@ -66,7 +72,67 @@ mod imp {
     }
 }
 
-#[cfg(not(all(target_arch = "x86_64", target_os = "linux", not(miri))))]
+#[cfg(all(target_arch = "aarch64", target_os = "linux", not(miri)))]
+mod imp {
+    use crate::heap::HeapCore;
+
+    // As on x86-64: one zero-initialised, 8-byte-aligned word in `.tbss`,
+    // hidden so that a shared library does not export it.
+    core::arch::global_asm!(
+        ".pushsection .tbss,\"awT\",%nobits",
+        ".p2align 3",
+        ".globl pagewise_current_heap",
+        ".hidden pagewise_current_heap",
+        ".type pagewise_current_heap,%object",
+        ".size pagewise_current_heap,8",
+        "pagewise_current_heap:",
+        ".zero 8",
+        ".popsection",
+    );
+
+    #[inline(always)]
+    pub fn get() -> *mut HeapCore {
+        let v: usize;
+        // SAFETY: reads this thread's own TLS word at its initial-exec
+        // offset (a GOT entry the linker or loader fills in) from the
+        // thread pointer; no other memory is touched.
+        unsafe {
+            core::arch::asm!(
+                "adrp {t}, :gottprel:pagewise_current_heap",
+                "ldr {t}, [{t}, #:gottprel_lo12:pagewise_current_heap]",
+                "mrs {v}, tpidr_el0",
+                "ldr {v}, [{v}, {t}]",
+                t = out(reg) _,
+                v = out(reg) v,
+                options(nostack, preserves_flags, readonly, pure),
+            )
+        };
+        v as *mut HeapCore
+    }
+
+    #[inline(always)]
+    pub fn set(heap: *mut HeapCore) {
+        // SAFETY: writes this thread's own TLS word, as `get` reads it.
+        unsafe {
+            core::arch::asm!(
+                "adrp {t}, :gottprel:pagewise_current_heap",
+                "ldr {t}, [{t}, #:gottprel_lo12:pagewise_current_heap]",
+                "mrs {u}, tpidr_el0",
+                "str {h}, [{u}, {t}]",
+                t = out(reg) _,
+                u = out(reg) _,
+                h = in(reg) heap as usize,
+                options(nostack, preserves_flags),
+            )
+        };
+    }
+}
+
+#[cfg(not(all(
+    any(target_arch = "x86_64", target_arch = "aarch64"),
+    target_os = "linux",
+    not(miri)
+)))]
 mod imp {
     use crate::heap::HeapCore;
     use core::cell::Cell;

@@ -38,7 +38,7 @@ pub struct Block {
 static SECRET: AtomicUsize = AtomicUsize::new(0);
 
 /// Draws the secret, once per process (later calls keep it). Allocates
-/// nothing: the kernel's 16 random bytes for the process (`AT_RANDOM`).
+/// nothing: the kernel's random bytes for the process ([`crate::os::random`]).
 pub fn init_secret() {
     if SECRET.load(Relaxed) != 0 {
         return;
@@ -48,18 +48,7 @@ pub fn init_secret() {
 
 #[cfg(not(miri))]
 fn random_word() -> usize {
-    // SAFETY: getauxval has no preconditions; AT_RANDOM, when present, is
-    // the address of 16 random bytes the kernel placed on the initial stack,
-    // which live as long as the process.
-    let at = unsafe { libc::getauxval(libc::AT_RANDOM) } as *const u8;
-    let mut word = 0usize;
-    if !at.is_null() {
-        // SAFETY: as above: 16 readable bytes, of which we take 8 from the
-        // middle (glibc uses the first ones for its stack guard).
-        word = unsafe { (at.add(8) as *const usize).read_unaligned() };
-    }
-    // Without AT_RANDOM: mix what differs between processes and runs.
-    word ^ (&word as *const usize as usize).rotate_left(29)
+    crate::os::random::random_word()
 }
 
 #[cfg(miri)]

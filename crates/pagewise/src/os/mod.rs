@@ -2,4 +2,5 @@
 //! Everything above it is policy, tested against [`source::FakePages`].
 
 pub(crate) mod protect;
+pub(crate) mod random;
 pub mod source;

@@ -22,9 +22,12 @@ use core::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 pub enum Purge {
     /// `MADV_DONTNEED`: the pages leave RSS at once and read back as zeros.
     /// The default, because users and monitors read RSS (mimalloc #776).
+    /// On macOS, where no `madvise` does that, fresh pages are mapped over
+    /// the range instead (same effect).
     #[default]
     DontNeed,
-    /// `MADV_FREE`: the kernel takes the pages only under memory pressure.
+    /// `MADV_FREE` (on Linux and macOS): the kernel takes the pages only
+    /// under memory pressure; until then they may keep their contents.
     /// Cheaper to reuse, but RSS does not drop until the kernel needs memory.
     Free,
 }
@@ -250,9 +253,73 @@ impl Default for SystemPages {
     }
 }
 
+/// The decay timer's clock. Linux: CLOCK_MONOTONIC_COARSE, a vDSO read (no
+/// kernel entry) with ~4 ms resolution, plenty for a timer measured in
+/// hundreds of milliseconds. Elsewhere (macOS) the portable CLOCK_MONOTONIC.
+#[cfg(target_os = "linux")]
+const CLOCK: libc::clockid_t = libc::CLOCK_MONOTONIC_COARSE;
+#[cfg(not(target_os = "linux"))]
+const CLOCK: libc::clockid_t = libc::CLOCK_MONOTONIC;
+
+/// Purges `p..p+size` the way `how` says, returning whether the OS did.
+///
+/// Linux (and other systems where `MADV_DONTNEED` discards): `DontNeed` is
+/// `MADV_DONTNEED`, which drops the pages from RSS at once and makes a
+/// private anonymous range read back as zeros; `Free` is `MADV_FREE`.
+///
+/// # Safety
+/// The range is page-aligned, inside a live mapping of ours, no live data.
+#[cfg(not(target_vendor = "apple"))]
+unsafe fn purge_range(p: *mut u8, size: usize, how: Purge) -> bool {
+    let advice = match how {
+        Purge::DontNeed => libc::MADV_DONTNEED,
+        Purge::Free => libc::MADV_FREE,
+    };
+    // SAFETY: per the caller.
+    unsafe { libc::madvise(p.cast(), size, advice) == 0 }
+}
+
+/// macOS has no `madvise` that discards at once: its `MADV_DONTNEED` and
+/// `MADV_FREE` are hints after which the pages keep their contents until
+/// (and unless) the kernel takes them, so neither gives what `DontNeed`
+/// promises (RSS drops now, the range reads as zeros, which the known-zero
+/// logic of `alloc_zeroed`/`calloc` and of segment headers relies on).
+/// `DontNeed` therefore maps fresh anonymous pages over the range
+/// (`mmap(MAP_FIXED)`, as jemalloc decommits on macOS): the old pages are
+/// freed at once and the range reads as zeros. XNU restores the old
+/// mapping if such an overwrite fails, so a refusal leaves the range
+/// committed, as the trait expects. `Free` is `MADV_FREE` (contents kept
+/// until the kernel needs the pages; nothing assumes they read as zeros).
+/// `MADV_FREE_REUSABLE` (what Apple's malloc uses) would drop the pages from
+/// the task's footprint sooner but needs `MADV_FREE_REUSE` on every reuse
+/// to keep the accounting right, a call on the allocation path pagewise
+/// does not make.
+///
+/// # Safety
+/// The range is page-aligned, inside a live mapping of ours, no live data.
+#[cfg(target_vendor = "apple")]
+unsafe fn purge_range(p: *mut u8, size: usize, how: Purge) -> bool {
+    match how {
+        // SAFETY: per the caller the range is ours and unused, so replacing
+        // its pages (MAP_FIXED) destroys nothing anyone reads.
+        Purge::DontNeed => unsafe {
+            libc::mmap(
+                p.cast(),
+                size,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANON | libc::MAP_FIXED | libc::MAP_NORESERVE,
+                -1,
+                0,
+            ) == p.cast()
+        },
+        // SAFETY: per the caller.
+        Purge::Free => unsafe { libc::madvise(p.cast(), size, libc::MADV_FREE) == 0 },
+    }
+}
+
 // SAFETY: mappings are fresh anonymous private mappings (zero-filled, RW),
 // aligned by construction below, and never come from the global allocator.
-// MADV_DONTNEED on private anonymous memory makes it read back as zeros.
+// A `DontNeed` purge makes the range read back as zeros (`purge_range`).
 unsafe impl PageSource for SystemPages {
     fn map(&self, size: usize, align: usize) -> Option<NonNull<u8>> {
         let hint = self.next_hint(size, align);
@@ -274,18 +341,16 @@ unsafe impl PageSource for SystemPages {
     }
 
     unsafe fn purge(&self, ptr: NonNull<u8>, size: usize, how: Purge) -> bool {
-        let advice = match how {
-            Purge::DontNeed => libc::MADV_DONTNEED,
-            Purge::Free => libc::MADV_FREE,
-        };
+        // One purge is one call, counted as `madvise` on every OS (on macOS
+        // a `DontNeed` purge is an `mmap`, see `purge_range`).
         self.counters.madvise.fetch_add(1, Relaxed);
         // SAFETY: the caller guarantees the range is page-aligned, mapped by
         // us, and holds no live data.
-        let rc = unsafe { libc::madvise(ptr.as_ptr().cast(), size, advice) };
-        if rc == 0 {
+        let ok = unsafe { purge_range(ptr.as_ptr(), size, how) };
+        if ok {
             self.counters.purged.fetch_add(size as u64, Relaxed);
         }
-        rc == 0
+        ok
     }
 
     fn now_ms(&self) -> u64 {
@@ -293,10 +358,9 @@ unsafe impl PageSource for SystemPages {
             tv_sec: 0,
             tv_nsec: 0,
         };
-        // SAFETY: `ts` is a valid out-pointer; CLOCK_MONOTONIC_COARSE is a
-        // vDSO call on Linux (no kernel entry) with ~4 ms resolution, plenty
-        // for a decay timer measured in hundreds of milliseconds.
-        unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC_COARSE, &mut ts) };
+        // SAFETY: `ts` is a valid out-pointer and CLOCK a clock every
+        // supported OS has.
+        unsafe { libc::clock_gettime(CLOCK, &mut ts) };
         ts.tv_sec as u64 * 1000 + ts.tv_nsec as u64 / 1_000_000
     }
 

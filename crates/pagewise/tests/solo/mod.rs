@@ -8,7 +8,7 @@
 //! count as live until its new owner collects them. Counting tests are
 //! exact only with no other test in the process.
 
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 const CHILD: &str = "PAGEWISE_SOLO_TEST";
@@ -41,7 +41,7 @@ pub fn alone(name: &str, limit: Duration, body: impl FnOnce()) {
         body();
         return;
     }
-    let mut child = Command::new(std::env::current_exe().unwrap())
+    let mut child = crate::reexec::this_binary()
         .args(["--exact", name, "--test-threads=1", "--nocapture"])
         .env(CHILD, name)
         .stdin(Stdio::null())
