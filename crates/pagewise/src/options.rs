@@ -55,11 +55,7 @@ impl LiveConfig {
             decay_ms: self.decay_ms.load(SeqCst),
             retain_max_bytes: self.retain_max_bytes.load(SeqCst),
             limit_bytes: self.limit_bytes.load(SeqCst),
-            purge: if self.purge.load(SeqCst) == Purge::Free as u8 {
-                Purge::Free
-            } else {
-                Purge::DontNeed
-            },
+            purge: self.purge(),
             background: self.background.load(SeqCst),
             reservation_bytes: self.reservation_bytes.load(SeqCst),
         }
@@ -81,6 +77,18 @@ impl LiveConfig {
         self.decay_ms.load(SeqCst)
     }
 
+    /// `Config::retain_max_bytes`.
+    #[inline]
+    pub(crate) fn retain_max_bytes(&self) -> usize {
+        self.retain_max_bytes.load(SeqCst)
+    }
+
+    /// `Config::reservation_bytes`.
+    #[inline]
+    pub(crate) fn reservation_bytes(&self) -> usize {
+        self.reservation_bytes.load(SeqCst)
+    }
+
     /// `Config::limit_bytes`.
     #[inline]
     pub(crate) fn limit_bytes(&self) -> usize {
@@ -90,7 +98,11 @@ impl LiveConfig {
     /// `Config::purge`.
     #[inline]
     pub(crate) fn purge(&self) -> Purge {
-        self.get().purge
+        if self.purge.load(SeqCst) == Purge::Free as u8 {
+            Purge::Free
+        } else {
+            Purge::DontNeed
+        }
     }
 }
 

@@ -318,7 +318,7 @@ impl HeapCore {
             // SAFETY: outlives the heap (init_at contract).
             reservations: unsafe { &*self.reservations },
             heap: self.me(),
-            config: self.config.get(),
+            config: &self.config,
             // SAFETY: outlives the heap (init_at contract).
             budget: unsafe { &*self.budget },
         }
@@ -351,7 +351,44 @@ impl HeapCore {
     /// the budget, purge what the budget says must go (expired beyond what
     /// demand needs, or anything beyond it plus the slack), publish the next
     /// deadline for the background purger, and track the peak.
+    ///
+    /// Most span operations of a busy program change nothing any of that
+    /// looks at (a churn takes a retained span and gives it back: the
+    /// committed bytes stay, the retained ones move by less than a grain,
+    /// no deadline passes), so that case is told apart first, inline, with
+    /// a few loads of this heap's own words; the rest is out of line.
+    #[inline]
     fn after_span_change(&self, ctx: &Ctx, spans: &mut Spans, now: u64) {
+        if !self.span_change_is_quiet(ctx, spans, now) {
+            self.after_span_change_slow(ctx, spans, now);
+        }
+    }
+
+    /// Whether [`HeapCore::after_span_change_slow`] would change nothing:
+    /// nothing to publish (the committed bytes as published, the retained
+    /// ones within a grain of it), no demand to note yet, no deadline due,
+    /// retention under the floor every budget allows, and the committed
+    /// bytes (hence the peak) as recorded.
+    #[inline]
+    fn span_change_is_quiet(&self, ctx: &Ctx, spans: &Spans, now: u64) -> bool {
+        let deadline = self.next_deadline.load(Relaxed);
+        spans.counts.committed as u64 == self.span_committed.get()
+            && spans.counts.committed + self.slab_committed.get() as usize
+                == spans.published_committed
+            && !spans.retained_sync_due()
+            && now < spans.next_note_at
+            && now < deadline
+            && (spans.retained() == 0 || deadline != u64::MAX)
+            && ctx
+                .budget
+                .retained()
+                .wrapping_add(spans.unpublished_retained() as usize)
+                <= Budget::young_floor(ctx.config)
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn after_span_change_slow(&self, ctx: &Ctx, spans: &mut Spans, now: u64) {
         self.publish_coarsely(spans, now);
         // This heap's own retention exactly, the others' as published.
         let retained = ctx
@@ -361,8 +398,8 @@ impl HeapCore {
         // The history is read only when retention could be over budget: a
         // churn of one big buffer never gets there.
         let due = self.next_deadline.load(Relaxed) <= now
-            || retained > Budget::young_floor(&ctx.config)
-                && ctx.budget.keep(now, &ctx.config).young < retained;
+            || retained > Budget::young_floor(ctx.config)
+                && ctx.budget.keep(now, &ctx.config.get()).young < retained;
         if spans.retained() > 0 && (due || self.next_deadline.load(Relaxed) == u64::MAX) {
             let next = spans.decay(ctx, now, false);
             self.next_deadline.store(next.unwrap_or(u64::MAX), Relaxed);

@@ -37,6 +37,7 @@
 //! first purges what it can, then fails.
 
 use crate::config::Config;
+use crate::options::LiveConfig;
 use core::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering::Relaxed};
 
 /// Time slots of the demand history (covering one decay delay).
@@ -207,11 +208,11 @@ impl Budget {
     /// A lower bound of [`Keep::young`] that needs no history: retention
     /// at or under it is within the budget whatever the demand was. (The
     /// slack alone is at least 2 MiB.)
-    pub fn young_floor(config: &Config) -> usize {
-        if config.decay_ms == 0 {
+    pub(crate) fn young_floor(config: &LiveConfig) -> usize {
+        if config.decay_ms() == 0 {
             0
         } else {
-            (2usize << 20).min(config.retain_max_bytes)
+            (2usize << 20).min(config.retain_max_bytes())
         }
     }
 

@@ -27,7 +27,7 @@ impl Spans {
                     ctx.source,
                     nsegs,
                     align.max(SEGMENT),
-                    ctx.config.reservation_bytes,
+                    ctx.config.reservation_bytes(),
                 )?;
                 self.counts.segments += 1;
                 self.counts.metadata += HEADER_PAGES * OS_PAGE;
@@ -68,7 +68,7 @@ impl Spans {
                 ctx.source.purge(
                     NonNull::new_unchecked((base + offset) as *mut u8),
                     len,
-                    ctx.config.purge,
+                    ctx.config.purge(),
                 )
             };
         }
@@ -134,7 +134,7 @@ impl Spans {
         force: bool,
         keep: crate::memory::budget::Keep,
     ) -> bool {
-        let delay = ctx.config.decay_ms;
+        let delay = ctx.config.decay_ms();
         let mut kept_expired = false;
         let mut h = self.huge_cache;
         while !h.is_null() {
@@ -153,7 +153,7 @@ impl Spans {
                     ctx.source.purge(
                         NonNull::new_unchecked((base + offset) as *mut u8),
                         len,
-                        ctx.config.purge,
+                        ctx.config.purge(),
                     )
                 };
                 if ok {

@@ -15,7 +15,6 @@ mod huge;
 mod retention;
 mod segments;
 
-use crate::config::Config;
 use crate::memory::budget::Budget;
 use crate::memory::layout::{
     align_up, OS_PAGE, OS_PAGES_PER_SEGMENT, OS_PAGES_PER_SLICE, SEGMENT, SLICE, SLICES_PER_SEGMENT,
@@ -23,6 +22,7 @@ use crate::memory::layout::{
 use crate::memory::page::{Kind, Page};
 use crate::memory::reservation::Reservations;
 use crate::memory::segment::{Segment, HEADER_PAGES, HEADER_SLICES};
+use crate::options::LiveConfig;
 use crate::os::source::PageSource;
 use crate::sync::lock::Locked;
 use core::ptr::{null_mut, NonNull};
@@ -39,8 +39,9 @@ pub struct Ctx<'a> {
     pub reservations: &'a Locked<Reservations>,
     /// The owning heap (type-erased).
     pub heap: *mut u8,
-    /// Retention policy (a snapshot of the heap's settings).
-    pub config: Config,
+    /// The heap's settings (read where used: a span operation reads one or
+    /// two of them, not a copy of all).
+    pub(crate) config: &'a LiveConfig,
     /// The retention budget the heap shares (the process's, or its own).
     pub budget: &'a Budget,
 }
@@ -594,13 +595,13 @@ mod tests {
     fn a_span_taken_for_a_slab_is_never_merged_as_free() {
         let source = FakePages::new();
         let reservations = Locked::new(Reservations::owned());
-        let config = Config::DEFAULT;
+        let config = LiveConfig::new(crate::Config::DEFAULT);
         let budget = Budget::new();
         let ctx = Ctx {
             source: &source,
             reservations: &reservations,
             heap: null_mut(),
-            config,
+            config: &config,
             budget: &budget,
         };
         let mut spans = Spans::new();
@@ -639,7 +640,7 @@ mod loom_model {
     struct World {
         source: FakePages,
         reservations: Locked<Reservations>,
-        config: Config,
+        config: LiveConfig,
         budget: Budget,
         spans: Mutex<Spans>,
     }
@@ -650,7 +651,7 @@ mod loom_model {
                 source: &self.source,
                 reservations: &self.reservations,
                 heap: null_mut(),
-                config: self.config,
+                config: &self.config,
                 budget: &self.budget,
             }
         }
@@ -662,10 +663,10 @@ mod loom_model {
             let w = Arc::new(World {
                 source: FakePages::new(),
                 reservations: Locked::new(Reservations::owned()),
-                config: Config {
+                config: LiveConfig::new(crate::Config {
                     reservation_bytes: crate::memory::layout::SEGMENT,
-                    ..Config::DEFAULT
-                },
+                    ..crate::Config::DEFAULT
+                }),
                 budget: Budget::new(),
                 spans: Mutex::new(Spans::new()),
             });

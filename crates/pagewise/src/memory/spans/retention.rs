@@ -69,7 +69,7 @@ impl Spans {
                     ctx.source.purge(
                         NonNull::new_unchecked(addr as *mut u8),
                         count * OS_PAGE,
-                        ctx.config.purge,
+                        ctx.config.purge(),
                     )
                 };
                 failed |= !ok;
@@ -101,11 +101,18 @@ impl Spans {
     /// heap shares. The decay syncs exactly before it decides.
     /// Returns whether it published.
     pub fn sync_retained_coarsely(&mut self, budget: &Budget) -> bool {
-        let due = self.unpublished_retained().unsigned_abs() >= SYNC_GRAIN;
+        let due = self.retained_sync_due();
         if due {
             self.sync_retained(budget);
         }
         due
+    }
+
+    /// Whether the retained bytes moved by [`SYNC_GRAIN`] or more since
+    /// they were last published.
+    #[inline]
+    pub fn retained_sync_due(&self) -> bool {
+        self.unpublished_retained().unsigned_abs() >= SYNC_GRAIN
     }
 
     /// Retained bytes not yet added to the budget (negative: taken).
@@ -120,9 +127,9 @@ impl Spans {
     /// ones; everything if `force`. Cached huge runs follow the same rule.
     /// Returns the time of the next deadline, if anything is still retained.
     pub fn decay(&mut self, ctx: &Ctx, now: u64, force: bool) -> Option<u64> {
-        let delay = ctx.config.decay_ms;
+        let delay = ctx.config.decay_ms();
         self.sync_retained(ctx.budget);
-        let keep = ctx.budget.keep(now, &ctx.config);
+        let keep = ctx.budget.keep(now, &ctx.config.get());
         let mut kept_expired = false;
         while !self.dirty_head.is_null() {
             let f = self.dirty_head;

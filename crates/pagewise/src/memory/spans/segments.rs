@@ -9,7 +9,7 @@ impl Spans {
         let base =
             ctx.reservations
                 .lock()
-                .take(ctx.source, 1, SEGMENT, ctx.config.reservation_bytes)?;
+                .take(ctx.source, 1, SEGMENT, ctx.config.reservation_bytes())?;
         // SAFETY: the reservation layer handed us this segment exclusively;
         // it is fresh (zero) or its header was zeroed when it was released.
         let seg = unsafe { Segment::init(base, 1, ctx.heap, false) };
