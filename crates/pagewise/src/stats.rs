@@ -91,9 +91,32 @@ pub struct Stats {
     pub live_allocations: u64,
     /// Committed bytes retained in free spans and the huge cache.
     pub retained_bytes: u64,
-    /// Committed bytes of slab pages not holding live objects.
+    /// Committed bytes of slab pages not holding live objects: free slots
+    /// still resident.
     pub free_slot_bytes: u64,
-    /// Bytes purged so far (decay, cap, trim).
+    /// Bytes of OS pages purged inside slab pages that still hold live
+    /// objects (their slots all free; carved again when the page is used
+    /// again). Not part of `committed_bytes`.
+    ///
+    /// ```
+    /// use std::alloc::Layout;
+    /// let heap = pagewise::Heap::new();
+    /// let l = Layout::from_size_align(64, 8).unwrap();
+    /// let blocks: Vec<_> = (0..1000).map(|_| heap.allocate(l).unwrap()).collect();
+    /// // Keep the first block; free the other 999 (about 15 OS pages).
+    /// for p in &blocks[1..] {
+    ///     // SAFETY: allocated above with `l`, freed once.
+    ///     unsafe { heap.deallocate(p.cast(), l) };
+    /// }
+    /// heap.trim();
+    /// let s = heap.stats();
+    /// assert!(s.hollow_bytes >= 14 * 4096, "{s:?}");
+    /// assert!(s.free_slot_bytes < 4096);
+    /// // SAFETY: allocated above with `l`.
+    /// unsafe { heap.deallocate(blocks[0].cast(), l) };
+    /// ```
+    pub hollow_bytes: u64,
+    /// Bytes purged so far (decay, cap, trim, and inside slab pages).
     pub purged_bytes: u64,
     /// Segments held.
     pub segments: u64,
@@ -127,6 +150,7 @@ impl Stats {
         live_allocations: 0,
         retained_bytes: 0,
         free_slot_bytes: 0,
+        hollow_bytes: 0,
         purged_bytes: 0,
         segments: 0,
         heaps: 0,
@@ -181,7 +205,8 @@ impl Stats {
         self.metadata_bytes += spans.metadata as u64 + core::mem::size_of::<HeapCore>() as u64;
         self.retained_bytes += spans.retained as u64;
         self.free_slot_bytes += slab_committed; // committed in slabs for now
-        self.purged_bytes += spans.purged as u64;
+        self.purged_bytes += spans.purged as u64 + heap.hollowed.get();
+        self.hollow_bytes += heap.hollow_bytes.get();
         self.segments += spans.segments as u64;
         self.large.count += spans.large_count as u64;
         self.large.bytes += spans.large_bytes as u64;

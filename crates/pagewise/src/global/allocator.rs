@@ -1,6 +1,7 @@
 //! The global allocator: `#[global_allocator] static A: Pagewise = Pagewise;`
 
 use crate::global::{heaps, thread};
+use crate::heap::hollow::Hollow;
 use crate::heap::{Access, HeapCore};
 use crate::stats::Stats;
 use core::alloc::{GlobalAlloc, Layout};
@@ -134,7 +135,7 @@ pub fn trim() {
     heaps::visit_all(me, heaps::Busy::Wait, |h, l, who| {
         // SAFETY: `visit_all` hands over the page lists, and the heap
         // itself only with `Access::Owner`.
-        unsafe { h.release_empty_pages(l, who) };
+        unsafe { h.release_empty_pages(l, who, Hollow::Now) };
         if who == Access::Visitor {
             // Their caches are theirs alone: ask them to empty them.
             h.flush_requested

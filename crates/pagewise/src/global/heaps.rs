@@ -25,6 +25,7 @@
 //! once, plus the few a lease or a visit holds for an instant.
 
 use crate::global::thread::config;
+use crate::heap::hollow::Hollow;
 use crate::heap::{Access, HeapCore, Local};
 use crate::memory::reservation::Reservations;
 use crate::os::source::{PageSource, SystemPages};
@@ -193,12 +194,12 @@ pub fn purge_all_for_limit() {
             if let Some(mut l) = h.try_lock_local() {
                 // SAFETY: claimed as the abandoned heap's owner, with its
                 // page lists.
-                unsafe { h.release_empty_pages(&mut l, Access::Owner) };
+                unsafe { h.release_empty_pages(&mut l, Access::Owner, Hollow::Now) };
             }
             end_visit(&h.owner);
         } else if let Some(mut l) = h.try_lock_local() {
             // SAFETY: the page lists of a heap whose thread lives.
-            unsafe { h.release_empty_pages(&mut l, Access::Visitor) };
+            unsafe { h.release_empty_pages(&mut l, Access::Visitor, Hollow::Now) };
         }
         h.purge_expired(true);
     });

@@ -171,6 +171,8 @@ impl HeapCore {
                 },
             };
             self.set_current_page(class, next);
+            // In use again: its free OS pages stay (`heap/hollow.rs`).
+            (*next).out_of_use_since = 0;
             if !self.refill(next) {
                 return null_mut();
             }
@@ -215,6 +217,11 @@ impl HeapCore {
                 self.class((*page).class as usize).returned.add(n as u64);
                 return true;
             }
+            // Slots on purged OS pages before fresh ones: the page stays as
+            // compact as it was.
+            if self.refill_hollow(page) {
+                return true;
+            }
             if (*page).capacity() < (*page).reserved {
                 let (first, count) = (*page).extend();
                 let seg = &*Segment::of(crate::memory::layout::segment_base(first));
@@ -233,7 +240,7 @@ impl HeapCore {
     /// With the page lists held.
     ///
     /// [`heaps::reclaim_elsewhere`]: crate::global::heaps::reclaim_elsewhere
-    fn note_fresh(&self, bytes: usize) {
+    pub(super) fn note_fresh(&self, bytes: usize) {
         if !self.global || bytes == 0 {
             return;
         }
@@ -275,8 +282,10 @@ impl HeapCore {
         while !p.is_null() && seen < FULLEST_CANDIDATES {
             // SAFETY: queue entries are slab pages of this heap.
             let (usable, used, next) = unsafe {
-                let usable =
-                    (*p).has_free() || (*p).capacity() < (*p).reserved || (*p).has_remote();
+                let usable = (*p).has_free()
+                    || (*p).capacity() < (*p).reserved
+                    || (*p).has_remote()
+                    || (*p).hollow_slots() > 0;
                 (usable, (*p).used(), (*p).next)
             };
             if usable && (best.is_null() || used > best_used) {
@@ -344,6 +353,10 @@ impl HeapCore {
             let c = &self.page_counts[class];
             c.pages.sub(1);
             c.slots.sub((*page).reserved as u64);
+            // Its hollow OS pages are already purged: the span pool counts
+            // only the committed ones (the bitmap).
+            self.hollow_bytes
+                .sub((*page).hollow_pages() as u64 * OS_PAGE as u64);
             let seg = &*Segment::of(crate::memory::layout::segment_base((*page).start));
             seg.clear_slab(seg.slice_index((*page).start), PAGE_SLICES[class] as usize);
             // The span becomes `Kind::Free` inside `give_back_slab`, under

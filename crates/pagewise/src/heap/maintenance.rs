@@ -7,6 +7,7 @@
 //! `trim_shared` and `purge_expired` touch only the span pool, under its
 //! lock, and may run on any thread.
 
+use super::hollow::Hollow;
 use super::*;
 
 impl HeapCore {
@@ -33,6 +34,8 @@ impl HeapCore {
                 unsafe { self.flush_cache(l, class, n / 2) };
             }
         }
+        // SAFETY: owner only, with the page lists held (caller).
+        unsafe { self.hollow_stale_pages(l, now) };
         for class in 0..CLASSES {
             let page = self.current_page(class);
             if page == empty_page() {
@@ -58,6 +61,29 @@ impl HeapCore {
         }
     }
 
+    /// Hollows the pages of the class queues that have been out of use for
+    /// a decay period (`heap/hollow.rs`); remote frees not yet collected
+    /// count as slots in use.
+    ///
+    /// # Safety
+    /// Owner only, with the page lists held.
+    unsafe fn hollow_stale_pages(&self, l: &mut Local, now: u64) {
+        for class in 0..CLASSES {
+            let current = self.current_page(class);
+            let mut p = l.queues[class].head;
+            while !p.is_null() {
+                // SAFETY: queue entries are slab pages of this heap; the
+                // page lists are held; the current page is left alone.
+                unsafe {
+                    if p != current {
+                        self.hollow_page(p, Hollow::IfStale(now));
+                    }
+                    p = (*p).next;
+                }
+            }
+        }
+    }
+
     /// Gives back everything retained: empty slab pages, expired or not,
     /// retained spans and huge objects, wholly free segments and unused
     /// reservations.
@@ -70,15 +96,16 @@ impl HeapCore {
             // SAFETY: owner only (caller), with the page lists held.
             unsafe {
                 self.flush_caches(&mut l);
-                self.release_empty_pages(&mut l, Access::Owner);
+                self.release_empty_pages(&mut l, Access::Owner, Hollow::Now);
             }
         }
         self.trim_shared();
     }
 
-    /// Collects remote frees everywhere and releases every empty slab page
-    /// (a visitor of a live heap: every page but the current ones).
-    pub(crate) unsafe fn release_empty_pages(&self, l: &mut Local, who: Access) {
+    /// Collects remote frees everywhere, releases every empty slab page and
+    /// hollows the others as `hollow` says (a visitor of a live heap: every
+    /// page but the current ones).
+    pub(crate) unsafe fn release_empty_pages(&self, l: &mut Local, who: Access, hollow: Hollow) {
         // SAFETY: the page lists are held (caller).
         unsafe { self.process_delayed(l, who) };
         for class in 0..CLASSES {
@@ -92,8 +119,10 @@ impl HeapCore {
                 let mut p = l.queues[class].head;
                 while !p.is_null() {
                     let next = (*p).next;
-                    if who == Access::Owner || !self.is_current(p) {
-                        self.collect_and_release_if_empty(l, p);
+                    if (who == Access::Owner || !self.is_current(p))
+                        && !self.collect_and_release_if_empty(l, p)
+                    {
+                        self.hollow_page(p, hollow);
                     }
                     p = next;
                 }
@@ -115,7 +144,13 @@ impl HeapCore {
         }
     }
 
-    pub(super) unsafe fn collect_and_release_if_empty(&self, l: &mut Local, page: *mut Page) {
+    /// Collects the remote frees of `page` and releases it if that
+    /// emptied it; says whether it did.
+    pub(super) unsafe fn collect_and_release_if_empty(
+        &self,
+        l: &mut Local,
+        page: *mut Page,
+    ) -> bool {
         // SAFETY: the page lists are held; a slab page of this heap, not
         // current unless the caller owns the heap.
         unsafe {
@@ -123,8 +158,10 @@ impl HeapCore {
             self.class((*page).class as usize).returned.add(n as u64);
             if (*page).used() == 0 {
                 self.release_page(l, page);
+                return true;
             }
         }
+        false
     }
 
     /// Prepares the heap to be left without an owner (its thread exited):
@@ -138,7 +175,7 @@ impl HeapCore {
             // SAFETY: owner only, with the page lists held.
             unsafe {
                 self.flush_caches(&mut l);
-                self.release_empty_pages(&mut l, Access::Owner);
+                self.release_empty_pages(&mut l, Access::Owner, Hollow::Never);
             }
         }
         self.owner.store(crate::global::heaps::ABANDONED, Release);
@@ -161,7 +198,8 @@ impl HeapCore {
     /// A visit while the heap's thread is elsewhere (the purger's pass,
     /// another thread's `trim()`): collects what other threads freed into
     /// its pages, releases the pages that emptied (to be purged by the
-    /// decay) and runs the decay. Live objects stay where they are. A heap
+    /// decay), hollows the pages out of use for a decay period
+    /// (`heap/hollow.rs`) and runs the decay. Live objects stay where they are. A heap
     /// whose thread is alive (`Access::Visitor`) keeps its current pages
     /// and caches, which its fast paths use without the lock; an abandoned
     /// one (`Access::Owner`, claimed by the caller) has none worth keeping.
@@ -170,8 +208,9 @@ impl HeapCore {
     /// `l` is this heap's page lists; with `Access::Owner`, the caller also
     /// holds the heap as its owner (a visit of an abandoned heap).
     pub(crate) unsafe fn release_while_away(&self, l: &mut Local, who: Access) {
+        let now = self.source().now_ms();
         // SAFETY: per the caller.
-        unsafe { self.release_empty_pages(l, who) };
+        unsafe { self.release_empty_pages(l, who, Hollow::IfStale(now)) };
         self.purge_expired(false);
     }
 

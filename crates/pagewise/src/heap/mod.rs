@@ -12,12 +12,13 @@
 //!
 //! The files of this folder, by direction of travel: `alloc.rs`, `free.rs`,
 //! `remote.rs` (frees across threads), `large.rs` (large and huge objects,
-//! realloc), `maintenance.rs` (maintenance, trim, abandon), `cache.rs` (the
-//! thread cache).
+//! realloc), `maintenance.rs` (maintenance, trim, abandon), `hollow.rs`
+//! (free OS pages inside pages in use), `cache.rs` (the thread cache).
 
 pub(crate) mod alloc;
 pub(crate) mod cache;
 pub(crate) mod free;
+pub(crate) mod hollow;
 pub(crate) mod large;
 pub(crate) mod maintenance;
 pub(crate) mod remote;
@@ -190,6 +191,11 @@ pub struct HeapCore {
     /// Fresh slab memory committed since other heaps last reclaimed their
     /// retention for it (page lists held).
     fresh: Counter,
+    /// Bytes of OS pages purged inside slab pages that hold live slots, now
+    /// (page lists held: `heap/hollow.rs`).
+    pub hollow_bytes: Counter,
+    /// Bytes purged inside such pages so far (cumulative; page lists held).
+    pub hollowed: Counter,
     source: *const dyn PageSource,
     reservations: *const Locked<Reservations>,
     budget: *const Budget,
@@ -246,6 +252,8 @@ impl HeapCore {
             peak_committed: Counter::zero(),
             span_committed: Counter::zero(),
             fresh: Counter::zero(),
+            hollow_bytes: Counter::zero(),
+            hollowed: Counter::zero(),
             source,
             reservations,
             budget,

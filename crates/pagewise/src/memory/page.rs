@@ -7,8 +7,9 @@
 //! time, so a page only becomes resident as far as it is used.
 //!
 //! The descriptors live in the segment header, not in the pages, so a page's
-//! memory can be purged without losing track of it, and (later) individual
-//! OS pages of a slab page can be given back while others hold live slots.
+//! memory can be purged without losing track of it, and individual OS pages
+//! of a slab page can be given back while others hold live slots
+//! (`memory/hollow.rs`).
 
 use crate::fault;
 use crate::memory::layout::OS_PAGE;
@@ -68,6 +69,15 @@ pub struct Page {
     /// Free span: its committed OS pages (kept so that freeing and
     /// splitting never recount the bitmap of a whole span).
     pub dirty_pages: u32,
+    /// Slab: slots on purged OS pages, neither free nor in use
+    /// (`memory/hollow.rs`).
+    pub(crate) hollow_slots: u32,
+    /// Slab: OS pages purged while the page holds live slots.
+    pub(crate) hollow_pages: u32,
+    /// Slab: when a visit first found the page out of use (not any
+    /// thread's current page) since it last was; 0: not seen so. The
+    /// hollowing of its free OS pages waits a decay period from there.
+    pub(crate) out_of_use_since: u64,
     /// Span length in slices (first descriptor; and last for free spans).
     pub slice_count: u32,
     /// Distance back to the span's first descriptor.
@@ -108,6 +118,9 @@ impl Page {
             in_dirty: false,
             idle: false,
             dirty_pages: 0,
+            hollow_slots: 0,
+            hollow_pages: 0,
+            out_of_use_since: 0,
             slice_count: 0,
             slice_offset: 0,
             heap: null_mut(),
@@ -166,6 +179,9 @@ impl Page {
         self.used.store(0, Ordering::Relaxed);
         self.idle = false;
         self.free = null_mut();
+        self.hollow_slots = 0;
+        self.hollow_pages = 0;
+        self.out_of_use_since = 0;
         self.in_full = false;
         self.heap = heap;
         self.thread_free.store(0, Ordering::Relaxed);
@@ -285,7 +301,8 @@ impl Page {
     }
 
     /// Checks the free list of a page that is about to be released because
-    /// no slot is in use: it must hold exactly the carved slots, each once,
+    /// no slot is in use: it must hold exactly the carved slots that are not
+    /// hollow (`memory/hollow.rs`), each once,
     /// each with the page key. A slot freed twice whose copies both reached
     /// the page (the second through a thread cache, which does not check)
     /// makes the page count one slot too few in use, so it looks empty while
@@ -298,7 +315,7 @@ impl Page {
     pub unsafe fn verify_empty(&self) {
         let mut b = self.free;
         let mut prev = null_mut::<Block>();
-        for _ in 0..self.capacity() {
+        for _ in 0..self.capacity() - self.hollow_slots {
             // SAFETY: the page's free list, owner only (caller): slots of
             // this page, which stays mapped and committed while it is in
             // use. A slot met again finds its key cleared.

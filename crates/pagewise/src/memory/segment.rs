@@ -250,6 +250,13 @@ impl Segment {
         newly
     }
 
+    /// Marks OS pages `first..first+n` not committed (purged).
+    pub fn clear_committed(&self, first: usize, n: usize) {
+        for_bits(first, n, |w, mask| {
+            self.committed[w].fetch_and(!mask, Relaxed);
+        });
+    }
+
     /// Counts committed OS pages in `first..first+n`.
     pub fn count_committed(&self, first: usize, n: usize) -> usize {
         let mut c = 0;

@@ -1,0 +1,95 @@
+//! Which slab pages give back their free OS pages, and when: the policy
+//! over the mechanism of `memory/hollow.rs`.
+//!
+//! A page that no thread allocates from (not a current page) and that has
+//! stayed so for a decay period gives back every OS page whose slots are
+//! all free: the purger's visits do this for every heap, live or abandoned;
+//! `trim()` and the memory limit do it at once. Only pages on the class
+//! queues are considered (a full page has no free slot), with the page
+//! lists held, so the rules are those of a visit (design.md, "Visiting a
+//! live heap"); the fast paths are untouched. The owner carves the hollow
+//! slots again, before fresh ones, when it allocates from the page again
+//! (`HeapCore::refill`).
+
+use super::*;
+use core::ptr::NonNull;
+
+/// When a visit hollows the pages it passes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Hollow {
+    /// Not at all (the heap is being handed on at its thread's exit).
+    Never,
+    /// Pages out of use for a decay period as of this time (the purger).
+    IfStale(u64),
+    /// Every page out of use, at once (`trim()`, the memory limit).
+    Now,
+}
+
+impl HeapCore {
+    /// Hollows `page` if `when` says it is due.
+    ///
+    /// # Safety
+    /// The page lists are held; `page` is a slab page of this heap on its
+    /// class queue, and not any thread's current page. (Remote frees not
+    /// yet collected count as slots in use: their OS pages stay.)
+    pub(super) unsafe fn hollow_page(&self, page: *mut Page, when: Hollow) {
+        // SAFETY: per the caller: the descriptor is ours under the lock.
+        let page = unsafe { &mut *page };
+        let due = match when {
+            Hollow::Never => false,
+            Hollow::Now => true,
+            Hollow::IfStale(now) => self.out_of_use_long_enough(page, now),
+        };
+        if !due {
+            return;
+        }
+        let how = self.config.purge();
+        let source = self.source();
+        // SAFETY: per the caller; `purge` is given runs of this page's OS
+        // pages whose slots are all free, mapped and page-aligned.
+        let pages = unsafe {
+            page.hollow(|addr, bytes| {
+                source.purge(NonNull::new_unchecked(addr as *mut u8), bytes, how)
+            })
+        };
+        if pages > 0 {
+            let bytes = (pages * OS_PAGE) as u64;
+            self.slab_committed.sub(bytes);
+            self.hollow_bytes.add(bytes);
+            self.hollowed.add(bytes);
+        }
+    }
+
+    /// Whether `page` has been out of use for a decay period: the first
+    /// visit that finds it so starts the clock, a later one past the delay
+    /// says yes. Making the page current stops the clock.
+    fn out_of_use_long_enough(&self, page: &mut Page, now: u64) -> bool {
+        let delay = self.config.decay_ms();
+        if page.out_of_use_since == 0 {
+            page.out_of_use_since = now.max(1);
+            return delay == 0;
+        }
+        delay != u64::MAX && now.saturating_sub(page.out_of_use_since) >= delay
+    }
+
+    /// Carves the hollow slots of `page` again, counting the OS pages that
+    /// become committed. False if it has none.
+    ///
+    /// # Safety
+    /// Owner only, with the page lists held; a slab page of this heap.
+    pub(super) unsafe fn refill_hollow(&self, page: *mut Page) -> bool {
+        // SAFETY: per the caller.
+        let page = unsafe { &mut *page };
+        if page.hollow_slots() == 0 {
+            return false;
+        }
+        let hollow = page.hollow_pages() as u64 * OS_PAGE as u64;
+        // SAFETY: per the caller.
+        let newly = unsafe { page.refill_hollow() };
+        self.hollow_bytes.sub(hollow);
+        self.slab_committed.add((newly * OS_PAGE) as u64);
+        self.note_peak();
+        self.note_fresh(newly * OS_PAGE);
+        true
+    }
+}

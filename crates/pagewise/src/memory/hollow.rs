@@ -1,0 +1,280 @@
+//! Free OS pages inside a slab page that still holds live slots: purging
+//! them ("hollowing" the page) and carving them again on demand.
+//!
+//! A slab page is released to the span pool only once no slot of it is in
+//! use. Until then its free slots stay resident, however many there are:
+//! one live object keeps a whole 64 KiB page committed. Hollowing gives
+//! back each OS page of the page whose slots are all free (a slot that
+//! straddles two OS pages keeps both unless it is free as well).
+//!
+//! The free list runs through the slots themselves, so the slots on a
+//! purged OS page must leave it first: the list is rebuilt without them, in
+//! address order. They are then *hollow*: neither free-listed nor in use.
+//! No per-page record says which they are: the segment's commit bitmap
+//! does. A slot is hollow exactly when it overlaps an OS page of the carved
+//! part of the page whose commit bit is clear, since a slot in use or on the
+//! free list never does (only OS pages every one of whose slots is free are
+//! purged, and those slots leave the list). Carving them again
+//! ([`Page::refill_hollow`]) sets the bits and puts the slots back on the
+//! list, before the page carves fresh slots.
+//!
+//! The OS page holding the carve frontier is never hollowed (it has slots
+//! not yet carved, which [`Page::extend`] hands out later), so the hollow
+//! pages are always inside the carved part.
+//!
+//! Page descriptors live in the segment header, not in the pages, so a
+//! purge never touches what the heap needs to find the page again.
+
+use crate::fault::{misuse, Misuse};
+use crate::memory::layout::{segment_base, OS_PAGE, SLICE};
+use crate::memory::page::{Block, Page};
+use crate::memory::segment::Segment;
+use crate::memory::size_class::{CLASSES, MIN_SLOT, PAGE_SLICES, SLOT_SIZE};
+use core::ptr::null_mut;
+
+/// Most slots a slab page holds: the smallest class, on one slice.
+const MAX_SLOTS: usize = SLICE / MIN_SLOT;
+
+const fn most_slots() -> usize {
+    let mut most = 0;
+    let mut c = 0;
+    while c < CLASSES {
+        let n = PAGE_SLICES[c] as usize * SLICE / SLOT_SIZE[c] as usize;
+        if n > most {
+            most = n;
+        }
+        c += 1;
+    }
+    most
+}
+const _: () = assert!(most_slots() <= MAX_SLOTS);
+
+/// One bit per slot of a page: which are on the free list (on the stack of
+/// the thread hollowing the page: 512 bytes).
+struct SlotSet([u64; MAX_SLOTS / 64]);
+
+impl SlotSet {
+    fn new() -> SlotSet {
+        SlotSet([0; MAX_SLOTS / 64])
+    }
+
+    /// Adds slot `i`; false if it was there already.
+    fn insert(&mut self, i: usize) -> bool {
+        let (w, bit) = (i / 64, 1u64 << (i % 64));
+        let fresh = self.0[w] & bit == 0;
+        self.0[w] |= bit;
+        fresh
+    }
+
+    fn contains(&self, i: usize) -> bool {
+        self.0[i / 64] & (1 << (i % 64)) != 0
+    }
+
+    /// Whether every slot of `first..=last` is in the set.
+    fn contains_all(&self, first: usize, last: usize) -> bool {
+        (first..=last).all(|i| self.contains(i))
+    }
+}
+
+impl Page {
+    /// Slots on purged OS pages of this page: neither free nor in use.
+    #[inline]
+    pub fn hollow_slots(&self) -> u32 {
+        self.hollow_slots
+    }
+
+    /// OS pages of this page purged while it holds live slots.
+    #[inline]
+    pub fn hollow_pages(&self) -> u32 {
+        self.hollow_pages
+    }
+
+    /// OS pages wholly inside the carved part of the page (the one holding
+    /// the carve frontier is not).
+    fn carved_os_pages(&self) -> usize {
+        self.capacity() as usize * self.slot_size as usize / OS_PAGE
+    }
+
+    /// Slots overlapping OS page `k` of the page (`k` < `carved_os_pages`).
+    fn slots_on(&self, k: usize) -> (usize, usize) {
+        let slot = self.slot_size as usize;
+        (k * OS_PAGE / slot, ((k + 1) * OS_PAGE - 1) / slot)
+    }
+
+    /// OS pages (first index in the segment, count) slot `i` overlaps.
+    fn os_pages_of(&self, seg: &Segment, i: usize) -> (usize, usize) {
+        let slot = self.slot_size as usize;
+        let begin = self.start + i * slot;
+        let first = seg.os_page(begin);
+        (first, seg.os_page(begin + slot - 1) - first + 1)
+    }
+
+    /// Purges every OS page of the page whose slots are all free, and takes
+    /// its slots off the free list. `purge(addr, bytes)` gives a run of
+    /// OS pages back to the OS and says whether it did. Returns the OS pages
+    /// purged.
+    ///
+    /// Aborts if the free list is not what the page counts: a slot on it
+    /// twice, without the page key, or a list longer or shorter than the
+    /// slots neither in use nor hollow (a double free whose copies both came
+    /// home).
+    ///
+    /// # Safety
+    /// The owner's page lists are held; a slab page of the heap that is not
+    /// any thread's current page. Remote frees not yet collected count as
+    /// slots in use (`used`), so their slots, which other threads may be
+    /// linking into the remote list, are never on a purged OS page.
+    pub unsafe fn hollow(&mut self, mut purge: impl FnMut(usize, usize) -> bool) -> usize {
+        let slot = self.slot_size as usize;
+        let Some(free) = self.capacity().checked_sub(self.used() + self.hollow_slots) else {
+            // More slots in use than carved: a double free the keys missed.
+            misuse(Misuse::DoubleFree, self.start);
+        };
+        if (free as usize) * slot < OS_PAGE {
+            return 0; // not one whole OS page of free slots
+        }
+        // SAFETY: per the caller.
+        let set = unsafe { self.free_set(free as usize) };
+        // SAFETY: a slab page lies in a registered, mapped segment.
+        let seg = unsafe { &*Segment::of(segment_base(self.start)) };
+        let base = seg.os_page(self.start);
+        let mut purged = 0;
+        let mut k = 0;
+        let end = self.carved_os_pages();
+        while k < end {
+            let run = k;
+            while k < end && self.can_hollow(seg, &set, base + k, k) {
+                k += 1;
+            }
+            if k > run && purge(self.start + run * OS_PAGE, (k - run) * OS_PAGE) {
+                seg.clear_committed(base + run, k - run);
+                purged += k - run;
+            }
+            k += 1;
+        }
+        if purged > 0 {
+            self.relink_without_hollow(seg, &set);
+            self.hollow_pages += purged as u32;
+        }
+        purged
+    }
+
+    /// Whether OS page `k` of the page (`os_page` in the segment) is
+    /// resident and every slot on it is free.
+    fn can_hollow(&self, seg: &Segment, set: &SlotSet, os_page: usize, k: usize) -> bool {
+        let (first, last) = self.slots_on(k);
+        seg.count_committed(os_page, 1) == 1 && set.contains_all(first, last)
+    }
+
+    /// The free list as a set, checked (see [`Page::hollow`]).
+    ///
+    /// # Safety
+    /// As [`Page::hollow`]; the list holds `n` slots.
+    unsafe fn free_set(&self, n: usize) -> SlotSet {
+        let mut set = SlotSet::new();
+        let mut b = self.free;
+        for _ in 0..n {
+            // SAFETY: the page's free list (caller): slots of this page,
+            // resident while on it. A slot met twice is caught by the set.
+            unsafe {
+                if b.is_null() || !Block::is_in_page(b) {
+                    misuse(Misuse::DoubleFree, b as usize);
+                }
+                let i = self.slot_index(b as usize).unwrap_or(usize::MAX);
+                if i == usize::MAX || !set.insert(i) {
+                    misuse(Misuse::DoubleFree, b as usize);
+                }
+                b = (*b).next;
+            }
+        }
+        if !b.is_null() {
+            misuse(Misuse::DoubleFree, b as usize);
+        }
+        set
+    }
+
+    /// Rebuilds the free list from `set` in address order, leaving out the
+    /// slots that overlap a purged OS page (they become hollow).
+    fn relink_without_hollow(&mut self, seg: &Segment, set: &SlotSet) {
+        let slot = self.slot_size as usize;
+        let mut head: *mut Block = null_mut();
+        let mut tail: *mut Block = null_mut();
+        for i in 0..self.capacity() as usize {
+            if !set.contains(i) {
+                continue;
+            }
+            let (first, n) = self.os_pages_of(seg, i);
+            if seg.count_committed(first, n) != n {
+                self.hollow_slots += 1;
+                continue;
+            }
+            let b = (self.start + i * slot) as *mut Block;
+            // SAFETY: a free slot of this page on resident OS pages; the
+            // page lists are held (caller of `hollow`).
+            unsafe { link_after(&mut head, &mut tail, b) };
+        }
+        self.free = head;
+    }
+
+    /// Carves the hollow slots again: their OS pages become committed (they
+    /// fault in as they are written) and the slots go onto the free list
+    /// with the page key. Returns the OS pages newly marked committed.
+    ///
+    /// # Safety
+    /// The owner's page lists are held, and the caller is the page's owner
+    /// (it is about to allocate from it).
+    pub unsafe fn refill_hollow(&mut self) -> usize {
+        // SAFETY: a slab page lies in a registered, mapped segment.
+        let seg = unsafe { &*Segment::of(segment_base(self.start)) };
+        let base = seg.os_page(self.start);
+        let slot = self.slot_size as usize;
+        let (mut head, mut tail) = (null_mut::<Block>(), null_mut::<Block>());
+        let mut next_slot = 0;
+        let mut newly = 0;
+        for k in 0..self.carved_os_pages() {
+            if seg.count_committed(base + k, 1) == 1 {
+                continue;
+            }
+            newly += seg.set_committed(base + k, 1);
+            let (first, last) = self.slots_on(k);
+            // Slots straddling two hollow OS pages are met twice.
+            for i in first.max(next_slot)..=last {
+                let b = (self.start + i * slot) as *mut Block;
+                // SAFETY: a hollow slot of this page (it overlaps a purged OS
+                // page, so it is neither free-listed nor in use), about to be
+                // committed again; it holds two words at least.
+                unsafe {
+                    link_after(&mut head, &mut tail, b);
+                    Block::mark_in_page(b);
+                }
+            }
+            next_slot = last + 1;
+        }
+        if !tail.is_null() {
+            // SAFETY: the chain's last slot, just linked.
+            unsafe { (*tail).next = self.free };
+            self.free = head;
+        }
+        self.hollow_slots = 0;
+        self.hollow_pages = 0;
+        newly
+    }
+}
+
+/// Appends `b` to the list `head..tail` (its link is written: the slot is
+/// the caller's to write).
+///
+/// # Safety
+/// `b` is a writable slot of two words at least; `tail`, if not null, too.
+unsafe fn link_after(head: &mut *mut Block, tail: &mut *mut Block, b: *mut Block) {
+    // SAFETY: per the caller.
+    unsafe {
+        (*b).next = null_mut();
+        if tail.is_null() {
+            *head = b;
+        } else {
+            (**tail).next = b;
+        }
+    }
+    *tail = b;
+}
