@@ -23,7 +23,7 @@ pub fn json(w: &mut impl Write, s: &Stats, os: &OsMemory) -> fmt::Result {
     )?;
     write!(
         w,
-        "\"reserved_bytes\":{},\"committed_bytes\":{},\"peak_committed_bytes\":{},\"metadata_bytes\":{},\"live_bytes\":{},\"live_requested_bytes\":{},\"live_allocations\":{},\"retained_bytes\":{},\"free_slot_bytes\":{},\"purged_bytes\":{},\"segments\":{},\"heaps\":{},",
+        "\"reserved_bytes\":{},\"committed_bytes\":{},\"peak_committed_bytes\":{},\"metadata_bytes\":{},\"live_bytes\":{},\"live_requested_bytes\":{},\"live_allocations\":{},\"retained_bytes\":{},\"free_slot_bytes\":{},\"hollow_bytes\":{},\"purged_bytes\":{},\"segments\":{},\"heaps\":{},",
         s.reserved_bytes,
         s.committed_bytes,
         s.peak_committed_bytes,
@@ -33,6 +33,7 @@ pub fn json(w: &mut impl Write, s: &Stats, os: &OsMemory) -> fmt::Result {
         s.live_allocations,
         s.retained_bytes,
         s.free_slot_bytes,
+        s.hollow_bytes,
         s.purged_bytes,
         s.segments,
         s.heaps
@@ -113,6 +114,13 @@ pub fn text(w: &mut impl Write, s: &Stats, os: &OsMemory) -> fmt::Result {
     ];
     for (name, v) in rows {
         writeln!(w, "    {name:<26} {:>12}", Bytes(v))?;
+    }
+    if s.hollow_bytes > 0 {
+        writeln!(
+            w,
+            "  purged inside used pages {} (free OS pages of pages holding live objects; not resident)",
+            Bytes(s.hollow_bytes)
+        )?;
     }
     writeln!(
         w,

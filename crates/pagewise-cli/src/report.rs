@@ -105,8 +105,12 @@ pub struct AllocatorReport {
     pub live_allocations: u64,
     /// Committed free spans kept for reuse.
     pub retained_bytes: u64,
-    /// Free slots in slab pages.
+    /// Free slots in slab pages, still resident.
     pub free_slot_bytes: u64,
+    /// Free OS pages purged inside slab pages that hold live objects (not
+    /// resident; absent from reports of older libraries).
+    #[serde(default)]
+    pub hollow_bytes: u64,
     /// Bytes purged so far.
     pub purged_bytes: u64,
     /// Segments.
@@ -319,6 +323,13 @@ fn render_into(s: &mut String, r: &RunReport) -> std::fmt::Result {
         human(a.peak_committed_bytes),
         human(a.purged_bytes)
     )?;
+    if a.hollow_bytes > 0 {
+        writeln!(
+            s,
+            "  purged inside used pages {:>11}   (free OS pages of pages that hold live objects; not resident)",
+            human(a.hollow_bytes)
+        )?;
+    }
 
     writeln!(s)?;
     writeln!(s, "Where the resident bytes are (at exit)")?;
