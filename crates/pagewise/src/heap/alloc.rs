@@ -172,7 +172,7 @@ impl HeapCore {
             };
             self.set_current_page(class, next);
             // In use again: its free OS pages stay (`heap/hollow.rs`).
-            (*next).out_of_use_since = 0;
+            (*next).back_in_use();
             if !self.refill(next) {
                 return null_mut();
             }

@@ -130,9 +130,12 @@ impl Page {
             // More slots in use than carved: a double free the keys missed.
             misuse(Misuse::DoubleFree, self.start);
         };
-        if (free as usize) * slot < OS_PAGE {
-            return 0; // not one whole OS page of free slots
+        if (free as usize) * slot < OS_PAGE || self.used() >= self.hollow_seen_used {
+            // Not one whole OS page of free slots, or no slot freed since
+            // the last look (the page is out of use: nothing was allocated).
+            return 0;
         }
+        self.hollow_seen_used = self.used();
         // SAFETY: per the caller.
         let set = unsafe { self.free_set(free as usize) };
         // SAFETY: a slab page lies in a registered, mapped segment.
@@ -257,7 +260,15 @@ impl Page {
         }
         self.hollow_slots = 0;
         self.hollow_pages = 0;
+        self.hollow_seen_used = u32::MAX;
         newly
+    }
+
+    /// The page is in use again (some thread's current page): what it
+    /// frees from now on is worth a look again.
+    pub fn back_in_use(&mut self) {
+        self.out_of_use_since = 0;
+        self.hollow_seen_used = u32::MAX;
     }
 }
 

@@ -74,6 +74,10 @@ pub struct Page {
     pub(crate) hollow_slots: u32,
     /// Slab: OS pages purged while the page holds live slots.
     pub(crate) hollow_pages: u32,
+    /// Slab: the slots in use when the page was last looked at for free
+    /// OS pages; until fewer are, there is nothing new to find
+    /// (`u32::MAX`: not looked at since it was last in use).
+    pub(crate) hollow_seen_used: u32,
     /// Slab: when a visit first found the page out of use (not any
     /// thread's current page) since it last was; 0: not seen so. The
     /// hollowing of its free OS pages waits a decay period from there.
@@ -120,6 +124,7 @@ impl Page {
             dirty_pages: 0,
             hollow_slots: 0,
             hollow_pages: 0,
+            hollow_seen_used: u32::MAX,
             out_of_use_since: 0,
             slice_count: 0,
             slice_offset: 0,
@@ -181,6 +186,7 @@ impl Page {
         self.free = null_mut();
         self.hollow_slots = 0;
         self.hollow_pages = 0;
+        self.hollow_seen_used = u32::MAX;
         self.out_of_use_since = 0;
         self.in_full = false;
         self.heap = heap;
