@@ -229,3 +229,46 @@ fn without_trim_the_purge_waits_for_the_decay_delay() {
         unsafe { heap.deallocate(p, l) };
     }
 }
+
+#[test]
+fn a_fuller_page_is_used_before_a_hollow_one() {
+    let (heap, _) = heap(Config::default());
+    let l = Layout::from_size_align(64, 16).unwrap();
+    let per_page = SLAB_PAGE / 64;
+    let all: Vec<NonNull<u8>> = (0..2 * per_page)
+        .map(|_| heap.allocate(l).unwrap().cast())
+        .collect();
+    let page_of = |p: &NonNull<u8>| p.as_ptr() as usize & !(SLAB_PAGE - 1);
+    let (first, second) = (page_of(&all[0]), page_of(&all[per_page]));
+    assert_ne!(first, second);
+    // The first page keeps one object; the second keeps every other one.
+    let mut kept = Vec::new();
+    for (i, &p) in all.iter().enumerate() {
+        if i == 0 || (i >= per_page && i % 2 == 0) {
+            kept.push(p);
+        } else {
+            // SAFETY: allocated above, freed once.
+            unsafe { heap.deallocate(p, l) };
+        }
+    }
+    heap.trim();
+    let hollow = heap.stats().hollow_bytes;
+    assert!(
+        hollow >= 15 * OS_PAGE as u64,
+        "the first page is hollow: {hollow}"
+    );
+    // As many allocations as the second page has room for: all from it,
+    // and nothing of the first page is carved again.
+    let again: Vec<NonNull<u8>> = (0..per_page / 2)
+        .map(|_| heap.allocate(l).unwrap().cast())
+        .collect();
+    assert!(
+        again.iter().all(|p| page_of(p) == second),
+        "a hollow page was used first"
+    );
+    assert_eq!(heap.stats().hollow_bytes, hollow);
+    for p in again.into_iter().chain(kept) {
+        // SAFETY: live blocks of this heap, each freed once.
+        unsafe { heap.deallocate(p, l) };
+    }
+}
