@@ -33,7 +33,8 @@ fn holds(p: NonNull<u8>, size: usize, byte: u8) -> bool {
 
 /// The OS pages that hollowing must give back, given every slot of the
 /// class's one-slice pages (`slots`, all carved) and those kept live: an OS
-/// page of a slab page wholly inside its carved slots, none of whose
+/// page of a slab page that only carved slots use (wholly inside them, or
+/// the last one of a page whose every slot is carved), none of whose
 /// overlapping slots is kept.
 fn expected_hollow(slot: usize, slots: &[usize], kept: &BTreeSet<usize>) -> usize {
     let pages: BTreeSet<usize> = slots.iter().map(|a| a & !(SLAB_PAGE - 1)).collect();
@@ -44,7 +45,12 @@ fn expected_hollow(slot: usize, slots: &[usize], kept: &BTreeSet<usize>) -> usiz
             .filter(|&&a| a & !(SLAB_PAGE - 1) == page)
             .count()
             * slot;
-        for k in 0..carved / OS_PAGE {
+        let os_pages = if carved / slot == SLAB_PAGE / slot {
+            carved.div_ceil(OS_PAGE)
+        } else {
+            carved / OS_PAGE
+        };
+        for k in 0..os_pages {
             let (lo, hi) = (page + k * OS_PAGE, page + (k + 1) * OS_PAGE);
             if !kept.iter().any(|&a| a < hi && a + slot > lo) {
                 n += 1;

@@ -18,9 +18,10 @@
 //! ([`Page::refill_hollow`]) sets the bits and puts the slots back on the
 //! list, before the page carves fresh slots.
 //!
-//! The OS page holding the carve frontier is never hollowed (it has slots
-//! not yet carved, which [`Page::extend`] hands out later), so the hollow
-//! pages are always inside the carved part.
+//! The OS page holding the carve frontier of a page still carving is never
+//! hollowed (it has slots not yet carved, which [`Page::extend`] hands out
+//! later), so the hollow pages are always inside the carved part; once every
+//! slot is carved, the last OS page is like the others.
 //!
 //! Page descriptors live in the segment header, not in the pages, so a
 //! purge never touches what the heap needs to find the page again.
@@ -89,16 +90,24 @@ impl Page {
         self.hollow_pages
     }
 
-    /// OS pages wholly inside the carved part of the page (the one holding
-    /// the carve frontier is not).
+    /// OS pages of the page that only carved slots use: those wholly
+    /// inside the carved part, and once every slot is carved, the last one
+    /// too (its tail past the last slot is never used). The OS page holding
+    /// the carve frontier of a page still carving is not.
     fn carved_os_pages(&self) -> usize {
-        self.capacity() as usize * self.slot_size as usize / OS_PAGE
+        let carved = self.capacity() as usize * self.slot_size as usize;
+        if self.capacity() == self.reserved {
+            carved.div_ceil(OS_PAGE)
+        } else {
+            carved / OS_PAGE
+        }
     }
 
     /// Slots overlapping OS page `k` of the page (`k` < `carved_os_pages`).
     fn slots_on(&self, k: usize) -> (usize, usize) {
         let slot = self.slot_size as usize;
-        (k * OS_PAGE / slot, ((k + 1) * OS_PAGE - 1) / slot)
+        let last = (((k + 1) * OS_PAGE - 1) / slot).min(self.capacity() as usize - 1);
+        (k * OS_PAGE / slot, last)
     }
 
     /// OS pages (first index in the segment, count) slot `i` overlaps.
