@@ -181,6 +181,21 @@ fn child_entry() {
                 }
                 std::process::exit(0);
             }
+            "double-after-its-os-page-was-purged" => {
+                // The page keeps one live block; trim() purges the OS pages
+                // of its free slots (they leave the free list); then one of
+                // them is freed again and goes home with the next flush.
+                let blocks: Vec<*mut u8> = (0..1024).map(|_| a.alloc(l)).collect();
+                let p = blocks[900];
+                for &b in &blocks[1..] {
+                    a.dealloc(b, l);
+                }
+                pagewise::trim();
+                assert!(pagewise::stats().hollow_bytes > 0, "the page was hollowed");
+                a.dealloc(p, l);
+                pagewise::trim();
+                allocate_and_check(l, 4000, vec![blocks[0] as usize]);
+            }
             "double-on-another-thread" => {
                 let p = a.alloc(l) as usize;
                 a.dealloc(p as *mut u8, l);
@@ -303,6 +318,14 @@ fn a_double_free_whose_page_then_empties_aborts() {
 #[test]
 fn a_double_free_whose_copies_both_go_home_aborts() {
     expect_abort("double-both-copies-home", "pagewise: double free");
+}
+
+#[test]
+fn a_double_free_of_a_slot_whose_os_page_was_purged_aborts() {
+    expect_abort(
+        "double-after-its-os-page-was-purged",
+        "pagewise: double free",
+    );
 }
 
 #[test]

@@ -240,7 +240,7 @@ impl HeapCore {
         unsafe {
             let used = (*page).used();
             let head = (*page).free;
-            if used == 0 || head == block {
+            if used == 0 || head == block || (*page).is_hollow_slot(block as usize) {
                 misuse(Misuse::DoubleFree, block as usize);
             }
             (*block).next = head;

@@ -90,6 +90,20 @@ impl Page {
         self.hollow_pages
     }
 
+    /// Whether the slot at `addr` (a slot start of this page) is hollow: a
+    /// slot that is neither free nor in use, so freeing it is a double free
+    /// (its first free went to the page, which later purged its OS page).
+    pub fn is_hollow_slot(&self, addr: usize) -> bool {
+        if self.hollow_slots == 0 {
+            return false;
+        }
+        // SAFETY: a slab page lies in a registered, mapped segment.
+        let seg = unsafe { &*Segment::of(segment_base(self.start)) };
+        let i = (addr - self.start) / self.slot_size as usize;
+        let (first, n) = self.os_pages_of(seg, i);
+        seg.count_committed(first, n) != n
+    }
+
     /// OS pages of the page that only carved slots use: those wholly
     /// inside the carved part, and once every slot is carved, the last one
     /// too (its tail past the last slot is never used). The OS page holding

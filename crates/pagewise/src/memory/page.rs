@@ -276,6 +276,20 @@ impl Page {
         let segment = crate::memory::layout::segment_base(self.start);
         let head = (segment + list.first) as *mut Block;
         let n = list.count;
+        if self.hollow_slots > 0 {
+            // A slot on a purged OS page was free when it was purged: one
+            // freed again is a double free (walking the list costs only
+            // while the page has hollow slots).
+            let mut b = head;
+            for _ in 0..n {
+                if self.is_hollow_slot(b as usize) {
+                    crate::fault::misuse(crate::fault::Misuse::DoubleFree, b as usize);
+                }
+                // SAFETY: the list holds `n` slots of this page (`take`
+                // made us its only owner).
+                b = unsafe { (*b).next };
+            }
+        }
         if !self.free.is_null() {
             // Rare (the owner collects when its list runs dry): append the
             // free list after the collected slots.
