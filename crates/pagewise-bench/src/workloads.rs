@@ -19,6 +19,8 @@ pub const WORKLOADS: &[&str] = &[
     "arena-on-malloc",
     "block-cohorts",
     "phases",
+    "survivors-clustered",
+    "survivors-sparse",
     "threads",
     "mixed",
     "arena-churn",
@@ -65,6 +67,8 @@ pub fn describe(name: &str) -> &'static str {
         "arena-on-malloc" => "seed 000 consumer: 31-class small-block arena on 4 KiB malloc'd arenas freed when empty",
         "block-cohorts" => "seed 001: 256 KiB-1 MiB blocks for promoted cohorts, dropped, over a ~35 MB live set",
         "phases" => "seed 003: phases of 16-512 B objects, most freed: dense random, clustered, sparse (1 survivor/page)",
+        "survivors-clustered" => "issue 12: 16-512 B objects, one run of 256 consecutive allocations in ten survives the idle period, the rest freed",
+        "survivors-sparse" => "issue 12: 16-512 B objects, one survivor per OS page kept through the idle period, the rest freed",
         "threads" => "larson-like server: slot arrays handed on each round, every slot replaced once, every object freed by the other thread; 2 then 4 threads",
         "mixed" => "alloc-test shape: short-lived objects, Pareto sizes (16 B..64 KiB), some realloc",
         "arena-churn" => "issue 5 / seed 001: short-lived arenas of 1-64 MiB (4 alive) filled and dropped: pagewise Arena, bumpalo, arena on malloc",
@@ -231,6 +235,8 @@ pub fn run(name: &str, scale: Scale, seed: u64, rec: &mut Rec) -> Result<MmapVec
         "arena-on-malloc" => Ok(arena_on_malloc(scale, &mut rng, rec)),
         "block-cohorts" => Ok(block_cohorts(scale, &mut rng, rec)),
         "phases" => Ok(phases(scale, &mut rng, rec)),
+        "survivors-clustered" => Ok(survivors("clustered", scale, &mut rng, rec)),
+        "survivors-sparse" => Ok(survivors("sparse", scale, &mut rng, rec)),
         "threads" => Ok(threads(scale, seed, rec)),
         "mixed" => Ok(mixed(scale, &mut rng, rec)),
         "arena-churn" => Ok(arena_churn(scale, seed, rec)),
@@ -544,66 +550,92 @@ fn phases(scale: Scale, rng: &mut Rng, rec: &mut Rec) -> MmapVec<Obj> {
     // Survivors of every phase accumulate, as in seed 003's "phase 10".
     let mut survivors: MmapVec<Obj> = MmapVec::with_capacity(n);
     for phase in ["dense", "clustered", "sparse"] {
-        rec.mark(phase);
-        let t = Instant::now();
-        for _ in 0..n {
-            let size = rng.range(2, 64) as usize * 8;
-            all.push(new_obj(size, size));
-        }
-        let mut ops = n as u64;
-        match phase {
-            // 10% random survivors.
-            "dense" => {
-                for &o in all.as_slice() {
-                    if rng.below(10) == 0 {
-                        survivors.push(o);
-                    } else {
-                        free_obj(o);
-                        ops += 1;
-                    }
-                }
-            }
-            // Runs of 256 consecutive allocations, one run in ten kept.
-            "clustered" => {
-                for (i, &o) in all.as_slice().iter().enumerate() {
-                    if (i / 256) % 10 == 0 {
-                        survivors.push(o);
-                    } else {
-                        free_obj(o);
-                        ops += 1;
-                    }
-                }
-            }
-            // One survivor per OS page: the first object starting on a page
-            // that holds no survivor yet.
-            _ => {
-                let mut pages = crate::util::PageSet::with_capacity(n);
-                for &o in all.as_slice() {
-                    if pages.insert(o.addr / crate::util::PAGE) {
-                        survivors.push(o);
-                    } else {
-                        free_obj(o);
-                        ops += 1;
-                    }
-                }
-            }
-        }
-        all.clear();
-        rec.ops += ops;
-        let ns = t.elapsed().as_nanos() as u64;
-        let rss = rec.rss();
-        let live: u64 = survivors.as_slice().iter().map(|o| o.size as u64).sum();
-        rec.parts.push(Part {
-            name: phase.to_string(),
-            ops,
-            ns,
-            rss,
-            live_bytes: Some(live),
-            floor_pages: Some(pages_touched(survivors.as_slice())),
-            ..Part::default()
-        });
+        one_phase(phase, n, rng, rec, &mut all, &mut survivors);
     }
     survivors
+}
+
+/// One of `phases`' phases alone, its survivors kept through the idle
+/// period (issue 12's clustered and sparse survivor workloads): what the
+/// allocator keeps resident around them once the program is quiet.
+fn survivors(phase: &str, scale: Scale, rng: &mut Rng, rec: &mut Rec) -> MmapVec<Obj> {
+    let n: usize = scale.pick(20_000, 300_000, 2_000_000);
+    let mut all: MmapVec<Obj> = MmapVec::with_capacity(n);
+    let mut survivors: MmapVec<Obj> = MmapVec::with_capacity(n);
+    one_phase(phase, n, rng, rec, &mut all, &mut survivors);
+    survivors
+}
+
+/// Allocates `n` objects of 16-512 B and frees all but the phase's
+/// survivors (`dense`: 10 % at random; `clustered`: one run of 256
+/// consecutive allocations in ten; `sparse`: one per OS page), which join
+/// `survivors`; records the phase as a part.
+fn one_phase(
+    phase: &str,
+    n: usize,
+    rng: &mut Rng,
+    rec: &mut Rec,
+    all: &mut MmapVec<Obj>,
+    survivors: &mut MmapVec<Obj>,
+) {
+    rec.mark(phase);
+    let t = Instant::now();
+    for _ in 0..n {
+        let size = rng.range(2, 64) as usize * 8;
+        all.push(new_obj(size, size));
+    }
+    let mut ops = n as u64;
+    match phase {
+        // 10% random survivors.
+        "dense" => {
+            for &o in all.as_slice() {
+                if rng.below(10) == 0 {
+                    survivors.push(o);
+                } else {
+                    free_obj(o);
+                    ops += 1;
+                }
+            }
+        }
+        // Runs of 256 consecutive allocations, one run in ten kept.
+        "clustered" => {
+            for (i, &o) in all.as_slice().iter().enumerate() {
+                if (i / 256) % 10 == 0 {
+                    survivors.push(o);
+                } else {
+                    free_obj(o);
+                    ops += 1;
+                }
+            }
+        }
+        // One survivor per OS page: the first object starting on a page
+        // that holds no survivor yet.
+        _ => {
+            let mut pages = crate::util::PageSet::with_capacity(n);
+            for &o in all.as_slice() {
+                if pages.insert(o.addr / crate::util::PAGE) {
+                    survivors.push(o);
+                } else {
+                    free_obj(o);
+                    ops += 1;
+                }
+            }
+        }
+    }
+    all.clear();
+    rec.ops += ops;
+    let ns = t.elapsed().as_nanos() as u64;
+    let rss = rec.rss();
+    let live: u64 = survivors.as_slice().iter().map(|o| o.size as u64).sum();
+    rec.parts.push(Part {
+        name: phase.to_string(),
+        ops,
+        ns,
+        rss,
+        live_bytes: Some(live),
+        floor_pages: Some(pages_touched(survivors.as_slice())),
+        ..Part::default()
+    });
 }
 
 // ---------------------------------------------------------------------------
