@@ -27,12 +27,15 @@
 //!   saves no register.
 //! - **Exit**: a destructor (`.fini_array`) writes the report asked for with
 //!   `PAGEWISE_STATS=1` (text on stderr) or `PAGEWISE_STATS_FILE=path` (JSON).
+//!   While running, `PAGEWISE_STATS_SIGNAL` and `PAGEWISE_STATS_INTERVAL_MS`
+//!   ask for more ([`live_report`]).
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]
 
 pub mod cxx;
 pub mod glibc;
 pub mod introspect;
+pub mod live_report;
 pub mod options;
 pub mod out;
 pub mod proc;
@@ -314,6 +317,7 @@ extern "C" fn on_load() {
     // that a malformed value is reported once and early.
     let _ = pw::thread::config();
     sampler::start_from_env();
+    live_report::start_from_env();
 }
 
 extern "C" fn on_exit() {

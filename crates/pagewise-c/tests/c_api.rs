@@ -492,3 +492,47 @@ print("xml ok")
         String::from_utf8_lossy(&r.stderr)
     );
 }
+
+/// Reports while running (issue 13): the text report on stderr when
+/// `PAGEWISE_STATS_SIGNAL` arrives, and the JSON file rewritten every
+/// `PAGEWISE_STATS_INTERVAL_MS`, both left behind by a process that is then
+/// killed with SIGKILL (no exit report).
+#[test]
+fn reports_while_running_survive_a_kill() {
+    let Some(edge) = edge() else { return };
+    let o = preloaded({
+        let mut c = command(edge);
+        c.arg("report-on-signal")
+            .env("PAGEWISE_STATS_SIGNAL", "SIGUSR2");
+        c
+    });
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.signal(), Some(libc::SIGKILL), "{stderr}");
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains("edge: reported"),
+        "the signal did not end the program"
+    );
+    assert_eq!(
+        stderr.matches("pagewise report (pid").count(),
+        1,
+        "one report for one signal: {stderr}"
+    );
+
+    let dir = scratch("live-report");
+    let child = command(edge)
+        .arg("report-periodic")
+        .env("LD_PRELOAD", lib_so())
+        .env("PAGEWISE_STATS_INTERVAL_MS", "50")
+        .env("PAGEWISE_STATS_FILE", dir.join("stats.%p.json"))
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let o = child.wait_with_output().unwrap();
+    assert_eq!(o.status.signal(), Some(libc::SIGKILL));
+    let v = stats_of(&dir, pid);
+    assert!(
+        field(&v, &["live_bytes"]) >= 8 << 20,
+        "the periodic report saw the 8 MiB block"
+    );
+}

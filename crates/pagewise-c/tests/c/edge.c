@@ -18,6 +18,9 @@
  *   edge limit   under PAGEWISE_LIMIT=96M: 48 MiB freed into a blocked
  *        thread's heap, then 1 MiB blocks until malloc fails (prints "edge:
  *        limit FIRST80 TOTAL_MIB ERRNO_IS_ENOMEM")
+ *   edge report-on-signal | report-periodic   8 MiB live, SIGUSR2 sent to
+ *        itself (the first only), 400 ms, then SIGKILL: the reports of
+ *        PAGEWISE_STATS_SIGNAL / PAGEWISE_STATS_INTERVAL_MS
  *   edge calloc-after-realign   calloc after a huge run's reuse at another
  *        alignment (prints "edge: calloc zero" or the count of old bytes)
  *
@@ -30,6 +33,7 @@
 #include <malloc.h>
 #include <pthread.h>
 #include <semaphore.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -738,9 +742,25 @@ static int limit(void) {
     return 0;
 }
 
+/* Reports while running: 8 MiB live, then the signal (if asked), a wait
+ * of 400 ms, and an end that runs no exit handler (SIGKILL, as the OOM
+ * killer sends): whatever report there is was written while running. */
+static int report_then_killed(int signal_it) {
+    char *keep = malloc(8 << 20);
+    memset(keep, 1, 8 << 20);
+    if (signal_it) kill(getpid(), SIGUSR2);
+    usleep(400 * 1000);
+    printf("edge: reported %p\n", (void *)keep);
+    fflush(stdout);
+    kill(getpid(), SIGKILL);
+    return 1;
+}
+
 int main(int argc, char **argv) {
     const char *mode = argc > 1 ? argv[1] : "pagewise";
     if (!strcmp(mode, "limit")) return limit();
+    if (!strcmp(mode, "report-on-signal")) return report_then_killed(1);
+    if (!strcmp(mode, "report-periodic")) return report_then_killed(0);
     if (!strcmp(mode, "idle") && argc > 2) return idle(argv[2]);
     if (!strcmp(mode, "double-free")) {
         char *p = malloc(32);

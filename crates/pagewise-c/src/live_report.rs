@@ -1,0 +1,212 @@
+//! Reports while the program runs, not only at its exit, so that a process
+//! that is killed (the OOM killer's `SIGKILL` runs no exit handler) has
+//! left one:
+//!
+//! - `PAGEWISE_STATS_SIGNAL=SIGUSR2` (or `USR1`, `HUP`, a number): the
+//!   report is written when the signal arrives. The handler only sets a
+//!   flag; the report is written by a thread of pagewise's own, outside the
+//!   handler, within 50 ms.
+//! - `PAGEWISE_STATS_INTERVAL_MS=N`: the report is written every N ms.
+//!
+//! Where it goes: with `PAGEWISE_STATS_FILE=path` (`%p`: the pid), the JSON
+//! report replaces that file each time (written beside it and renamed
+//! over it, so a reader never sees half of one); otherwise the text report
+//! goes to stderr. The exit report still comes last.
+//!
+//! The reporter is a raw pthread started at load (only if one of the two
+//! variables is set) that never allocates. A child made by `fork()` without
+//! `exec` has no reporter (it still writes its exit report); a child that
+//! execs starts its own at load.
+
+use crate::out::{expand_path, FdWriter};
+use core::ffi::c_int;
+use core::sync::atomic::{AtomicBool, AtomicU64, Ordering::*};
+
+/// A report was asked for by the signal.
+static REQUESTED: AtomicBool = AtomicBool::new(false);
+/// The period of the periodic report (0: none).
+static INTERVAL_MS: AtomicU64 = AtomicU64::new(0);
+/// How often the reporter looks at the flag.
+const POLL_MS: u64 = 50;
+
+/// Signals a report may be tied to: those a program sends on purpose and
+/// whose default action is to end it (so nothing relies on them otherwise);
+/// the real-time signals too.
+fn parse_signal(v: &[u8]) -> Option<c_int> {
+    let name = v.strip_prefix(b"SIG").unwrap_or(v);
+    let sig = match name {
+        b"USR1" => libc::SIGUSR1,
+        b"USR2" => libc::SIGUSR2,
+        b"HUP" => libc::SIGHUP,
+        _ => {
+            let n = pw::config::parse_u64(name)? as c_int;
+            let realtime = (libc::SIGRTMIN()..=libc::SIGRTMAX()).contains(&n);
+            let allowed = [libc::SIGUSR1, libc::SIGUSR2, libc::SIGHUP].contains(&n);
+            if !(realtime || allowed) {
+                return None;
+            }
+            n
+        }
+    };
+    Some(sig)
+}
+
+extern "C" fn on_signal(_: c_int) {
+    // Async-signal-safe: one atomic store; the reporter does the rest.
+    REQUESTED.store(true, Relaxed);
+}
+
+/// Reads the two variables (at load) and starts the reporter if either is
+/// set.
+pub fn start_from_env() {
+    let mut wanted = false;
+    if let Some(v) = crate::getenv(c"PAGEWISE_STATS_SIGNAL").filter(|v| !v.is_empty()) {
+        match parse_signal(v) {
+            Some(sig) => {
+                install_handler(sig);
+                wanted = true;
+            }
+            None => crate::malformed(
+                b"PAGEWISE_STATS_SIGNAL",
+                v,
+                b" (expected SIGUSR1, SIGUSR2, SIGHUP or a real-time signal number)\n",
+            ),
+        }
+    }
+    if let Some(v) = crate::getenv(c"PAGEWISE_STATS_INTERVAL_MS").filter(|v| !v.is_empty()) {
+        match pw::config::parse_u64(v).filter(|&ms| ms > 0) {
+            Some(ms) => {
+                INTERVAL_MS.store(ms, Relaxed);
+                wanted = true;
+            }
+            None => crate::malformed(
+                b"PAGEWISE_STATS_INTERVAL_MS",
+                v,
+                b" (expected milliseconds, more than 0)\n",
+            ),
+        }
+    }
+    if wanted {
+        spawn();
+    }
+}
+
+fn install_handler(sig: c_int) {
+    // SAFETY: a zeroed sigaction is valid; the handler is async-signal-safe;
+    // SA_RESTART keeps the program's interrupted system calls going.
+    unsafe {
+        let mut sa: libc::sigaction = core::mem::zeroed();
+        sa.sa_sigaction = on_signal as extern "C" fn(c_int) as usize;
+        sa.sa_flags = libc::SA_RESTART;
+        libc::sigemptyset(&mut sa.sa_mask);
+        libc::sigaction(sig, &sa, core::ptr::null_mut());
+    }
+}
+
+fn spawn() {
+    // SAFETY: plain pthread calls with valid out-pointers; `run` has the
+    // required signature and takes no argument.
+    unsafe {
+        let mut attr: libc::pthread_attr_t = core::mem::zeroed();
+        libc::pthread_attr_init(&mut attr);
+        libc::pthread_attr_setdetachstate(&mut attr, libc::PTHREAD_CREATE_DETACHED);
+        libc::pthread_attr_setstacksize(&mut attr, 256 * 1024);
+        let mut tid: libc::pthread_t = core::mem::zeroed();
+        libc::pthread_create(&mut tid, &attr, run, core::ptr::null_mut());
+        libc::pthread_attr_destroy(&mut attr);
+    }
+}
+
+extern "C" fn run(_: *mut libc::c_void) -> *mut libc::c_void {
+    // This thread does not need the program's signals (the one asked for
+    // stays deliverable to the program's threads, whose handler is ours).
+    let interval = INTERVAL_MS.load(Relaxed);
+    let mut next = crate::sampler::now_ms().saturating_add(interval);
+    let ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: (POLL_MS.min(interval.max(1)) * 1_000_000) as _,
+    };
+    loop {
+        // SAFETY: a valid timespec; an early wake-up only shortens a period.
+        unsafe { libc::nanosleep(&ts, core::ptr::null_mut()) };
+        let now = crate::sampler::now_ms();
+        let periodic = interval > 0 && now >= next;
+        if periodic {
+            next = now.saturating_add(interval);
+        }
+        if REQUESTED.swap(false, Relaxed) || periodic {
+            write_report();
+        }
+    }
+}
+
+/// Writes one report where the variables say (module docs).
+fn write_report() {
+    let Some(path) = crate::getenv(c"PAGEWISE_STATS_FILE").filter(|p| !p.is_empty()) else {
+        crate::pagewise_stats_print(2);
+        return;
+    };
+    let mut name = [0u8; 4096];
+    let mut tmp = [0u8; 4096];
+    if !expand_path(path, &mut name) || !with_suffix(&name, b".tmp", &mut tmp) {
+        return; // the exit report says so once
+    }
+    let flags = libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC | libc::O_CLOEXEC;
+    // SAFETY: `tmp` is NUL-terminated.
+    let fd = unsafe { libc::open(tmp.as_ptr().cast(), flags, 0o644 as libc::c_uint) };
+    if fd < 0 {
+        return;
+    }
+    let (s, os) = crate::snapshot();
+    {
+        let mut w = FdWriter::new(fd);
+        let _ = crate::report::json(&mut w, &s, &os);
+        let _ = core::fmt::Write::write_str(&mut w, "\n");
+    }
+    // SAFETY: our descriptor; both paths NUL-terminated.
+    unsafe {
+        libc::close(fd);
+        libc::rename(tmp.as_ptr().cast(), name.as_ptr().cast());
+    }
+}
+
+/// `path` (NUL-terminated) with `suffix` appended into `out`; false if it
+/// does not fit.
+fn with_suffix(path: &[u8; 4096], suffix: &[u8], out: &mut [u8; 4096]) -> bool {
+    let len = path.iter().position(|&b| b == 0).unwrap_or(path.len());
+    if len + suffix.len() + 1 > out.len() {
+        return false;
+    }
+    out[..len].copy_from_slice(&path[..len]);
+    out[len..len + suffix.len()].copy_from_slice(suffix);
+    out[len + suffix.len()] = 0;
+    true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn signals_by_name_and_number() {
+        assert_eq!(parse_signal(b"SIGUSR2"), Some(libc::SIGUSR2));
+        assert_eq!(parse_signal(b"USR1"), Some(libc::SIGUSR1));
+        assert_eq!(parse_signal(b"HUP"), Some(libc::SIGHUP));
+        assert_eq!(parse_signal(b"12"), Some(libc::SIGUSR2));
+        assert_eq!(parse_signal(b"SIGKILL"), None);
+        assert_eq!(parse_signal(b"9"), None);
+        assert_eq!(parse_signal(b"11"), None, "SIGSEGV is the program's");
+        assert!(parse_signal(libc::SIGRTMIN().to_string().as_bytes()).is_some());
+    }
+
+    #[test]
+    fn suffix_fits_or_refuses() {
+        let mut p = [0u8; 4096];
+        p[..5].copy_from_slice(b"/a/b\0");
+        let mut out = [0u8; 4096];
+        assert!(with_suffix(&p, b".tmp", &mut out));
+        assert_eq!(&out[..9], b"/a/b.tmp\0");
+        let long = [b'x'; 4096];
+        assert!(!with_suffix(&long, b".tmp", &mut out));
+    }
+}
