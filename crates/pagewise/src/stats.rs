@@ -21,6 +21,8 @@ use crate::os::source::SyscallCounts;
 
 /// Per size-class figures.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+#[non_exhaustive]
 pub struct ClassStats {
     /// Slot size in bytes.
     pub slot_size: u64,
@@ -49,6 +51,8 @@ pub struct ClassStats {
 
 /// Counts and bytes of large or huge objects.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+#[non_exhaustive]
 pub struct ObjectStats {
     /// Live objects.
     pub count: u64,
@@ -70,7 +74,20 @@ pub struct ObjectStats {
 /// // SAFETY: allocated above with this layout.
 /// unsafe { heap.deallocate(p.cast(), layout) };
 /// ```
+///
+/// New fields may come in later versions (`#[non_exhaustive]`); with the
+/// `serde` feature it serialises (the per-class figures as a sequence):
+///
+/// ```
+/// # #[cfg(feature = "serde")]
+/// # {
+/// let json = serde_json::to_string(&pagewise::Heap::new().stats()).unwrap();
+/// assert!(json.contains("\"committed_bytes\":0"));
+/// # }
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+#[non_exhaustive]
 pub struct Stats {
     /// Memory system calls made and bytes mapped.
     pub syscalls: SyscallCounts,
@@ -127,6 +144,7 @@ pub struct Stats {
     /// Huge objects (their own segment runs).
     pub huge: ObjectStats,
     /// Small objects, per size class.
+    #[cfg_attr(feature = "serde", serde(serialize_with = "serialize_classes"))]
     pub classes: [ClassStats; CLASSES],
 }
 
@@ -253,4 +271,13 @@ impl Default for Stats {
     fn default() -> Self {
         Stats::ZERO
     }
+}
+
+/// serde implements arrays up to 32 elements; the classes go as a sequence.
+#[cfg(feature = "serde")]
+fn serialize_classes<S: serde::Serializer>(
+    classes: &[ClassStats; CLASSES],
+    s: S,
+) -> Result<S::Ok, S::Error> {
+    s.collect_seq(classes.iter())
 }

@@ -40,6 +40,7 @@ pub enum Purge {
 /// assert_eq!(s.syscalls().mmap, 0);
 /// ```
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub struct SyscallCounts {
     /// `mmap` calls (including failed ones).
     pub mmap: u64,
