@@ -21,7 +21,7 @@ struct Cli {
 enum Command {
     /// Run a program with libpagewise.so preloaded and report its memory.
     Run(run::RunArgs),
-    /// Run the seeds' workloads under pagewise and its peers, side by side.
+    /// Run allocation workloads under pagewise and its peers (glibc, jemalloc, mimalloc, tcmalloc), side by side.
     Bench(pagewise_bench::BenchArgs),
 }
 
