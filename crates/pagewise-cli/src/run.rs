@@ -216,7 +216,7 @@ fn read_samples(path: &Path, start_ms: u64) -> Vec<Sample> {
                 .split(' ')
                 .map(|x| x.parse().ok())
                 .collect::<Option<_>>()?;
-            (f.len() == 4).then(|| Sample {
+            (f.len() >= 4).then(|| Sample {
                 t_ms: f[0].saturating_sub(start_ms),
                 rss: f[1],
                 live: f[2],
