@@ -215,7 +215,9 @@ pub fn statm() -> (u64, u64) {
     let mut fields = buf[..n].split(|&b| b == b' ').map(|f| {
         f.iter()
             .take_while(|b| b.is_ascii_digit())
-            .fold(0u64, |a, &b| a.saturating_mul(10).saturating_add((b - b'0') as u64))
+            .fold(0u64, |a, &b| {
+                a.saturating_mul(10).saturating_add((b - b'0') as u64)
+            })
     });
     let _size = fields.next();
     let resident = fields.next().unwrap_or(0);

@@ -16,7 +16,10 @@ pub fn json(w: &mut impl Write, s: &Stats, os: &OsMemory) -> fmt::Result {
     let pid = unsafe { libc::getpid() };
     // SAFETY: getppid has no preconditions.
     let ppid = unsafe { libc::getppid() };
-    write!(w, "{{\"version\":{JSON_VERSION},\"pid\":{pid},\"ppid\":{ppid},\"comm\":")?;
+    write!(
+        w,
+        "{{\"version\":{JSON_VERSION},\"pid\":{pid},\"ppid\":{ppid},\"comm\":"
+    )?;
     let mut buf = [0u8; 64];
     json_string(w, crate::proc::comm(&mut buf))?;
     w.write_str(",")?;
