@@ -434,7 +434,7 @@ fn render_into(s: &mut String, r: &RunReport) -> std::fmt::Result {
         writeln!(s)?;
         writeln!(
             s,
-            "Processes: {} reported (each figure is the process's own)",
+            "Processes: {} reported (each figure is the process's own; (s): sampled)",
             procs.len()
         )?;
         writeln!(
@@ -449,7 +449,15 @@ fn render_into(s: &mut String, r: &RunReport) -> std::fmt::Result {
                     human(a.live_bytes),
                     total_allocs(a).to_string(),
                 ),
-                None => ("-".into(), "-".into(), "no report".into()),
+                None => (
+                    p.samples
+                        .iter()
+                        .map(|x| x.rss)
+                        .max()
+                        .map_or("-".into(), |rss| format!("{} (s)", human(rss))),
+                    "-".into(),
+                    "no report".into(),
+                ),
             };
             let parent = if p.pid == r.pid || p.ppid == 0 {
                 "-".to_string()
