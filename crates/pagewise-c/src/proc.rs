@@ -202,21 +202,38 @@ fn read_smaps(m: &mut Smaps) {
 
 /// Resident set size now, from /proc/self/statm (cheap: for sampling).
 pub fn rss_now() -> u64 {
+    statm().0
+}
+
+/// Resident bytes now and, of them, the file-backed and shared ones
+/// (`RssFile + RssShmem`), from /proc/self/statm: cheap, for sampling.
+pub fn statm() -> (u64, u64) {
     let mut buf = [0u8; 128];
     let Some(n) = read_file(b"/proc/self/statm\0", &mut buf) else {
-        return 0;
+        return (0, 0);
     };
-    let mut fields = buf[..n].split(|&b| b == b' ');
+    let mut fields = buf[..n].split(|&b| b == b' ').map(|f| {
+        f.iter()
+            .take_while(|b| b.is_ascii_digit())
+            .fold(0u64, |a, &b| {
+                a.saturating_mul(10).saturating_add((b - b'0') as u64)
+            })
+    });
     let _size = fields.next();
-    let pages = fields
-        .next()
-        .map(|f| {
-            f.iter()
-                .take_while(|b| b.is_ascii_digit())
-                .fold(0u64, |a, &b| a * 10 + (b - b'0') as u64)
-        })
-        .unwrap_or(0);
-    pages * 4096
+    let resident = fields.next().unwrap_or(0);
+    let shared = fields.next().unwrap_or(0);
+    (resident * 4096, shared * 4096)
+}
+
+/// The process's name (`/proc/self/comm`, at most 15 bytes, without its
+/// newline) copied into `buf`; empty if it cannot be read.
+pub fn comm(buf: &mut [u8; 64]) -> &[u8] {
+    let n = read_file(b"/proc/self/comm\0", buf).unwrap_or(0);
+    let mut s = &buf[..n];
+    while let [rest @ .., b'\n'] = s {
+        s = rest;
+    }
+    s
 }
 
 #[cfg(test)]
@@ -281,5 +298,12 @@ Anonymous:             0 kB
         // The two views are read a moment apart; they agree closely.
         assert!(smaps_total.abs_diff(m.vm_rss) < m.vm_rss / 10 + (1 << 20));
         assert!(rss_now() > 0);
+        let (rss, shared) = statm();
+        assert!(rss > 0 && shared <= rss);
+        let mut buf = [0u8; 64];
+        // The test binary's name, cut to 15 bytes by the kernel.
+        let name = comm(&mut buf);
+        assert!(!name.is_empty() && name.len() <= 15, "{name:?}");
+        assert!(!name.ends_with(b"\n"));
     }
 }

@@ -14,7 +14,15 @@ pub const JSON_VERSION: u32 = 1;
 pub fn json(w: &mut impl Write, s: &Stats, os: &OsMemory) -> fmt::Result {
     // SAFETY: getpid has no preconditions.
     let pid = unsafe { libc::getpid() };
-    write!(w, "{{\"version\":{JSON_VERSION},\"pid\":{pid},")?;
+    // SAFETY: getppid has no preconditions.
+    let ppid = unsafe { libc::getppid() };
+    write!(
+        w,
+        "{{\"version\":{JSON_VERSION},\"pid\":{pid},\"ppid\":{ppid},\"comm\":"
+    )?;
+    let mut buf = [0u8; 64];
+    json_string(w, crate::proc::comm(&mut buf))?;
+    w.write_str(",")?;
     let c = &s.syscalls;
     write!(
         w,
@@ -81,6 +89,28 @@ pub fn json(w: &mut impl Write, s: &Stats, os: &OsMemory) -> fmt::Result {
         os.other_anon_rss,
         os.file_rss
     )
+}
+
+/// Writes `bytes` as a JSON string: UTF-8 kept, quotes, backslashes and
+/// control characters escaped, and each byte that is not UTF-8 (a process
+/// name is bytes, and the kernel cuts it at 15 without regard for
+/// characters) written as U+FFFD.
+fn json_string(w: &mut impl Write, bytes: &[u8]) -> fmt::Result {
+    w.write_str("\"")?;
+    for chunk in bytes.utf8_chunks() {
+        for c in chunk.valid().chars() {
+            match c {
+                '"' => w.write_str("\\\"")?,
+                '\\' => w.write_str("\\\\")?,
+                c if (c as u32) < 0x20 || c == '\x7f' => write!(w, "\\u{:04x}", c as u32)?,
+                c => w.write_char(c)?,
+            }
+        }
+        for _ in chunk.invalid() {
+            w.write_char('\u{fffd}')?;
+        }
+    }
+    w.write_str("\"")
 }
 
 /// Writes the text summary.
@@ -173,5 +203,19 @@ mod tests {
         assert!(text.contains("\"total_frees\":6,"), "{text}");
         assert_eq!(text.matches('{').count(), text.matches('}').count());
         assert!(text.ends_with("}}"));
+        let pid = std::process::id();
+        assert!(text.starts_with(&format!("{{\"version\":1,\"pid\":{pid},\"ppid\":")));
+        assert!(text.contains(",\"comm\":\""), "{text}");
+    }
+
+    #[test]
+    fn json_strings_are_escaped() {
+        let mut buf = [0u8; 64];
+        let mut w = SliceWriter::new(&mut buf);
+        json_string(&mut w, "a\"b\\c\né".as_bytes()).unwrap();
+        assert_eq!(w.written(), r#""a\"b\\c\u000aé""#.as_bytes());
+        let mut w = SliceWriter::new(&mut buf);
+        json_string(&mut w, b"x\xc3").unwrap();
+        assert_eq!(w.written(), "\"x\u{fffd}\"".as_bytes());
     }
 }

@@ -3,10 +3,13 @@
 //! every `PAGEWISE_SAMPLE_MS` milliseconds (default 50):
 //!
 //! ```text
-//! <CLOCK_MONOTONIC ms> <RSS bytes> <live bytes> <committed bytes>
+//! <CLOCK_MONOTONIC ms> <RSS> <live> <committed> <live requested> <free slots> <retained> <metadata> <file-backed RSS>
 //! ```
 //!
-//! and a last line at exit. The clock is absolute so that the samples of
+//! (bytes; the last five give `pagewise run` the breakdown at the sample
+//! with the highest RSS: pagewise's categories from its counters, and the
+//! resident file-backed and shared bytes from /proc/self/statm) and a last
+//! line at exit. Readers take the first four fields and the rest if present. The clock is absolute so that the samples of
 //! successive images of one pid (a shell script that execs its program)
 //! line up on one time axis in the same file. A raw pthread with no Rust runtime; its loop
 //! neither allocates nor holds a lock between samples.
@@ -108,10 +111,19 @@ fn sample() {
         return;
     }
     let s = pw::stats();
-    let rss = crate::proc::rss_now();
+    let (rss, file) = crate::proc::statm();
     let t = now_ms();
     let mut w = FdWriter::new(fd);
-    let _ = writeln!(w, "{t} {rss} {} {}", s.live_bytes, s.committed_bytes);
+    let _ = writeln!(
+        w,
+        "{t} {rss} {} {} {} {} {} {} {file}",
+        s.live_bytes,
+        s.committed_bytes,
+        s.live_requested_bytes,
+        s.free_slot_bytes,
+        s.retained_bytes,
+        s.metadata_bytes
+    );
 }
 
 /// Stops the sampler after a last sample (at exit).

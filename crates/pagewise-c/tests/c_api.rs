@@ -305,8 +305,10 @@ fn sampler_writes_lines_while_running() {
     assert!(text.lines().count() >= 2, "{text}");
     for line in text.lines() {
         let f: Vec<u64> = line.split(' ').map(|x| x.parse().unwrap()).collect();
-        assert_eq!(f.len(), 4, "{line}");
+        assert_eq!(f.len(), 9, "{line}");
         assert!(f[1] > 0, "RSS sampled: {line}");
+        // live >= live requested; file-backed RSS is part of RSS.
+        assert!(f[2] >= f[4] && f[8] <= f[1], "{line}");
     }
 }
 

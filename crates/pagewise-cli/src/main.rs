@@ -3,6 +3,7 @@
 //!
 //! Subcommands live in their own modules; `main` only parses and dispatches.
 
+mod elf;
 mod plot;
 mod report;
 mod run;

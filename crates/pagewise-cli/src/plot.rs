@@ -19,7 +19,7 @@ pub fn draw(r: &RunReport, path: &Path) -> Result<(), Box<dyn std::error::Error>
     root.fill(&WHITE)?;
     let mut chart = ChartBuilder::on(&root)
         .caption(
-            format!("pagewise run: {}", r.command.join(" ")),
+            format!("pagewise run: {}", r.command_line),
             ("sans-serif", 18),
         )
         .margin(12)

@@ -87,6 +87,12 @@ pub struct AllocatorReport {
     pub version: u32,
     /// Process id.
     pub pid: u32,
+    /// Its parent when it exited (absent from reports of older libraries).
+    #[serde(default)]
+    pub ppid: u32,
+    /// Its name (`/proc/self/comm`; absent from reports of older libraries).
+    #[serde(default)]
+    pub comm: String,
     /// System calls.
     pub syscalls: Syscalls,
     /// Address space reserved.
@@ -130,14 +136,65 @@ pub struct AllocatorReport {
 /// One sample taken while the program ran.
 #[derive(Clone, Copy, Debug, Default, Deserialize, Serialize)]
 pub struct Sample {
-    /// Milliseconds since the library was loaded.
+    /// Milliseconds since `pagewise run` started the program.
     pub t_ms: u64,
     /// RSS.
     pub rss: u64,
-    /// Live bytes.
+    /// Usable bytes of live objects.
     pub live: u64,
     /// Committed bytes.
     pub committed: u64,
+    /// Requested bytes of live objects (0 from older libraries, as are the
+    /// fields below).
+    #[serde(default)]
+    pub live_requested: u64,
+    /// Free slots in slab pages.
+    #[serde(default)]
+    pub free_slot: u64,
+    /// Retained empty pages.
+    #[serde(default)]
+    pub retained: u64,
+    /// Allocator metadata.
+    #[serde(default)]
+    pub metadata: u64,
+    /// Resident file-backed and shared bytes (statm).
+    #[serde(default)]
+    pub file_rss: u64,
+    /// Whether the library wrote the fields above (not in the JSON).
+    #[serde(skip)]
+    pub detailed: bool,
+}
+
+/// One process of the program's tree, as its library reported it.
+#[derive(Clone, Debug, Default, Deserialize, Serialize)]
+pub struct ProcessReport {
+    /// Process id.
+    pub pid: u32,
+    /// Its parent when it exited (0 if unknown).
+    pub ppid: u32,
+    /// Its name: `/proc/<pid>/comm` as the process saw it, or the command
+    /// as typed for the top process if it sent no report.
+    pub name: String,
+    /// The library's report (absent if it did not run exit handlers, or the
+    /// library never loaded in it).
+    pub allocator: Option<AllocatorReport>,
+    /// Its samples.
+    pub samples: Vec<Sample>,
+    /// The sample with the highest RSS (if the samples carry the breakdown).
+    pub peak: Option<Sample>,
+}
+
+impl ProcessReport {
+    /// Picks [`ProcessReport::peak`] from the samples.
+    pub fn find_peak(&mut self) {
+        self.peak = self
+            .samples
+            .iter()
+            .filter(|s| s.detailed)
+            // The first of equal highs.
+            .min_by_key(|s| std::cmp::Reverse(s.rss))
+            .copied();
+    }
 }
 
 /// Everything `pagewise run` knows after the program exits.
@@ -145,20 +202,38 @@ pub struct Sample {
 pub struct RunReport {
     /// The command line.
     pub command: Vec<String>,
+    /// The command line as a shell would need it typed (quoted).
+    pub command_line: String,
     /// Its process id.
     pub pid: u32,
     /// Its exit code (128 + signal if killed).
     pub exit_code: i32,
     /// The signal that ended it, if any.
     pub signal: Option<i32>,
-    /// Wall time.
+    /// Wall time until the top process exited.
     pub elapsed_ms: u64,
-    /// Peak RSS from the kernel (wait4's ru_maxrss).
+    /// The highest peak RSS of any one process of the tree (getrusage of
+    /// the children pagewise waited for: the top process and its
+    /// descendants).
     pub peak_rss_bytes: u64,
-    /// The library's report (absent if the program did not run exit handlers).
+    /// The top process's library report (as in `processes[0]`).
     pub allocator: Option<AllocatorReport>,
-    /// Samples.
+    /// The top process's samples (as in `processes[0]`).
     pub samples: Vec<Sample>,
+    /// Every process that reported: the top one first, then its
+    /// descendants, parents before children.
+    #[serde(default)]
+    pub processes: Vec<ProcessReport>,
+    /// Why the top process sent no report, if it did not.
+    #[serde(default)]
+    pub no_report: Option<String>,
+    /// Set if pagewise stopped waiting for descendants still running (^C).
+    #[serde(default)]
+    pub stopped_waiting: bool,
+    /// pagewise's own pid: the parent of descendants orphaned by their
+    /// parent's exit (it is their subreaper).
+    #[serde(default)]
+    pub pagewise_pid: u32,
 }
 
 /// A category of resident memory.
@@ -166,47 +241,42 @@ pub struct RunReport {
 pub struct Category {
     /// What it is.
     pub name: &'static str,
-    /// Bytes (negative for the correction of committed-but-untouched memory).
-    pub bytes: i64,
+    /// Bytes.
+    pub bytes: u64,
 }
 
-/// Every resident byte at exit, by category: pagewise's five from its
-/// accounting; then, from the kernel's smaps, the correction for memory
-/// pagewise committed that the program never touched (allocated, so
-/// accounted, but never faulted in) or, if the kernel finds more resident
-/// in pagewise's mappings than pagewise accounts for, that excess; then the
-/// memory outside pagewise.
-pub fn attribution(a: &AllocatorReport) -> Vec<Category> {
-    let accounted = (a.committed_bytes + a.metadata_bytes) as i64;
-    let resident = a.os.pagewise_rss as i64;
-    let mut cats = vec![
-        Category {
-            name: "live (requested by the program)",
-            bytes: a.live_requested_bytes as i64,
-        },
-        Category {
-            name: "internal rounding (slot/page size)",
-            bytes: a.live_bytes.saturating_sub(a.live_requested_bytes) as i64,
-        },
-        Category {
-            name: "free slots in used pages",
-            bytes: a.free_slot_bytes as i64,
-        },
-        Category {
-            name: "retained empty pages",
-            bytes: a.retained_bytes as i64,
-        },
-        Category {
-            name: "allocator metadata",
-            bytes: a.metadata_bytes as i64,
-        },
-    ];
-    if accounted > resident {
-        cats.push(Category {
-            name: "minus: committed, never touched",
-            bytes: resident - accounted,
-        });
-    } else if resident > accounted {
+/// Resident bytes by category, and the committed bytes among them that
+/// were never touched (counted in the categories, not resident).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Breakdown {
+    /// The categories (none negative).
+    pub cats: Vec<Category>,
+    /// Bytes pagewise counts in its categories that the kernel does not find
+    /// resident: committed (allocated, or kept) but never touched.
+    pub untouched: u64,
+}
+
+impl Breakdown {
+    /// What the categories come to, less the untouched bytes: the resident
+    /// total.
+    pub fn total(&self) -> u64 {
+        let sum: u64 = self.cats.iter().map(|c| c.bytes).sum();
+        sum.saturating_sub(self.untouched)
+    }
+}
+
+fn breakdown(
+    pagewise: [(&'static str, u64); 5],
+    accounted: u64,
+    resident: u64,
+    outside_anon: u64,
+    outside_file: u64,
+) -> Breakdown {
+    let mut cats: Vec<Category> = pagewise
+        .iter()
+        .map(|&(name, bytes)| Category { name, bytes })
+        .collect();
+    if resident > accounted {
         cats.push(Category {
             name: "resident, not accounted (!)",
             bytes: resident - accounted,
@@ -214,19 +284,71 @@ pub fn attribution(a: &AllocatorReport) -> Vec<Category> {
     }
     cats.push(Category {
         name: "outside pagewise: anonymous",
-        bytes: a.os.other_anon_rss as i64,
+        bytes: outside_anon,
     });
     cats.push(Category {
         name: "outside pagewise: file-backed",
-        bytes: a.os.file_rss as i64,
+        bytes: outside_file,
     });
-    cats
+    Breakdown {
+        cats,
+        untouched: accounted.saturating_sub(resident),
+    }
+}
+
+/// Every resident byte at exit, by category: pagewise's five from its
+/// accounting; if the kernel finds more resident in pagewise's mappings
+/// than pagewise accounts for, that excess; then, from the kernel's smaps,
+/// the memory outside pagewise. Memory pagewise committed that the program
+/// never touched (allocated, so accounted, but never faulted in) is
+/// [`Breakdown::untouched`], not a line.
+pub fn attribution(a: &AllocatorReport) -> Breakdown {
+    breakdown(
+        [
+            ("live objects (requested size)", a.live_requested_bytes),
+            (
+                "internal rounding (slot/page size)",
+                a.live_bytes.saturating_sub(a.live_requested_bytes),
+            ),
+            ("free slots in used pages", a.free_slot_bytes),
+            ("retained empty pages", a.retained_bytes),
+            ("allocator metadata", a.metadata_bytes),
+        ],
+        a.committed_bytes + a.metadata_bytes,
+        a.os.pagewise_rss,
+        a.os.other_anon_rss,
+        a.os.file_rss,
+    )
+}
+
+/// The same categories at a sample (the one with the highest RSS). The
+/// kernel's side comes from statm, which splits resident memory only into
+/// anonymous and file-backed: pagewise's categories are taken as resident
+/// up to the anonymous bytes, the anonymous rest is outside pagewise, and
+/// what pagewise counts beyond the anonymous bytes was never touched.
+pub fn peak_attribution(s: &Sample) -> Breakdown {
+    let rounding = s.live.saturating_sub(s.live_requested);
+    let accounted = s.live_requested + rounding + s.free_slot + s.retained + s.metadata;
+    let anon = s.rss.saturating_sub(s.file_rss);
+    breakdown(
+        [
+            ("live objects (requested size)", s.live_requested),
+            ("internal rounding (slot/page size)", rounding),
+            ("free slots in used pages", s.free_slot),
+            ("retained empty pages", s.retained),
+            ("allocator metadata", s.metadata),
+        ],
+        accounted,
+        accounted.min(anon),
+        anon.saturating_sub(accounted),
+        s.file_rss,
+    )
 }
 
 /// Attributed total and its difference from VmRSS, in percent.
+#[cfg(test)]
 pub fn attribution_error(a: &AllocatorReport) -> (u64, f64) {
-    let total: i64 = attribution(a).iter().map(|c| c.bytes).sum();
-    let total = total.max(0) as u64;
+    let total = attribution(a).total();
     let rss = a.os.vm_rss.max(1);
     (total, (total as f64 - rss as f64) / rss as f64 * 100.0)
 }
@@ -255,18 +377,13 @@ pub fn human(b: u64) -> String {
     format!("{v:.1} {}", units[u])
 }
 
-fn pct(part: i64, whole: u64) -> f64 {
+fn pct(part: u64, whole: u64) -> f64 {
     part as f64 * 100.0 / whole.max(1) as f64
 }
 
-/// A signed byte figure: `-37.2 MiB`.
-fn human_signed(b: i64) -> String {
-    if b < 0 {
-        format!("-{}", human(b.unsigned_abs()))
-    } else {
-        human(b as u64)
-    }
-}
+/// Processes shown in full; the others get a line of the table (and all
+/// are in `--json`).
+const DETAILED: usize = 6;
 
 /// The text report.
 pub fn render(r: &RunReport) -> String {
@@ -280,27 +397,158 @@ fn render_into(s: &mut String, r: &RunReport) -> std::fmt::Result {
         Some(sig) => format!("was killed by signal {sig}"),
         None => format!("exited with status {}", r.exit_code),
     };
+    let line = if r.command_line.is_empty() {
+        r.command.join(" ")
+    } else {
+        r.command_line.clone()
+    };
     writeln!(s)?;
     writeln!(
         s,
-        "pagewise run: `{}` (pid {}) {how} after {:.2} s",
-        r.command.join(" "),
+        "pagewise run: {line} (pid {}) {how} after {:.2} s",
         r.pid,
         r.elapsed_ms as f64 / 1000.0
     )?;
-    let Some(a) = &r.allocator else {
-        writeln!(s, "  peak RSS {}", human(r.peak_rss_bytes))?;
+    if r.stopped_waiting {
         writeln!(
             s,
-            "  no allocator report: the program ended without running exit handlers\n  (it was killed, or it left through _exit)"
+            "  (stopped waiting for descendants still running after it: their reports are missing)"
         )?;
+    }
+    // Reports from before `processes` existed carry only the top one.
+    let single;
+    let procs: &[ProcessReport] = if r.processes.is_empty() {
+        single = [ProcessReport {
+            pid: r.pid,
+            name: r.command.first().cloned().unwrap_or_default(),
+            allocator: r.allocator.clone(),
+            samples: r.samples.clone(),
+            ..Default::default()
+        }];
+        &single
+    } else {
+        &r.processes
+    };
+    let several = procs.len() > 1;
+    if several {
+        writeln!(s)?;
+        writeln!(
+            s,
+            "Processes: {} reported (each figure is the process's own; (s): sampled)",
+            procs.len()
+        )?;
+        writeln!(
+            s,
+            "  {:>8} {:>8}  {:<16} {:>11} {:>13} {:>19}",
+            "pid", "parent", "name", "peak RSS", "live at exit", "allocations so far"
+        )?;
+        for p in procs {
+            let (hwm, live, allocs) = match &p.allocator {
+                Some(a) => (
+                    human(a.os.vm_hwm),
+                    human(a.live_bytes),
+                    total_allocs(a).to_string(),
+                ),
+                None => (
+                    p.samples
+                        .iter()
+                        .map(|x| x.rss)
+                        .max()
+                        .map_or("-".into(), |rss| format!("{} (s)", human(rss))),
+                    "-".into(),
+                    "no report".into(),
+                ),
+            };
+            let parent = if p.pid == r.pid || p.ppid == 0 {
+                "-".to_string()
+            } else {
+                p.ppid.to_string()
+            };
+            writeln!(
+                s,
+                "  {:>8} {:>8}  {:<16} {:>11} {:>13} {:>19}",
+                p.pid, parent, p.name, hwm, live, allocs
+            )?;
+        }
+        writeln!(
+            s,
+            "  largest peak RSS of any one process: {} (getrusage)",
+            human(r.peak_rss_bytes)
+        )?;
+    }
+    // The top process, then the others with the highest peak RSS.
+    let mut shown: Vec<&ProcessReport> = procs.iter().skip(1).collect();
+    shown.sort_by_key(|p| std::cmp::Reverse(p.allocator.as_ref().map_or(0, |a| a.os.vm_hwm)));
+    shown.truncate(DETAILED - 1);
+    shown.sort_by_key(|p| procs.iter().position(|q| q.pid == p.pid));
+    for p in procs.first().into_iter().chain(shown) {
+        if several {
+            writeln!(s)?;
+            let parent = if p.pid == r.pid {
+                "the command".to_string()
+            } else if procs.iter().any(|q| q.pid == p.ppid) {
+                format!("child of {}", p.ppid)
+            } else if p.ppid == r.pagewise_pid && p.ppid != 0 {
+                "orphaned: its parent exited first".to_string()
+            } else {
+                format!("child of {}, which left no report", p.ppid)
+            };
+            writeln!(s, "== `{}` (pid {}, {parent}) ==", p.name, p.pid)?;
+        }
+        render_process(s, r, p)?;
+    }
+    if procs.len() > DETAILED {
+        writeln!(s)?;
+        writeln!(
+            s,
+            "({} more processes are in the table only; --json has every report)",
+            procs.len() - DETAILED
+        )?;
+    }
+    Ok(())
+}
+
+/// Allocations served since start, in every size class.
+fn total_allocs(a: &AllocatorReport) -> u64 {
+    a.classes.iter().map(|c| c.total_allocs).sum()
+}
+
+fn render_process(s: &mut String, r: &RunReport, p: &ProcessReport) -> std::fmt::Result {
+    let top = p.pid == r.pid;
+    let Some(a) = &p.allocator else {
+        if top {
+            if let Some(rss) = p.samples.iter().map(|x| x.rss).max() {
+                writeln!(s, "  peak RSS {} (sampled: this process alone)", human(rss))?;
+            } else {
+                writeln!(
+                    s,
+                    "  peak RSS {} (of it or of a descendant it waited for: wait4)",
+                    human(r.peak_rss_bytes)
+                )?;
+            }
+            match &r.no_report {
+                Some(why) => writeln!(s, "  {why}")?,
+                None => writeln!(
+                    s,
+                    "  no allocator report: the program ended without running exit handlers\n  (it was killed, or it left through _exit)"
+                )?,
+            }
+        } else {
+            writeln!(
+                s,
+                "  no allocator report (it was killed, or it left through _exit)"
+            )?;
+        }
         return Ok(());
     };
-    let peak_live = r.samples.iter().map(|x| x.live).max().unwrap_or(0);
-    let peak_rss = r.peak_rss_bytes.max(a.os.vm_hwm);
+    let peak_live = p.samples.iter().map(|x| x.live).max().unwrap_or(0);
     writeln!(s)?;
     writeln!(s, "Memory")?;
-    writeln!(s, "  peak RSS        {:>11}", human(peak_rss))?;
+    writeln!(
+        s,
+        "  peak RSS        {:>11}   (VmHWM: this process alone)",
+        human(a.os.vm_hwm)
+    )?;
     writeln!(
         s,
         "  final RSS       {:>11}   (at exit, /proc/self/status)",
@@ -308,7 +556,7 @@ fn render_into(s: &mut String, r: &RunReport) -> std::fmt::Result {
     )?;
     writeln!(
         s,
-        "  live            {:>11}   in {} allocations ({} requested)",
+        "  live objects    {:>11}   {} objects at exit ({} requested)",
         human(a.live_bytes),
         a.live_allocations,
         human(a.live_requested_bytes)
@@ -316,6 +564,11 @@ fn render_into(s: &mut String, r: &RunReport) -> std::fmt::Result {
     if peak_live > 0 {
         writeln!(s, "  peak live       {:>11}   (sampled)", human(peak_live))?;
     }
+    writeln!(
+        s,
+        "  allocations so far {:>8}   (in size classes, since start; large and huge objects are counted live only)",
+        total_allocs(a)
+    )?;
     writeln!(
         s,
         "  committed       {:>11}   (peak {}), {} purged so far",
@@ -331,41 +584,37 @@ fn render_into(s: &mut String, r: &RunReport) -> std::fmt::Result {
         )?;
     }
 
-    writeln!(s)?;
-    writeln!(s, "Where the resident bytes are (at exit)")?;
-    let cats = attribution(a);
-    let (total, err) = attribution_error(a);
-    for c in &cats {
+    if let Some(pk) = &p.peak {
+        writeln!(s)?;
         writeln!(
             s,
-            "  {:<36} {:>11} {:>6.1}%",
-            c.name,
-            human_signed(c.bytes),
-            pct(c.bytes, total)
+            "Where the resident bytes were at the peak (the sample with the highest RSS, at {:.2} s)",
+            pk.t_ms as f64 / 1000.0
+        )?;
+        let b = peak_attribution(pk);
+        render_breakdown(s, &b, pk.rss, ("sampled RSS", ""))?;
+        if a.os.vm_hwm > pk.rss {
+            writeln!(
+                s,
+                "  (the true peak, VmHWM {}, fell between samples; anonymous and file-backed from statm)",
+                human(a.os.vm_hwm)
+            )?;
+        }
+    }
+
+    writeln!(s)?;
+    writeln!(s, "Where the resident bytes are at exit")?;
+    let b = attribution(a);
+    render_breakdown(s, &b, a.os.vm_rss, ("RSS", " from /proc"))?;
+    let (accounted, resident, gap) = accounting_gap(a);
+    if gap < 0.0 {
+        writeln!(
+            s,
+            "  pagewise accounts {} in its mappings, the kernel finds {} resident there:\n  memory pagewise does not account for, please report it",
+            human(accounted),
+            human(resident),
         )?;
     }
-    writeln!(s, "  {:-<56}", "")?;
-    writeln!(
-        s,
-        "  {:<36} {:>11}   vs RSS {} from /proc: {:+.1}%",
-        "attributed total",
-        human(total),
-        human(a.os.vm_rss),
-        err
-    )?;
-    let (accounted, resident, gap) = accounting_gap(a);
-    let why = if gap >= 0.0 {
-        "committed pages the program has not touched yet"
-    } else {
-        "memory pagewise does not account for: please report it"
-    };
-    writeln!(
-        s,
-        "  pagewise accounts {} in its mappings, the kernel finds {} resident there\n  (difference {:+.1}% of RSS: {why})",
-        human(accounted),
-        human(resident),
-        gap
-    )?;
 
     writeln!(s)?;
     writeln!(s, "System calls")?;
@@ -382,18 +631,18 @@ fn render_into(s: &mut String, r: &RunReport) -> std::fmt::Result {
     )?;
 
     writeln!(s)?;
-    writeln!(s, "Busiest size classes (by allocations)")?;
+    writeln!(s, "Busiest size classes (by allocations so far)")?;
     writeln!(
         s,
-        "  {:>9} {:>12} {:>10} {:>8} {:>12}",
-        "slot", "allocations", "live", "pages", "free slots"
+        "  {:>9} {:>19} {:>13} {:>8} {:>12}",
+        "slot", "allocations so far", "live objects", "pages", "free slots"
     )?;
     let mut classes: Vec<&Class> = a.classes.iter().filter(|c| c.total_allocs > 0).collect();
     classes.sort_by_key(|k| std::cmp::Reverse(k.total_allocs));
     for k in classes.iter().take(8) {
         writeln!(
             s,
-            "  {:>9} {:>12} {:>10} {:>8} {:>12}",
+            "  {:>9} {:>19} {:>13} {:>8} {:>12}",
             human(k.slot_size),
             k.total_allocs,
             k.live_slots,
@@ -410,6 +659,48 @@ fn render_into(s: &mut String, r: &RunReport) -> std::fmt::Result {
         human(a.huge.bytes),
         a.heaps
     )?;
+    Ok(())
+}
+
+/// The lines of a breakdown, its total against `rss`, and the untouched
+/// bytes as a note.
+fn render_breakdown(
+    s: &mut String,
+    b: &Breakdown,
+    rss: u64,
+    (rss_name, rss_source): (&str, &str),
+) -> std::fmt::Result {
+    let total = b.total();
+    // Percentages of the lines' sum, which exceeds the total by the
+    // untouched bytes.
+    let sum: u64 = b.cats.iter().map(|c| c.bytes).sum();
+    for c in &b.cats {
+        writeln!(
+            s,
+            "  {:<36} {:>11} {:>6.1}%",
+            c.name,
+            human(c.bytes),
+            pct(c.bytes, sum)
+        )?;
+    }
+    writeln!(s, "  {:-<56}", "")?;
+    let err = (total as f64 - rss as f64) / rss.max(1) as f64 * 100.0;
+    writeln!(
+        s,
+        "  {:<36} {:>11}   vs {rss_name} {}{rss_source}: {:+.1}%",
+        "attributed total",
+        human(total),
+        human(rss),
+        err
+    )?;
+    if b.untouched > 0 {
+        writeln!(
+            s,
+            "  note: committed but never touched: {} (in the lines above, but not resident:\n  \
+             allocated or kept by pagewise, never written by the program; the total leaves it out)",
+            human(b.untouched)
+        )?;
+    }
     Ok(())
 }
 
@@ -463,12 +754,9 @@ mod tests {
         // pagewise accounts 5996 bytes; the kernel finds only 3996 resident.
         a.os.pagewise_rss = 3996;
         a.os.vm_rss = 8000;
-        let cats = attribution(&a);
-        let fix = cats
-            .iter()
-            .find(|c| c.name.contains("never touched"))
-            .unwrap();
-        assert_eq!(fix.bytes, -2000);
+        let b = attribution(&a);
+        assert!(b.cats.iter().all(|c| !c.name.contains("never touched")));
+        assert_eq!(b.untouched, 2000);
         let (total, err) = attribution_error(&a);
         assert_eq!(total, 8000);
         assert_eq!(err, 0.0);

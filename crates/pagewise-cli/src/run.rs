@@ -4,12 +4,22 @@
 //! asks the library for a JSON report at exit (`PAGEWISE_STATS_FILE`) and
 //! for samples while it runs (`PAGEWISE_SAMPLE_FILE`), then prints the
 //! report on stderr and exits with CMD's status.
+//!
+//! Children inherit the environment, so every process of CMD's tree that
+//! loads the library writes its own report and samples (`%p` in both paths
+//! is the pid). pagewise becomes a child subreaper, so that descendants
+//! orphaned by CMD's exit are reparented to it; after CMD exits it waits for
+//! all of them, as a shell waits for a whole pipeline, and then reads every
+//! report: the report therefore comes after every process's output. ^C
+//! while only descendants remain stops the waiting (their reports are then
+//! left out, and the report says so).
 
-use crate::report::{AllocatorReport, RunReport, Sample};
+use crate::report::{AllocatorReport, ProcessReport, RunReport, Sample};
 use clap::Args;
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
 /// Arguments of `pagewise run`.
@@ -100,9 +110,13 @@ fn run_in(args: &RunArgs, lib: &Path, work: &Path) -> Result<i32, String> {
         .env("PAGEWISE_STATS_FILE", work.join("stats.%p.json"))
         .env("PAGEWISE_SAMPLE_FILE", work.join("samples.%p.txt"))
         .env("PAGEWISE_SAMPLE_MS", args.interval_ms.max(1).to_string())
-        // Only CMD samples, not its descendants.
-        .env("PAGEWISE_SAMPLE_PARENT", std::process::id().to_string())
+        // Every process of the tree samples, each into its own file.
+        .env_remove("PAGEWISE_SAMPLE_PARENT")
         .env_remove("PAGEWISE_STATS");
+    // Orphaned descendants come to us, so that we can wait for them.
+    // SAFETY: prctl with integer arguments; failure only means orphans go
+    // to init and are not waited for.
+    unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) };
     let started = Instant::now();
     let started_ms = monotonic_ms();
     let child = match cmd.spawn() {
@@ -122,14 +136,10 @@ fn run_in(args: &RunArgs, lib: &Path, work: &Path) -> Result<i32, String> {
     };
     let pid = child.id() as libc::pid_t;
     // The program gets ^C; we stay to report.
-    // SAFETY: setting a signal disposition to SIG_IGN has no preconditions;
-    // the child has already been spawned with the default ones.
-    unsafe {
-        libc::signal(libc::SIGINT, libc::SIG_IGN);
-        libc::signal(libc::SIGQUIT, libc::SIG_IGN);
-    }
-    let (status, rusage) = wait(pid)?;
+    catch_interrupts();
+    let status = wait(pid)?;
     let elapsed = started.elapsed();
+    let stopped_waiting = wait_descendants();
     let code = if libc::WIFEXITED(status) {
         libc::WEXITSTATUS(status)
     } else if libc::WIFSIGNALED(status) {
@@ -138,21 +148,35 @@ fn run_in(args: &RunArgs, lib: &Path, work: &Path) -> Result<i32, String> {
         1
     };
 
-    let allocator = read_allocator_report(&work.join(format!("stats.{pid}.json")))?;
-    let samples = read_samples(&work.join(format!("samples.{pid}.txt")), started_ms);
+    let processes = read_processes(work, pid as u32, &args.command[0], started_ms);
+    let top = &processes[0];
+    let command_line = shell_line(&args.command);
+    let no_report = if top.allocator.is_some() {
+        None
+    } else if top.samples.is_empty() {
+        let shown = format!("`{}`", shell_word(&args.command[0].to_string_lossy()));
+        Some(crate::elf::never_loaded(&args.command[0], &shown))
+    } else {
+        None
+    };
     let report = RunReport {
         command: args
             .command
             .iter()
             .map(|a| a.to_string_lossy().into_owned())
             .collect(),
+        command_line,
         pid: pid as u32,
         exit_code: code,
         signal: libc::WIFSIGNALED(status).then(|| libc::WTERMSIG(status)),
         elapsed_ms: elapsed.as_millis() as u64,
-        peak_rss_bytes: rusage.ru_maxrss as u64 * 1024,
-        allocator,
-        samples,
+        peak_rss_bytes: children_maxrss(),
+        allocator: top.allocator.clone(),
+        samples: top.samples.clone(),
+        processes,
+        no_report,
+        stopped_waiting,
+        pagewise_pid: std::process::id(),
     };
     eprint!("{}", crate::report::render(&report));
     if let Some(path) = &args.json {
@@ -166,31 +190,184 @@ fn run_in(args: &RunArgs, lib: &Path, work: &Path) -> Result<i32, String> {
     Ok(code)
 }
 
-fn wait(pid: libc::pid_t) -> Result<(libc::c_int, libc::rusage), String> {
+/// Set by ^C (SIGINT or SIGQUIT) while we wait.
+static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_interrupt(_: libc::c_int) {
+    INTERRUPTED.store(true, Ordering::Relaxed);
+}
+
+/// ^C reaches the program (our process group); for us it only interrupts
+/// the wait for descendants. Installed after the spawn: the program starts
+/// with the default dispositions (exec resets handlers anyway).
+fn catch_interrupts() {
+    // SAFETY: a handler that only stores to an atomic; no SA_RESTART, so
+    // that wait4 returns EINTR.
+    unsafe {
+        let mut sa: libc::sigaction = std::mem::zeroed();
+        sa.sa_sigaction = on_interrupt as extern "C" fn(libc::c_int) as usize;
+        libc::sigemptyset(&mut sa.sa_mask);
+        libc::sigaction(libc::SIGINT, &sa, std::ptr::null_mut());
+        libc::sigaction(libc::SIGQUIT, &sa, std::ptr::null_mut());
+    }
+}
+
+fn wait(pid: libc::pid_t) -> Result<libc::c_int, String> {
     let mut status = 0;
-    // SAFETY: zeroed rusage is a valid out-value.
-    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
     loop {
-        // SAFETY: valid out-pointers; `pid` is our child, not yet reaped
+        // SAFETY: a valid out-pointer; `pid` is our child, not yet reaped
         // (std's Child is never waited on).
-        let r = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
+        let r = unsafe { libc::waitpid(pid, &mut status, 0) };
         if r == pid {
-            return Ok((status, usage));
+            // A ^C the program survived (or died of) is not for us.
+            INTERRUPTED.store(false, Ordering::Relaxed);
+            return Ok(status);
         }
         let err = std::io::Error::last_os_error();
         if err.kind() != std::io::ErrorKind::Interrupted {
-            return Err(format!("wait4: {err}"));
+            return Err(format!("waitpid: {err}"));
         }
     }
 }
 
-fn read_allocator_report(path: &Path) -> Result<Option<AllocatorReport>, String> {
-    match std::fs::read_to_string(path) {
-        Ok(text) => serde_json::from_str(&text)
-            .map(Some)
-            .map_err(|e| format!("malformed report {}: {e}", path.display())),
-        Err(_) => Ok(None),
+/// Waits for every remaining child: descendants orphaned by the program's
+/// exit, reparented to us. Returns true if ^C stopped the waiting first.
+fn wait_descendants() -> bool {
+    loop {
+        let mut status = 0;
+        // SAFETY: a valid out-pointer.
+        let r = unsafe { libc::waitpid(-1, &mut status, 0) };
+        if r > 0 {
+            continue;
+        }
+        let err = std::io::Error::last_os_error();
+        if err.kind() == std::io::ErrorKind::Interrupted {
+            if INTERRUPTED.load(Ordering::Relaxed) {
+                return true;
+            }
+            continue;
+        }
+        // ECHILD: none left.
+        return false;
     }
+}
+
+/// The highest peak RSS among the children we waited for (and, through
+/// theirs, their descendants).
+fn children_maxrss() -> u64 {
+    // SAFETY: zeroed rusage is a valid out-value.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid out-pointer.
+    unsafe { libc::getrusage(libc::RUSAGE_CHILDREN, &mut usage) };
+    usage.ru_maxrss as u64 * 1024
+}
+
+/// Every process that left a report or samples in `work`: the top one
+/// (`top`, always present, even with neither) first, then the others in
+/// tree order (parents before children, siblings by pid).
+fn read_processes(
+    work: &Path,
+    top: u32,
+    command: &std::ffi::OsStr,
+    start_ms: u64,
+) -> Vec<ProcessReport> {
+    let mut pids = vec![top];
+    if let Ok(dir) = std::fs::read_dir(work) {
+        for e in dir.flatten() {
+            let name = e.file_name();
+            let name = name.to_string_lossy();
+            let pid = name
+                .strip_prefix("stats.")
+                .and_then(|n| n.strip_suffix(".json"))
+                .or_else(|| {
+                    name.strip_prefix("samples.")
+                        .and_then(|n| n.strip_suffix(".txt"))
+                })
+                .and_then(|n| n.parse::<u32>().ok());
+            if let Some(pid) = pid.filter(|p| !pids.contains(p)) {
+                pids.push(pid);
+            }
+        }
+    }
+    let mut procs: Vec<ProcessReport> = pids
+        .into_iter()
+        .map(|pid| {
+            let allocator = read_allocator_report(&work.join(format!("stats.{pid}.json")));
+            let samples = read_samples(&work.join(format!("samples.{pid}.txt")), start_ms);
+            let name = match &allocator {
+                Some(a) if !a.comm.is_empty() => a.comm.clone(),
+                _ if pid == top => Path::new(command)
+                    .file_name()
+                    .unwrap_or(command)
+                    .to_string_lossy()
+                    .into_owned(),
+                _ => "?".into(),
+            };
+            let mut p = ProcessReport {
+                pid,
+                ppid: allocator.as_ref().map_or(0, |a| a.ppid),
+                name,
+                allocator,
+                samples,
+                peak: None,
+            };
+            p.find_peak();
+            p
+        })
+        .collect();
+    // Tree order: the top first; then, repeatedly, the children of what is
+    // placed; then the rest (parents unknown, or reparented to us) by pid.
+    let mut rest = procs.split_off(1);
+    rest.sort_by_key(|p| p.pid);
+    let mut i = 0;
+    while i < procs.len() {
+        let parent = procs[i].pid;
+        let (kids, others): (Vec<_>, Vec<_>) = rest.into_iter().partition(|p| p.ppid == parent);
+        rest = others;
+        for (k, kid) in kids.into_iter().enumerate() {
+            procs.insert(i + 1 + k, kid);
+        }
+        i += 1;
+    }
+    procs.extend(rest);
+    procs
+}
+
+/// The library's report, or None if there is none (or it is unreadable:
+/// a process killed while writing it; said on stderr).
+fn read_allocator_report(path: &Path) -> Option<AllocatorReport> {
+    let text = std::fs::read_to_string(path).ok()?;
+    match serde_json::from_str(&text) {
+        Ok(a) => Some(a),
+        Err(e) => {
+            eprintln!(
+                "pagewise: ignoring malformed report {}: {e}",
+                path.display()
+            );
+            None
+        }
+    }
+}
+
+/// `word` as a POSIX shell would need it typed: as is if it holds only
+/// characters no shell treats specially, else in single quotes (a quote
+/// inside becoming `'\''`).
+pub fn shell_word(word: &str) -> String {
+    let plain = |c: char| c.is_ascii_alphanumeric() || "_-+=%@:,./".contains(c);
+    if !word.is_empty() && word.chars().all(plain) {
+        word.to_string()
+    } else {
+        format!("'{}'", word.replace('\'', r"'\''"))
+    }
+}
+
+/// The command line, each word quoted as needed.
+pub fn shell_line(words: &[OsString]) -> String {
+    words
+        .iter()
+        .map(|w| shell_word(&w.to_string_lossy()))
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 /// Milliseconds on `CLOCK_MONOTONIC`, the clock of the library's samples.
@@ -204,7 +381,8 @@ fn monotonic_ms() -> u64 {
     ts.tv_sec as u64 * 1000 + ts.tv_nsec as u64 / 1_000_000
 }
 
-/// Reads the sample lines, with times made relative to `start_ms`.
+/// Reads the sample lines, with times made relative to `start_ms`: four
+/// fields from every library, nine (the breakdown) from current ones.
 fn read_samples(path: &Path, start_ms: u64) -> Vec<Sample> {
     let Ok(text) = std::fs::read_to_string(path) else {
         return Vec::new();
@@ -216,11 +394,19 @@ fn read_samples(path: &Path, start_ms: u64) -> Vec<Sample> {
                 .split(' ')
                 .map(|x| x.parse().ok())
                 .collect::<Option<_>>()?;
-            (f.len() == 4).then(|| Sample {
+            let detailed = f.len() >= 9;
+            let at = |i: usize| if detailed { f[i] } else { 0 };
+            (f.len() >= 4).then(|| Sample {
                 t_ms: f[0].saturating_sub(start_ms),
                 rss: f[1],
                 live: f[2],
                 committed: f[3],
+                live_requested: at(4),
+                free_slot: at(5),
+                retained: at(6),
+                metadata: at(7),
+                file_rss: at(8),
+                detailed,
             })
         })
         .collect();
@@ -228,4 +414,20 @@ fn read_samples(path: &Path, start_ms: u64) -> Vec<Sample> {
     // may race the sampler thread's last line.
     samples.sort_by_key(|s| s.t_ms);
     samples
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quotes_like_a_shell_needs() {
+        assert_eq!(shell_word("plain/path-1.txt"), "plain/path-1.txt");
+        assert_eq!(shell_word(""), "''");
+        assert_eq!(shell_word("a b"), "'a b'");
+        assert_eq!(shell_word("it's"), r"'it'\''s'");
+        assert_eq!(shell_word("$HOME"), "'$HOME'");
+        let line = shell_line(&["sh".into(), "-c".into(), "echo *".into()]);
+        assert_eq!(line, "sh -c 'echo *'");
+    }
 }

@@ -115,7 +115,7 @@ fn run_reports_attributes_rss_and_keeps_the_exit_status() {
     for part in [
         "peak RSS",
         "final RSS",
-        "live (requested by the program)",
+        "live objects (requested size)",
         "internal rounding",
         "free slots in used pages",
         "retained empty pages",
@@ -217,4 +217,249 @@ fn a_missing_command_exits_127() {
         .unwrap();
     assert_eq!(o.status.code(), Some(127));
     assert!(String::from_utf8_lossy(&o.stderr).contains("cannot run /nonexistent/program"));
+}
+
+/// Compiles `source` with `cc` and `flags` into `dir/name`; None (after
+/// `common::missing`) if there is no C compiler, or, with `-static`, no
+/// static C library.
+fn compile(dir: &Path, name: &str, source: &str, flags: &[&str]) -> Option<PathBuf> {
+    let c = dir.join(format!("{name}.c"));
+    std::fs::write(&c, source).unwrap();
+    let out = dir.join(name);
+    let o = Command::new("cc")
+        .args(flags)
+        .arg("-o")
+        .arg(&out)
+        .arg(&c)
+        .output();
+    match o {
+        Ok(o) if o.status.success() => Some(out),
+        Ok(o) => {
+            let what = format!(
+                "cc {} (it failed: {})",
+                flags.join(" "),
+                String::from_utf8_lossy(&o.stderr).trim()
+            );
+            common::missing(&what, "gcc libc6-dev");
+            None
+        }
+        Err(_) => {
+            common::missing("cc (a C compiler)", "gcc libc6-dev");
+            None
+        }
+    }
+}
+
+/// Byte figures of the report (`12 B`, `-3.5 MiB`) that are negative.
+fn negative_byte_figures(text: &str) -> Vec<&str> {
+    text.lines()
+        .filter(|line| {
+            let words: Vec<&str> = line.split_whitespace().collect();
+            words.windows(2).any(|w| {
+                w[0].starts_with('-')
+                    && w[0][1..].parse::<f64>().is_ok()
+                    && ["B", "KiB", "MiB", "GiB", "TiB"]
+                        .contains(&w[1].trim_end_matches([',', ')']))
+            })
+        })
+        .collect()
+}
+
+#[test]
+fn negative_figures_are_found() {
+    assert_eq!(
+        negative_byte_figures("a\n  minus: x   -37.2 MiB  -3.0%\n  b 3 B"),
+        vec!["  minus: x   -37.2 MiB  -3.0%"]
+    );
+    assert!(negative_byte_figures("gap -3.0% of 2 MiB, exit -1").is_empty());
+}
+
+#[test]
+fn a_pipeline_gets_one_report_per_process() {
+    let dir = scratch("pipeline");
+    let json = dir.join("report.json");
+    let o = pagewise()
+        .args(["run", "--json"])
+        .arg(&json)
+        .args(["--", "sh", "-c", "seq 1 100000 | sort -n | tail -1"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "{stderr}");
+    assert_eq!(String::from_utf8_lossy(&o.stdout), "100000\n");
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let top = v["pid"].as_u64().unwrap();
+    let procs = v["processes"].as_array().expect("processes in the JSON");
+    // sh and the three programs of its pipeline, each with its own report.
+    assert_eq!(procs.len(), 4, "{stderr}");
+    assert_eq!(procs[0]["pid"].as_u64(), Some(top), "the top process first");
+    let mut pids: Vec<u64> = procs.iter().map(|p| p["pid"].as_u64().unwrap()).collect();
+    pids.sort();
+    pids.dedup();
+    assert_eq!(pids.len(), 4);
+    for name in ["seq", "sort", "tail"] {
+        let p = procs
+            .iter()
+            .find(|p| p["name"] == name)
+            .unwrap_or_else(|| panic!("no report for {name}:\n{stderr}"));
+        let pid = p["pid"].as_u64().unwrap();
+        assert_ne!(pid, top);
+        assert!(p["allocator"]["os"]["vm_hwm"].as_u64().unwrap() > 0);
+        // The text has a section for it, with its name and pid.
+        assert!(
+            stderr.contains(&format!("`{name}` (pid {pid}")),
+            "no section for {name} (pid {pid}):\n{stderr}"
+        );
+    }
+    // sort held the most, and the tree's largest peak is its, not the top
+    // process's (dash leaves through _exit, without a report: its own peak
+    // is then the sampled one).
+    let sort = procs.iter().find(|p| p["name"] == "sort").unwrap();
+    let sort_hwm = sort["allocator"]["os"]["vm_hwm"].as_u64().unwrap();
+    let top_peak = match procs[0]["allocator"]["os"]["vm_hwm"].as_u64() {
+        Some(hwm) => hwm,
+        None => procs[0]["samples"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s["rss"].as_u64().unwrap())
+            .max()
+            .expect("the top process sampled"),
+    };
+    assert!(sort_hwm > top_peak, "{stderr}");
+    assert!(negative_byte_figures(&stderr).is_empty(), "{stderr}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn descendants_that_outlive_the_command_are_waited_for() {
+    let dir = scratch("orphan");
+    let json = dir.join("report.json");
+    // The subshell's seq outlives sh, which exits at once.
+    let o = pagewise()
+        .args(["run", "--json"])
+        .arg(&json)
+        .args(["--", "sh", "-c", "(sleep 0.3; seq 1 3) & exit 0"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "{stderr}");
+    assert_eq!(String::from_utf8_lossy(&o.stdout), "1\n2\n3\n");
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let procs = v["processes"].as_array().unwrap();
+    assert!(
+        procs
+            .iter()
+            .any(|p| p["name"] == "seq" && p["allocator"].is_object()),
+        "seq's report is in:\n{stderr}"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn a_static_program_is_named_as_such() {
+    let dir = scratch("static");
+    let Some(prog) = compile(
+        &dir,
+        "static_prog",
+        "#include <stdio.h>\n#include <stdlib.h>\nint main(void) { char *p = malloc(100); printf(\"%p\\n\", (void *)p); return 5; }\n",
+        &["-static", "-O1"],
+    ) else {
+        return;
+    };
+    let o = pagewise().args(["run", "--"]).arg(&prog).output().unwrap();
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(5), "{stderr}");
+    let shown = prog.display().to_string();
+    assert!(
+        stderr.contains(&format!(
+            "`{shown}` is statically linked: LD_PRELOAD cannot reach it"
+        )),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("_exit"), "{stderr}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn the_command_is_echoed_with_its_quoting() {
+    let o = pagewise()
+        .args([
+            "run", "--", "sh", "-c", "exit 0", "a b", "it's", "plain", "",
+        ])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{stderr}");
+    assert!(
+        stderr.contains(r#"pagewise run: sh -c 'exit 0' 'a b' 'it'\''s' plain '' (pid "#),
+        "{stderr}"
+    );
+}
+
+/// Allocates 64 MiB and writes it, keeps it while samples are taken, frees
+/// it and gives it back (so that RSS is lower at exit than at the peak),
+/// and leaves 64 MiB allocated but never touched at exit.
+const PEAK_AND_UNTOUCHED: &str = r#"
+#include <malloc.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+int main(void) {
+    size_t n = 64u << 20;
+    char *volatile touched = malloc(n);
+    memset(touched, 1, n);
+    char *volatile untouched = malloc(n);
+    usleep(300 * 1000);
+    free(touched);
+    malloc_trim(0);
+    printf("%d\n", untouched != NULL);
+    return 0;
+}
+"#;
+
+#[test]
+fn the_report_has_no_negative_lines_and_a_breakdown_at_the_peak() {
+    let dir = scratch("peak");
+    let Some(prog) = compile(&dir, "peak", PEAK_AND_UNTOUCHED, &["-O0"]) else {
+        return;
+    };
+    let json = dir.join("report.json");
+    let o = pagewise()
+        .args(["run", "--interval-ms", "5", "--json"])
+        .arg(&json)
+        .arg("--")
+        .arg(&prog)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{stderr}");
+    assert_eq!(String::from_utf8_lossy(&o.stdout), "1\n");
+    assert!(
+        negative_byte_figures(&stderr).is_empty(),
+        "negative lines in:\n{stderr}"
+    );
+    // The 64 MiB never touched is a note, not a line of its own.
+    assert!(stderr.contains("committed but never touched"), "{stderr}");
+    // Live objects (now) and allocations so far are named apart.
+    assert!(stderr.contains("live objects"), "{stderr}");
+    assert!(stderr.contains("allocations so far"), "{stderr}");
+    // The breakdown at the peak: both blocks were live then.
+    let at_peak = stderr
+        .find("Where the resident bytes were at the peak")
+        .unwrap_or_else(|| panic!("no breakdown at the peak:\n{stderr}"));
+    let at_exit = stderr.find("Where the resident bytes are at exit").unwrap();
+    assert!(at_peak < at_exit, "{stderr}");
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let peak = &v["processes"][0]["peak"];
+    assert!(
+        peak["live_requested"].as_u64().unwrap() >= 128 << 20,
+        "{peak}"
+    );
+    assert!(peak["rss"].as_u64().unwrap() >= 64 << 20, "{peak}");
+    std::fs::remove_dir_all(&dir).unwrap();
 }
