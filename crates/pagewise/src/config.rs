@@ -213,7 +213,7 @@ fn report_conf(source: &[u8], e: ConfError<'_>) {
 }
 
 /// `getenv(name)` (NUL-terminated name) as bytes.
-fn getenv(name: &[u8]) -> Option<&'static [u8]> {
+pub(crate) fn getenv(name: &[u8]) -> Option<&'static [u8]> {
     // SAFETY: `name` is NUL-terminated; getenv returns NULL or a C string
     // that stays valid while the environment is not modified.
     let p = unsafe { libc::getenv(name.as_ptr().cast()) };
