@@ -216,7 +216,11 @@ pub fn rss_now() -> u64 {
                 .fold(0u64, |a, &b| a * 10 + (b - b'0') as u64)
         })
         .unwrap_or(0);
-    pages * 4096
+    // statm counts the kernel's pages: the real page size, whatever the
+    // `PAGEWISE_OS_PAGE` testing override makes pagewise use.
+    // SAFETY: sysconf reads a constant; it does not allocate.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(1) as u64;
+    pages * page
 }
 
 #[cfg(test)]

@@ -161,7 +161,9 @@ pub enum PageRefusal {
 /// assert_eq!(choose_os_page(16384, Some(b"4K")), Err(PageRefusal::Override(16384)));
 /// assert_eq!(choose_os_page(4096, Some(b"128K")), Err(PageRefusal::Override(4096)));
 /// assert_eq!(choose_os_page(4096, Some(b"12K")), Err(PageRefusal::Override(4096)));
+/// assert_eq!(choose_os_page(2048, None), Ok(4096));
 /// assert_eq!(choose_os_page(1 << 17, None), Err(PageRefusal::System));
+/// assert_eq!(choose_os_page(12288, None), Err(PageRefusal::System));
 /// ```
 pub fn choose_os_page(real: usize, over: Option<&[u8]>) -> Result<usize, PageRefusal> {
     if !real.is_power_of_two() || real > MAX_OS_PAGE {
