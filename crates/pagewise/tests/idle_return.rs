@@ -366,8 +366,15 @@ fn clustered_survivors_come_within_a_tenth_of_the_page_floor() {
         mib(after),
         mib(floor)
     );
-    // The control: the frees alone left well above the floor resident.
-    assert!(freed - before > floor * 2, "control: {report}");
+    // The control: the frees alone left well above the floor resident
+    // (twice it; at 64 KiB pages, where the floor counts whole 64 KiB pages
+    // and one-slice slab pages cannot be hollowed, above the bound below).
+    let control = if pagewise::layout::os_page() < 64 << 10 {
+        floor * 2
+    } else {
+        floor * 10 / 9 + MIB
+    };
+    assert!(freed - before > control, "control: {report}");
     if reexec::emulated() {
         return; // qemu's own resident set hides the figure (see above)
     }
