@@ -48,8 +48,6 @@ use out::set_errno;
 
 /// Alignment of `malloc` results: `alignof(max_align_t)` on x86-64 and aarch64.
 pub const MIN_ALIGN: usize = 16;
-/// The page size `valloc` and `pvalloc` align to.
-const PAGE: usize = 4096;
 
 /// The fast path (a slot from the thread cache) and a tail call to the
 /// rest, so that the fast path saves no register.
@@ -217,21 +215,24 @@ pub extern "C" fn memalign(align: usize, size: usize) -> *mut c_void {
     alloc(size, align.max(MIN_ALIGN))
 }
 
-/// Obsolete `valloc`: page-aligned memory.
+/// Obsolete `valloc`: memory aligned to the OS page (the run-time
+/// [`pw::layout::os_page`], which is `sysconf(_SC_PAGESIZE)` unless
+/// the `PAGEWISE_OS_PAGE` testing override says otherwise).
 #[no_mangle]
 pub extern "C" fn valloc(size: usize) -> *mut c_void {
-    alloc(size, PAGE)
+    alloc(size, pw::layout::os_page())
 }
 
 /// Obsolete `pvalloc`: page-aligned memory, the size rounded up to whole
-/// pages (`pvalloc(0)` gives one page).
+/// OS pages (`pvalloc(0)` gives one page).
 #[no_mangle]
 pub extern "C" fn pvalloc(size: usize) -> *mut c_void {
-    let Some(rounded) = size.max(1).checked_add(PAGE - 1) else {
+    let page = pw::layout::os_page();
+    let Some(rounded) = size.max(1).checked_add(page - 1) else {
         set_errno(libc::ENOMEM);
         return null_mut();
     };
-    alloc(rounded & !(PAGE - 1), PAGE)
+    alloc(rounded & !(page - 1), page)
 }
 
 /// Bytes usable in a live block (at least the size asked for); 0 for null.

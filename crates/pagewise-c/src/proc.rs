@@ -222,7 +222,11 @@ pub fn statm() -> (u64, u64) {
     let _size = fields.next();
     let resident = fields.next().unwrap_or(0);
     let shared = fields.next().unwrap_or(0);
-    (resident * 4096, shared * 4096)
+    // statm counts the kernel's pages: the real page size, whatever the
+    // `PAGEWISE_OS_PAGE` testing override makes pagewise use.
+    // SAFETY: sysconf reads a constant; it does not allocate.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(1) as u64;
+    (resident * page, shared * page)
 }
 
 /// The process's name (`/proc/self/comm`, at most 15 bytes, without its

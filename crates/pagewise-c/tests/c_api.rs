@@ -61,6 +61,26 @@ fn edge_cases_with_the_static_library() {
     assert_all_ok(&o, "edge linked (libpagewise.a)");
 }
 
+/// Issue 13: `valloc` and `pvalloc` align to the page pagewise uses, read
+/// at run time, here the `PAGEWISE_OS_PAGE` testing override (the edge
+/// program reads the same variable): 64 KiB alignment, `pvalloc` rounding
+/// to 64 KiB, and everything else of the program at that page size.
+#[test]
+fn valloc_and_pvalloc_follow_the_os_page_override() {
+    let Some(edge) = edge() else { return };
+    for page in ["16K", "64K"] {
+        let o = command(edge)
+            .arg("pagewise")
+            .env("LD_PRELOAD", lib_so())
+            .env("PAGEWISE_OS_PAGE", page)
+            .output()
+            .unwrap();
+        assert_all_ok(&o, &format!("edge pagewise at PAGEWISE_OS_PAGE={page}"));
+        let stderr = String::from_utf8_lossy(&o.stderr);
+        assert!(!stderr.contains("PAGEWISE_OS_PAGE"), "refused: {stderr}");
+    }
+}
+
 #[test]
 fn free_under_glibc_stack_cache_lock_does_not_deadlock() {
     let Some(edge) = edge() else { return };

@@ -45,6 +45,7 @@ static A: pagewise::Pagewise = pagewise::Pagewise;
 
 const K: usize = 1 << 10;
 const M: usize = 1 << 20;
+/// The stride `touch` writes at: the smallest OS page pagewise supports.
 const OS_PAGE: usize = 4096;
 const UNLIMITED: usize = 1 << 40;
 
@@ -117,7 +118,8 @@ fn rss() -> usize {
         .and_then(|s| s.split_whitespace().nth(1))
         .and_then(|v| v.parse::<usize>().ok())
         .unwrap_or(0);
-    pages * OS_PAGE
+    // SAFETY: sysconf reads a constant; it does not allocate.
+    pages * unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(1) as usize
 }
 
 /// A field of `/proc/self/smaps_rollup`, in bytes, without allocating.

@@ -24,6 +24,11 @@
 //! the defaults, the embedded string, `PAGEWISE_CONF`, the separate
 //! `PAGEWISE_*` variables. [`crate::options`] reads and changes them at
 //! run time.
+//!
+//! One more variable is read the same way but is not a policy setting:
+//! `PAGEWISE_OS_PAGE`, a testing aid that makes pagewise treat 16 or 64 KiB
+//! as the OS page ([`crate::layout::os_page`]); it is fixed before the first
+//! segment is made, so it is not part of `PAGEWISE_CONF` or `options`.
 
 pub mod parse;
 
@@ -213,7 +218,7 @@ fn report_conf(source: &[u8], e: ConfError<'_>) {
 }
 
 /// `getenv(name)` (NUL-terminated name) as bytes.
-fn getenv(name: &[u8]) -> Option<&'static [u8]> {
+pub(crate) fn getenv(name: &[u8]) -> Option<&'static [u8]> {
     // SAFETY: `name` is NUL-terminated; getenv returns NULL or a C string
     // that stays valid while the environment is not modified.
     let p = unsafe { libc::getenv(name.as_ptr().cast()) };

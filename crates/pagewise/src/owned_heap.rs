@@ -3,7 +3,7 @@
 use crate::config::Config;
 use crate::heap::HeapCore;
 use crate::memory::budget::Budget;
-use crate::memory::layout::{align_up, OS_PAGE};
+use crate::memory::layout::{align_up, os_page};
 use crate::memory::reservation::Reservations;
 use crate::os::source::{PageSource, SystemPages};
 use crate::stats::Stats;
@@ -90,9 +90,9 @@ impl<S: PageSource + 'static> Heap<S> {
     /// # drop(heap);
     /// ```
     pub fn with_source(source: S, config: Config) -> Self {
-        let bytes = align_up(core::mem::size_of::<Inner<S>>(), OS_PAGE);
+        let bytes = align_up(core::mem::size_of::<Inner<S>>(), os_page());
         let at = source
-            .map(bytes, OS_PAGE)
+            .map(bytes, os_page())
             .expect("pagewise: cannot map a heap's bookkeeping")
             .cast::<Inner<S>>();
         let p = at.as_ptr();
@@ -312,7 +312,7 @@ impl<S: PageSource + 'static> Heap<S> {
 impl<S: PageSource + 'static> Drop for Heap<S> {
     fn drop(&mut self) {
         let p = self.inner.as_ptr();
-        let bytes = align_up(core::mem::size_of::<Inner<S>>(), OS_PAGE);
+        let bytes = align_up(core::mem::size_of::<Inner<S>>(), os_page());
         // SAFETY: we own `inner`; after unmapping the reservations nothing
         // refers to them, and the source is moved out before its own memory
         // is unmapped.

@@ -87,13 +87,17 @@ fn oversize_request_gets_its_own_block_and_keeps_the_current_one() {
     let pool = pool_on(pages, 64 * M, Purge::Free);
     let a = Arena::with_pool(pool.clone());
     let x = a.alloc(1u64) as *mut u64 as usize;
-    let big = a.alloc_layout(Layout::from_size_align(10 * M + 1, 8).unwrap());
+    // The oversize block is the request rounded up to the OS page; the
+    // request leaves it less room than the small block has.
+    let page = pagewise::layout::os_page();
+    let want = 10 * M + page - 8;
+    let big = a.alloc_layout(Layout::from_size_align(want, 8).unwrap());
     let y = a.alloc(2u64) as *mut u64 as usize;
     assert_eq!(y, x + 8, "the small block stays current");
     assert_ne!(big.as_ptr() as usize, 0);
     let s = a.stats();
-    assert_eq!((s.blocks, s.block_bytes), (2, FIRST_BLOCK + 10 * M + 4096));
-    assert_eq!(s.requested_bytes, 16 + 10 * M + 1);
+    assert_eq!((s.blocks, s.block_bytes), (2, FIRST_BLOCK + 10 * M + page));
+    assert_eq!(s.requested_bytes, 16 + want);
 }
 
 #[test]

@@ -330,7 +330,8 @@ fn child_exited_thread_then_main() {
 fn resident() -> usize {
     let s = std::fs::read_to_string("/proc/self/statm").unwrap();
     let pages: usize = s.split(' ').nth(1).unwrap().parse().unwrap();
-    pages * 4096
+    // SAFETY: sysconf reads a constant.
+    pages * unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as usize
 }
 
 #[test]

@@ -185,8 +185,22 @@ fn child_entry() {
                 // The page keeps one live block; trim() purges the OS pages
                 // of its free slots (they leave the free list); then one of
                 // them is freed again and goes home with the next flush.
-                let blocks: Vec<*mut u8> = (0..1024).map(|_| a.alloc(l)).collect();
-                let p = blocks[900];
+                // At a 64 KiB OS page a one-slice slab page has one OS page,
+                // which its live block keeps: take the smallest class whose
+                // slab page spans two slices or more (issue 13).
+                let (l, n, victim) = if pagewise::layout::os_page() < 64 << 10 {
+                    (l, 1024, 900)
+                } else {
+                    use pagewise::size_class::{PAGE_SLICES, SLOT_SIZE};
+                    let c = (0..PAGE_SLICES.len())
+                        .find(|&c| PAGE_SLICES[c] >= 2)
+                        .unwrap();
+                    let slot = SLOT_SIZE[c] as usize;
+                    let n = PAGE_SLICES[c] as usize * (64 << 10) / slot;
+                    (Layout::from_size_align(slot, 8).unwrap(), n, n - 1)
+                };
+                let blocks: Vec<*mut u8> = (0..n).map(|_| a.alloc(l)).collect();
+                let p = blocks[victim];
                 for &b in &blocks[1..] {
                     a.dealloc(b, l);
                 }
@@ -194,7 +208,7 @@ fn child_entry() {
                 assert!(pagewise::stats().hollow_bytes > 0, "the page was hollowed");
                 a.dealloc(p, l);
                 pagewise::trim();
-                allocate_and_check(l, 4000, vec![blocks[0] as usize]);
+                allocate_and_check(l, 4 * n - 96, vec![blocks[0] as usize]);
             }
             "double-on-another-thread" => {
                 let p = a.alloc(l) as usize;

@@ -71,6 +71,20 @@ static void *volatile sink;
 
 static int aligned(void *p, size_t a) { return ((uintptr_t)p & (a - 1)) == 0; }
 
+/* The page valloc and pvalloc align to: the system's, or under pagewise the
+ * PAGEWISE_OS_PAGE testing override ("16K", "64K" or bytes) if set. */
+static size_t os_page(void) {
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    const char *o = getenv("PAGEWISE_OS_PAGE");
+    if (pagewise_mode && o && *o) {
+        char *end;
+        size_t n = strtoul(o, &end, 10);
+        if (*end == 'K' || *end == 'k') n <<= 10;
+        if (n > page) page = n;
+    }
+    return page;
+}
+
 static void basics(void) {
     void *a = malloc(0), *b = malloc(0);
     CHECK(a && b && a != b);
@@ -198,15 +212,15 @@ static void aligned_cases(void) {
     errno = 0;
     CHECK(memalign(SIZE_MAX / 2 + 2, 8) == NULL && errno == EINVAL);
 
-    long page = sysconf(_SC_PAGESIZE);
+    size_t page = os_page();
     q = valloc(10);
-    CHECK(q && aligned(q, (size_t)page));
+    CHECK(q && aligned(q, page));
     free(q);
     q = pvalloc(10);
-    CHECK(q && aligned(q, (size_t)page) && malloc_usable_size(q) >= (size_t)page);
+    CHECK(q && aligned(q, page) && malloc_usable_size(q) >= page);
     free(q);
     q = pvalloc(0);
-    CHECK(q && aligned(q, (size_t)page));
+    CHECK(q && aligned(q, page));
     free(q);
     errno = 0;
     CHECK(pvalloc(SIZE_MAX - 10) == NULL && errno == ENOMEM);
@@ -399,7 +413,7 @@ static void glibc_family(void) {
     if (!libc_malloc || !libc_free || !libc_calloc || !libc_realloc || !libc_memalign ||
         !libc_valloc || !libc_pvalloc || !cfree_ || !free_sized_ || !free_aligned_sized_ || !good_size)
         return;
-    long page = sysconf(_SC_PAGESIZE);
+    size_t page = os_page();
 
     /* Each serves pagewise memory: malloc_usable_size (pagewise's, which
      * aborts on a foreign pointer) and free accept it. */
@@ -418,10 +432,10 @@ static void glibc_family(void) {
     CHECK(p && aligned(p, 64));
     free(p);
     p = libc_valloc(10);
-    CHECK(p && aligned(p, (size_t)page));
+    CHECK(p && aligned(p, page));
     cfree_(p);
     p = libc_pvalloc(10);
-    CHECK(p && aligned(p, (size_t)page) && malloc_usable_size(p) >= (size_t)page);
+    CHECK(p && aligned(p, page) && malloc_usable_size(p) >= page);
     libc_free(p);
     errno = 0;
     CHECK(libc_malloc(SIZE_MAX) == NULL && errno == ENOMEM);

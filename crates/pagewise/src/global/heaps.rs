@@ -241,7 +241,9 @@ impl Meta {
         let size = crate::memory::layout::align_up(size, 64);
         if self.next + size > self.end {
             let chunk = size.max(META_CHUNK);
-            let p = SYSTEM.map(chunk, crate::memory::layout::OS_PAGE)?.as_ptr() as usize;
+            let p = SYSTEM
+                .map(chunk, crate::memory::layout::os_page())?
+                .as_ptr() as usize;
             self.next = p;
             self.end = p + chunk;
         }

@@ -229,7 +229,7 @@ pub fn owns(ptr: *const u8) -> bool {
 /// }
 /// ```
 pub fn good_size(size: usize, align: usize) -> usize {
-    use crate::memory::layout::{align_up, LARGE_ALIGN_MAX, LARGE_MAX, OS_PAGE, SLICE};
+    use crate::memory::layout::{align_up, os_page, LARGE_ALIGN_MAX, LARGE_MAX, SLICE};
     use crate::memory::size_class::{class_for, class_of, SLOT_SIZE, SMALL_MAX};
     let size = size.max(1);
     // The dispatch of `HeapCore::alloc`, `alloc_span` and `take_huge`.
@@ -252,7 +252,7 @@ pub fn good_size(size: usize, align: usize) -> usize {
     if size > isize::MAX as usize / 2 {
         return size;
     }
-    align_up(size, OS_PAGE)
+    align_up(size, os_page())
 }
 
 #[cfg(test)]

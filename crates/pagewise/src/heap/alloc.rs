@@ -236,9 +236,9 @@ impl HeapCore {
                 let (first, count) = (*page).extend();
                 let seg = &*Segment::of(crate::memory::layout::segment_base(first));
                 let newly = seg.set_committed(seg.os_page(first), count);
-                self.slab_committed.add((newly * OS_PAGE) as u64);
+                self.slab_committed.add((newly * os_page()) as u64);
                 self.note_peak();
-                self.note_fresh(newly * OS_PAGE);
+                self.note_fresh(newly * os_page());
                 return true;
             }
         }
@@ -366,7 +366,7 @@ impl HeapCore {
             // Its hollow OS pages are already purged: the span pool counts
             // only the committed ones (the bitmap).
             self.hollow_bytes
-                .sub((*page).hollow_pages() as u64 * OS_PAGE as u64);
+                .sub((*page).hollow_pages() as u64 * os_page() as u64);
             let seg = &*Segment::of(crate::memory::layout::segment_base((*page).start));
             seg.clear_slab(seg.slice_index((*page).start), PAGE_SLICES[class] as usize);
             // The span becomes `Kind::Free` inside `give_back_slab`, under

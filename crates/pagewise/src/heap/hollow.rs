@@ -53,7 +53,7 @@ impl HeapCore {
             })
         };
         if pages > 0 {
-            let bytes = (pages * OS_PAGE) as u64;
+            let bytes = (pages * os_page()) as u64;
             self.slab_committed.sub(bytes);
             self.hollow_bytes.add(bytes);
             self.hollowed.add(bytes);
@@ -83,13 +83,13 @@ impl HeapCore {
         if page.hollow_slots() == 0 {
             return false;
         }
-        let hollow = page.hollow_pages() as u64 * OS_PAGE as u64;
+        let hollow = page.hollow_pages() as u64 * os_page() as u64;
         // SAFETY: per the caller.
         let newly = unsafe { page.refill_hollow() };
         self.hollow_bytes.sub(hollow);
-        self.slab_committed.add((newly * OS_PAGE) as u64);
+        self.slab_committed.add((newly * os_page()) as u64);
         self.note_peak();
-        self.note_fresh(newly * OS_PAGE);
+        self.note_fresh(newly * os_page());
         true
     }
 }

@@ -55,7 +55,7 @@ impl HeapCore {
         self.after_span_change(&ctx, &mut spans, now);
         // Pages not committed before were never used or purged; purged ones
         // read as zero only after MADV_DONTNEED.
-        let zero = newly == n * SLICE / OS_PAGE
+        let zero = newly == n * SLICE / os_page()
             && self.config.purge() == crate::os::source::Purge::DontNeed;
         (start as *mut u8, zero)
     }
@@ -91,7 +91,7 @@ impl HeapCore {
         if size > isize::MAX as usize / 2 || align > 1 << 40 {
             return (null_mut(), false);
         }
-        if !self.within_limit(crate::memory::layout::align_up(size, OS_PAGE)) {
+        if !self.within_limit(crate::memory::layout::align_up(size, os_page())) {
             return (null_mut(), false);
         }
         let now = self.source().now_ms();

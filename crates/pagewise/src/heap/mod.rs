@@ -27,7 +27,7 @@ use crate::config::Config;
 use crate::fault::{misuse, Misuse};
 use crate::heap::cache::ClassState;
 use crate::memory::budget::Budget;
-use crate::memory::layout::{LARGE_ALIGN_MAX, LARGE_MAX, OS_PAGE, SLICE, SLICE_SHIFT};
+use crate::memory::layout::{os_page, LARGE_ALIGN_MAX, LARGE_MAX, SLICE, SLICE_SHIFT};
 use crate::memory::page::{Block, Kind, Page};
 use crate::memory::registry;
 use crate::memory::reservation::Reservations;

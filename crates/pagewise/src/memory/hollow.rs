@@ -27,7 +27,7 @@
 //! purge never touches what the heap needs to find the page again.
 
 use crate::fault::{misuse, Misuse};
-use crate::memory::layout::{segment_base, OS_PAGE, SLICE};
+use crate::memory::layout::{os_page, segment_base, SLICE};
 use crate::memory::page::{Block, Page};
 use crate::memory::segment::Segment;
 use crate::memory::size_class::{CLASSES, MIN_SLOT, PAGE_SLICES, SLOT_SIZE};
@@ -111,17 +111,17 @@ impl Page {
     fn carved_os_pages(&self) -> usize {
         let carved = self.capacity() as usize * self.slot_size as usize;
         if self.capacity() == self.reserved {
-            carved.div_ceil(OS_PAGE)
+            carved.div_ceil(os_page())
         } else {
-            carved / OS_PAGE
+            carved / os_page()
         }
     }
 
     /// Slots overlapping OS page `k` of the page (`k` < `carved_os_pages`).
     fn slots_on(&self, k: usize) -> (usize, usize) {
         let slot = self.slot_size as usize;
-        let last = (((k + 1) * OS_PAGE - 1) / slot).min(self.capacity() as usize - 1);
-        (k * OS_PAGE / slot, last)
+        let last = (((k + 1) * os_page() - 1) / slot).min(self.capacity() as usize - 1);
+        (k * os_page() / slot, last)
     }
 
     /// OS pages (first index in the segment, count) slot `i` overlaps.
@@ -153,7 +153,7 @@ impl Page {
             // More slots in use than carved: a double free the keys missed.
             misuse(Misuse::DoubleFree, self.start);
         };
-        if (free as usize) * slot < OS_PAGE || self.used() >= self.hollow_seen_used {
+        if (free as usize) * slot < os_page() || self.used() >= self.hollow_seen_used {
             // Not one whole OS page of free slots, or no slot freed since
             // the last look (the page is out of use: nothing was allocated).
             return 0;
@@ -172,7 +172,7 @@ impl Page {
             while k < end && self.can_hollow(seg, &set, base + k, k) {
                 k += 1;
             }
-            if k > run && purge(self.start + run * OS_PAGE, (k - run) * OS_PAGE) {
+            if k > run && purge(self.start + run * os_page(), (k - run) * os_page()) {
                 seg.clear_committed(base + run, k - run);
                 purged += k - run;
             }

@@ -12,7 +12,7 @@
 //! (`memory/hollow.rs`).
 
 use crate::fault;
-use crate::memory::layout::OS_PAGE;
+use crate::memory::layout::os_page;
 use crate::memory::remote_word;
 use crate::memory::spans::Spans;
 use core::ptr::null_mut;
@@ -212,7 +212,8 @@ impl Page {
         debug_assert!(self.free.is_null() && capacity < self.reserved);
         let slot = self.slot_size as usize;
         let begin = self.start + capacity as usize * slot;
-        let limit = crate::memory::layout::align_up(begin + 1, OS_PAGE);
+        let page = os_page();
+        let limit = crate::memory::layout::align_up(begin + 1, page);
         let mut n = ((limit - begin) / slot).max(1);
         n = n.min((self.reserved - capacity) as usize);
         let end = begin + n * slot;
@@ -231,9 +232,9 @@ impl Page {
         }
         self.free = begin as *mut Block;
         self.capacity.store(capacity + n as u32, Ordering::Relaxed);
-        let first_page = begin & !(OS_PAGE - 1);
-        let last_page = (end - 1) & !(OS_PAGE - 1);
-        (first_page, (last_page - first_page) / OS_PAGE + 1)
+        let first_page = begin & !(page - 1);
+        let last_page = (end - 1) & !(page - 1);
+        (first_page, (last_page - first_page) / page + 1)
     }
 
     /// Slots carved so far (any thread: it only grows while the page lives).
@@ -418,15 +419,16 @@ impl Page {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::memory::layout::MAX_OS_PAGE;
 
     /// Test memory aligned like a slab page: OS-page counts are exact, and
     /// it never straddles a segment boundary (remote lists store offsets
     /// from the segment).
     #[repr(C, align(65536))]
-    struct Buf([u64; 2 * OS_PAGE / 8]);
+    struct Buf([u64; 2 * MAX_OS_PAGE / 8]);
 
     fn buf() -> Box<Buf> {
-        Box::new(Buf([0; 2 * OS_PAGE / 8]))
+        Box::new(Buf([0; 2 * MAX_OS_PAGE / 8]))
     }
 
     /// Takes `N` slots off the free list by hand, as allocations would.
@@ -461,10 +463,10 @@ mod tests {
         let (first, pages) = p.extend();
         assert_eq!(first, p.start);
         assert_eq!(pages, 1);
-        assert_eq!(p.capacity() as usize, OS_PAGE / 48);
+        assert_eq!(p.capacity() as usize, os_page() / 48);
         assert!(p.slot_index(p.start + 48).is_some());
         assert!(p.slot_index(p.start + 47).is_none());
-        assert!(p.slot_index(p.start + 48 * 1000).is_none());
+        assert!(p.slot_index(p.start + 48 * p.reserved as usize).is_none());
         assert!(p.slot_index(p.start - 48).is_none());
     }
 

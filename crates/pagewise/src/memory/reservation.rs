@@ -7,7 +7,7 @@
 //! is dropped. This is what makes "munmap only on trim or drop" true and keeps
 //! page turnover free of mmap/munmap pairs (seed 000).
 
-use crate::memory::layout::{OS_PAGE, SEGMENT};
+use crate::memory::layout::{os_page, SEGMENT};
 use crate::memory::registry;
 use crate::os::source::PageSource;
 
@@ -121,9 +121,9 @@ impl Table {
 
     fn grow(&mut self, source: &dyn PageSource) -> Option<()> {
         let entry = core::mem::size_of::<Reservation>();
-        let cap = (self.spill_cap * 2).max(OS_PAGE / entry);
-        let bytes = crate::memory::layout::align_up(cap * entry, OS_PAGE);
-        let new = source.map(bytes, OS_PAGE)?.as_ptr() as *mut Reservation;
+        let cap = (self.spill_cap * 2).max(os_page() / entry);
+        let bytes = crate::memory::layout::align_up(cap * entry, os_page());
+        let new = source.map(bytes, os_page())?.as_ptr() as *mut Reservation;
         // SAFETY: `new` is fresh, zeroed memory for `bytes / entry >= cap`
         // entries (an all-zero entry is `EMPTY`); the old table holds
         // `spill_cap` entries and is unmapped after the copy.
@@ -144,7 +144,7 @@ impl Table {
         if let Some(p) = core::ptr::NonNull::new(self.spill) {
             let bytes = crate::memory::layout::align_up(
                 self.spill_cap * core::mem::size_of::<Reservation>(),
-                OS_PAGE,
+                os_page(),
             );
             // SAFETY: mapped by `grow` from this source with this size.
             unsafe { source.unmap(p.cast(), bytes) };

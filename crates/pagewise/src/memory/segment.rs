@@ -7,7 +7,7 @@
 //! exactly what it holds.
 
 use crate::memory::layout::{
-    OS_PAGE, OS_PAGES_PER_SEGMENT, SLICE, SLICES_PER_SEGMENT, SLICE_SHIFT,
+    os_page, os_page_shift, MAX_OS_PAGES_PER_SEGMENT, SLICE, SLICES_PER_SEGMENT, SLICE_SHIFT,
 };
 use crate::memory::page::Page;
 use crate::memory::resident::Resident;
@@ -19,7 +19,9 @@ use core::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
 /// address is unlikely to pass for a header.
 const COOKIE_KEY: usize = 0x7061_6765_7769_7365; // "pagewise"
 
-const BITMAP_WORDS: usize = OS_PAGES_PER_SEGMENT / 64;
+/// Sized for the smallest OS page; at a larger one only the first
+/// `os_pages_per_segment()` bits are used.
+const BITMAP_WORDS: usize = MAX_OS_PAGES_PER_SEGMENT / 64;
 
 /// State of a huge object's segment run (mutated under the heap's span lock).
 #[derive(Clone, Copy)]
@@ -65,7 +67,7 @@ pub struct Segment {
     pub huge: bool,
     huge_state: UnsafeCell<Huge>,
     links: UnsafeCell<Links>,
-    /// One bit per OS page: may be resident. Atomic because the owner sets
+    /// One bit per OS page (the run-time [`os_page`]): may be resident. Atomic because the owner sets
     /// bits of its slab pages without the span lock while the purger clears
     /// bits of free spans that share a word.
     pub committed: [AtomicU64; BITMAP_WORDS],
@@ -80,8 +82,19 @@ pub struct Segment {
     slices: [UnsafeCell<Page>; SLICES_PER_SEGMENT],
 }
 
-/// OS pages the header occupies (counted as metadata while the segment lives).
-pub const HEADER_PAGES: usize = core::mem::size_of::<Segment>().div_ceil(OS_PAGE);
+/// OS pages the header occupies (counted as metadata while the segment
+/// lives): at most [`HEADER_SLICES`] slices, as a slice is a whole number
+/// of OS pages.
+#[inline]
+pub fn header_pages() -> usize {
+    core::mem::size_of::<Segment>().div_ceil(os_page())
+}
+
+/// Bytes of the header's OS pages.
+#[inline]
+pub fn header_bytes() -> usize {
+    header_pages() << os_page_shift()
+}
 /// Slices the header occupies; spans start after them.
 pub const HEADER_SLICES: usize = core::mem::size_of::<Segment>().div_ceil(SLICE);
 
@@ -92,8 +105,14 @@ const _: () = assert!(HEADER_SLICES <= 2);
 pub const STATE_SHIFT: u32 = 6;
 const SLAB_STATE_MASK: usize = (1 << SLICE_SHIFT) - 1;
 const _: () = assert!((crate::memory::size_class::CLASSES + 1) << STATE_SHIFT <= SLAB_STATE_MASK);
-// Metadata stays under 1 % of the segment (checked at compile time).
-const _: () = assert!(HEADER_PAGES * OS_PAGE * 100 < crate::memory::layout::SEGMENT);
+// Metadata stays under 1 % of the segment at every page size pagewise
+// accepts (checked at compile time, at the largest page).
+const _: () = assert!(
+    core::mem::size_of::<Segment>().div_ceil(crate::memory::layout::MAX_OS_PAGE)
+        * crate::memory::layout::MAX_OS_PAGE
+        * 100
+        < crate::memory::layout::SEGMENT
+);
 
 impl Segment {
     /// The segment containing `addr`'s base, as a header pointer.
@@ -144,7 +163,7 @@ impl Segment {
                     .get_mut()
                     .init_header(HEADER_SLICES as u32, i as u32, base);
             }
-            (*seg).set_committed(0, HEADER_PAGES);
+            (*seg).set_committed(0, header_pages());
         }
         seg
     }
@@ -303,7 +322,7 @@ impl Segment {
     /// OS page index of an address inside this segment.
     #[inline]
     pub fn os_page(&self, addr: usize) -> usize {
-        (addr - self.base()) / OS_PAGE
+        (addr - self.base()) >> os_page_shift()
     }
 }
 
@@ -344,7 +363,7 @@ mod tests {
         });
         assert_eq!(runs, vec![(3, 77), (100, 2)]);
         assert_eq!(cleared, 79);
-        assert_eq!(seg.count_committed(0, OS_PAGES_PER_SEGMENT), 0);
+        assert_eq!(seg.count_committed(0, MAX_OS_PAGES_PER_SEGMENT), 0);
         // SAFETY: allocated above with this layout.
         unsafe { std::alloc::dealloc(seg as *const Segment as *mut u8, layout) };
     }

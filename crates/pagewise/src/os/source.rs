@@ -109,8 +109,9 @@ impl SyscallCounters {
 /// After a successful [`purge`](PageSource::purge) with [`Purge::DontNeed`]
 /// the range must read as zeros.
 pub unsafe trait PageSource: Sync {
-    /// Maps `size` bytes (a multiple of the OS page) aligned to `align` (a
-    /// power of two, at least the OS page). Returns `None` when the OS refuses.
+    /// Maps `size` bytes (a multiple of the OS page,
+    /// [`crate::layout::os_page`]) aligned to `align` (a power of two, at
+    /// least the OS page). Returns `None` when the OS refuses.
     fn map(&self, size: usize, align: usize) -> Option<NonNull<u8>>;
     /// Returns a mapping (or a page-aligned part of one) to the OS.
     ///
@@ -122,7 +123,9 @@ pub unsafe trait PageSource: Sync {
     /// range as committed.
     ///
     /// # Safety
-    /// The range is page-aligned, inside a live mapping, and holds no live data.
+    /// The range is page-aligned (start and length multiples of
+    /// [`crate::layout::os_page`]), inside a live mapping, and holds no
+    /// live data.
     unsafe fn purge(&self, ptr: NonNull<u8>, size: usize, how: Purge) -> bool;
     /// Milliseconds on a monotonic clock (the decay timer's time base).
     fn now_ms(&self) -> u64;
@@ -167,7 +170,7 @@ unsafe impl<T: PageSource + ?Sized> PageSource for &'static T {
 /// assert_eq!(p.as_ptr() as usize % (1 << 22), 0);
 /// // SAFETY: the mapping is ours and holds no live data.
 /// unsafe {
-///     assert!(pages.purge(p, 4096, Purge::DontNeed));
+///     assert!(pages.purge(p, pagewise::layout::os_page(), Purge::DontNeed));
 ///     pages.unmap(p, 1 << 22);
 /// }
 /// assert_eq!(pages.syscalls().madvise, 1);
@@ -252,6 +255,17 @@ impl Default for SystemPages {
     fn default() -> Self {
         Self::new()
     }
+}
+
+/// Whether a purge of `size` bytes at `ptr` starts on an OS page boundary
+/// and covers whole OS pages ([`crate::layout::os_page`]): sources refuse
+/// any other purge, as a kernel whose pages are that size refuses a
+/// misaligned `madvise` (`EINVAL`). Pagewise never asks for one; the check
+/// is what makes a test at a `PAGEWISE_OS_PAGE` override fail if it did.
+#[inline]
+fn page_aligned(ptr: NonNull<u8>, size: usize) -> bool {
+    let mask = crate::memory::layout::os_page() - 1;
+    (ptr.as_ptr() as usize | size) & mask == 0
 }
 
 /// The decay timer's clock. Linux: CLOCK_MONOTONIC_COARSE, a vDSO read (no
@@ -345,6 +359,12 @@ unsafe impl PageSource for SystemPages {
         // One purge is one call, counted as `madvise` on every OS (on macOS
         // a `DontNeed` purge is an `mmap`, see `purge_range`).
         self.counters.madvise.fetch_add(1, Relaxed);
+        if !page_aligned(ptr, size) {
+            // What a kernel with pages of `os_page()` bytes answers
+            // (EINVAL): with the `PAGEWISE_OS_PAGE` override on a kernel
+            // with smaller pages, the call would succeed and hide the bug.
+            return false;
+        }
         // SAFETY: the caller guarantees the range is page-aligned, mapped by
         // us, and holds no live data.
         let ok = unsafe { purge_range(ptr.as_ptr(), size, how) };
@@ -443,6 +463,10 @@ unsafe impl PageSource for FakePages {
 
     unsafe fn purge(&self, ptr: NonNull<u8>, size: usize, how: Purge) -> bool {
         self.counters.madvise.fetch_add(1, Relaxed);
+        if !page_aligned(ptr, size) {
+            // Refused as a kernel with pages of `os_page()` bytes would.
+            return false;
+        }
         self.counters.purged.fetch_add(size as u64, Relaxed);
         if how == Purge::DontNeed {
             // SAFETY: the caller guarantees the range is ours and holds no live data.

@@ -38,7 +38,7 @@ use std::sync::Arc;
 
 use allocator_api2::alloc::{AllocError, Allocator};
 
-use crate::memory::layout::{align_up, OS_PAGE};
+use crate::memory::layout::{align_up, os_page};
 use crate::os::source::{PageSource, SystemPages};
 pub use crate::runtime::block_pool::{
     BlockPool, BlockPoolConfig, BlockPoolStats, DEFAULT_POOL_CAP,
@@ -175,7 +175,8 @@ fn block_size_for(need: usize, grow: usize) -> Option<usize> {
     if need <= MAX_BLOCK_GROWTH {
         Some(need.next_power_of_two().max(grow))
     } else {
-        need.checked_add(OS_PAGE - 1).map(|n| n & !(OS_PAGE - 1))
+        need.checked_add(os_page() - 1)
+            .map(|n| n & !(os_page() - 1))
     }
 }
 
@@ -232,7 +233,9 @@ impl<S: PageSource + 'static> Arena<S> {
         let size =
             block_size_for(bytes.max(1), self.next_grow.get()).expect("arena reserve overflow");
         let Some(ptr) = self.take_block(size) else {
-            std::alloc::handle_alloc_error(Layout::from_size_align(size, OS_PAGE).expect("layout"));
+            std::alloc::handle_alloc_error(
+                Layout::from_size_align(size, os_page()).expect("layout"),
+            );
         };
         self.install(Block { ptr, size }, 0);
     }
@@ -475,7 +478,7 @@ impl<S: PageSource + 'static> Arena<S> {
     #[cold]
     fn alloc_slow(&self, layout: Layout) -> Result<NonNull<u8>, AllocError> {
         // Blocks are page-aligned: larger alignments may need padding.
-        let slack = layout.align().saturating_sub(OS_PAGE);
+        let slack = layout.align().saturating_sub(os_page());
         let need = layout.size().checked_add(slack).ok_or(AllocError)?;
         let size = block_size_for(need.max(1), self.next_grow.get()).ok_or(AllocError)?;
         let ptr = self.take_block(size).ok_or(AllocError)?;

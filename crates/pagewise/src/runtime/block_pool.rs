@@ -27,7 +27,7 @@
 use core::ptr::NonNull;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use crate::memory::layout::OS_PAGE;
+use crate::memory::layout::os_page;
 use crate::os::source::{PageSource, Purge, SystemPages};
 
 /// Default cap of a [`BlockPool`], in bytes: 64 MiB (per pool, so per thread
@@ -262,7 +262,7 @@ impl<S: PageSource + 'static> BlockPool<S> {
     /// one is pooled, else freshly mapped (then the flag is true). Its
     /// contents are unspecified.
     pub(crate) fn take(&self, size: usize) -> Option<(NonNull<u8>, bool)> {
-        debug_assert!(size > 0 && size % OS_PAGE == 0);
+        debug_assert!(size > 0 && size % os_page() == 0);
         {
             let mut g = self.lock();
             if let Some(i) = g.free.iter().rposition(|b| b.size == size) {
@@ -273,7 +273,7 @@ impl<S: PageSource + 'static> BlockPool<S> {
                 return Some((b.ptr, false));
             }
         }
-        let p = self.source.map(size, OS_PAGE)?;
+        let p = self.source.map(size, os_page())?;
         self.lock().stats.fresh_blocks += 1;
         Some((p, true))
     }

@@ -34,7 +34,7 @@ use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 
 use allocator_api2::alloc::AllocError;
 
-use crate::memory::layout::{align_up, OS_PAGE};
+use crate::memory::layout::{align_up, os_page};
 pub use crate::os::protect::{system_mprotect_calls, ProtectPages, Protection};
 use crate::os::source::SystemPages;
 
@@ -123,10 +123,11 @@ impl Default for PoolConfig {
 /// ```
 /// use pagewise::pool::Pools;
 /// let pools = Pools::new();
-/// let _big = pools.alloc(100_000).unwrap(); // its own pool: 25 pages
+/// let _big = pools.alloc(100_000).unwrap(); // its own pool: whole OS pages
 /// let s = pools.stats();
-/// assert_eq!(s.allocated, 25 * 4096);
-/// assert_eq!(s.lwaste, 25 * 4096 - 100_000);
+/// let page = pagewise::layout::os_page() as u64; // 25 pages of 4 KiB
+/// assert_eq!(s.allocated, 100_000u64.div_ceil(page) * page);
+/// assert_eq!(s.lwaste, s.allocated - 100_000);
 /// assert_eq!(s.overallocation(), s.allocated as f64 / s.asked_for as f64);
 /// ```
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -509,11 +510,11 @@ impl<S: ProtectPages + 'static> Pools<S> {
     /// assert_eq!(PAGES.syscalls().munmap, 1);
     /// ```
     pub fn with_source(source: &'static S, mut config: PoolConfig) -> Self {
-        config.pool_size = align_up(config.pool_size.max(1), OS_PAGE);
+        config.pool_size = align_up(config.pool_size.max(1), os_page());
         config.large_threshold = config.large_threshold.min(config.pool_size);
         config.open_pools = config.open_pools.max(1);
         assert!(
-            config.granule.is_power_of_two() && config.granule <= OS_PAGE,
+            config.granule.is_power_of_two() && config.granule <= os_page(),
             "pool granule must be a power of two no larger than the OS page"
         );
         Pools {
@@ -563,7 +564,7 @@ impl<S: ProtectPages + 'static> Pools<S> {
     }
 
     fn new_pool(&self, size: usize) -> Result<Arc<Pool<S>>, AllocError> {
-        let base = self.source.map(size, OS_PAGE).ok_or(AllocError)?;
+        let base = self.source.map(size, os_page()).ok_or(AllocError)?;
         self.shared.live_pools.fetch_add(1, Relaxed);
         let live = self.shared.live_bytes.fetch_add(size as u64, Relaxed) + size as u64;
         self.shared.peak_live_bytes.fetch_max(live, Relaxed);
@@ -624,7 +625,7 @@ impl<S: ProtectPages + 'static> Pools<S> {
         }
 
         if n > self.config.large_threshold {
-            let psize = n.checked_add(OS_PAGE - 1).ok_or(AllocError)? & !(OS_PAGE - 1);
+            let psize = n.checked_add(os_page() - 1).ok_or(AllocError)? & !(os_page() - 1);
             let pool = self.new_pool(psize)?;
             let a = Self::carve(&pool, n);
             let s = &mut st.stats;

@@ -11,7 +11,7 @@ impl Spans {
     /// (fresh or purged).
     pub fn take_huge(&mut self, ctx: &Ctx, size: usize, align: usize) -> Option<(usize, bool)> {
         let offset = align.max(HEADER_SLICES * SLICE);
-        let usable = align_up(size, OS_PAGE);
+        let usable = align_up(size, os_page());
         let need = offset + usable;
         let seg = match self.best_cached_huge(need, align) {
             Some(h) => {
@@ -30,7 +30,7 @@ impl Spans {
                     ctx.config.reservation_bytes(),
                 )?;
                 self.counts.segments += 1;
-                self.counts.metadata += HEADER_PAGES * OS_PAGE;
+                self.counts.metadata += header_bytes();
                 crate::memory::registry::mark_huge(base);
                 // SAFETY: the run is ours; fresh, or its header was zeroed on release.
                 unsafe { Segment::init(base, nsegs, ctx.heap, true) }

@@ -17,11 +17,11 @@ mod segments;
 
 use crate::memory::budget::Budget;
 use crate::memory::layout::{
-    align_up, OS_PAGE, OS_PAGES_PER_SEGMENT, OS_PAGES_PER_SLICE, SEGMENT, SLICE, SLICES_PER_SEGMENT,
+    align_up, os_page, os_pages_per_segment, os_pages_per_slice, SEGMENT, SLICE, SLICES_PER_SEGMENT,
 };
 use crate::memory::page::{Kind, Page};
 use crate::memory::reservation::Reservations;
-use crate::memory::segment::{Segment, HEADER_PAGES, HEADER_SLICES};
+use crate::memory::segment::{header_bytes, header_pages, Segment, HEADER_SLICES};
 use crate::options::LiveConfig;
 use crate::os::source::PageSource;
 use crate::sync::lock::Locked;
@@ -191,7 +191,7 @@ impl Spans {
     fn committed_pages(f: *mut Page, n: usize) -> usize {
         let seg = seg_of(f);
         let idx = seg.index_of(f);
-        seg.count_committed(idx * OS_PAGES_PER_SLICE, n * OS_PAGES_PER_SLICE)
+        seg.count_committed(idx * os_pages_per_slice(), n * os_pages_per_slice())
     }
 
     /// Links a free span of `n` slices holding `dirty` committed OS pages
@@ -235,7 +235,7 @@ impl Spans {
         }
         self.nonempty[n / 64] |= 1 << (n % 64);
         if dirty > 0 {
-            self.counts.retained += dirty * OS_PAGE;
+            self.counts.retained += dirty * os_page();
             self.dirty_push(f);
         }
     }
@@ -249,7 +249,7 @@ impl Spans {
         // SAFETY: a free span descriptor (lock held).
         let dirty = unsafe { (*f).dirty_pages } as usize;
         if self.is_dirty(f) {
-            self.counts.retained -= dirty * OS_PAGE;
+            self.counts.retained -= dirty * os_page();
             self.dirty_unlink(f);
         }
         // SAFETY: `f` is a linked free span of this pool (lock held).
@@ -392,7 +392,7 @@ impl Spans {
     /// pages while retained ones wait next door; the best fit on ties.
     fn best_placed(&self, bin: usize, n: usize) -> *mut Page {
         const CANDIDATES: usize = 16;
-        let want = n * OS_PAGES_PER_SLICE;
+        let want = n * os_pages_per_slice();
         let mut best = self.bins[bin];
         // SAFETY: free span descriptors of this pool (lock held).
         let mut best_cover = unsafe { (*best).dirty_pages } as usize;
@@ -432,8 +432,8 @@ impl Spans {
         let seg = seg_of(p);
         let idx = seg.index_of(p);
         let n = count_of(p);
-        let newly = seg.set_committed(idx * OS_PAGES_PER_SLICE, n * OS_PAGES_PER_SLICE);
-        self.add_committed(newly * OS_PAGE);
+        let newly = seg.set_committed(idx * os_pages_per_slice(), n * os_pages_per_slice());
+        self.add_committed(newly * os_page());
         newly
     }
 
@@ -442,7 +442,7 @@ impl Spans {
     /// Returns the page and its committed bytes.
     pub fn take_for_slab(&mut self, ctx: &Ctx, n: usize) -> Option<(*mut Page, usize)> {
         let (p, dirty) = self.take(ctx, n, 1, Kind::Slab)?;
-        let bytes = dirty * OS_PAGE;
+        let bytes = dirty * os_page();
         self.counts.committed -= bytes;
         Some((p, bytes))
     }
@@ -451,9 +451,9 @@ impl Spans {
     /// accounting (as retained).
     pub fn give_back_slab(&mut self, p: *mut Page, now: u64) -> usize {
         let dirty = Self::committed_pages(p, count_of(p));
-        self.add_committed(dirty * OS_PAGE);
+        self.add_committed(dirty * os_page());
         self.give_back(p, now, dirty);
-        dirty * OS_PAGE
+        dirty * os_page()
     }
 
     /// Returns a large object's span (all of whose pages are committed).
@@ -462,7 +462,7 @@ impl Spans {
     /// point back to its first (a span as `take` or `grow_in_place` left it).
     pub fn give_back_large(&mut self, p: *mut Page, now: u64) {
         let n = count_of(p);
-        let dirty = n * OS_PAGES_PER_SLICE;
+        let dirty = n * os_pages_per_slice();
         debug_assert_eq!(dirty, Self::committed_pages(p, n));
         self.settle_recent();
         self.insert(p, n, now, dirty);
@@ -564,7 +564,7 @@ impl Spans {
         }
         // A large object's pages are all committed. Merged at once, not
         // kept as the recent span: its descriptors point back to `p`.
-        self.give_back(t, now, (n - keep) * OS_PAGES_PER_SLICE);
+        self.give_back(t, now, (n - keep) * os_pages_per_slice());
     }
 }
 

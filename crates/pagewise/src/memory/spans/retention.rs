@@ -54,21 +54,21 @@ impl Spans {
         let n = count_of(f);
         // SAFETY: a free span on the FIFO (lock held).
         let dirty = unsafe { (*f).dirty_pages } as usize;
-        self.counts.retained -= dirty * OS_PAGE;
+        self.counts.retained -= dirty * os_page();
         self.dirty_unlink(f);
         let base = seg.base();
         let mut failed = false;
         let cleared = seg.drain_committed(
-            idx * OS_PAGES_PER_SLICE,
-            n * OS_PAGES_PER_SLICE,
+            idx * os_pages_per_slice(),
+            n * os_pages_per_slice(),
             |first, count| {
-                let addr = base + first * OS_PAGE;
+                let addr = base + first * os_page();
                 // SAFETY: the run is inside a free span (no live data), page-aligned,
                 // in a mapped segment of this source.
                 let ok = unsafe {
                     ctx.source.purge(
                         NonNull::new_unchecked(addr as *mut u8),
-                        count * OS_PAGE,
+                        count * os_page(),
                         ctx.config.purge(),
                     )
                 };
@@ -76,13 +76,13 @@ impl Spans {
                 ok
             },
         );
-        self.counts.committed -= cleared * OS_PAGE;
-        self.counts.purged += cleared * OS_PAGE;
+        self.counts.committed -= cleared * os_page();
+        self.counts.purged += cleared * os_page();
         // SAFETY: as above.
         unsafe { (*f).dirty_pages = (dirty - cleared) as u32 };
         if failed {
             self.counts.purge_failures += 1;
-            self.counts.retained += (dirty - cleared) * OS_PAGE;
+            self.counts.retained += (dirty - cleared) * os_page();
             self.dirty_push(f);
         }
     }

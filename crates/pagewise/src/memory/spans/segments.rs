@@ -15,7 +15,7 @@ impl Spans {
         let seg = unsafe { Segment::init(base, 1, ctx.heap, false) };
         self.push_segment(seg);
         self.counts.segments += 1;
-        self.counts.metadata += HEADER_PAGES * OS_PAGE;
+        self.counts.metadata += header_bytes();
         // SAFETY: initialised above.
         let first = unsafe { (*seg).page(HEADER_SLICES) };
         self.insert(first, SPAN_SLICES, 0, 0);
@@ -48,7 +48,7 @@ impl Spans {
             // SAFETY: links are read under the span lock.
             let (next, free) = unsafe { ((*s.links()).next, (*s.links()).free_slices) };
             let untouched =
-                s.count_committed(HEADER_PAGES, OS_PAGES_PER_SEGMENT - HEADER_PAGES) == 0;
+                s.count_committed(header_pages(), os_pages_per_segment() - header_pages()) == 0;
             if free == SPAN_SLICES && untouched {
                 self.remove(s.page(HEADER_SLICES));
                 self.unlink(seg, false);
@@ -89,7 +89,7 @@ impl Spans {
         for k in 0..nsegs {
             zero_header(ctx, base + k * SEGMENT);
         }
-        self.counts.metadata -= HEADER_PAGES * OS_PAGE;
+        self.counts.metadata -= header_bytes();
         self.counts.segments -= 1;
         ctx.reservations.lock().give_back(base, nsegs);
     }
@@ -126,12 +126,12 @@ fn zero_header(ctx: &Ctx, base: usize) {
     let ok = unsafe {
         ctx.source.purge(
             NonNull::new_unchecked(base as *mut u8),
-            HEADER_PAGES * OS_PAGE,
+            header_bytes(),
             crate::os::source::Purge::DontNeed,
         )
     };
     if !ok {
         // SAFETY: as above; the header is ours to overwrite.
-        unsafe { core::ptr::write_bytes(base as *mut u8, 0, HEADER_PAGES * OS_PAGE) };
+        unsafe { core::ptr::write_bytes(base as *mut u8, 0, header_bytes()) };
     }
 }
