@@ -120,9 +120,12 @@ fn generations() {
         assert!(live >= batch_bytes && live <= batch_bytes * 5 / 4, "{s:?}");
     }
     // Steady state: once the first generations have filled the pages, the
-    // last 24 take no more segments and commit hardly more (a quarter
-    // batch of fluctuation in free slots and retained spans) than the 24
-    // before them. Without reuse each would add up to a batch.
+    // last 24 take no more segments and commit hardly more (one batch of
+    // fluctuation in free slots and retained spans, and in the free OS
+    // pages of pages out of use, which are given back after a decay and
+    // committed again when a later generation uses the page: a slow or
+    // loaded run sees more of that) than the 24 before them. Without reuse
+    // the 24 would add up to 24 batches.
     let (middle, last) = (&seen[16..40], &seen[40..]);
     assert!(
         max(last, |s| s.segments) <= max(&seen[..8], |s| s.segments),
@@ -130,7 +133,7 @@ fn generations() {
         list(|s| s.segments)
     );
     assert!(
-        max(last, |s| s.committed_bytes) <= max(middle, |s| s.committed_bytes) + batch_bytes / 4,
+        max(last, |s| s.committed_bytes) <= max(middle, |s| s.committed_bytes) + batch_bytes,
         "committed grows: {:?}",
         list(|s| s.committed_bytes)
     );
