@@ -40,6 +40,9 @@ cargo clippy --target aarch64-apple-darwin -p pagewise -- -D warnings
 # preloaded malloc needs a dynamic program.
 step "musl (x86_64-unknown-linux-musl): the pagewise crate's tests"
 cargo test --target x86_64-unknown-linux-musl -p pagewise
+# A static musl binary is where the `override` feature matters most (musl's
+# own malloc is slow): it replaces musl's malloc at static link time.
+cargo test --target x86_64-unknown-linux-musl -p pagewise --features override --test override_malloc
 
 # The crate's unit and integration tests under qemu-user, release build
 # (the tests' loops run ~10x slower emulated). Test binaries that re-execute

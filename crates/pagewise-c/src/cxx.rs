@@ -39,7 +39,7 @@
 use core::ffi::c_void;
 use core::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 
-use crate::{alloc, MIN_ALIGN};
+use pw::c_malloc::{aligned, MIN_ALIGN};
 
 /// `std::new_handler`: `void (*)()`, which may throw.
 type Handler = unsafe extern "C" fn();
@@ -50,7 +50,8 @@ extern "C" fn cxx_try(size: usize, align: usize) -> *mut c_void {
     if !align.is_power_of_two() {
         return core::ptr::null_mut();
     }
-    alloc(size, align.max(MIN_ALIGN))
+    // SAFETY: a power of two (checked above).
+    unsafe { aligned(size, align.max(MIN_ALIGN)) }
 }
 
 /// A symbol of the process, looked up once found (0: not found yet).
@@ -381,7 +382,7 @@ unsafe fn delete(ptr: *mut c_void) {
 unsafe fn delete_sized(ptr: *mut c_void, size: usize) {
     // SAFETY: forwarded.
     unsafe {
-        crate::glibc::check_size(ptr, size, b"sized delete");
+        pw::c_malloc::check_size(ptr, size, b"sized delete");
         delete(ptr)
     }
 }

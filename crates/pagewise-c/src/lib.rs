@@ -1,10 +1,12 @@
 //! `libpagewise.so`: pagewise as the C allocator of any program.
 //!
-//! A thin shell over the core's unsized entry points ([`pw::raw`]): the glibc
-//! malloc family with C semantics (null and `errno = ENOMEM` on failure,
-//! `EINVAL` returns of `posix_memalign`, glibc's `realloc(p, 0)`), plus
-//! pagewise's own `pagewise_trim`, `pagewise_stats_print` and
-//! `pagewise_stats_json`. The C declarations are in `include/pagewise.h`.
+//! A thin shell over the core: the C allocation family with C semantics is
+//! the core's `pw::c_malloc`, exported here under its C names by
+//! `pw::export_c_malloc!` (the same functions a Rust binary gets with the
+//! core's `override` feature); C++'s `operator new` and `delete` ([`cxx`]);
+//! glibc's introspection calls ([`introspect`]); and pagewise's own
+//! `pagewise_trim`, `pagewise_stats_print` and `pagewise_stats_json`. The C
+//! declarations are in `include/pagewise.h`.
 //!
 //! Preloading rules this crate keeps:
 //! - **No bootstrap**: the core lives in zero-initialised statics, so the
@@ -33,7 +35,6 @@
 #![warn(missing_docs)]
 
 pub mod cxx;
-pub mod glibc;
 pub mod introspect;
 pub mod live_report;
 pub mod options;
@@ -42,219 +43,12 @@ pub mod proc;
 pub mod report;
 pub mod sampler;
 
-use core::ffi::{c_char, c_int, c_void};
-use core::ptr::null_mut;
-use out::set_errno;
+use core::ffi::{c_char, c_int};
 
-/// Alignment of `malloc` results: `alignof(max_align_t)` on x86-64 and aarch64.
-pub const MIN_ALIGN: usize = 16;
-
-/// The fast path (a slot from the thread cache) and a tail call to the
-/// rest, so that the fast path saves no register.
-#[inline]
-fn alloc(size: usize, align: usize) -> *mut c_void {
-    // SAFETY: `align` is a power of two (every caller checks or passes a constant).
-    let p = unsafe { pw::raw::malloc_cached(size, align) };
-    if !p.is_null() {
-        return p.cast();
-    }
-    alloc_uncached(size, align)
-}
-
-/// Everything but a thread-cache hit; null with `ENOMEM` on failure.
-#[inline(never)]
-fn alloc_uncached(size: usize, align: usize) -> *mut c_void {
-    if size > isize::MAX as usize {
-        set_errno(libc::ENOMEM);
-        return null_mut();
-    }
-    // SAFETY: `align` is a power of two (as for `alloc`).
-    let p = unsafe { pw::raw::malloc_uncached(size, align) };
-    if p.is_null() {
-        set_errno(libc::ENOMEM);
-    }
-    p.cast()
-}
-
-/// Allocates `size` bytes aligned to 16; `malloc(0)` returns a unique
-/// pointer. Null with `errno = ENOMEM` on failure.
-#[no_mangle]
-pub extern "C" fn malloc(size: usize) -> *mut c_void {
-    alloc(size, MIN_ALIGN)
-}
-
-/// Frees a block from any of the functions here (null is ignored).
-///
-/// Never starts the background purger itself: glibc calls `free` while
-/// holding its thread-stack cache lock (evicting a cached stack frees the
-/// dead thread's dtv and TLS blocks), and creating a thread there takes the
-/// same lock and deadlocks. A free that retains memory only asks for the
-/// purger (`pw::purger::request`); the next allocation starts it.
-///
-/// # Safety
-/// `ptr` is null or a live block of this allocator. A pointer pagewise did
-/// not allocate, an interior pointer, or a detected double free aborts with
-/// one line on stderr.
-#[no_mangle]
-pub unsafe extern "C" fn free(ptr: *mut c_void) {
-    if ptr.is_null() {
-        return;
-    }
-    // SAFETY: `ptr` is a live block (caller).
-    unsafe { pw::raw::free(ptr.cast()) };
-}
-
-/// Allocates `n * size` zeroed bytes; null with `ENOMEM` if the product
-/// overflows or memory is short.
-#[no_mangle]
-pub extern "C" fn calloc(n: usize, size: usize) -> *mut c_void {
-    let Some(total) = n.checked_mul(size) else {
-        set_errno(libc::ENOMEM);
-        return null_mut();
-    };
-    if total > isize::MAX as usize {
-        set_errno(libc::ENOMEM);
-        return null_mut();
-    }
-    // SAFETY: 16 is a power of two. Memory known to be zero is not written,
-    // so a large calloc stays out of RSS until it is used.
-    let p = unsafe { pw::raw::calloc(total, MIN_ALIGN) };
-    if p.is_null() {
-        set_errno(libc::ENOMEM);
-    }
-    p.cast()
-}
-
-/// Resizes a block, glibc-style: `realloc(NULL, n)` is `malloc(n)`;
-/// `realloc(p, 0)` frees `p` and returns null; on failure it returns null
-/// with `ENOMEM` and `p` stays valid and unchanged.
-///
-/// # Safety
-/// `ptr` is null or a live block of this allocator.
-#[no_mangle]
-pub unsafe extern "C" fn realloc(ptr: *mut c_void, size: usize) -> *mut c_void {
-    if ptr.is_null() {
-        return alloc(size, MIN_ALIGN);
-    }
-    if size == 0 {
-        // SAFETY: live block (caller).
-        unsafe { pw::raw::free(ptr.cast()) };
-        return null_mut();
-    }
-    if size > isize::MAX as usize {
-        set_errno(libc::ENOMEM);
-        return null_mut();
-    }
-    // SAFETY: live block (caller); 16 is a power of two.
-    let p = unsafe { pw::raw::realloc(ptr.cast(), size, MIN_ALIGN) };
-    if p.is_null() {
-        set_errno(libc::ENOMEM);
-    }
-    p.cast()
-}
-
-/// `realloc(ptr, n * size)` with the product checked: null with `ENOMEM`
-/// (and `ptr` untouched) if it overflows.
-///
-/// # Safety
-/// As for [`realloc`].
-#[no_mangle]
-pub unsafe extern "C" fn reallocarray(ptr: *mut c_void, n: usize, size: usize) -> *mut c_void {
-    match n.checked_mul(size) {
-        // SAFETY: forwarded.
-        Some(total) => unsafe { realloc(ptr, total) },
-        None => {
-            set_errno(libc::ENOMEM);
-            null_mut()
-        }
-    }
-}
-
-/// Stores in `*out` a block of `size` bytes aligned to `align`. Returns 0,
-/// `EINVAL` if `align` is not a power of two multiple of `sizeof(void *)`,
-/// or `ENOMEM`; `*out` and `errno` are left alone on failure.
-///
-/// # Safety
-/// `out` is valid for a pointer write.
-#[no_mangle]
-pub unsafe extern "C" fn posix_memalign(out: *mut *mut c_void, align: usize, size: usize) -> c_int {
-    if !align.is_power_of_two() || !align.is_multiple_of(core::mem::size_of::<*mut c_void>()) {
-        return libc::EINVAL;
-    }
-    let saved = out::errno();
-    let p = alloc(size, align.max(MIN_ALIGN));
-    if p.is_null() {
-        set_errno(saved);
-        return libc::ENOMEM;
-    }
-    // SAFETY: the caller gives a writable slot.
-    unsafe { *out = p };
-    0
-}
-
-/// C11 `aligned_alloc`: `align` must be a power of two (else null with
-/// `EINVAL`); `size` need not be a multiple of it.
-#[no_mangle]
-pub extern "C" fn aligned_alloc(align: usize, size: usize) -> *mut c_void {
-    if !align.is_power_of_two() {
-        set_errno(libc::EINVAL);
-        return null_mut();
-    }
-    alloc(size, align.max(MIN_ALIGN))
-}
-
-/// Obsolete `memalign`, as glibc does it: an alignment that is not a power
-/// of two is rounded up to one; one above `SIZE_MAX / 2 + 1` is `EINVAL`.
-#[no_mangle]
-pub extern "C" fn memalign(align: usize, size: usize) -> *mut c_void {
-    if align > usize::MAX / 2 + 1 {
-        set_errno(libc::EINVAL);
-        return null_mut();
-    }
-    let align = align.max(1).next_power_of_two();
-    alloc(size, align.max(MIN_ALIGN))
-}
-
-/// Obsolete `valloc`: memory aligned to the OS page (the run-time
-/// [`pw::layout::os_page`], which is `sysconf(_SC_PAGESIZE)` unless
-/// the `PAGEWISE_OS_PAGE` testing override says otherwise).
-#[no_mangle]
-pub extern "C" fn valloc(size: usize) -> *mut c_void {
-    alloc(size, pw::layout::os_page())
-}
-
-/// Obsolete `pvalloc`: page-aligned memory, the size rounded up to whole
-/// OS pages (`pvalloc(0)` gives one page).
-#[no_mangle]
-pub extern "C" fn pvalloc(size: usize) -> *mut c_void {
-    let page = pw::layout::os_page();
-    let Some(rounded) = size.max(1).checked_add(page - 1) else {
-        set_errno(libc::ENOMEM);
-        return null_mut();
-    };
-    alloc(rounded & !(page - 1), page)
-}
-
-/// Bytes usable in a live block (at least the size asked for); 0 for null.
-///
-/// # Safety
-/// `ptr` is null or a live block of this allocator (a foreign pointer aborts).
-#[no_mangle]
-pub unsafe extern "C" fn malloc_usable_size(ptr: *mut c_void) -> usize {
-    if ptr.is_null() {
-        return 0;
-    }
-    // SAFETY: live block (caller).
-    unsafe { pw::raw::usable_size(ptr.cast()) }
-}
-
-/// glibc's `malloc_trim`: gives back everything pagewise retains (the pad
-/// argument is ignored). Returns 1.
-#[no_mangle]
-pub extern "C" fn malloc_trim(_pad: usize) -> c_int {
-    pw::trim();
-    1
-}
+// The C family (`malloc`, `free`, ..., glibc's `__libc_*` names, C23's
+// sized frees, `malloc_good_size`, `malloc_trim`): the core's
+// `pw::c_malloc`, under its C names.
+pw::export_c_malloc!();
 
 /// Gives back to the OS all free memory pagewise retains.
 #[no_mangle]

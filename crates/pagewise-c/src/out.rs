@@ -103,17 +103,7 @@ impl fmt::Write for SliceWriter<'_> {
     }
 }
 
-/// The calling thread's `errno`.
-pub fn errno() -> libc::c_int {
-    // SAFETY: __errno_location returns the calling thread's errno slot.
-    unsafe { *libc::__errno_location() }
-}
-
-/// Sets the calling thread's `errno`.
-pub fn set_errno(e: libc::c_int) {
-    // SAFETY: as above.
-    unsafe { *libc::__errno_location() = e };
-}
+pub use pw::c_malloc::{errno, set_errno};
 
 /// Bytes as a short human figure: `12.3 MiB`.
 pub struct Bytes(pub u64);
@@ -164,18 +154,7 @@ pub fn expand_path(template: &[u8], out: &mut [u8; 4096]) -> bool {
     true
 }
 
-/// Formats `x` in decimal into `buf`, returning the used part.
-pub fn decimal(mut x: usize, buf: &mut [u8; 20]) -> &[u8] {
-    let mut at = buf.len();
-    loop {
-        at -= 1;
-        buf[at] = b'0' + (x % 10) as u8;
-        x /= 10;
-        if x == 0 {
-            return &buf[at..];
-        }
-    }
-}
+pub use pw::fault::decimal;
 
 #[cfg(test)]
 mod tests {

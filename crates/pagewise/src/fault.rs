@@ -80,6 +80,24 @@ pub fn hex(x: usize, buf: &mut [u8; 18]) -> &[u8] {
     &buf[..]
 }
 
+/// Formats `x` in decimal into `buf`, returning the used part.
+///
+/// ```
+/// let mut buf = [0u8; 20];
+/// assert_eq!(pagewise::fault::decimal(4096, &mut buf), b"4096");
+/// ```
+pub fn decimal(mut x: usize, buf: &mut [u8; 20]) -> &[u8] {
+    let mut at = buf.len();
+    loop {
+        at -= 1;
+        buf[at] = b'0' + (x % 10) as u8;
+        x /= 10;
+        if x == 0 {
+            return &buf[at..];
+        }
+    }
+}
+
 /// Reports the misuse and aborts.
 #[cold]
 #[inline(never)]

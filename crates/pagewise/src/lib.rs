@@ -32,10 +32,22 @@
 //!   (the background purger);
 //! - `runtime/`: [`arena`] and [`pool`], building blocks for runtimes;
 //! - at the root, the API: [`config`] (the retention policy and its
-//!   variables), [`mod@stats`], [`fault`] (what bad input does), [`Heap`].
+//!   variables), [`mod@stats`], [`fault`] (what bad input does), [`Heap`],
+//!   and [`c_malloc`] (the C `malloc` family, which the `override` feature
+//!   exports under its C names).
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]
 
+pub mod c_malloc;
+/// The C `malloc` family under its C names: the `override` feature.
+#[cfg(all(feature = "override", target_os = "linux"))]
+mod c_symbols {
+    crate::export_c_malloc!();
+}
+#[cfg(all(feature = "override", not(target_os = "linux")))]
+compile_error!(
+    "the `override` feature takes over `malloc` through ELF symbol interposition: Linux only"
+);
 pub mod config;
 pub mod fault;
 mod global;
