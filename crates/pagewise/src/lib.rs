@@ -21,7 +21,8 @@
 //!   `reservation.rs` (address space carved into segments), `segment.rs`
 //!   (headers and the commit bitmap), `page.rs` (span descriptors and the
 //!   remote-free word), `spans/` (a heap's span pool: best fit and
-//!   coalescing, the retention queue, the huge-object cache, segment release);
+//!   coalescing, the retention queue, the huge-object cache, segment release),
+//!   `transfer.rs` (batches of free slots passed between threads' caches);
 //! - `heap/`: one heap: its thread cache (`cache.rs`), allocation and
 //!   placement (`alloc.rs`), frees (`free.rs`), the remote-free protocol
 //!   (`remote.rs`), large and huge objects (`large.rs`), maintenance, trim

@@ -244,6 +244,17 @@ impl Stats {
         }
     }
 
+    /// Counts the slots in the global allocator's transfer cache as freed
+    /// and cached (they left a thread cache, which stops counting them, and
+    /// have not reached a page, which would).
+    pub(crate) fn add_transfer_cache(&mut self) {
+        for (c, s) in self.classes.iter_mut().enumerate() {
+            let n = crate::memory::transfer::GLOBAL.slots(c) as u64;
+            s.cached_slots += n;
+            s.total_frees += n;
+        }
+    }
+
     /// Derives the totals from the parts.
     pub(crate) fn finish(&mut self) {
         let mut small = 0u64;

@@ -127,6 +127,13 @@ pub unsafe fn usable_size(ptr: *const u8) -> usize {
 /// pagewise::trim();
 /// ```
 pub fn trim() {
+    {
+        // Under the visit lock, which the fork handlers take first: a
+        // batch between the transfer cache and its pages is never copied
+        // into a child that would not have this thread to finish it.
+        let _pass = heaps::VISITS.lock();
+        crate::heap::transfer::send_home_older_than(u64::MAX, true);
+    }
     let me = thread::current_or_null();
     if !me.is_null() {
         // SAFETY: our own heap.
@@ -187,6 +194,7 @@ pub fn stats() -> Stats {
         });
     }
     heaps::for_each_heap(|h| s.add_heap(h));
+    s.add_transfer_cache();
     s.reserved_bytes = crate::global::heaps::RESERVATIONS.lock().reserved_bytes as u64;
     s.finish();
     s

@@ -16,6 +16,8 @@
 //! been in the middle of a fast path when the copy was made.
 
 use crate::global::heaps::{for_each_heap, ABANDONED_LIST, META, RESERVATIONS, VISITS};
+use crate::memory::size_class::CLASSES;
+use crate::memory::transfer;
 use crate::sync::lock;
 use core::sync::atomic::{AtomicBool, Ordering::*};
 
@@ -51,11 +53,18 @@ extern "C" fn prepare() {
     for_each_heap(|h| lock::hold(h.local_lock()));
     for_each_heap(|h| lock::hold(&h.spans));
     lock::hold(&RESERVATIONS);
+    // Leaf locks: no other lock is taken while one is held.
+    for class in 0..CLASSES {
+        lock::hold(transfer::GLOBAL.lock_of(class));
+    }
 }
 
 extern "C" fn parent() {
     // SAFETY: this thread took each lock in `prepare`.
     unsafe {
+        for class in 0..CLASSES {
+            lock::release(transfer::GLOBAL.lock_of(class));
+        }
         lock::release(&RESERVATIONS);
         for_each_heap(|h| lock::release(&h.spans));
         for_each_heap(|h| lock::release(h.local_lock()));
@@ -69,6 +78,9 @@ extern "C" fn parent() {
 extern "C" fn child() {
     // SAFETY: in the child only this thread exists.
     unsafe {
+        for class in 0..CLASSES {
+            transfer::GLOBAL.lock_of(class).reset_after_fork();
+        }
         RESERVATIONS.reset_after_fork();
         for_each_heap(|h| h.spans.reset_after_fork());
         for_each_heap(|h| h.local_lock().reset_after_fork());

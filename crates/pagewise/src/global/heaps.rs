@@ -179,6 +179,7 @@ fn create() -> Option<*mut HeapCore> {
 /// (a visit pass in progress, a heap on a slow path or a busy span pool
 /// is skipped) and nothing allocates.
 pub fn purge_all_for_limit() {
+    crate::heap::transfer::send_home_older_than(u64::MAX, false);
     let me = crate::global::thread::current_or_null();
     let Some(_pass) = VISITS.try_lock() else {
         for_each_heap(|h| {

@@ -146,6 +146,12 @@ extern "C" fn run(_: *mut libc::c_void) -> *mut libc::c_void {
         sleep_ms((thread::config().decay_ms / 4).clamp(10, 1000));
         let _pass = PASS.lock();
         let now = crate::global::heaps::SYSTEM.now_ms();
+        // Batches no thread took within a decay period go home first, so
+        // the visits below find their pages empty.
+        crate::heap::transfer::send_home_older_than(
+            now.saturating_sub(thread::config().decay_ms),
+            true,
+        );
         // Heaps whose thread exited or is elsewhere: nobody else would
         // collect what other threads freed into them or release their
         // emptied pages while the program is quiet.

@@ -163,7 +163,15 @@ impl HeapCore {
                 }
                 self.retire_exhausted(l, page);
             }
-            let next = match self.fullest_nonfull(l, class) {
+            let fullest = self.fullest_nonfull(l, class);
+            if fullest.is_none() && self.global {
+                // Before a new page: slots other threads freed.
+                let p = self.alloc_from_transfer(class);
+                if !p.is_null() {
+                    return p;
+                }
+            }
+            let next = match fullest {
                 Some(p) => p,
                 None => match self.new_slab_page(l, class) {
                     Some(p) => p,

@@ -195,6 +195,22 @@ impl ClassState {
         true
     }
 
+    /// Makes a list of `count` cached slots of this class (a batch from
+    /// the transfer cache) the cache's content.
+    ///
+    /// # Safety
+    /// Owner only; the cache is empty; the list holds `count` slots of this
+    /// class marked cached, at most the cache's limit, no longer used by
+    /// anyone else.
+    pub unsafe fn install(&self, head: *mut Block, count: u32) {
+        let room = self.room.load(Relaxed);
+        debug_assert_eq!(self.cached(), 0);
+        debug_assert!(count <= room);
+        // SAFETY: owner only (caller).
+        unsafe { *self.head.get() = head };
+        self.room.store(room - count, Relaxed);
+    }
+
     /// Detaches all but the `keep` most recent cached slots as a list (the
     /// older ones, which the thread is least likely to want back), with
     /// their count: the caller frees each to its page, which counts it where

@@ -102,7 +102,11 @@ impl HeapCore {
         unsafe {
             let mut l = self.lock_local();
             let keep = state.cached() / 2;
-            self.flush_cache(&mut l, class, keep);
+            if self.global {
+                self.pass_older(&mut l, class, keep);
+            } else {
+                self.flush_cache(&mut l, class, keep);
+            }
             self.maintenance(&mut l);
             drop(l);
             let cached = state.push(block);

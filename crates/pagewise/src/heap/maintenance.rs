@@ -174,7 +174,15 @@ impl HeapCore {
             let mut l = self.lock_local();
             // SAFETY: owner only, with the page lists held.
             unsafe {
-                self.flush_caches(&mut l);
+                if self.global {
+                    // The next threads to allocate take them, instead of
+                    // this heap's pages holding them for an adopter.
+                    for class in 0..CLASSES {
+                        self.pass_older(&mut l, class, 0);
+                    }
+                } else {
+                    self.flush_caches(&mut l);
+                }
                 self.release_empty_pages(&mut l, Access::Owner, Hollow::Never);
             }
         }

@@ -22,6 +22,7 @@ pub(crate) mod hollow;
 pub(crate) mod large;
 pub(crate) mod maintenance;
 pub(crate) mod remote;
+pub(crate) mod transfer;
 
 use crate::config::Config;
 use crate::fault::{misuse, Misuse};

@@ -20,51 +20,11 @@ impl HeapCore {
     /// # Safety
     /// Owner only, with its page lists held.
     pub(super) unsafe fn flush_cache(&self, l: &mut Local, class: usize, keep: u32) {
-        // SAFETY: owner only; the detached list holds `n` slots of this
-        // class, of this heap's pages or other heaps' (which outlive them).
-        // Each is checked before it is touched: a slot freed twice into the
-        // cache, or whose other copy already went to its page, aborts here.
+        // SAFETY: owner only (caller); the detached list holds `n` cached
+        // slots of this class.
         unsafe {
-            let (mut b, n) = self.class(class).take_older(keep);
-            // Slots of one page of another heap that come in a row go home
-            // as one chain, with one CAS (a producer's objects often come
-            // from the same page).
-            let mut run = RemoteRun::EMPTY;
-            let mut prev = null_mut::<Block>();
-            // By count: a slot freed twice makes the list a cycle (the
-            // second copy is met, and caught, before it comes round again).
-            for _ in 0..n {
-                if b.is_null() {
-                    // Shorter than counted: a slot was freed twice.
-                    misuse(Misuse::DoubleFree, prev as usize);
-                }
-                if !Block::cached_to_page(b) {
-                    misuse(Misuse::DoubleFree, b as usize);
-                }
-                let next = (*b).next;
-                // Owner and page from the segment header's read-mostly
-                // fields, not from the descriptor, which its owner rewrites
-                // on every allocation (cached slots passed the free checks).
-                let seg = &*Segment::of(crate::memory::layout::segment_base(b as usize));
-                let page = seg.slab_page(b as usize);
-                if seg.heap == self.me() {
-                    let _ = self.free_local(l, page, b);
-                } else if page == run.page {
-                    (*run.last).next = b;
-                    run.last = b;
-                    run.count += 1;
-                } else {
-                    run.send();
-                    run = RemoteRun {
-                        page,
-                        first: b,
-                        last: b,
-                        count: 1,
-                    };
-                }
-                (prev, b) = (b, next);
-            }
-            run.send();
+            let (b, n) = self.class(class).take_older(keep);
+            send_home(Some((self, l)), b, n);
         }
     }
 
@@ -194,6 +154,70 @@ impl HeapCore {
                 Err(seen) => head = seen,
             }
         }
+    }
+}
+
+/// Sends a detached list of `n` cached slots (of any pages) home: to
+/// their pages, locally for pages of `me`'s heap (with its page lists), as
+/// remote frees for the others'. `me` is `None` for a thread with no heap
+/// of its own (the purger, draining the transfer cache).
+///
+/// Each slot is checked before it is touched: a slot freed twice into a
+/// cache, or whose other copy already went to its page, aborts here.
+///
+/// # Safety
+/// The list holds `n` cached slots no one else uses, whose heaps outlive
+/// them; `me` is the calling thread's heap, as owner, with its page lists.
+pub(crate) unsafe fn send_home(me: Option<(&HeapCore, &mut Local)>, mut b: *mut Block, n: u32) {
+    let (heap, mut l) = match me {
+        Some((h, l)) => (Some(h), Some(l)),
+        None => (None, None),
+    };
+    // SAFETY: per the caller.
+    unsafe {
+        // Slots of one page of another heap that come in a row go home
+        // as one chain, with one CAS (a producer's objects often come
+        // from the same page).
+        let mut run = RemoteRun::EMPTY;
+        let mut prev = null_mut::<Block>();
+        // By count: a slot freed twice makes the list a cycle (the
+        // second copy is met, and caught, before it comes round again).
+        for _ in 0..n {
+            if b.is_null() {
+                // Shorter than counted: a slot was freed twice.
+                misuse(Misuse::DoubleFree, prev as usize);
+            }
+            if !Block::cached_to_page(b) {
+                misuse(Misuse::DoubleFree, b as usize);
+            }
+            let next = (*b).next;
+            // Owner and page from the segment header's read-mostly
+            // fields, not from the descriptor, which its owner rewrites
+            // on every allocation (cached slots passed the free checks).
+            let seg = &*Segment::of(crate::memory::layout::segment_base(b as usize));
+            let page = seg.slab_page(b as usize);
+            match (heap, l.as_deref_mut()) {
+                (Some(h), Some(l)) if seg.heap == h.me() => {
+                    let _ = h.free_local(l, page, b);
+                }
+                _ if page == run.page => {
+                    (*run.last).next = b;
+                    run.last = b;
+                    run.count += 1;
+                }
+                _ => {
+                    run.send();
+                    run = RemoteRun {
+                        page,
+                        first: b,
+                        last: b,
+                        count: 1,
+                    };
+                }
+            }
+            (prev, b) = (b, next);
+        }
+        run.send();
     }
 }
 

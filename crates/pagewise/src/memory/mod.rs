@@ -15,3 +15,4 @@ pub(crate) mod resident;
 pub(crate) mod segment;
 pub mod size_class;
 pub(crate) mod spans;
+pub(crate) mod transfer;
