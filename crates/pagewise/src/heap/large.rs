@@ -39,7 +39,7 @@ impl HeapCore {
         let now = self.source().now_ms();
         let ctx = self.ctx();
         let mut spans = self.spans.lock();
-        let Some((page, _)) = spans.take_large(&ctx, n, align_slices) else {
+        let Some((page, dirty)) = spans.take_large(&ctx, n, align_slices) else {
             return (null_mut(), false);
         };
         // SAFETY: a freshly taken span, exclusively ours under the lock.
@@ -48,7 +48,7 @@ impl HeapCore {
             (*page).large_requested = size;
             (*page).start
         };
-        let newly = spans.commit_whole(page);
+        let newly = spans.commit_whole_of(page, dirty);
         spans.counts.large_count += 1;
         spans.counts.large_bytes += n * SLICE;
         spans.counts.large_requested += size;

@@ -429,6 +429,19 @@ impl Spans {
     /// use pagewise cannot see).
     /// Returns how many OS pages were not committed before.
     pub fn commit_whole(&mut self, p: *mut Page) -> usize {
+        self.commit_whole_of(p, usize::MAX)
+    }
+
+    /// [`Spans::commit_whole`] for a span just taken with `dirty` of its OS
+    /// pages committed (what `take_large` returns): a span that is all
+    /// committed already (a large object freed and taken again, the common
+    /// case of a program that reuses its buffers) needs no bitmap walk.
+    #[inline]
+    pub fn commit_whole_of(&mut self, p: *mut Page, dirty: usize) -> usize {
+        if dirty == count_of(p) * os_pages_per_slice() {
+            debug_assert_eq!(Self::committed_pages(p, count_of(p)), dirty);
+            return 0;
+        }
         let seg = seg_of(p);
         let idx = seg.index_of(p);
         let n = count_of(p);
