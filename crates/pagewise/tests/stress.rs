@@ -1576,8 +1576,8 @@ fn large_free_racing_slab_page_creation() {
     let mut overlaps = Vec::new();
     for i in 0..iterations {
         // A fresh thread each time: it adopts the previous one's heap, whose
-        // empty slab pages went back to the span pool at its exit, so its
-        // allocation of `small` makes a new slab page.
+        // empty slab pages went back to the span pool (`trim()` below), so
+        // its allocation of `small` makes a new slab page.
         let r = thread::scope(|scope| {
             scope
                 .spawn(|| {
@@ -1621,6 +1621,10 @@ fn large_free_racing_slab_page_creation() {
                 .join()
                 .expect("the allocating thread")
         });
+        // The exited thread passed its cached slot `s` to the transfer
+        // cache, which keeps `s`'s page in use: send it home, so the page
+        // empties and the next thread makes a new one again.
+        pagewise::trim();
         if let Some(msg) = r {
             overlaps.push(msg);
             break;
