@@ -10,10 +10,12 @@
 //! The cache is what stands between a free and the page-level accounting
 //! that lets pages empty and be released, so it is kept short: at most
 //! [`LIMIT`] slots and 128 KiB of slots per class. A free that finds the
-//! cache full sends the older half home to their pages first, so page work
-//! happens in batches. The maintenance pass that runs on the heap's slow
-//! paths every half decay period halves every cache, so slots a thread
-//! stopped asking for go home; `trim()` and thread exit empty them.
+//! cache full passes the older half on first, in one batch: to the
+//! process's transfer cache (`memory/transfer.rs`), where any thread takes
+//! it, or home to their pages if that is full, so page work happens in
+//! batches. The maintenance pass that runs on the heap's slow paths every
+//! half decay period halves every cache, so slots a thread stopped asking
+//! for go home; `trim()` empties them, and thread exit passes them on.
 //!
 //! The cache shares its cache line with the class's slot geometry and
 //! counters, which the same fast paths read and update.

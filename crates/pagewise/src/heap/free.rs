@@ -85,8 +85,9 @@ impl HeapCore {
         true
     }
 
-    /// A free found its class's cache full: send the older half home, then
-    /// cache the slot. So a thread that frees many slots does the page work
+    /// A free found its class's cache full: pass the older half on (to the
+    /// transfer cache for a global heap, home to their pages for an owned
+    /// one), then cache the slot. So a thread that frees many slots does the page work
     /// in batches, and its next frees stay on the fast path; and since this
     /// is the slow path of a thread that may only ever free, it is also
     /// where such a thread runs its maintenance.
