@@ -31,7 +31,7 @@ pub const DEPTH: usize = 64;
 pub const MAX_BYTES: usize = 2 << 20;
 
 /// A chain of cached slots of one class, linked through `Block::next`.
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, Debug)]
 pub struct Batch {
     /// First slot.
     pub head: *mut Block,
@@ -150,5 +150,77 @@ impl Transfer {
     /// Slots held for `class`.
     pub fn slots(&self, class: usize) -> usize {
         self.classes[class].lock().slots
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A batch of `count` made-up slots (never dereferenced here).
+    fn batch(tag: usize, count: u32, at_ms: u64) -> Batch {
+        Batch {
+            head: (tag * 4096) as *mut Block,
+            count,
+            at_ms,
+        }
+    }
+
+    #[test]
+    fn takes_the_most_recent_batch_and_counts_slots() {
+        let t = Transfer::new();
+        t.put(3, batch(1, 10, 5)).unwrap();
+        t.put(3, batch(2, 20, 6)).unwrap();
+        assert_eq!(t.slots(3), 30);
+        assert_eq!(t.take(3).unwrap().head as usize, 2 * 4096);
+        assert_eq!(t.slots(3), 10);
+        assert!(t.take(4).is_none(), "classes are separate");
+        assert_eq!(t.take(3).unwrap().count, 10);
+        assert!(t.take(3).is_none());
+    }
+
+    #[test]
+    fn refuses_past_its_depth_or_its_bytes() {
+        let t = Transfer::new();
+        for i in 0..DEPTH {
+            t.put(0, batch(i + 1, 1, 0)).unwrap();
+        }
+        assert!(t.put(0, batch(99, 1, 0)).is_err(), "depth");
+        // The largest class: 256 KiB slots, so 2 MiB is 8 slots.
+        let big = CLASSES - 1;
+        let fits = (MAX_BYTES / SLOT_SIZE[big] as usize) as u32;
+        t.put(big, batch(1, fits, 0)).unwrap();
+        let refused = t.put(big, batch(2, 1, 0)).unwrap_err();
+        assert_eq!(refused.head as usize, 2 * 4096, "the batch comes back");
+    }
+
+    #[test]
+    fn drains_the_oldest_up_to_the_cutoff() {
+        let t = Transfer::new();
+        t.put(1, batch(1, 1, 10)).unwrap();
+        t.put(1, batch(2, 1, 20)).unwrap();
+        t.put(2, batch(3, 1, 15)).unwrap();
+        let mut sent = Vec::new();
+        t.drain(15, true, |class, b| {
+            sent.push((class, b.head as usize / 4096))
+        });
+        assert_eq!(sent, [(1, 1), (2, 3)]);
+        assert_eq!((t.slots(1), t.slots(2)), (1, 0));
+        t.drain(u64::MAX, true, |class, b| {
+            sent.push((class, b.head as usize / 4096))
+        });
+        assert_eq!(sent.last(), Some(&(1, 2)));
+        assert_eq!(t.slots(1), 0);
+    }
+
+    #[test]
+    fn a_drain_that_must_not_wait_skips_a_busy_class() {
+        let t = Transfer::new();
+        t.put(1, batch(1, 1, 0)).unwrap();
+        let held = t.lock_of(1).lock();
+        let mut sent = 0;
+        t.drain(u64::MAX, false, |_, _| sent += 1);
+        drop(held);
+        assert_eq!((sent, t.slots(1)), (0, 1));
     }
 }
