@@ -69,9 +69,14 @@ fn slots_freed_on_one_thread_are_allocated_on_another() {
     // pages, which only the main thread allocates from: the third thread
     // carves new pages for all N blocks and reuses none.
     assert!(reused * 10 >= N * 9, "{reused} of {N} blocks reused");
+    // The third thread's own start (its stack bookkeeping, the result
+    // vector) may commit a few fresh OS pages too, 64 KiB each at a
+    // 64 KiB page: allow four besides a tenth of the blocks. Without the
+    // transfer cache all N blocks are fresh (1.5 MiB).
     let slot = SLOT_SIZE[class_of(SIZE)] as u64;
+    let os_page = pagewise::layout::os_page() as u64;
     assert!(
-        grown < (N as u64 / 10) * slot,
+        grown < (N as u64 / 10) * slot + 4 * os_page,
         "{grown} bytes committed for blocks that were free"
     );
 }
