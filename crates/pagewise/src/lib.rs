@@ -70,5 +70,7 @@ pub use runtime::{arena, pool};
 pub use arena::Arena;
 pub use config::Config;
 pub use owned_heap::Heap;
+#[cfg(target_os = "linux")]
+pub use source::SharedPages;
 pub use source::{FakePages, PageSource, Purge, SyscallCounts, SystemPages};
 pub use stats::{ClassStats, ObjectStats, Stats};

@@ -3,4 +3,6 @@
 
 pub(crate) mod protect;
 pub(crate) mod random;
+#[cfg(target_os = "linux")]
+pub mod shared;
 pub mod source;

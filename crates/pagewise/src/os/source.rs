@@ -9,6 +9,8 @@
 //!
 //! Every call that reaches the kernel is counted in [`SyscallCounts`].
 
+#[cfg(target_os = "linux")]
+pub use crate::os::shared::SharedPages;
 use core::ptr::NonNull;
 use core::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 
@@ -59,12 +61,12 @@ pub struct SyscallCounts {
 /// The counters behind [`SyscallCounts`], shared by every source.
 #[derive(Default)]
 pub struct SyscallCounters {
-    mmap: AtomicU64,
-    munmap: AtomicU64,
-    madvise: AtomicU64,
-    mapped: AtomicU64,
-    peak_mapped: AtomicU64,
-    purged: AtomicU64,
+    pub(crate) mmap: AtomicU64,
+    pub(crate) munmap: AtomicU64,
+    pub(crate) madvise: AtomicU64,
+    pub(crate) mapped: AtomicU64,
+    pub(crate) peak_mapped: AtomicU64,
+    pub(crate) purged: AtomicU64,
 }
 
 impl SyscallCounters {
@@ -79,11 +81,11 @@ impl SyscallCounters {
             purged: AtomicU64::new(0),
         }
     }
-    fn mapped(&self, bytes: usize) {
+    pub(crate) fn mapped(&self, bytes: usize) {
         let now = self.mapped.fetch_add(bytes as u64, Relaxed) + bytes as u64;
         self.peak_mapped.fetch_max(now, Relaxed);
     }
-    fn unmapped(&self, bytes: usize) {
+    pub(crate) fn unmapped(&self, bytes: usize) {
         self.mapped.fetch_sub(bytes as u64, Relaxed);
     }
     /// A snapshot of the counts.
@@ -131,6 +133,53 @@ pub unsafe trait PageSource: Sync {
     fn now_ms(&self) -> u64;
     /// The counts of calls made so far.
     fn syscalls(&self) -> SyscallCounts;
+    /// Whether OS pages of this source can share physical pages, and how
+    /// (meshing: `SharedPages`, on Linux).
+    /// None by default.
+    fn sharing(&self) -> Option<&dyn SharePages> {
+        None
+    }
+}
+
+/// What meshing asks of a page source: OS pages that share a physical
+/// page. Offered by `SharedPages` (Linux) through [`PageSource::sharing`].
+///
+/// Addresses are OS-page aligned and inside the source's live mappings.
+///
+/// # Safety
+/// Implementations keep every byte a caller copied or left in place
+/// visible at the same virtual address: only the contents the caller says
+/// are its own move, and nothing else of another page is lost.
+pub unsafe trait SharePages {
+    /// Starts a group with the OS page at `founder` as its only member: its
+    /// bytes are copied to the group's physical page and the page is mapped
+    /// there. False if it cannot (a group keyed by this page still lives,
+    /// the mapping budget is spent, or the kernel refused); nothing changed.
+    ///
+    /// # Safety
+    /// No thread writes to the page during the call.
+    unsafe fn share(&self, founder: usize) -> bool;
+    /// Copies `ranges` (offsets and lengths inside the OS page at `member`)
+    /// to the same offsets of the physical page of the group `founder`
+    /// founded, and maps `member` there. False if it cannot; nothing
+    /// changed.
+    ///
+    /// # Safety
+    /// No thread writes to either page during the call; the group's bytes
+    /// at `ranges` hold nothing of its other members; `member` is no group's
+    /// member.
+    unsafe fn join(&self, founder: usize, member: usize, ranges: &[(usize, usize)]) -> bool;
+    /// Maps `member` back to its own page (zeros), and frees the group's
+    /// physical page if no member is left. False if the kernel refused
+    /// (the page stays a member).
+    ///
+    /// # Safety
+    /// `member` is a member of a group; nothing on it is live any more.
+    unsafe fn leave(&self, member: usize) -> bool;
+    /// The founder of the group the OS page at `addr` is a member of.
+    fn group_of(&self, addr: usize) -> Option<usize>;
+    /// OS pages that are group members now, and groups (physical pages).
+    fn shared(&self) -> (usize, usize);
 }
 
 // SAFETY: forwards every call to a source that upholds the contract.
@@ -151,6 +200,9 @@ unsafe impl<T: PageSource + ?Sized> PageSource for &'static T {
     }
     fn syscalls(&self) -> SyscallCounts {
         (**self).syscalls()
+    }
+    fn sharing(&self) -> Option<&dyn SharePages> {
+        (**self).sharing()
     }
 }
 
@@ -232,29 +284,42 @@ impl SystemPages {
             self.counters.unmapped(size);
         }
     }
-
-    /// Claims the next aligned hint, so concurrent callers try disjoint ranges.
-    fn next_hint(&self, size: usize, align: usize) -> usize {
-        let mut cur = HINT.load(Relaxed);
-        loop {
-            let start = (cur + align - 1) & !(align - 1);
-            let next = if start + size > HINT_END {
-                HINT_START
-            } else {
-                start + size
-            };
-            match HINT.compare_exchange_weak(cur, next, Relaxed, Relaxed) {
-                Ok(_) => return start,
-                Err(seen) => cur = seen,
-            }
-        }
-    }
 }
 
 impl Default for SystemPages {
     fn default() -> Self {
         Self::new()
     }
+}
+
+/// Claims the next aligned hint, so concurrent callers (every source of
+/// the process) try disjoint ranges.
+pub(crate) fn next_hint(size: usize, align: usize) -> usize {
+    let mut cur = HINT.load(Relaxed);
+    loop {
+        let start = (cur + align - 1) & !(align - 1);
+        let next = if start + size > HINT_END {
+            HINT_START
+        } else {
+            start + size
+        };
+        match HINT.compare_exchange_weak(cur, next, Relaxed, Relaxed) {
+            Ok(_) => return start,
+            Err(seen) => cur = seen,
+        }
+    }
+}
+
+/// Milliseconds on the decay timer's clock ([`CLOCK`]).
+pub(crate) fn monotonic_ms() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid out-pointer and CLOCK a clock every
+    // supported OS has.
+    unsafe { libc::clock_gettime(CLOCK, &mut ts) };
+    ts.tv_sec as u64 * 1000 + ts.tv_nsec as u64 / 1_000_000
 }
 
 /// Whether a purge of `size` bytes at `ptr` starts on an OS page boundary
@@ -337,7 +402,7 @@ unsafe fn purge_range(p: *mut u8, size: usize, how: Purge) -> bool {
 // A `DontNeed` purge makes the range read back as zeros (`purge_range`).
 unsafe impl PageSource for SystemPages {
     fn map(&self, size: usize, align: usize) -> Option<NonNull<u8>> {
-        let hint = self.next_hint(size, align);
+        let hint = next_hint(size, align);
         let p = self.mmap_at(hint, size)?;
         if p % align == 0 {
             return NonNull::new(p as *mut u8);
@@ -375,14 +440,7 @@ unsafe impl PageSource for SystemPages {
     }
 
     fn now_ms(&self) -> u64 {
-        let mut ts = libc::timespec {
-            tv_sec: 0,
-            tv_nsec: 0,
-        };
-        // SAFETY: `ts` is a valid out-pointer and CLOCK a clock every
-        // supported OS has.
-        unsafe { libc::clock_gettime(CLOCK, &mut ts) };
-        ts.tv_sec as u64 * 1000 + ts.tv_nsec as u64 / 1_000_000
+        monotonic_ms()
     }
 
     fn syscalls(&self) -> SyscallCounts {

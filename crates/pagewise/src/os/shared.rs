@@ -1,0 +1,751 @@
+//! Shared pages: a page source whose OS pages can be made to share one
+//! physical page, the kernel mechanism of meshing (docs/design.md,
+//! "Meshing"). Linux only.
+//!
+//! Every mapping is a `MAP_SHARED` view of a `memfd` of its own, twice the
+//! mapping's size: the first half backs the mapping one to one (the *own*
+//! page of each OS page), the second half holds the physical pages of mesh
+//! groups. A group is keyed by the OS page that founded it, and its
+//! physical page sits at that page's offset in the second half, so no
+//! allocator of group pages is needed: a page that founded a group which
+//! still has members cannot found another until the group ends.
+//!
+//! - [`SharePages::share`] copies an OS page into its group page and points
+//!   the OS page there;
+//! - [`SharePages::join`] copies the given byte ranges of another OS page
+//!   into a group page and points that OS page there too;
+//! - [`SharePages::leave`] points an OS page back at its own page (which
+//!   reads as zeros) and frees the group page when its last member leaves.
+//!
+//! The own page of a member is punched (`fallocate(PUNCH_HOLE)`) when it
+//! joins, so sharing saves the memory at once. Purging punches the own
+//! pages as well: `MADV_DONTNEED` alone does not free the pages of a shared
+//! file mapping.
+//!
+//! Every alias splits the kernel's mapping, and `vm.max_map_count` (65,530
+//! by default) bounds the mappings of a process: shared OS pages are
+//! capped at a third of it, process-wide, as Mesh does after crashing at
+//! the limit (plasma-umass/Mesh issues 37 and 91).
+//!
+//! A forked child would share these pages with its parent (`MAP_SHARED`):
+//! the mappings are `MADV_DONTFORK`, so the child does not inherit them
+//! (touching the heap there faults), and a source used in the child
+//! refuses to change the parent's file (purges, shares) and only unmaps.
+
+use crate::os::source::{next_hint, PageSource, Purge, SharePages, SyscallCounters, SyscallCounts};
+use crate::sync::lock::Locked;
+use core::ptr::{null_mut, NonNull};
+use core::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed};
+
+/// Mappings one source can hold (reservations of 1 GiB: 64 GiB).
+const MAX_MAPPINGS: usize = 64;
+
+/// Forks seen in this process's history (incremented in each child).
+static FORKS: AtomicU64 = AtomicU64::new(0);
+static FORK_HOOK: AtomicBool = AtomicBool::new(false);
+/// OS pages shared now, by every source (the `vm.max_map_count` budget).
+static SHARED_NOW: AtomicUsize = AtomicUsize::new(0);
+/// The cap on [`SHARED_NOW`]; 0 until read.
+static SHARED_CAP: AtomicUsize = AtomicUsize::new(0);
+
+extern "C" fn forked_child() {
+    FORKS.fetch_add(1, Relaxed);
+}
+
+/// One mapping and the state of its OS pages.
+#[derive(Clone, Copy)]
+struct Mapping {
+    base: usize,
+    size: usize,
+    fd: i32,
+    /// `FORKS` when it was made: in another process it is not ours to change.
+    forks: u64,
+    /// Per OS page (lazily mapped, 0 while none is shared): the group it
+    /// is a member of, as the founder's page index + 1 (0: its own page).
+    group: *mut u32,
+    /// Per OS page: members of the group it founded (0: no group).
+    members: *mut u32,
+    /// OS pages of the mapping that are members of a group.
+    shared: usize,
+    /// Groups (physical pages) of the mapping.
+    groups: usize,
+}
+
+impl Mapping {
+    const NONE: Mapping = Mapping {
+        base: 0,
+        size: 0,
+        fd: -1,
+        forks: 0,
+        group: null_mut(),
+        members: null_mut(),
+        shared: 0,
+        groups: 0,
+    };
+
+    fn contains(&self, addr: usize) -> bool {
+        self.size != 0 && addr.wrapping_sub(self.base) < self.size
+    }
+
+    fn index(&self, addr: usize) -> usize {
+        (addr - self.base) / page()
+    }
+
+    fn pages(&self) -> usize {
+        self.size / page()
+    }
+
+    /// Whether this process may change the file (not a forked copy).
+    fn ours(&self) -> bool {
+        self.forks == FORKS.load(Relaxed)
+    }
+
+    fn group_of(&self, i: usize) -> u32 {
+        if self.group.is_null() {
+            0
+        } else {
+            // SAFETY: `group` has `pages()` entries and `i` is below it.
+            unsafe { *self.group.add(i) }
+        }
+    }
+}
+
+/// The OS page size (the run-time one).
+fn page() -> usize {
+    crate::memory::layout::os_page()
+}
+
+/// A page source for meshing heaps: memory from `memfd` files mapped
+/// shared, so that OS pages can share a physical page ([`SharePages`]).
+///
+/// ```
+/// use pagewise::source::{PageSource, SharedPages};
+/// let pages = SharedPages::new();
+/// let p = pages.map(1 << 25, 1 << 25).unwrap().as_ptr() as usize;
+/// let sharing = pages.sharing().unwrap();
+/// let os = pagewise::layout::os_page();
+/// // SAFETY: the mapping is ours; no other thread touches it.
+/// unsafe {
+///     *(p as *mut u8) = 1;
+///     *((p + os + 8) as *mut u8) = 2;
+///     assert!(sharing.share(p));
+///     assert!(sharing.join(p, p + os, &[(8, 1)]));
+///     // Both OS pages are one physical page now.
+///     assert_eq!(*((p + os) as *const u8), 1);
+///     assert_eq!(*((p + 8) as *const u8), 2);
+///     assert_eq!(sharing.shared(), (2, 1));
+///     pages.unmap(NonNull::new_unchecked(p as *mut u8), 1 << 25);
+/// }
+/// # use core::ptr::NonNull;
+/// ```
+pub struct SharedPages {
+    counters: SyscallCounters,
+    maps: Locked<[Mapping; MAX_MAPPINGS]>,
+}
+
+// SAFETY: the table is behind its lock; the raw pointers in it point to
+// tables this source mapped and only it uses.
+unsafe impl Sync for SharedPages {}
+// SAFETY: as above: nothing in it is tied to a thread.
+unsafe impl Send for SharedPages {}
+
+impl Default for SharedPages {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl SharedPages {
+    /// A source with no mappings yet.
+    pub const fn new() -> Self {
+        SharedPages {
+            counters: SyscallCounters::new(),
+            maps: Locked::new([Mapping::NONE; MAX_MAPPINGS]),
+        }
+    }
+
+    /// Maps a fresh memfd of `2 * size` bytes, its first half at an
+    /// address aligned to `align`.
+    fn map_file(&self, size: usize, align: usize) -> Option<(usize, i32)> {
+        let fd = memfd()?;
+        // SAFETY: `fd` is the memfd just made; a size past i64 fails.
+        if unsafe { libc::ftruncate(fd, (2 * size) as libc::off_t) } != 0 {
+            close(fd);
+            return None;
+        }
+        let Some(at) = self.aligned_place(size, align) else {
+            close(fd);
+            return None;
+        };
+        self.counters.mmap.fetch_add(1, Relaxed);
+        // SAFETY: `at..at+size` is an anonymous placeholder this source just
+        // mapped; MAP_FIXED replaces it with the file.
+        let p = unsafe {
+            libc::mmap(
+                at as *mut libc::c_void,
+                size,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED | libc::MAP_FIXED | libc::MAP_NORESERVE,
+                fd,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            self.munmap(at, size);
+            close(fd);
+            return None;
+        }
+        // SAFETY: our mapping; failure only means a child would inherit it.
+        unsafe { libc::madvise(p, size, libc::MADV_DONTFORK) };
+        Some((at, fd))
+    }
+
+    /// Reserves `size` bytes aligned to `align` as an inaccessible
+    /// anonymous placeholder (one `mmap` at an aligned hint; otherwise
+    /// `size + align` trimmed).
+    fn aligned_place(&self, size: usize, align: usize) -> Option<usize> {
+        let p = self.placeholder(next_hint(size, align), size)?;
+        if p % align == 0 {
+            return Some(p);
+        }
+        self.munmap(p, size);
+        let p = self.placeholder(0, size + align)?;
+        let start = (p + align - 1) & !(align - 1);
+        self.munmap(p, start - p);
+        self.munmap(start + size, p + align - start);
+        Some(start)
+    }
+
+    fn placeholder(&self, hint: usize, size: usize) -> Option<usize> {
+        self.counters.mmap.fetch_add(1, Relaxed);
+        // SAFETY: no MAP_FIXED: replaces nothing.
+        let p = unsafe {
+            libc::mmap(
+                hint as *mut libc::c_void,
+                size,
+                libc::PROT_NONE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                -1,
+                0,
+            )
+        };
+        (p != libc::MAP_FAILED).then_some(p as usize)
+    }
+
+    fn munmap(&self, addr: usize, size: usize) {
+        if size == 0 {
+            return;
+        }
+        self.counters.munmap.fetch_add(1, Relaxed);
+        // SAFETY: callers pass ranges this source mapped and no longer uses.
+        unsafe { libc::munmap(addr as *mut libc::c_void, size) };
+    }
+
+    /// Points the OS page at `addr` at `offset` of `fd`.
+    fn alias(&self, addr: usize, fd: i32, offset: usize) -> bool {
+        self.counters.mmap.fetch_add(1, Relaxed);
+        // SAFETY: `addr` is an OS page of a mapping of `fd` made by this
+        // source; the caller has made sure nothing on it is lost.
+        let p = unsafe {
+            libc::mmap(
+                addr as *mut libc::c_void,
+                page(),
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED | libc::MAP_FIXED | libc::MAP_NORESERVE,
+                fd,
+                offset as libc::off_t,
+            )
+        };
+        p as usize == addr
+    }
+
+    /// Frees the file's pages at `offset..offset+len` (they read as zeros).
+    fn punch(&self, fd: i32, offset: usize, len: usize) -> bool {
+        self.counters.madvise.fetch_add(1, Relaxed);
+        // SAFETY: plain system call on our own file.
+        let rc = unsafe {
+            libc::fallocate(
+                fd,
+                libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+                offset as libc::off_t,
+                len as libc::off_t,
+            )
+        };
+        rc == 0
+    }
+
+    /// Copies `len` bytes at `from` to `offset` of `fd`.
+    fn copy_in(fd: i32, from: usize, len: usize, offset: usize) -> bool {
+        // SAFETY: `from..from+len` is readable memory of ours.
+        let n =
+            unsafe { libc::pwrite(fd, from as *const libc::c_void, len, offset as libc::off_t) };
+        n == len as isize
+    }
+
+    /// Runs `f` on the mapping holding `addr`, with the table locked.
+    fn with_mapping<R>(&self, addr: usize, f: impl FnOnce(&mut Mapping) -> R) -> Option<R> {
+        let mut maps = self.maps.lock();
+        maps.iter_mut().find(|m| m.contains(addr)).map(f)
+    }
+
+    /// Maps the per-page tables of `m` if they are not yet.
+    fn tables(&self, m: &mut Mapping) -> bool {
+        if !m.group.is_null() {
+            return true;
+        }
+        let bytes = (2 * m.pages() * 4).next_multiple_of(page());
+        let Some(at) = self.placeholder(0, bytes) else {
+            return false;
+        };
+        // SAFETY: our placeholder, made usable.
+        if unsafe {
+            libc::mprotect(
+                at as *mut libc::c_void,
+                bytes,
+                libc::PROT_READ | libc::PROT_WRITE,
+            )
+        } != 0
+        {
+            self.munmap(at, bytes);
+            return false;
+        }
+        m.group = at as *mut u32;
+        // SAFETY: the second half of the table just mapped.
+        m.members = unsafe { m.group.add(m.pages()) };
+        true
+    }
+
+    /// Takes one OS page from the mapping budget, if any is left.
+    fn take_budget() -> bool {
+        let cap = shared_cap();
+        SHARED_NOW
+            .fetch_update(Relaxed, Relaxed, |n| (n < cap).then_some(n + 1))
+            .is_ok()
+    }
+}
+
+/// A fresh memfd, or `None`.
+fn memfd() -> Option<i32> {
+    if !FORK_HOOK.swap(true, Relaxed) {
+        // SAFETY: registers a handler that only bumps an atomic.
+        unsafe { libc::pthread_atfork(None, None, Some(forked_child)) };
+    }
+    // SAFETY: a C string literal; plain system call.
+    let fd = unsafe { libc::memfd_create(c"pagewise-mesh".as_ptr(), libc::MFD_CLOEXEC) };
+    (fd >= 0).then_some(fd)
+}
+
+fn close(fd: i32) {
+    // SAFETY: an fd this source opened and no longer uses.
+    unsafe { libc::close(fd) };
+}
+
+/// A third of `vm.max_map_count` (read once; 65,530 if unreadable).
+fn shared_cap() -> usize {
+    let cap = SHARED_CAP.load(Relaxed);
+    if cap != 0 {
+        return cap;
+    }
+    let cap = read_max_map_count().unwrap_or(65_530) / 3;
+    SHARED_CAP.store(cap.max(1), Relaxed);
+    cap.max(1)
+}
+
+fn read_max_map_count() -> Option<usize> {
+    let mut buf = [0u8; 32];
+    // SAFETY: a C string literal; the buffer is ours.
+    let n = unsafe {
+        let fd = libc::open(
+            c"/proc/sys/vm/max_map_count".as_ptr(),
+            libc::O_RDONLY | libc::O_CLOEXEC,
+        );
+        if fd < 0 {
+            return None;
+        }
+        let n = libc::read(fd, buf.as_mut_ptr().cast(), buf.len());
+        libc::close(fd);
+        n
+    };
+    let text = core::str::from_utf8(buf.get(..usize::try_from(n).ok()?)?).ok()?;
+    text.trim().parse().ok()
+}
+
+// SAFETY: mappings are fresh shared mappings of fresh, zero-filled files,
+// read-write, aligned by `aligned_place`, never from the global allocator.
+// A `DontNeed` purge punches the file, so the range reads as zeros.
+unsafe impl PageSource for SharedPages {
+    fn map(&self, size: usize, align: usize) -> Option<NonNull<u8>> {
+        let mut maps = self.maps.lock();
+        let slot = maps.iter_mut().find(|m| m.size == 0)?;
+        let (at, fd) = self.map_file(size, align)?;
+        *slot = Mapping {
+            base: at,
+            size,
+            fd,
+            forks: FORKS.load(Relaxed),
+            ..Mapping::NONE
+        };
+        self.counters.mapped(size);
+        NonNull::new(at as *mut u8)
+    }
+
+    unsafe fn unmap(&self, ptr: NonNull<u8>, size: usize) {
+        let addr = ptr.as_ptr() as usize;
+        let mut maps = self.maps.lock();
+        let Some(m) = maps.iter_mut().find(|m| m.contains(addr)) else {
+            return;
+        };
+        self.munmap(addr, size);
+        self.counters.unmapped(size);
+        if addr == m.base && size == m.size {
+            if !m.group.is_null() {
+                SHARED_NOW.fetch_sub(m.shared, Relaxed);
+                self.munmap(
+                    m.group as usize,
+                    (2 * m.pages() * 4).next_multiple_of(page()),
+                );
+            }
+            close(m.fd);
+            *m = Mapping::NONE;
+        } else if m.ours() {
+            // A part: its own pages go (no group is keyed there: the
+            // caller unmaps only memory holding nothing).
+            self.punch(m.fd, addr - m.base, size);
+        }
+    }
+
+    unsafe fn purge(&self, ptr: NonNull<u8>, size: usize, _how: Purge) -> bool {
+        self.counters.madvise.fetch_add(1, Relaxed);
+        let addr = ptr.as_ptr() as usize;
+        if (addr | size) & (page() - 1) != 0 {
+            return false;
+        }
+        let done = self.with_mapping(addr, |m| {
+            let first = m.index(addr);
+            let shared = (first..first + size / page()).any(|i| m.group_of(i) != 0);
+            // A shared page is never purged (its group page holds others'
+            // data): the heap makes it leave first. Refusing keeps it
+            // counted as committed if that rule were ever broken.
+            !shared && m.ours() && self.punch(m.fd, addr - m.base, size)
+        });
+        let ok = done.unwrap_or(false);
+        if ok {
+            self.counters.purged.fetch_add(size as u64, Relaxed);
+        }
+        ok
+    }
+
+    fn now_ms(&self) -> u64 {
+        crate::os::source::monotonic_ms()
+    }
+
+    fn syscalls(&self) -> SyscallCounts {
+        self.counters.snapshot()
+    }
+
+    fn sharing(&self) -> Option<&dyn SharePages> {
+        Some(self)
+    }
+}
+
+// SAFETY: `share` and `join` copy before they remap, and only the bytes the
+// caller says are live move; `leave` remaps only pages with nothing live.
+unsafe impl SharePages for SharedPages {
+    unsafe fn share(&self, founder: usize) -> bool {
+        self.with_mapping(founder, |m| {
+            let i = m.index(founder);
+            if !m.ours() || !self.tables(m) || m.group_of(i) != 0 {
+                return false;
+            }
+            // SAFETY: `tables` mapped both arrays; `i` is a page of `m`.
+            if unsafe { *m.members.add(i) } != 0 || !Self::take_budget() {
+                return false;
+            }
+            let own = founder - m.base;
+            let spare = m.size + own;
+            let ok = Self::copy_in(m.fd, founder, page(), spare)
+                && self.alias(founder, m.fd, spare)
+                && self.punch(m.fd, own, page());
+            if !ok {
+                // The copy or the remap failed: the page still shows its own
+                // bytes (a failed MAP_FIXED leaves the old mapping), and the
+                // group page is dropped.
+                self.punch(m.fd, spare, page());
+                SHARED_NOW.fetch_sub(1, Relaxed);
+                return false;
+            }
+            // SAFETY: as above.
+            unsafe {
+                *m.members.add(i) = 1;
+                *m.group.add(i) = i as u32 + 1;
+            }
+            m.shared += 1;
+            m.groups += 1;
+            true
+        })
+        .unwrap_or(false)
+    }
+
+    unsafe fn join(&self, founder: usize, member: usize, ranges: &[(usize, usize)]) -> bool {
+        self.with_mapping(founder, |m| {
+            if !m.contains(member) || !m.ours() || m.group.is_null() {
+                return false;
+            }
+            let (g, i) = (m.index(founder), m.index(member));
+            // SAFETY: the tables are mapped; both are pages of `m`.
+            if unsafe { *m.members.add(g) } == 0 || m.group_of(i) != 0 || !Self::take_budget() {
+                return false;
+            }
+            let spare = m.size + (founder - m.base);
+            let copied = ranges
+                .iter()
+                .all(|&(off, len)| Self::copy_in(m.fd, member + off, len, spare + off));
+            // A failed copy wrote only to offsets the group does not use.
+            if !copied || !self.alias(member, m.fd, spare) {
+                SHARED_NOW.fetch_sub(1, Relaxed);
+                return false;
+            }
+            self.punch(m.fd, member - m.base, page());
+            // SAFETY: as above.
+            unsafe {
+                *m.members.add(g) += 1;
+                *m.group.add(i) = g as u32 + 1;
+            }
+            m.shared += 1;
+            true
+        })
+        .unwrap_or(false)
+    }
+
+    unsafe fn leave(&self, member: usize) -> bool {
+        self.with_mapping(member, |m| {
+            let i = m.index(member);
+            let g = m.group_of(i);
+            if g == 0 || !self.alias(member, m.fd, member - m.base) {
+                return false;
+            }
+            let g = g as usize - 1;
+            // SAFETY: a member exists, so the tables are mapped.
+            let left = unsafe {
+                *m.group.add(i) = 0;
+                *m.members.add(g) -= 1;
+                *m.members.add(g)
+            };
+            if left == 0 {
+                m.groups -= 1;
+                if m.ours() {
+                    self.punch(m.fd, m.size + g * page(), page());
+                }
+            }
+            m.shared -= 1;
+            SHARED_NOW.fetch_sub(1, Relaxed);
+            true
+        })
+        .unwrap_or(false)
+    }
+
+    fn group_of(&self, addr: usize) -> Option<usize> {
+        self.with_mapping(addr, |m| match m.group_of(m.index(addr)) {
+            0 => None,
+            g => Some(m.base + (g as usize - 1) * page()),
+        })
+        .flatten()
+    }
+
+    fn shared(&self) -> (usize, usize) {
+        let maps = self.maps.lock();
+        maps.iter()
+            .fold((0, 0), |(p, g), m| (p + m.shared, g + m.groups))
+    }
+}
+
+impl Drop for SharedPages {
+    fn drop(&mut self) {
+        let maps = *self.maps.lock();
+        for m in maps.iter().filter(|m| m.size != 0) {
+            // SAFETY: dropping the source ends every use of its memory
+            // (a heap unmaps its own before the source goes).
+            unsafe { self.unmap(NonNull::new_unchecked(m.base as *mut u8), m.size) };
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SIZE: usize = 1 << 25;
+
+    fn mapped() -> (SharedPages, usize) {
+        let pages = SharedPages::new();
+        let p = pages.map(SIZE, SIZE).expect("map").as_ptr() as usize;
+        assert_eq!(p % SIZE, 0);
+        (pages, p)
+    }
+
+    /// Bytes of the mapping's file that hold memory (what sharing saves).
+    fn file_bytes(pages: &SharedPages, addr: usize) -> usize {
+        let fd = pages.with_mapping(addr, |m| m.fd).unwrap();
+        // SAFETY: a zeroed stat is a valid out-parameter.
+        let mut st: libc::stat = unsafe { core::mem::zeroed() };
+        // SAFETY: our fd, our buffer.
+        assert_eq!(unsafe { libc::fstat(fd, &mut st) }, 0);
+        st.st_blocks as usize * 512
+    }
+
+    fn fill(addr: usize, byte: u8) {
+        // SAFETY: a page of a mapping of ours.
+        unsafe { core::ptr::write_bytes(addr as *mut u8, byte, page()) };
+    }
+
+    fn read(addr: usize) -> u8 {
+        // SAFETY: mapped memory of ours.
+        unsafe { *(addr as *const u8) }
+    }
+
+    #[test]
+    fn shared_pages_show_each_members_bytes_in_one_physical_page() {
+        let (pages, p) = mapped();
+        let s = pages.sharing().unwrap();
+        let (a, b, c) = (p, p + page(), p + 5 * page());
+        fill(a, 0);
+        fill(b, 0);
+        fill(c, 0);
+        // SAFETY: our pages, one thread.
+        unsafe {
+            *(a as *mut u8) = 1;
+            *((b + 64) as *mut u8) = 2;
+            *((c + 128) as *mut u8) = 3;
+        }
+        assert_eq!(file_bytes(&pages, p), 3 * page());
+        // SAFETY: as above; the ranges are where only that member has data.
+        unsafe {
+            assert!(s.share(a));
+            assert!(s.join(a, b, &[(64, 1)]));
+            assert!(s.join(a, c, &[(128, 1)]));
+        }
+        for x in [a, b, c] {
+            assert_eq!((read(x), read(x + 64), read(x + 128)), (1, 2, 3));
+            assert_eq!(s.group_of(x), Some(a));
+        }
+        assert_eq!(file_bytes(&pages, p), page(), "one physical page left");
+        assert_eq!(s.shared(), (3, 1));
+        // A store through one member is seen through the others.
+        // SAFETY: as above.
+        unsafe { *((c + 200) as *mut u8) = 9 };
+        assert_eq!(read(a + 200), 9);
+        // SAFETY: nothing on `b` or `a` is live any more.
+        unsafe {
+            assert!(s.leave(b));
+            assert_eq!(s.group_of(b), None);
+            assert!(s.leave(a));
+            assert_eq!(read(c + 128), 3, "the group lives while a member does");
+            assert!(s.leave(c));
+        }
+        assert_eq!(s.shared(), (0, 0));
+        assert_eq!(
+            file_bytes(&pages, p),
+            0,
+            "the group page went with its last member"
+        );
+        // (A read of a hole of a shared file mapping allocates a page, so
+        // the zeros are checked last.)
+        assert_eq!(read(b + 64), 0, "a page that left reads as zeros");
+    }
+
+    #[test]
+    fn a_founders_key_is_taken_until_its_group_ends() {
+        let (pages, p) = mapped();
+        let s = pages.sharing().unwrap();
+        let (a, b, c) = (p, p + page(), p + 2 * page());
+        // SAFETY: our pages, one thread; nothing live moves wrongly (empty).
+        unsafe {
+            assert!(s.share(a));
+            assert!(!s.share(a), "already a member");
+            assert!(s.join(a, b, &[]));
+            assert!(!s.join(a, b, &[]), "already a member");
+            assert!(!s.join(c, b, &[]), "no group founded at c");
+            assert!(s.leave(a));
+            assert!(!s.share(a), "a's group still has b");
+            assert!(!s.leave(a), "not a member");
+            assert!(s.leave(b));
+            assert!(s.share(a));
+            assert!(s.leave(a));
+        }
+    }
+
+    #[test]
+    fn purging_frees_the_file_and_refuses_shared_pages() {
+        let (pages, p) = mapped();
+        let s = pages.sharing().unwrap();
+        for i in 0..4 {
+            fill(p + i * page(), 7);
+        }
+        assert_eq!(file_bytes(&pages, p), 4 * page());
+        let at = |a: usize| NonNull::new(a as *mut u8).unwrap();
+        // SAFETY: our pages, no live data in what is purged.
+        unsafe {
+            assert!(pages.purge(at(p), 2 * page(), Purge::DontNeed));
+            assert_eq!(file_bytes(&pages, p), 2 * page());
+            assert!(s.share(p + 2 * page()));
+            assert!(!pages.purge(at(p), 4 * page(), Purge::DontNeed));
+            assert!(
+                !pages.purge(at(p + 1), page(), Purge::DontNeed),
+                "misaligned"
+            );
+            assert_eq!(read(p + 2 * page()), 7);
+            assert!(s.leave(p + 2 * page()));
+            assert!(pages.purge(at(p), 4 * page(), Purge::Free));
+        }
+        assert_eq!(file_bytes(&pages, p), 0);
+        let c = pages.syscalls();
+        assert_eq!(c.purged_bytes as usize, 6 * page());
+        assert_eq!(read(p), 0, "purged pages read as zeros");
+    }
+
+    #[test]
+    fn unmapping_a_mapping_closes_its_file() {
+        let (pages, p) = mapped();
+        let fd = pages.with_mapping(p, |m| m.fd).unwrap();
+        // SAFETY: plain system call.
+        assert!(unsafe { libc::fcntl(fd, libc::F_GETFD) } >= 0);
+        assert_eq!(pages.syscalls().mapped_bytes as usize, SIZE);
+        // SAFETY: the whole mapping, unused.
+        unsafe { pages.unmap(NonNull::new(p as *mut u8).unwrap(), SIZE) };
+        assert_eq!(pages.syscalls().mapped_bytes, 0);
+        assert!(pages.with_mapping(p, |_| ()).is_none());
+        // A new mapping may reuse the fd number; only check it is not ours.
+        let reused = pages.maps.lock().iter().any(|m| m.fd == fd);
+        assert!(!reused);
+    }
+
+    #[test]
+    fn a_forked_child_neither_inherits_nor_changes_the_parents_pages() {
+        let (pages, p) = mapped();
+        fill(p, 5);
+        // SAFETY: the child only makes system calls and exits.
+        let pid = unsafe { libc::fork() };
+        if pid == 0 {
+            // SAFETY: as above.
+            let purged = unsafe {
+                pages.purge(
+                    NonNull::new_unchecked(p as *mut u8),
+                    page(),
+                    Purge::DontNeed,
+                )
+            };
+            // SAFETY: plain system calls.
+            let mapped =
+                unsafe { libc::msync(p as *mut libc::c_void, page(), libc::MS_ASYNC) } == 0;
+            // SAFETY: leaves the child at once.
+            unsafe { libc::_exit(i32::from(purged) | i32::from(mapped) << 1) };
+        }
+        let mut status = 0;
+        // SAFETY: our child.
+        assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+        assert!(libc::WIFEXITED(status));
+        assert_eq!(libc::WEXITSTATUS(status), 0, "purged (1) or inherited (2)");
+        assert_eq!(read(p), 5);
+        assert_eq!(file_bytes(&pages, p), page());
+    }
+}
