@@ -285,6 +285,60 @@ impl<S: PageSource + 'static> Heap<S> {
         unsafe { self.core().trim() };
     }
 
+    /// Meshes the heap (docs/design.md, "Meshing"): OS pages of different
+    /// slab pages of one size class whose live slots sit at different
+    /// offsets are made to share one physical page, the live slots of each
+    /// copied to the same offsets of it, so every pointer stays valid and
+    /// the memory of all but one of them goes back to the OS. Only a heap
+    /// on a page source that can share pages does anything
+    /// ([`SharedPages`](crate::source::SharedPages), Linux); first it does
+    /// what [`Heap::trim`] does to the heap's pages. Returns the OS pages
+    /// that joined groups.
+    ///
+    /// Meshed pages that hold no live slot any more leave their groups at
+    /// the next call, and pages freed whole leave at once.
+    ///
+    /// # Safety
+    /// No other thread reads or writes memory allocated from this heap
+    /// during the call: a store to a page while it is copied would be lost.
+    /// (Safe code cannot do that through the heap, which is not `Sync`;
+    /// slices borrowed from its collections can be sent to other threads.)
+    ///
+    /// ```
+    /// # #[cfg(target_os = "linux")] {
+    /// use core::alloc::Layout;
+    /// use pagewise::{Heap, SharedPages};
+    /// let heap = Heap::with_source(SharedPages::new(), Default::default());
+    /// let l = Layout::from_size_align(64, 8).unwrap();
+    /// let os = pagewise::layout::os_page();
+    /// let blocks: Vec<_> = (0..8 * os / 64).map(|_| heap.allocate(l).unwrap()).collect();
+    /// // Keep one object per OS page, each at a different offset.
+    /// let mut kept = Vec::new();
+    /// for (i, p) in blocks.iter().enumerate() {
+    ///     if i % (os / 64) == (i / (os / 64)) % 4 {
+    ///         // SAFETY: 64 bytes of ours.
+    ///         unsafe { p.cast::<u64>().write(i as u64) };
+    ///         kept.push((i, *p));
+    ///     } else {
+    ///         // SAFETY: allocated above with `l`, freed once.
+    ///         unsafe { heap.deallocate(p.cast(), l) };
+    ///     }
+    /// }
+    /// // SAFETY: this thread is the only one using the heap.
+    /// let joined = unsafe { heap.mesh() };
+    /// assert!(joined >= 4, "{joined}");
+    /// assert!(heap.stats().mesh_saved_bytes >= 2 * os as u64);
+    /// for (i, p) in kept {
+    ///     // SAFETY: live, written above.
+    ///     assert_eq!(unsafe { p.cast::<u64>().read() }, i as u64);
+    /// }
+    /// # }
+    /// ```
+    pub unsafe fn mesh(&self) -> usize {
+        // SAFETY: owner (see `allocate`); no writer, per the caller.
+        unsafe { self.core().mesh() }
+    }
+
     /// A snapshot of this heap's counters.
     ///
     /// ```
@@ -295,6 +349,11 @@ impl<S: PageSource + 'static> Heap<S> {
         let core = self.core();
         let mut s = Stats::ZERO;
         s.syscalls = self.source().syscalls();
+        if let Some(sharing) = self.source().sharing() {
+            let (pages, groups) = sharing.shared();
+            s.meshed_bytes = (pages * os_page()) as u64;
+            s.mesh_saved_bytes = (pages.saturating_sub(groups) * os_page()) as u64;
+        }
         for (c, n) in core.empty_pages_by_class().iter().enumerate() {
             s.classes[c].retained_pages += *n as u64;
         }
@@ -318,6 +377,7 @@ impl<S: PageSource + 'static> Drop for Heap<S> {
         // is unmapped.
         unsafe {
             let src: &dyn PageSource = &(*p).source;
+            (*p).core.unmap_mesh_records();
             (*p).reservations.lock().unmap_all(src);
             let source = core::ptr::read(core::ptr::addr_of!((*p).source));
             source.unmap(self.inner.cast(), bytes);

@@ -137,6 +137,16 @@ pub struct Stats {
     pub hollow_bytes: u64,
     /// Bytes purged so far (decay, cap, trim, and inside slab pages).
     pub purged_bytes: u64,
+    /// Bytes of OS pages that are members of mesh groups: each shows one
+    /// physical page shared with other members (docs/design.md,
+    /// "Meshing"). Only heaps on a page source that can share pages
+    /// (`SharedPages`) mesh.
+    pub meshed_bytes: u64,
+    /// Physical memory meshing saves now: the members' bytes less one
+    /// page per group. Already left out of `committed_bytes` and
+    /// `free_slot_bytes` (the slots a member may not use are in another's
+    /// memory).
+    pub mesh_saved_bytes: u64,
     /// Segments held.
     pub segments: u64,
     /// Heaps (threads that allocated, plus abandoned heaps awaiting reuse).
@@ -172,6 +182,8 @@ impl Stats {
         free_slot_bytes: 0,
         hollow_bytes: 0,
         purged_bytes: 0,
+        meshed_bytes: 0,
+        mesh_saved_bytes: 0,
         segments: 0,
         heaps: 0,
         large: ObjectStats {
@@ -270,7 +282,10 @@ impl Stats {
             c.free_slots = c.free_slots.saturating_sub(live);
             small += live * c.slot_size;
         }
-        self.free_slot_bytes = self.free_slot_bytes.saturating_sub(small);
+        self.free_slot_bytes = self
+            .free_slot_bytes
+            .saturating_sub(small + self.mesh_saved_bytes);
+        self.committed_bytes = self.committed_bytes.saturating_sub(self.mesh_saved_bytes);
         let small_req: u64 = self.classes.iter().map(|c| c.live_requested_bytes).sum();
         let small_n: u64 = self.classes.iter().map(|c| c.live_slots).sum();
         self.live_bytes = small + self.large.bytes + self.huge.bytes;

@@ -303,7 +303,7 @@ impl HeapCore {
                 let usable = (*p).has_free()
                     || (*p).capacity() < (*p).reserved
                     || (*p).has_remote()
-                    || (*p).hollow_slots() > 0;
+                    || (*p).can_refill_hollow();
                 (usable, (*p).used(), (*p).next)
             };
             if usable && (best.is_null() || used > best_used) {
@@ -358,6 +358,7 @@ impl HeapCore {
         // this heap, on its class queue or the full list.
         unsafe {
             (*page).verify_empty();
+            self.leave_groups_before_release(l, page);
             let class = (*page).class as usize;
             if (*page).in_full {
                 l.full.remove(page);

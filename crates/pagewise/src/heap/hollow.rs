@@ -80,7 +80,7 @@ impl HeapCore {
     pub(super) unsafe fn refill_hollow(&self, page: *mut Page) -> bool {
         // SAFETY: per the caller.
         let page = unsafe { &mut *page };
-        if page.hollow_slots() == 0 {
+        if !page.can_refill_hollow() {
             return false;
         }
         let hollow = page.hollow_pages() as u64 * os_page() as u64;
@@ -90,6 +90,6 @@ impl HeapCore {
         self.slab_committed.add((newly * os_page()) as u64);
         self.note_peak();
         self.note_fresh(newly * os_page());
-        true
+        page.has_free()
     }
 }

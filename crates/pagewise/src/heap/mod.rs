@@ -21,6 +21,7 @@ pub(crate) mod free;
 pub(crate) mod hollow;
 pub(crate) mod large;
 pub(crate) mod maintenance;
+pub(crate) mod mesh;
 pub(crate) mod remote;
 pub(crate) mod transfer;
 
@@ -132,6 +133,8 @@ pub(crate) struct Local {
     queues: [Queue; CLASSES],
     full: Queue,
     next_maintenance: u64,
+    /// Withheld-slot records of pages with meshed OS pages (`mesh.rs`).
+    pub(crate) records: mesh::Records,
 }
 
 /// Who holds a heap's [`Local`]: the thread that owns the heap (or a
@@ -244,6 +247,7 @@ impl HeapCore {
                 queues: [Queue::EMPTY; CLASSES],
                 full: Queue::EMPTY,
                 next_maintenance: 0,
+                records: mesh::Records::EMPTY,
             }),
             delayed: AtomicPtr::new(null_mut()),
             spans: Spans::locked(),

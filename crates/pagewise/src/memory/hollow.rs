@@ -52,23 +52,34 @@ const _: () = assert!(most_slots() <= MAX_SLOTS);
 
 /// One bit per slot of a page: which are on the free list (on the stack of
 /// the thread hollowing the page: 512 bytes).
-struct SlotSet([u64; MAX_SLOTS / 64]);
+pub struct SlotSet([u64; MAX_SLOTS / 64]);
 
 impl SlotSet {
-    fn new() -> SlotSet {
+    /// No slot.
+    pub fn new() -> SlotSet {
         SlotSet([0; MAX_SLOTS / 64])
     }
 
     /// Adds slot `i`; false if it was there already.
-    fn insert(&mut self, i: usize) -> bool {
+    pub fn insert(&mut self, i: usize) -> bool {
         let (w, bit) = (i / 64, 1u64 << (i % 64));
         let fresh = self.0[w] & bit == 0;
         self.0[w] |= bit;
         fresh
     }
 
-    fn contains(&self, i: usize) -> bool {
+    pub fn contains(&self, i: usize) -> bool {
         self.0[i / 64] & (1 << (i % 64)) != 0
+    }
+
+    /// Removes slot `i`.
+    pub fn remove(&mut self, i: usize) {
+        self.0[i / 64] &= !(1 << (i % 64));
+    }
+
+    /// Slots in the set.
+    pub fn len(&self) -> usize {
+        self.0.iter().map(|w| w.count_ones() as usize).sum()
     }
 
     /// Whether every slot of `first..=last` is in the set.
@@ -78,10 +89,18 @@ impl SlotSet {
 }
 
 impl Page {
-    /// Slots on purged OS pages of this page: neither free nor in use.
+    /// Slots on purged OS pages of this page, and slots withheld for its
+    /// meshed OS pages (`memory/mesh.rs`): neither free nor in use.
     #[inline]
     pub fn hollow_slots(&self) -> u32 {
         self.hollow_slots
+    }
+
+    /// Whether [`Page::refill_hollow`] would carve a slot: some hollow
+    /// slot is not withheld.
+    #[inline]
+    pub fn can_refill_hollow(&self) -> bool {
+        self.hollow_slots > self.withheld_slots
     }
 
     /// OS pages of this page purged while it holds live slots.
@@ -100,6 +119,9 @@ impl Page {
         // SAFETY: a slab page lies in a registered, mapped segment.
         let seg = unsafe { &*Segment::of(segment_base(self.start)) };
         let i = (addr - self.start) / self.slot_size as usize;
+        if self.is_withheld(i) {
+            return true;
+        }
         let (first, n) = self.os_pages_of(seg, i);
         seg.count_committed(first, n) != n
     }
@@ -108,7 +130,7 @@ impl Page {
     /// inside the carved part, and once every slot is carved, the last one
     /// too (its tail past the last slot is never used). The OS page holding
     /// the carve frontier of a page still carving is not.
-    fn carved_os_pages(&self) -> usize {
+    pub(crate) fn carved_os_pages(&self) -> usize {
         let carved = self.capacity() as usize * self.slot_size as usize;
         if self.capacity() == self.reserved {
             carved.div_ceil(os_page())
@@ -118,14 +140,14 @@ impl Page {
     }
 
     /// Slots overlapping OS page `k` of the page (`k` < `carved_os_pages`).
-    fn slots_on(&self, k: usize) -> (usize, usize) {
+    pub(crate) fn slots_on(&self, k: usize) -> (usize, usize) {
         let slot = self.slot_size as usize;
         let last = (((k + 1) * os_page() - 1) / slot).min(self.capacity() as usize - 1);
         (k * os_page() / slot, last)
     }
 
     /// OS pages (first index in the segment, count) slot `i` overlaps.
-    fn os_pages_of(&self, seg: &Segment, i: usize) -> (usize, usize) {
+    pub(crate) fn os_pages_of(&self, seg: &Segment, i: usize) -> (usize, usize) {
         let slot = self.slot_size as usize;
         let begin = self.start + i * slot;
         let first = seg.os_page(begin);
@@ -189,14 +211,16 @@ impl Page {
     /// resident and every slot on it is free.
     fn can_hollow(&self, seg: &Segment, set: &SlotSet, os_page: usize, k: usize) -> bool {
         let (first, last) = self.slots_on(k);
-        seg.count_committed(os_page, 1) == 1 && set.contains_all(first, last)
+        seg.count_committed(os_page, 1) == 1
+            && !seg.is_meshed(os_page)
+            && set.contains_all(first, last)
     }
 
     /// The free list as a set, checked (see [`Page::hollow`]).
     ///
     /// # Safety
     /// As [`Page::hollow`]; the list holds `n` slots.
-    unsafe fn free_set(&self, n: usize) -> SlotSet {
+    pub(crate) unsafe fn free_set(&self, n: usize) -> SlotSet {
         let mut set = SlotSet::new();
         let mut b = self.free;
         for _ in 0..n {
@@ -265,6 +289,10 @@ impl Page {
             let (first, last) = self.slots_on(k);
             // Slots straddling two hollow OS pages are met twice.
             for i in first.max(next_slot)..=last {
+                if self.is_withheld(i) {
+                    // Its bytes on a meshed OS page may be another's.
+                    continue;
+                }
                 let b = (self.start + i * slot) as *mut Block;
                 // SAFETY: a hollow slot of this page (it overlaps a purged OS
                 // page, so it is neither free-listed nor in use), about to be
@@ -281,7 +309,7 @@ impl Page {
             unsafe { (*tail).next = self.free };
             self.free = head;
         }
-        self.hollow_slots = 0;
+        self.hollow_slots = self.withheld_slots;
         self.hollow_pages = 0;
         self.hollow_seen_used = u32::MAX;
         newly
@@ -300,7 +328,7 @@ impl Page {
 ///
 /// # Safety
 /// `b` is a writable slot of two words at least; `tail`, if not null, too.
-unsafe fn link_after(head: &mut *mut Block, tail: &mut *mut Block, b: *mut Block) {
+pub(crate) unsafe fn link_after(head: &mut *mut Block, tail: &mut *mut Block, b: *mut Block) {
     // SAFETY: per the caller.
     unsafe {
         (*b).next = null_mut();

@@ -7,6 +7,7 @@ pub(crate) mod block;
 pub mod budget;
 pub(crate) mod hollow;
 pub mod layout;
+pub(crate) mod mesh;
 pub(crate) mod page;
 pub(crate) mod registry;
 pub(crate) mod remote_word;

@@ -78,6 +78,14 @@ pub struct Page {
     /// OS pages; until fewer are, there is nothing new to find
     /// (`u32::MAX`: not looked at since it was last in use).
     pub(crate) hollow_seen_used: u32,
+    /// Slab: OS pages of the page that are members of mesh groups
+    /// (`memory/mesh.rs`).
+    pub(crate) meshed_pages: u32,
+    /// Slab: slots withheld for meshed OS pages (counted in
+    /// `hollow_slots` too, but never carved again while withheld).
+    pub(crate) withheld_slots: u32,
+    /// Slab: its withheld slots, while it has meshed OS pages (else null).
+    pub(crate) mesh: *mut crate::memory::mesh::Withheld,
     /// Slab: when a visit first found the page out of use (not any
     /// thread's current page) since it last was; 0: not seen so. The
     /// hollowing of its free OS pages waits a decay period from there.
@@ -125,6 +133,9 @@ impl Page {
             hollow_slots: 0,
             hollow_pages: 0,
             hollow_seen_used: u32::MAX,
+            meshed_pages: 0,
+            withheld_slots: 0,
+            mesh: null_mut(),
             out_of_use_since: 0,
             slice_count: 0,
             slice_offset: 0,
@@ -187,6 +198,10 @@ impl Page {
         self.hollow_slots = 0;
         self.hollow_pages = 0;
         self.hollow_seen_used = u32::MAX;
+        debug_assert!(
+            self.mesh.is_null() && self.meshed_pages == 0,
+            "left its groups"
+        );
         self.out_of_use_since = 0;
         self.in_full = false;
         self.heap = heap;

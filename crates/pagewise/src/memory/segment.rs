@@ -71,6 +71,9 @@ pub struct Segment {
     /// bits of its slab pages without the span lock while the purger clears
     /// bits of free spans that share a word.
     pub committed: [AtomicU64; BITMAP_WORDS],
+    /// One bit per OS page: a member of a mesh group (`memory/mesh.rs`).
+    /// Changed only by the heap's owner (or a visitor) under its page lists.
+    meshed: [AtomicU64; BITMAP_WORDS],
     /// Per slice, the slab table: if the slice belongs to a slab page,
     /// `(class + 1) << STATE_SHIFT | page_offset` (the page's byte offset in
     /// the segment, a multiple of 64 KiB, so the low 16 bits are free), else
@@ -274,6 +277,22 @@ impl Segment {
         for_bits(first, n, |w, mask| {
             self.committed[w].fetch_and(!mask, Relaxed);
         });
+    }
+
+    /// Whether OS page `i` is a member of a mesh group.
+    #[inline]
+    pub fn is_meshed(&self, i: usize) -> bool {
+        self.meshed[i / 64].load(Relaxed) & (1 << (i % 64)) != 0
+    }
+
+    /// Marks OS page `i` a member of a mesh group.
+    pub fn set_meshed(&self, i: usize) {
+        self.meshed[i / 64].fetch_or(1 << (i % 64), Relaxed);
+    }
+
+    /// Marks OS page `i` out of any mesh group.
+    pub fn clear_meshed(&self, i: usize) {
+        self.meshed[i / 64].fetch_and(!(1 << (i % 64)), Relaxed);
     }
 
     /// Counts committed OS pages in `first..first+n`.

@@ -164,6 +164,35 @@ impl SharedPages {
         }
     }
 
+    /// Bytes of memory the kernel holds for this source's files now (as
+    /// `fstat` counts their blocks): what the source really uses, shared
+    /// pages counted once.
+    ///
+    /// ```
+    /// use pagewise::{PageSource, SharedPages};
+    /// let pages = SharedPages::new();
+    /// let p = pages.map(1 << 25, 1 << 25).unwrap();
+    /// // SAFETY: our mapping.
+    /// unsafe { p.as_ptr().write(1) };
+    /// assert!(pages.file_bytes() > 0);
+    /// ```
+    pub fn file_bytes(&self) -> u64 {
+        let maps = self.maps.lock();
+        maps.iter()
+            .filter(|m| m.size != 0)
+            .map(|m| {
+                // SAFETY: a zeroed stat is a valid out-parameter.
+                let mut st: libc::stat = unsafe { core::mem::zeroed() };
+                // SAFETY: our fd, our buffer.
+                if unsafe { libc::fstat(m.fd, &mut st) } == 0 {
+                    st.st_blocks as u64 * 512
+                } else {
+                    0
+                }
+            })
+            .sum()
+    }
+
     /// Maps a fresh memfd of `2 * size` bytes, its first half at an
     /// address aligned to `align`.
     fn map_file(&self, size: usize, align: usize) -> Option<(usize, i32)> {
@@ -517,11 +546,15 @@ unsafe impl SharePages for SharedPages {
         .unwrap_or(false)
     }
 
-    unsafe fn leave(&self, member: usize) -> bool {
+    unsafe fn leave(&self, member: usize, keep: bool) -> bool {
         self.with_mapping(member, |m| {
             let i = m.index(member);
             let g = m.group_of(i);
-            if g == 0 || !self.alias(member, m.fd, member - m.base) {
+            let own = member - m.base;
+            if g == 0
+                || keep && !(m.ours() && Self::copy_in(m.fd, member, page(), own))
+                || !self.alias(member, m.fd, own)
+            {
                 return false;
             }
             let g = g as usize - 1;
@@ -636,11 +669,11 @@ mod tests {
         assert_eq!(read(a + 200), 9);
         // SAFETY: nothing on `b` or `a` is live any more.
         unsafe {
-            assert!(s.leave(b));
+            assert!(s.leave(b, false));
             assert_eq!(s.group_of(b), None);
-            assert!(s.leave(a));
+            assert!(s.leave(a, false));
             assert_eq!(read(c + 128), 3, "the group lives while a member does");
-            assert!(s.leave(c));
+            assert!(s.leave(c, false));
         }
         assert_eq!(s.shared(), (0, 0));
         assert_eq!(
@@ -665,12 +698,14 @@ mod tests {
             assert!(s.join(a, b, &[]));
             assert!(!s.join(a, b, &[]), "already a member");
             assert!(!s.join(c, b, &[]), "no group founded at c");
-            assert!(s.leave(a));
+            assert!(s.leave(a, false));
             assert!(!s.share(a), "a's group still has b");
-            assert!(!s.leave(a), "not a member");
-            assert!(s.leave(b));
+            assert!(!s.leave(a, false), "not a member");
+            assert!(s.leave(b, false));
             assert!(s.share(a));
-            assert!(s.leave(a));
+            *(a as *mut u8) = 4;
+            assert!(s.leave(a, true), "keeping its bytes");
+            assert_eq!(read(a), 4);
         }
     }
 
@@ -694,7 +729,7 @@ mod tests {
                 "misaligned"
             );
             assert_eq!(read(p + 2 * page()), 7);
-            assert!(s.leave(p + 2 * page()));
+            assert!(s.leave(p + 2 * page(), false));
             assert!(pages.purge(at(p), 4 * page(), Purge::Free));
         }
         assert_eq!(file_bytes(&pages, p), 0);

@@ -169,13 +169,15 @@ pub unsafe trait SharePages {
     /// at `ranges` hold nothing of its other members; `member` is no group's
     /// member.
     unsafe fn join(&self, founder: usize, member: usize, ranges: &[(usize, usize)]) -> bool;
-    /// Maps `member` back to its own page (zeros), and frees the group's
-    /// physical page if no member is left. False if the kernel refused
-    /// (the page stays a member).
+    /// Maps `member` back to its own page, and frees the group's physical
+    /// page if no member is left. The own page reads as zeros, or, with
+    /// `keep`, as the page read before the call. False if the kernel
+    /// refused (the page stays a member).
     ///
     /// # Safety
-    /// `member` is a member of a group; nothing on it is live any more.
-    unsafe fn leave(&self, member: usize) -> bool;
+    /// `member` is a member of a group; nothing on it is live any more, or
+    /// with `keep`, no thread writes to it during the call.
+    unsafe fn leave(&self, member: usize, keep: bool) -> bool;
     /// The founder of the group the OS page at `addr` is a member of.
     fn group_of(&self, addr: usize) -> Option<usize>;
     /// OS pages that are group members now, and groups (physical pages).
@@ -308,6 +310,36 @@ pub(crate) fn next_hint(size: usize, align: usize) -> usize {
             Err(seen) => cur = seen,
         }
     }
+}
+
+/// Anonymous private memory for pagewise's own tables (zeroed; never the
+/// global allocator), or `None`. Not counted: the tables it serves
+/// (meshing's) are counted where they are used.
+pub(crate) fn map_table(bytes: usize) -> Option<NonNull<u8>> {
+    // SAFETY: no MAP_FIXED: replaces nothing.
+    let p = unsafe {
+        libc::mmap(
+            core::ptr::null_mut(),
+            bytes,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+            -1,
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        return None;
+    }
+    NonNull::new(p.cast())
+}
+
+/// Returns memory of [`map_table`].
+///
+/// # Safety
+/// `p..p+bytes` came from `map_table` and is no longer used.
+pub(crate) unsafe fn unmap_table(p: NonNull<u8>, bytes: usize) {
+    // SAFETY: per the caller.
+    unsafe { libc::munmap(p.as_ptr().cast(), bytes) };
 }
 
 /// Milliseconds on the decay timer's clock ([`CLOCK`]).

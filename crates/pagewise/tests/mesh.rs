@@ -1,0 +1,232 @@
+//! Meshing (issue 12, part 2) on an owned heap over `SharedPages`: when one
+//! object of each OS page survives, no page-granular release helps, and
+//! `Heap::mesh` must reach at least three times the utilization the heap
+//! has without it, measured by the kernel (the blocks of the heap's memfd
+//! files), with every survivor's bytes intact; meshed pages must leave
+//! their groups as their objects go, and what they free must be reusable.
+#![cfg(target_os = "linux")]
+
+use pagewise::{Heap, SharedPages};
+use std::alloc::Layout;
+use std::ptr::NonNull;
+
+fn os_page() -> usize {
+    pagewise::layout::os_page()
+}
+
+/// A small xorshift, so the survivors' offsets are random but repeatable.
+struct Rng(u64);
+impl Rng {
+    fn below(&mut self, n: usize) -> usize {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        (self.0 % n as u64) as usize
+    }
+}
+
+struct Survivor {
+    p: NonNull<u8>,
+    layout: Layout,
+    tag: u8,
+}
+
+impl Survivor {
+    fn write(&self) {
+        // SAFETY: a live block of `layout.size()` bytes.
+        unsafe { std::ptr::write_bytes(self.p.as_ptr(), self.tag, self.layout.size()) };
+    }
+    fn intact(&self) -> bool {
+        // SAFETY: as above.
+        unsafe { std::slice::from_raw_parts(self.p.as_ptr(), self.layout.size()) }
+            .iter()
+            .all(|&b| b == self.tag)
+    }
+}
+
+/// Every size of 16-256 B (one per size class there): `pages` OS pages of
+/// objects each, of which one per OS page, at a random slot, survives.
+fn one_survivor_per_os_page(heap: &Heap<SharedPages>, pages: usize, seed: u64) -> Vec<Survivor> {
+    let mut rng = Rng(seed);
+    let mut kept = Vec::new();
+    for size in (16..=128).step_by(16).chain([160, 192, 224, 256]) {
+        let layout = Layout::from_size_align(size, 8).unwrap();
+        let blocks: Vec<NonNull<u8>> = (0..pages * os_page() / size)
+            .map(|_| heap.allocate(layout).unwrap().cast())
+            .collect();
+        // Group by the OS page each block starts in, keep one at random.
+        let mut by_page: std::collections::BTreeMap<usize, Vec<NonNull<u8>>> = Default::default();
+        for p in blocks {
+            by_page
+                .entry(p.as_ptr() as usize / os_page())
+                .or_default()
+                .push(p);
+        }
+        for (_, ps) in by_page {
+            let keep = rng.below(ps.len());
+            for (i, p) in ps.into_iter().enumerate() {
+                if i == keep {
+                    let s = Survivor {
+                        p,
+                        layout,
+                        tag: (kept.len() % 251 + 1) as u8,
+                    };
+                    s.write();
+                    kept.push(s);
+                } else {
+                    // SAFETY: allocated above with `layout`, freed once.
+                    unsafe { heap.deallocate(p, layout) };
+                }
+            }
+        }
+    }
+    kept
+}
+
+fn live_bytes(kept: &[Survivor]) -> u64 {
+    kept.iter().map(|s| s.layout.size() as u64).sum()
+}
+
+fn all_intact(kept: &[Survivor]) -> bool {
+    kept.iter().all(Survivor::intact)
+}
+
+/// OS pages per size class: 1 MiB of them, at least 16.
+fn pages() -> usize {
+    ((1 << 20) / os_page()).max(16)
+}
+
+fn heap() -> Heap<SharedPages> {
+    Heap::with_source(SharedPages::new(), Default::default())
+}
+
+#[test]
+fn one_survivor_per_os_page_meshes_to_three_times_the_utilization() {
+    let heap = heap();
+    let kept = one_survivor_per_os_page(&heap, pages(), 0x5eed);
+    heap.trim();
+    assert!(all_intact(&kept));
+    let live = live_bytes(&kept);
+    let before = heap.source().file_bytes();
+    // SAFETY: this thread is the heap's only user.
+    let joined = unsafe { heap.mesh() };
+    let after = heap.source().file_bytes();
+    assert!(all_intact(&kept), "a survivor lost its bytes");
+    let s = heap.stats();
+    let (u0, u1) = (live as f64 / before as f64, live as f64 / after as f64);
+    eprintln!(
+        "live {live} B; memory {before} -> {after} B; utilization {u0:.3} -> {u1:.3} ({:.1}x); \
+         {joined} OS pages joined; stats: meshed {} B, saved {} B",
+        u1 / u0,
+        s.meshed_bytes,
+        s.mesh_saved_bytes
+    );
+    assert!(u1 >= 3.0 * u0, "utilization {u0:.3} -> {u1:.3}");
+    assert_eq!(s.meshed_bytes, (joined * os_page()) as u64);
+    // The stats' committed bytes follow the kernel's count (within the
+    // pages read but never written, such as header pages).
+    let saved_by_kernel = before - after;
+    assert!(
+        s.mesh_saved_bytes.abs_diff(saved_by_kernel) <= saved_by_kernel / 20,
+        "stats say {} B saved, the kernel {saved_by_kernel} B",
+        s.mesh_saved_bytes
+    );
+}
+
+#[test]
+fn meshed_pages_leave_their_groups_as_their_objects_go() {
+    let heap = heap();
+    let mut kept = one_survivor_per_os_page(&heap, pages() / 4, 7);
+    // SAFETY: this thread is the heap's only user.
+    assert!(unsafe { heap.mesh() } > 0);
+    let meshed = heap.stats().meshed_bytes;
+    assert!(meshed > 0);
+    // Free every other survivor: their pages leave at the next pass; the
+    // others keep their bytes.
+    let mut i = 0;
+    kept.retain(|s| {
+        i += 1;
+        if i % 2 == 0 {
+            // SAFETY: a live block, freed once.
+            unsafe { heap.deallocate(s.p, s.layout) };
+        }
+        i % 2 == 1
+    });
+    // SAFETY: as above.
+    unsafe { heap.mesh() };
+    assert!(all_intact(&kept));
+    let half = heap.stats().meshed_bytes;
+    assert!(half < meshed, "{half} of {meshed} B still meshed");
+    for s in kept.drain(..) {
+        // SAFETY: a live block, freed once.
+        unsafe { heap.deallocate(s.p, s.layout) };
+    }
+    heap.trim();
+    let s = heap.stats();
+    assert_eq!((s.meshed_bytes, s.mesh_saved_bytes), (0, 0));
+    assert_eq!(s.committed_bytes, 0, "{s:?}");
+    assert_eq!(s.live_bytes, 0);
+}
+
+#[test]
+fn slots_freed_on_meshed_pages_are_reused_without_touching_other_members() {
+    let heap = heap();
+    let mut kept = one_survivor_per_os_page(&heap, pages() / 4, 99);
+    // SAFETY: this thread is the heap's only user.
+    assert!(unsafe { heap.mesh() } > 0);
+    // Churn: free a survivor, allocate the same size, write it; the others
+    // must never see a byte of it.
+    for round in 0..kept.len() {
+        let s = kept.swap_remove(round % kept.len());
+        // SAFETY: a live block, freed once.
+        unsafe { heap.deallocate(s.p, s.layout) };
+        let p = heap.allocate(s.layout).unwrap().cast();
+        let fresh = Survivor {
+            p,
+            layout: s.layout,
+            tag: s.tag.wrapping_add(1).max(1),
+        };
+        fresh.write();
+        kept.push(fresh);
+        if round % 64 == 0 {
+            assert!(all_intact(&kept), "round {round}");
+        }
+    }
+    // And more objects than were freed, which need fresh slots.
+    let layout = Layout::from_size_align(48, 8).unwrap();
+    for i in 0..4 * os_page() / 48 {
+        let s = Survivor {
+            p: heap.allocate(layout).unwrap().cast(),
+            layout,
+            tag: (i % 200 + 3) as u8,
+        };
+        s.write();
+        kept.push(s);
+    }
+    assert!(all_intact(&kept));
+    // SAFETY: as above.
+    unsafe { heap.mesh() };
+    assert!(all_intact(&kept));
+    for s in kept {
+        // SAFETY: a live block, freed once.
+        unsafe { heap.deallocate(s.p, s.layout) };
+    }
+    heap.trim();
+    assert_eq!(heap.stats().committed_bytes, 0);
+}
+
+#[test]
+fn a_heap_whose_source_cannot_share_pages_does_not_mesh() {
+    let heap = Heap::with_source(pagewise::FakePages::new(), Default::default());
+    let l = Layout::from_size_align(64, 8).unwrap();
+    let ps: Vec<_> = (0..1024).map(|_| heap.allocate(l).unwrap()).collect();
+    for p in ps.iter().skip(1) {
+        // SAFETY: allocated above with `l`, freed once.
+        unsafe { heap.deallocate(p.cast(), l) };
+    }
+    // SAFETY: this thread is the heap's only user.
+    assert_eq!(unsafe { heap.mesh() }, 0);
+    assert_eq!(heap.stats().meshed_bytes, 0);
+    // SAFETY: as above.
+    unsafe { heap.deallocate(ps[0].cast(), l) };
+}
