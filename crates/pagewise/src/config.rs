@@ -9,6 +9,7 @@
 //! | `PAGEWISE_PURGE` | [`Config::purge`] | `dontneed` | `dontneed` (RSS drops at once) or `free` (MADV_FREE) |
 //! | `PAGEWISE_BACKGROUND` | [`Config::background`] | `1` | a background thread purges expired memory of idle threads |
 //! | `PAGEWISE_RESERVE` | [`Config::reservation_bytes`] | 1G | address space mapped at a time (at least 32 MiB) |
+//! | `PAGEWISE_MESH` | [`Config::mesh`] | `0` | the global allocator meshes sparse pages (Linux; docs/design.md, "Meshing") |
 //!
 //! Sizes accept `64M`, `64MB`, `64MiB`, `1.5G` (binary units, [`parse`]);
 //! `-1` means none for sizes and never for `PAGEWISE_DECAY_MS`. A malformed
@@ -18,7 +19,7 @@
 //!
 //! The same settings can be given as one string, `key:value` entries
 //! separated by commas, with the short names of [`Setting`] (`decay_ms`,
-//! `retain_max`, `limit`, `purge`, `background`, `reserve`): in the
+//! `retain_max`, `limit`, `purge`, `background`, `reserve`, `mesh`): in the
 //! `PAGEWISE_CONF` variable, and embedded in a program as the symbol
 //! `const char *pagewise_conf` ([`pagewise_conf`]). Precedence, lowest first:
 //! the defaults, the embedded string, `PAGEWISE_CONF`, the separate
@@ -123,6 +124,19 @@ pub struct Config {
     pub background: bool,
     /// Address space mapped per reservation.
     pub reservation_bytes: usize,
+    /// Whether the global allocator meshes (`PAGEWISE_MESH=1`; Linux):
+    /// its memory then comes from memfd files mapped shared, and the
+    /// background purger makes OS pages of one size class whose live slots
+    /// sit at different offsets share one physical page (docs/design.md,
+    /// "Meshing"). Read once, before the first allocation. Two hazards
+    /// make it opt-in: a system call that writes into an object while its
+    /// page is being copied (a few microseconds) fails with `EFAULT`, and
+    /// a program that replaces the SIGSEGV handler removes the barrier
+    /// that makes other writers wait. Each `fork()` copies the heap for the
+    /// child while the parent waits. An owned [`Heap`](crate::Heap) meshes
+    /// when its page source can share pages
+    /// (`SharedPages`), through `Heap::mesh`, whatever this says.
+    pub mesh: bool,
 }
 
 impl Config {
@@ -134,6 +148,7 @@ impl Config {
         purge: Purge::DontNeed,
         background: true,
         reservation_bytes: 1 << 30,
+        mesh: false,
     };
 
     /// The defaults, overridden by the embedded [`pagewise_conf`]

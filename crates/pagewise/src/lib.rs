@@ -61,7 +61,7 @@ mod runtime;
 pub mod stats;
 pub(crate) mod sync;
 
-pub use global::allocator::{stats, trim, usable_size, Pagewise};
+pub use global::allocator::{mesh, stats, trim, usable_size, Pagewise};
 pub use global::{purger, raw, thread};
 pub use memory::{budget, layout, size_class};
 pub use os::source;

@@ -34,6 +34,7 @@ pub(crate) struct LiveConfig {
     purge: AtomicU8,
     background: AtomicBool,
     reservation_bytes: AtomicUsize,
+    mesh: AtomicBool,
 }
 
 impl LiveConfig {
@@ -46,6 +47,7 @@ impl LiveConfig {
             purge: AtomicU8::new(c.purge as u8),
             background: AtomicBool::new(c.background),
             reservation_bytes: AtomicUsize::new(c.reservation_bytes),
+            mesh: AtomicBool::new(c.mesh),
         }
     }
 
@@ -58,6 +60,7 @@ impl LiveConfig {
             purge: self.purge(),
             background: self.background.load(SeqCst),
             reservation_bytes: self.reservation_bytes.load(SeqCst),
+            mesh: self.mesh.load(SeqCst),
         }
     }
 
@@ -69,6 +72,7 @@ impl LiveConfig {
         self.purge.store(c.purge as u8, SeqCst);
         self.background.store(c.background, SeqCst);
         self.reservation_bytes.store(c.reservation_bytes, SeqCst);
+        self.mesh.store(c.mesh, SeqCst);
     }
 
     /// `Config::decay_ms`.
@@ -154,6 +158,7 @@ pub fn get(name: &str) -> Result<i64, OptionError> {
             Setting::Reserve => c.reservation_bytes as i64,
             Setting::Purge => (c.purge == Purge::Free) as i64,
             Setting::Background => c.background as i64,
+            Setting::Mesh => crate::global::heaps::meshing() as i64,
         },
     )
 }
@@ -176,7 +181,10 @@ static SETTING: crate::sync::lock::Locked<()> = crate::sync::lock::Locked::new((
 /// ```
 pub fn set(name: &str, value: &str) -> Result<(), OptionError> {
     let setting = Setting::from_name(name.as_bytes()).ok_or(OptionError::Unknown)?;
-    if matches!(setting, Setting::Purge | Setting::Background) {
+    if matches!(
+        setting,
+        Setting::Purge | Setting::Background | Setting::Mesh
+    ) {
         return Err(OptionError::FixedAtStart);
     }
     let _one_at_a_time = SETTING.lock();

@@ -147,6 +147,11 @@ pub struct Stats {
     /// `free_slot_bytes` (the slots a member may not use are in another's
     /// memory).
     pub mesh_saved_bytes: u64,
+    /// Stores that waited for a meshed page's copy (the write barrier of
+    /// the global allocator), and the longest such wait in microseconds.
+    pub mesh_waits: u64,
+    /// See `mesh_waits`.
+    pub mesh_longest_wait_us: u64,
     /// Segments held.
     pub segments: u64,
     /// Heaps (threads that allocated, plus abandoned heaps awaiting reuse).
@@ -184,6 +189,8 @@ impl Stats {
         purged_bytes: 0,
         meshed_bytes: 0,
         mesh_saved_bytes: 0,
+        mesh_waits: 0,
+        mesh_longest_wait_us: 0,
         segments: 0,
         heaps: 0,
         large: ObjectStats {

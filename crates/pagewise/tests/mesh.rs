@@ -6,7 +6,7 @@
 //! their groups as their objects go, and what they free must be reusable.
 #![cfg(target_os = "linux")]
 
-use pagewise::{Heap, SharedPages};
+use pagewise::{Heap, PageSource, SharedPages};
 use std::alloc::Layout;
 use std::ptr::NonNull;
 
@@ -229,4 +229,105 @@ fn a_heap_whose_source_cannot_share_pages_does_not_mesh() {
     assert_eq!(heap.stats().meshed_bytes, 0);
     // SAFETY: as above.
     unsafe { heap.deallocate(ps[0].cast(), l) };
+}
+
+/// A page source whose joins fail after copying (as when the kernel
+/// refuses the remap at its mapping limit): the copy leaves the member's
+/// bytes in the founder's free slots.
+struct JoinsFailLate(SharedPages);
+
+// SAFETY: forwards to `SharedPages`, which upholds the contract.
+unsafe impl pagewise::PageSource for JoinsFailLate {
+    fn map(&self, size: usize, align: usize) -> Option<NonNull<u8>> {
+        self.0.map(size, align)
+    }
+    unsafe fn unmap(&self, ptr: NonNull<u8>, size: usize) {
+        // SAFETY: forwarded.
+        unsafe { self.0.unmap(ptr, size) }
+    }
+    unsafe fn purge(&self, ptr: NonNull<u8>, size: usize, how: pagewise::Purge) -> bool {
+        // SAFETY: forwarded.
+        unsafe { self.0.purge(ptr, size, how) }
+    }
+    fn now_ms(&self) -> u64 {
+        self.0.now_ms()
+    }
+    fn syscalls(&self) -> pagewise::SyscallCounts {
+        self.0.syscalls()
+    }
+    fn sharing(&self) -> Option<&dyn pagewise::source::SharePages> {
+        Some(self)
+    }
+}
+
+// SAFETY: forwards, except that `join` scribbles where the copy would
+// have written and then reports failure, which the contract allows (the
+// group's bytes at those ranges belong to no other member).
+unsafe impl pagewise::source::SharePages for JoinsFailLate {
+    unsafe fn share(&self, founder: usize) -> bool {
+        // SAFETY: forwarded.
+        unsafe { self.0.sharing().unwrap().share(founder) }
+    }
+    unsafe fn join(&self, founder: usize, _member: usize, ranges: &[(usize, usize)]) -> bool {
+        for &(off, len) in ranges {
+            // SAFETY: the founder shows the group page; these bytes hold no
+            // member's object (the caller's contract).
+            unsafe { std::ptr::write_bytes((founder + off) as *mut u8, 0xab, len) };
+        }
+        false
+    }
+    unsafe fn leave(&self, member: usize, keep: bool) -> bool {
+        // SAFETY: forwarded.
+        unsafe { self.0.sharing().unwrap().leave(member, keep) }
+    }
+    fn group_of(&self, addr: usize) -> Option<usize> {
+        self.0.sharing().unwrap().group_of(addr)
+    }
+    fn shared(&self) -> (usize, usize) {
+        self.0.sharing().unwrap().shared()
+    }
+}
+
+#[test]
+fn a_group_that_comes_to_nothing_gives_its_pages_back_intact() {
+    let heap = Heap::with_source(JoinsFailLate(SharedPages::new()), Default::default());
+    let layout = Layout::from_size_align(64, 8).unwrap();
+    let per_page = os_page() / 64;
+    let blocks: Vec<NonNull<u8>> = (0..64 * per_page)
+        .map(|_| heap.allocate(layout).unwrap().cast())
+        .collect();
+    let mut kept = Vec::new();
+    for (i, p) in blocks.into_iter().enumerate() {
+        if i % per_page == (i / per_page) % per_page {
+            let s = Survivor {
+                p,
+                layout,
+                tag: (i % 250 + 1) as u8,
+            };
+            s.write();
+            kept.push(s);
+        } else {
+            // SAFETY: allocated above, freed once.
+            unsafe { heap.deallocate(p, layout) };
+        }
+    }
+    // SAFETY: this thread is the heap's only user.
+    assert_eq!(unsafe { heap.mesh() }, 0, "every join fails");
+    assert!(all_intact(&kept));
+    assert_eq!(heap.stats().meshed_bytes, 0);
+    // Every slot is usable again, each holding the page key.
+    for i in 0..60 * per_page {
+        let s = Survivor {
+            p: heap.allocate(layout).unwrap().cast(),
+            layout,
+            tag: (i % 200 + 5) as u8,
+        };
+        s.write();
+        kept.push(s);
+    }
+    assert!(all_intact(&kept));
+    for s in kept {
+        // SAFETY: live, freed once.
+        unsafe { heap.deallocate(s.p, s.layout) };
+    }
 }

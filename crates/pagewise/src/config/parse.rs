@@ -126,17 +126,20 @@ pub enum Setting {
     Background,
     /// `reserve`, `PAGEWISE_RESERVE`: [`Config::reservation_bytes`].
     Reserve,
+    /// `mesh`, `PAGEWISE_MESH`: [`Config::mesh`].
+    Mesh,
 }
 
 impl Setting {
     /// Every setting, in the order the environment is read.
-    pub const ALL: [Setting; 6] = [
+    pub const ALL: [Setting; 7] = [
         Setting::DecayMs,
         Setting::RetainMax,
         Setting::Limit,
         Setting::Purge,
         Setting::Background,
         Setting::Reserve,
+        Setting::Mesh,
     ];
 
     /// Its short name (`PAGEWISE_CONF`, [`crate::options`]).
@@ -148,6 +151,7 @@ impl Setting {
             Setting::Purge => "purge",
             Setting::Background => "background",
             Setting::Reserve => "reserve",
+            Setting::Mesh => "mesh",
         }
     }
 
@@ -160,6 +164,7 @@ impl Setting {
             Setting::Purge => b"PAGEWISE_PURGE\0",
             Setting::Background => b"PAGEWISE_BACKGROUND\0",
             Setting::Reserve => b"PAGEWISE_RESERVE\0",
+            Setting::Mesh => b"PAGEWISE_MESH\0",
         }
     }
 
@@ -185,6 +190,7 @@ impl Setting {
             Setting::Purge => "dontneed or free",
             Setting::Background => "1 or 0",
             Setting::Reserve => "a size of at least 32M (a segment) such as 1G or 256MiB",
+            Setting::Mesh => "1 or 0",
         }
     }
 
@@ -216,6 +222,7 @@ impl Setting {
             }
             Setting::Purge => c.purge = parse_purge(value).ok_or(refused)?,
             Setting::Background => c.background = parse_bool(value).ok_or(refused)?,
+            Setting::Mesh => c.mesh = parse_bool(value).ok_or(refused)?,
             Setting::Reserve => {
                 c.reservation_bytes = parse_size(value)
                     .and_then(|v| usize::try_from(v).ok())

@@ -156,6 +156,36 @@ pub fn trim() {
     });
 }
 
+/// Meshes now: first what [`trim`] does, then a mesh pass over every
+/// thread heap (docs/design.md, "Meshing"): OS pages of one size class
+/// whose live slots sit at different offsets come to share one physical
+/// page. Only with `PAGEWISE_MESH=1` (Linux); the background purger makes
+/// such a pass once per decay period anyway. Other threads may go on
+/// writing: a store to a page while it is copied waits for the copy.
+/// Returns the OS pages that joined groups (0 when the global allocator
+/// does not mesh).
+///
+/// ```
+/// // Without `PAGEWISE_MESH=1` nothing meshes.
+/// # if std::env::var_os("PAGEWISE_MESH").is_none() {
+/// assert_eq!(pagewise::mesh(), 0);
+/// assert_eq!(pagewise::stats().meshed_bytes, 0);
+/// # }
+/// ```
+pub fn mesh() -> usize {
+    if !heaps::meshing() {
+        return 0;
+    }
+    trim();
+    let mut joined = 0;
+    heaps::visit_all(core::ptr::null(), heaps::Busy::Wait, |h, l, _| {
+        // SAFETY: `visit_all` hands over the page lists; other threads'
+        // stores wait in the barrier while a page is copied.
+        joined += unsafe { h.mesh_pass(l) };
+    });
+    joined
+}
+
 /// A snapshot of the global allocator's counters. Slots other threads
 /// freed count as free at once, whichever heap they went to.
 ///
@@ -180,7 +210,16 @@ pub fn stats() -> Stats {
         // remote lists: counted free from there.
         s.add_pending_frees(&h.pending_remote(l));
     });
-    s.syscalls = crate::os::source::PageSource::syscalls(&crate::global::heaps::SYSTEM);
+    s.syscalls = heaps::source().syscalls();
+    #[cfg(target_os = "linux")]
+    if heaps::meshing() {
+        use crate::os::source::SharePages;
+        let (pages, groups) = heaps::SHARED.shared();
+        let page = crate::memory::layout::os_page();
+        s.meshed_bytes = (pages * page) as u64;
+        s.mesh_saved_bytes = (pages.saturating_sub(groups) * page) as u64;
+        (s.mesh_waits, s.mesh_longest_wait_us) = crate::os::barrier::waits();
+    }
     {
         // Hold the reservation lock while peeking at current pages, so no
         // trim can unmap a segment under us (spans are locked per heap later,

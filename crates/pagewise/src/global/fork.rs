@@ -57,9 +57,19 @@ extern "C" fn prepare() {
     for class in 0..CLASSES {
         lock::hold(transfer::GLOBAL.lock_of(class));
     }
+    // Last: the heap becomes read-only until the child has its own copy
+    // (a meshing heap's memory is shared with the child otherwise).
+    #[cfg(target_os = "linux")]
+    if crate::global::heaps::meshing() {
+        crate::global::heaps::SHARED.fork_prepare();
+    }
 }
 
 extern "C" fn parent() {
+    #[cfg(target_os = "linux")]
+    if crate::global::heaps::meshing() {
+        crate::global::heaps::SHARED.fork_parent();
+    }
     // SAFETY: this thread took each lock in `prepare`.
     unsafe {
         for class in 0..CLASSES {
@@ -76,6 +86,10 @@ extern "C" fn parent() {
 }
 
 extern "C" fn child() {
+    #[cfg(target_os = "linux")]
+    if crate::global::heaps::meshing() {
+        crate::global::heaps::SHARED.fork_child();
+    }
     // SAFETY: in the child only this thread exists.
     unsafe {
         for class in 0..CLASSES {

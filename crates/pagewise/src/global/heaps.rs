@@ -32,10 +32,49 @@ use crate::os::source::{PageSource, SystemPages};
 use crate::sync::lock::Locked;
 use crate::sync::word::Word;
 use core::ptr::null_mut;
-use core::sync::atomic::{AtomicPtr, Ordering::*};
+use core::sync::atomic::{AtomicPtr, AtomicU8, Ordering::*};
 
 /// The page source of the global allocator.
 pub static SYSTEM: SystemPages = SystemPages::new();
+/// Its page source when it meshes (`PAGEWISE_MESH=1`): memfd files mapped
+/// shared, copied for a forked child by the fork handlers.
+#[cfg(target_os = "linux")]
+pub static SHARED: crate::os::shared::SharedPages = crate::os::shared::SharedPages::inherited();
+/// Whether the global allocator meshes: 0 until its first heap is made,
+/// then 1 (no) or 2 (yes), for the life of the process.
+static MESH_MODE: AtomicU8 = AtomicU8::new(0);
+
+/// Whether the global allocator meshes (`PAGEWISE_MESH=1` on Linux, read
+/// when its first heap is made).
+pub fn meshing() -> bool {
+    match MESH_MODE.load(Acquire) {
+        0 => decide_meshing(),
+        mode => mode == 2,
+    }
+}
+
+#[cold]
+fn decide_meshing() -> bool {
+    #[cfg(target_os = "linux")]
+    let want =
+        config().mesh && crate::os::barrier::install(crate::memory::registry::in_shared_segment);
+    #[cfg(not(target_os = "linux"))]
+    let want = false;
+    let mode = if want { 2 } else { 1 };
+    match MESH_MODE.compare_exchange(0, mode, AcqRel, Acquire) {
+        Ok(_) => want,
+        Err(decided) => decided == 2,
+    }
+}
+
+/// The page source of the global allocator's heaps.
+pub fn source() -> &'static dyn PageSource {
+    #[cfg(target_os = "linux")]
+    if meshing() {
+        return &SHARED;
+    }
+    &SYSTEM
+}
 /// Its reservations.
 pub static RESERVATIONS: Locked<Reservations> = Locked::new(Reservations::new());
 /// Every thread heap ever made (push-only list; heaps are reused, never freed).
@@ -155,7 +194,7 @@ fn create() -> Option<*mut HeapCore> {
     unsafe {
         HeapCore::init_at(
             at,
-            &SYSTEM as &dyn PageSource as *const dyn PageSource,
+            source() as *const dyn PageSource,
             &RESERVATIONS,
             &crate::memory::budget::GLOBAL,
             config(),

@@ -141,6 +141,7 @@ pub fn running() -> bool {
 }
 
 extern "C" fn run(_: *mut libc::c_void) -> *mut libc::c_void {
+    let mut next_mesh = 0;
     loop {
         // Read each pass: `options::set` may change the delay.
         sleep_ms((thread::config().decay_ms / 4).clamp(10, 1000));
@@ -165,6 +166,16 @@ extern "C" fn run(_: *mut libc::c_void) -> *mut libc::c_void {
                 h.purge_expired(false);
             }
         });
+        if heaps::meshing() && now >= next_mesh {
+            // Once per decay period, after the visits above have hollowed
+            // what can simply be purged.
+            heaps::visit_all(core::ptr::null(), heaps::Busy::Skip, |h, l, _| {
+                // SAFETY: `visit_all` hands over the page lists; other
+                // threads' stores wait in the barrier during a copy.
+                unsafe { h.mesh_pass(l) };
+            });
+            next_mesh = now.saturating_add(thread::config().decay_ms);
+        }
     }
 }
 

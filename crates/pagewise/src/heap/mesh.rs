@@ -288,9 +288,10 @@ impl HeapCore {
     /// groups.
     ///
     /// # Safety
-    /// Owner only, with the page lists held; no thread writes to memory
-    /// of this heap during the call (a store to a page being copied would
-    /// be lost).
+    /// The page lists are held (by the owner or a visitor); no thread
+    /// writes to memory of this heap during the call (a store to a page
+    /// being copied would be lost) unless the write barrier's handler is
+    /// installed (`os/barrier.rs`), which makes such a store wait.
     pub(crate) unsafe fn mesh_pass(&self, l: &mut Local) -> usize {
         let Some(sharing) = self.source().sharing() else {
             return 0;
@@ -404,12 +405,17 @@ impl HeapCore {
             }
             i = end;
         }
-        // 2. Share and join.
+        // 2. Share and join, one group at a time under the barrier (other
+        //    threads' stores to a page being copied wait).
         let mut joined = 0;
         for g in 0..s.ngroups as u32 {
             if s.group(g).members >= 2 {
+                let barrier = raise_barrier();
                 // SAFETY: per the caller.
                 joined += unsafe { make_group(s, g, sharing) };
+                if barrier {
+                    lower_barrier();
+                }
             }
         }
         // 3. Pages whose planned OS pages did not all join get the slots
@@ -471,6 +477,22 @@ impl HeapCore {
     }
 }
 
+/// Raises the write barrier if its handler is installed (the global
+/// allocator meshes); says whether it did.
+fn raise_barrier() -> bool {
+    #[cfg(target_os = "linux")]
+    if crate::os::barrier::installed() {
+        crate::os::barrier::raise();
+        return true;
+    }
+    false
+}
+
+fn lower_barrier() {
+    #[cfg(target_os = "linux")]
+    crate::os::barrier::lower();
+}
+
 /// Sets or clears the `meshed` bit of a candidate's OS page.
 fn mark_meshed(c: &Candidate, on: bool) {
     let addr = c.addr();
@@ -483,31 +505,34 @@ fn mark_meshed(c: &Candidate, on: bool) {
     }
 }
 
-/// Shares the first member of group `g` that is not failed and joins the
-/// others to it; a member that cannot join is marked failed (and its bit
-/// cleared). Returns the OS pages that joined, the founder included.
+/// Shares the first member of group `g` that can found it (a page whose
+/// earlier group still has members cannot) and joins the others to it; a
+/// member that cannot join is marked failed (and its bit cleared). Returns
+/// the OS pages that joined, the founder included.
 ///
 /// # Safety
 /// As [`HeapCore::mesh_pass`]; the members' slots are withheld.
 unsafe fn make_group(s: &mut Scratch, g: u32, sharing: &dyn SharePages) -> usize {
+    let mut founder = NONE;
     let mut m = s.group(g).first;
-    while m != NONE && s.plan(m).failed {
+    while m != NONE {
+        // SAFETY: per the caller.
+        if !s.plan(m).failed && unsafe { sharing.share(s.cand(m).addr()) } {
+            founder = m;
+            break;
+        }
         m = s.plan(m).next;
     }
-    if m == NONE {
-        return 0;
-    }
-    let founder = m;
-    // SAFETY: per the caller.
-    if !unsafe { sharing.share(s.cand(founder).addr()) } {
-        fail_from(s, founder);
+    if founder == NONE {
+        let first = s.group(g).first;
+        fail_from(s, first);
         return 0;
     }
     let mut joined = 1;
-    let mut m = s.plan(founder).next;
+    let mut m = s.group(g).first;
     while m != NONE {
         let c = *s.cand(m);
-        if !s.plan(m).failed {
+        if m != founder && !s.plan(m).failed {
             // SAFETY: `ranges` has room for every position of an OS page.
             let ranges = unsafe { core::slice::from_raw_parts_mut(s.ranges, MAX_POSITIONS) };
             // SAFETY: a slab page of this heap.
@@ -524,8 +549,11 @@ unsafe fn make_group(s: &mut Scratch, g: u32, sharing: &dyn SharePages) -> usize
         m = s.plan(m).next;
     }
     if joined == 1 {
-        // Alone: not worth a group; its bytes go back to its own page.
-        // SAFETY: no member joined, so the group page holds only its bytes.
+        // Alone: not worth a group; the group page's bytes go back to the
+        // founder's own page (with whatever a member that failed after
+        // its copy left in the founder's free slots: their keys are
+        // rewritten by `restore_unmeshed`).
+        // SAFETY: the founder's live slots are where they were.
         if unsafe { sharing.leave(s.cand(founder).addr(), true) } {
             mark_meshed(&s.cand(founder).clone(), false);
             s.plan(founder).failed = true;

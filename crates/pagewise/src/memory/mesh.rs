@@ -310,10 +310,15 @@ impl Page {
 
     /// After `failed` OS pages planned for groups did not join (their
     /// `meshed` bits cleared again): the slots withheld for them that are on
-    /// no meshed page any more go back on the free list (or are hollow).
+    /// no meshed page any more go back on the free list (or are hollow),
+    /// with the page key rewritten: a page that founded a group that came
+    /// to nothing got its bytes back from the group page, where a member
+    /// that failed late may have copied its objects over those slots.
     ///
     /// # Safety
-    /// As [`Page::mesh_candidates`]; the failed pages were never remapped.
+    /// As [`Page::mesh_candidates`]; the failed pages show their own bytes
+    /// again (never remapped, or back on their own page with its live
+    /// slots' bytes).
     pub unsafe fn restore_unmeshed(&mut self, failed: u32) {
         let free = self
             .free_slots()
@@ -326,10 +331,14 @@ impl Page {
             if self.is_withheld(i) && !self.on_meshed(seg, i) {
                 // SAFETY: the record is this page's.
                 unsafe { (*self.mesh).remove(i) };
-                // Withheld from the free list or from hollow: the memory
-                // was not remapped, so a free slot's link is intact only if
-                // it is rewritten, which `relink_usable` does.
-                set.insert(i);
+                if !self.on_uncommitted(seg, i) {
+                    let b = (self.start + i * self.slot_size as usize) as *mut Block;
+                    // SAFETY: a slot of this page, not in use, on its own
+                    // resident memory: its link (rewritten by
+                    // `relink_usable`) and key are ours to write.
+                    unsafe { Block::mark_in_page(b) };
+                    set.insert(i);
+                }
             }
         }
         self.meshed_pages -= failed;

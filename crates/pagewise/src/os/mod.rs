@@ -1,6 +1,8 @@
 //! The OS layer: every system call pagewise makes is in this folder.
 //! Everything above it is policy, tested against [`source::FakePages`].
 
+#[cfg(target_os = "linux")]
+pub(crate) mod barrier;
 pub(crate) mod protect;
 pub(crate) mod random;
 #[cfg(target_os = "linux")]

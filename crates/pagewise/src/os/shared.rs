@@ -22,23 +22,36 @@
 //! pages as well: `MADV_DONTNEED` alone does not free the pages of a shared
 //! file mapping.
 //!
-//! Every alias splits the kernel's mapping, and `vm.max_map_count` (65,530
-//! by default) bounds the mappings of a process: shared OS pages are
-//! capped at a third of it, process-wide, as Mesh does after crashing at
-//! the limit (plasma-umass/Mesh issues 37 and 91).
+//! Every alias splits the kernel's mapping (into three, for a page alone),
+//! and `vm.max_map_count` (65,530 by default) bounds the mappings of a
+//! process: shared OS pages are capped at a sixth of it, process-wide, so
+//! they take at most a third, as Mesh caps them after crashing at the limit
+//! (plasma-umass/Mesh issues 37 and 91). A page that leaves its group
+//! merges back with its neighbours (same file, same offsets, same flags).
 //!
-//! A forked child would share these pages with its parent (`MAP_SHARED`):
-//! the mappings are `MADV_DONTFORK`, so the child does not inherit them
-//! (touching the heap there faults), and a source used in the child
-//! refuses to change the parent's file (purges, shares) and only unmaps.
+//! A forked child would share these pages with its parent (`MAP_SHARED`).
+//! A source made with [`SharedPages::new`] maps them `MADV_DONTFORK`
+//! (every remap again), so the child does not inherit them (touching the
+//! heap there faults), and used in the child it refuses to change the
+//! parent's file (purges, shares) and only unmaps. The global allocator's
+//! source is inherited instead, and its fork handlers give the child a
+//! copy of its own (`SharedPages::fork_prepare`).
 
+use crate::os::barrier;
 use crate::os::source::{next_hint, PageSource, Purge, SharePages, SyscallCounters, SyscallCounts};
-use crate::sync::lock::Locked;
+use crate::sync::lock::{self, Locked};
 use core::ptr::{null_mut, NonNull};
-use core::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed};
+use core::sync::atomic::{
+    AtomicBool, AtomicI32, AtomicPtr, AtomicU64, AtomicUsize,
+    Ordering::{AcqRel, Acquire, Relaxed, Release},
+};
 
 /// Mappings one source can hold (reservations of 1 GiB: 64 GiB).
 const MAX_MAPPINGS: usize = 64;
+
+/// `Mapping::forks` of an inherited source's mappings: the fork handlers
+/// give the child files of its own.
+const ALWAYS_OURS: u64 = u64::MAX;
 
 /// Forks seen in this process's history (incremented in each child).
 static FORKS: AtomicU64 = AtomicU64::new(0);
@@ -97,7 +110,7 @@ impl Mapping {
 
     /// Whether this process may change the file (not a forked copy).
     fn ours(&self) -> bool {
-        self.forks == FORKS.load(Relaxed)
+        self.forks == ALWAYS_OURS || self.forks == FORKS.load(Relaxed)
     }
 
     fn group_of(&self, i: usize) -> u32 {
@@ -141,6 +154,10 @@ fn page() -> usize {
 pub struct SharedPages {
     counters: SyscallCounters,
     maps: Locked<[Mapping; MAX_MAPPINGS]>,
+    /// A forked child inherits the mappings, and the fork handlers copy
+    /// them ([`SharedPages::fork_prepare`]); otherwise they are
+    /// `MADV_DONTFORK` and a child may not change them.
+    inherited: bool,
 }
 
 // SAFETY: the table is behind its lock; the raw pointers in it point to
@@ -161,6 +178,19 @@ impl SharedPages {
         SharedPages {
             counters: SyscallCounters::new(),
             maps: Locked::new([Mapping::NONE; MAX_MAPPINGS]),
+            inherited: false,
+        }
+    }
+
+    /// A source whose mappings a forked child inherits: the process's fork
+    /// handlers must call [`fork_prepare`](Self::fork_prepare),
+    /// [`fork_parent`](Self::fork_parent) and
+    /// [`fork_child`](Self::fork_child) (the global allocator's do).
+    pub(crate) const fn inherited() -> Self {
+        SharedPages {
+            counters: SyscallCounters::new(),
+            maps: Locked::new([Mapping::NONE; MAX_MAPPINGS]),
+            inherited: true,
         }
     }
 
@@ -224,8 +254,10 @@ impl SharedPages {
             close(fd);
             return None;
         }
-        // SAFETY: our mapping; failure only means a child would inherit it.
-        unsafe { libc::madvise(p, size, libc::MADV_DONTFORK) };
+        if !self.inherited {
+            // SAFETY: our mapping; failure only means a child would inherit it.
+            unsafe { libc::madvise(p, size, libc::MADV_DONTFORK) };
+        }
         Some((at, fd))
     }
 
@@ -285,7 +317,18 @@ impl SharedPages {
                 offset as libc::off_t,
             )
         };
-        p as usize == addr
+        if p as usize != addr {
+            return false;
+        }
+        if !self.inherited {
+            // The new mapping must carry the flags of its neighbours: or a
+            // child would inherit it (sharing the parent's bytes), and the
+            // kernel would never merge it back with them once it leaves,
+            // so the mappings it splits would add up past the budget.
+            // SAFETY: the page just mapped.
+            unsafe { libc::madvise(p, page(), libc::MADV_DONTFORK) };
+        }
+        true
     }
 
     /// Frees the file's pages at `offset..offset+len` (they read as zeros).
@@ -353,6 +396,234 @@ impl SharedPages {
     }
 }
 
+/// The pipe whose write end a forked child closes once it has copied the
+/// heap (the parent reads until then), and whether the child has.
+static FORK_PIPE: [AtomicI32; 2] = [AtomicI32::new(-1), AtomicI32::new(-1)];
+static CHILD_COPIED: AtomicBool = AtomicBool::new(false);
+/// The source the fork handlers copy (one per process: the global one).
+static FORK_SOURCE: AtomicPtr<SharedPages> = AtomicPtr::new(null_mut());
+
+impl SharedPages {
+    /// Before `fork()`, with every allocator lock held: holds the table,
+    /// raises the barrier and makes every mapping read-only, so that the
+    /// child copies a heap no thread of the parent is changing (they wait
+    /// in the barrier). The parent then waits in
+    /// [`fork_parent`](Self::fork_parent) until the child has copied.
+    pub(crate) fn fork_prepare(&'static self) {
+        lock::hold(&self.maps);
+        let mut fds = [-1; 2];
+        // SAFETY: a valid out-array; close-on-exec so no exec'd program keeps it.
+        if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+            fds = [-1; 2];
+        }
+        FORK_PIPE[0].store(fds[0], Relaxed);
+        FORK_PIPE[1].store(fds[1], Relaxed);
+        CHILD_COPIED.store(false, Relaxed);
+        FORK_SOURCE.store(self as *const SharedPages as *mut SharedPages, Release);
+        barrier::raise();
+        barrier::fork_begin(copy_in_child);
+        // SAFETY: held above.
+        for m in unsafe { (*self.maps.held_data()).iter() }.filter(|m| m.size != 0) {
+            // SAFETY: our mapping; made writable again in the parent
+            // (`fork_parent`), and replaced in the child.
+            unsafe { barrier::protect(m.base, m.size) };
+        }
+    }
+
+    /// In the parent after `fork()`: waits until the child has copied the
+    /// heap (or died), then lets writers in again.
+    pub(crate) fn fork_parent(&self) {
+        close(FORK_PIPE[1].swap(-1, Relaxed));
+        let rd = FORK_PIPE[0].swap(-1, Relaxed);
+        if rd >= 0 {
+            let mut b = 0u8;
+            loop {
+                // SAFETY: our pipe, a one-byte buffer.
+                let n = unsafe { libc::read(rd, (&mut b as *mut u8).cast(), 1) };
+                let interrupted = n < 0 && errno() == libc::EINTR;
+                if !interrupted {
+                    break;
+                }
+            }
+            close(rd);
+        }
+        // SAFETY: held since `fork_prepare` by this thread.
+        for m in unsafe { (*self.maps.held_data()).iter() }.filter(|m| m.size != 0) {
+            // SAFETY: made read-only in `fork_prepare`.
+            unsafe { barrier::unprotect(m.base, m.size) };
+        }
+        barrier::fork_end();
+        barrier::lower();
+        // SAFETY: taken with `hold` in `fork_prepare`.
+        unsafe { lock::release(&self.maps) };
+    }
+
+    /// In the child after `fork()`: gives the child files of its own (a
+    /// copy of the parent's), unless a fault did already, and frees the
+    /// parent to go on.
+    pub(crate) fn fork_child(&self) {
+        copy_in_child();
+        barrier::fork_end();
+        barrier::lower();
+        // SAFETY: in the child only this thread exists.
+        unsafe { self.maps.reset_after_fork() };
+    }
+
+    /// Copies every mapping into a new file of the child's and maps it in
+    /// place, aliases included. Async-signal-safe: system calls only; the
+    /// table is held (since `fork_prepare`) by the only thread there is.
+    fn copy_mappings(&self) {
+        // SAFETY: see above.
+        let maps = unsafe { &mut *self.maps.held_data() };
+        for m in maps.iter_mut().filter(|m| m.size != 0) {
+            copy_mapping(m);
+        }
+    }
+}
+
+/// The child's copy (see [`SharedPages::fork_child`]), once.
+fn copy_in_child() {
+    if CHILD_COPIED.swap(true, AcqRel) {
+        return;
+    }
+    let source = FORK_SOURCE.load(Acquire);
+    if !source.is_null() {
+        // SAFETY: the static global source, stored by `fork_prepare`.
+        unsafe { (*source).copy_mappings() };
+    }
+    // The parent reads until every write end is closed: ours is the last.
+    close(FORK_PIPE[1].swap(-1, Relaxed));
+    close(FORK_PIPE[0].swap(-1, Relaxed));
+}
+
+/// Gives `m` a file of its own holding what the old one holds, mapped over
+/// it with the same aliases. On failure the mapping stays shared with the
+/// parent (nothing better is possible in a child), so the copy is checked
+/// step by step and the old file kept if any step fails.
+fn copy_mapping(m: &mut Mapping) {
+    let Some(fd) = memfd() else { return };
+    // SAFETY: our new file.
+    if unsafe { libc::ftruncate(fd, (2 * m.size) as libc::off_t) } != 0
+        || !copy_file(m.fd, fd, 2 * m.size)
+    {
+        close(fd);
+        return;
+    }
+    // SAFETY: replaces the child's view of its own heap with the copy.
+    let p = unsafe {
+        libc::mmap(
+            m.base as *mut libc::c_void,
+            m.size,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED | libc::MAP_FIXED | libc::MAP_NORESERVE,
+            fd,
+            0,
+        )
+    };
+    if p as usize != m.base {
+        close(fd);
+        return;
+    }
+    for i in 0..if m.group.is_null() { 0 } else { m.pages() } {
+        let g = m.group_of(i);
+        if g != 0 {
+            let addr = m.base + i * page();
+            let offset = m.size + (g as usize - 1) * page();
+            // SAFETY: an OS page of the mapping just made, pointed at the
+            // copy of its group's page.
+            unsafe {
+                libc::mmap(
+                    addr as *mut libc::c_void,
+                    page(),
+                    libc::PROT_READ | libc::PROT_WRITE,
+                    libc::MAP_SHARED | libc::MAP_FIXED | libc::MAP_NORESERVE,
+                    fd,
+                    offset as libc::off_t,
+                )
+            };
+        }
+    }
+    close(m.fd);
+    m.fd = fd;
+}
+
+/// Copies the data of file `from` into `to` at the same offsets, holes
+/// left as holes. False if any part failed.
+fn copy_file(from: i32, to: i32, len: usize) -> bool {
+    let mut at: libc::off_t = 0;
+    while (at as usize) < len {
+        // SAFETY: plain system calls on our files.
+        let data = unsafe { libc::lseek(from, at, libc::SEEK_DATA) };
+        if data < 0 {
+            // ENXIO: no data past `at`.
+            return errno() == libc::ENXIO;
+        }
+        // SAFETY: as above.
+        let hole = unsafe { libc::lseek(from, data, libc::SEEK_HOLE) };
+        if hole < 0 || !copy_range(from, to, data, hole - data) {
+            return false;
+        }
+        at = hole;
+    }
+    true
+}
+
+/// Copies `len` bytes at `offset` of `from` to the same offset of `to`.
+fn copy_range(from: i32, to: i32, offset: libc::off_t, len: libc::off_t) -> bool {
+    let (mut src, mut dst) = (offset, offset);
+    let end = offset + len;
+    while src < end {
+        // SAFETY: our files, offsets in range.
+        let n =
+            unsafe { libc::copy_file_range(from, &mut src, to, &mut dst, (end - src) as usize, 0) };
+        if n <= 0 {
+            return copy_range_by_hand(from, to, src, end - src);
+        }
+    }
+    true
+}
+
+/// [`copy_range`] through a buffer on the stack (a kernel without
+/// `copy_file_range` between these files).
+fn copy_range_by_hand(from: i32, to: i32, mut at: libc::off_t, len: libc::off_t) -> bool {
+    let mut buf = [0u8; 16384];
+    let end = at + len;
+    while at < end {
+        let want = ((end - at) as usize).min(buf.len());
+        // SAFETY: our files and buffer.
+        let n = unsafe { libc::pread(from, buf.as_mut_ptr().cast(), want, at) };
+        // SAFETY: as above.
+        if n <= 0 || unsafe { libc::pwrite(to, buf.as_ptr().cast(), n as usize, at) } != n {
+            return false;
+        }
+        at += n as libc::off_t;
+    }
+    true
+}
+
+fn errno() -> i32 {
+    // SAFETY: the thread's errno location.
+    unsafe { *libc::__errno_location() }
+}
+
+/// With the barrier's handler installed (other threads may be writing):
+/// makes the OS page at `addr` read-only before it is copied, so a writer
+/// waits (`os/barrier.rs`; the caller has raised the barrier). The remap
+/// that follows the copy makes it writable again. True if it may be
+/// copied.
+fn hold_writers(addr: usize) -> bool {
+    // SAFETY: an OS page of our shared pages, under the raised barrier.
+    !barrier::installed() || unsafe { barrier::protect(addr, page()) }
+}
+
+/// Undoes [`hold_writers`] for a page that was not remapped.
+fn let_writers_in(addr: usize) {
+    if barrier::installed() {
+        // SAFETY: as in `hold_writers`.
+        unsafe { barrier::unprotect(addr, page()) };
+    }
+}
+
 /// A fresh memfd, or `None`.
 fn memfd() -> Option<i32> {
     if !FORK_HOOK.swap(true, Relaxed) {
@@ -365,17 +636,23 @@ fn memfd() -> Option<i32> {
 }
 
 fn close(fd: i32) {
-    // SAFETY: an fd this source opened and no longer uses.
-    unsafe { libc::close(fd) };
+    if fd >= 0 {
+        // SAFETY: an fd this source opened and no longer uses.
+        unsafe { libc::close(fd) };
+    }
 }
 
-/// A third of `vm.max_map_count` (read once; 65,530 if unreadable).
+/// Shared OS pages allowed at once: a sixth of `vm.max_map_count` (read
+/// once; 65,530 if unreadable), so that they use at most a third of the
+/// process's mappings.
 fn shared_cap() -> usize {
     let cap = SHARED_CAP.load(Relaxed);
     if cap != 0 {
         return cap;
     }
-    let cap = read_max_map_count().unwrap_or(65_530) / 3;
+    // A shared page alone among unshared ones splits one kernel mapping
+    // into three: two mappings per page, a third of the limit in all.
+    let cap = read_max_map_count().unwrap_or(65_530) / 6;
     SHARED_CAP.store(cap.max(1), Relaxed);
     cap.max(1)
 }
@@ -411,7 +688,11 @@ unsafe impl PageSource for SharedPages {
             base: at,
             size,
             fd,
-            forks: FORKS.load(Relaxed),
+            forks: if self.inherited {
+                ALWAYS_OURS
+            } else {
+                FORKS.load(Relaxed)
+            },
             ..Mapping::NONE
         };
         self.counters.mapped(size);
@@ -437,8 +718,13 @@ unsafe impl PageSource for SharedPages {
             close(m.fd);
             *m = Mapping::NONE;
         } else if m.ours() {
-            // A part: its own pages go (no group is keyed there: the
-            // caller unmaps only memory holding nothing).
+            // A part: its own pages go. No page of it is shared and no
+            // group is keyed there: the caller unmaps only memory holding
+            // nothing, and a heap's pages leave their groups before their
+            // span is freed.
+            debug_assert!(
+                (m.index(addr)..m.index(addr) + size / page()).all(|i| m.group_of(i) == 0)
+            );
             self.punch(m.fd, addr - m.base, size);
         }
     }
@@ -492,13 +778,19 @@ unsafe impl SharePages for SharedPages {
             }
             let own = founder - m.base;
             let spare = m.size + own;
-            let ok = Self::copy_in(m.fd, founder, page(), spare)
-                && self.alias(founder, m.fd, spare)
-                && self.punch(m.fd, own, page());
-            if !ok {
+            let guarded = hold_writers(founder);
+            let ok = guarded
+                && Self::copy_in(m.fd, founder, page(), spare)
+                && self.alias(founder, m.fd, spare);
+            if ok {
+                // The founder's bytes now live in the group page; its own
+                // page goes (a failure only keeps the memory a while).
+                self.punch(m.fd, own, page());
+            } else {
                 // The copy or the remap failed: the page still shows its own
                 // bytes (a failed MAP_FIXED leaves the old mapping), and the
                 // group page is dropped.
+                let_writers_in(founder);
                 self.punch(m.fd, spare, page());
                 SHARED_NOW.fetch_sub(1, Relaxed);
                 return false;
@@ -526,11 +818,13 @@ unsafe impl SharePages for SharedPages {
                 return false;
             }
             let spare = m.size + (founder - m.base);
-            let copied = ranges
-                .iter()
-                .all(|&(off, len)| Self::copy_in(m.fd, member + off, len, spare + off));
+            let copied = hold_writers(member)
+                && ranges
+                    .iter()
+                    .all(|&(off, len)| Self::copy_in(m.fd, member + off, len, spare + off));
             // A failed copy wrote only to offsets the group does not use.
             if !copied || !self.alias(member, m.fd, spare) {
+                let_writers_in(member);
                 SHARED_NOW.fetch_sub(1, Relaxed);
                 return false;
             }
@@ -552,9 +846,15 @@ unsafe impl SharePages for SharedPages {
             let g = m.group_of(i);
             let own = member - m.base;
             if g == 0
-                || keep && !(m.ours() && Self::copy_in(m.fd, member, page(), own))
+                || keep
+                    && !(m.ours()
+                        && hold_writers(member)
+                        && Self::copy_in(m.fd, member, page(), own))
                 || !self.alias(member, m.fd, own)
             {
+                if keep {
+                    let_writers_in(member);
+                }
                 return false;
             }
             let g = g as usize - 1;
@@ -754,13 +1054,52 @@ mod tests {
         assert!(!reused);
     }
 
+    /// Kernel mappings (lines of /proc/self/maps) inside `p..p+SIZE`.
+    fn kernel_mappings(p: usize) -> usize {
+        std::fs::read_to_string("/proc/self/maps")
+            .unwrap()
+            .lines()
+            .filter(|l| {
+                let (range, _) = l.split_once(' ').unwrap();
+                let (a, b) = range.split_once('-').unwrap();
+                let a = usize::from_str_radix(a, 16).unwrap();
+                let b = usize::from_str_radix(b, 16).unwrap();
+                a < p + SIZE && b > p
+            })
+            .count()
+    }
+
+    #[test]
+    fn pages_that_leave_merge_back_into_one_kernel_mapping() {
+        let (pages, p) = mapped();
+        let s = pages.sharing().unwrap();
+        assert_eq!(kernel_mappings(p), 1);
+        // SAFETY: our pages, one thread, nothing live.
+        unsafe {
+            assert!(s.share(p));
+            for i in 1..32 {
+                assert!(s.join(p, p + 2 * i * page(), &[]));
+            }
+            assert!(kernel_mappings(p) > 32);
+            for i in 0..32 {
+                assert!(s.leave(p + 2 * i * page(), false));
+            }
+        }
+        assert_eq!(kernel_mappings(p), 1, "every split mapping merged back");
+    }
+
     #[test]
     fn a_forked_child_neither_inherits_nor_changes_the_parents_pages() {
         let (pages, p) = mapped();
         fill(p, 5);
+        let shared = p + 4 * page();
+        // SAFETY: our pages, one thread.
+        unsafe { assert!(pages.sharing().unwrap().share(shared)) };
+        let held = file_bytes(&pages, p);
         // SAFETY: the child only makes system calls and exits.
         let pid = unsafe { libc::fork() };
         if pid == 0 {
+            let at = |a: usize| a as *mut libc::c_void;
             // SAFETY: as above.
             let purged = unsafe {
                 pages.purge(
@@ -770,17 +1109,27 @@ mod tests {
                 )
             };
             // SAFETY: plain system calls.
-            let mapped =
-                unsafe { libc::msync(p as *mut libc::c_void, page(), libc::MS_ASYNC) } == 0;
+            let mapped = unsafe { libc::msync(at(p), page(), libc::MS_ASYNC) } == 0;
+            // SAFETY: as above: a remapped page must not be inherited either.
+            let alias = unsafe { libc::msync(at(shared), page(), libc::MS_ASYNC) } == 0;
+            let code = i32::from(purged) | i32::from(mapped) << 1 | i32::from(alias) << 2;
             // SAFETY: leaves the child at once.
-            unsafe { libc::_exit(i32::from(purged) | i32::from(mapped) << 1) };
+            unsafe { libc::_exit(code) };
         }
         let mut status = 0;
         // SAFETY: our child.
         assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
         assert!(libc::WIFEXITED(status));
-        assert_eq!(libc::WEXITSTATUS(status), 0, "purged (1) or inherited (2)");
+        assert_eq!(
+            libc::WEXITSTATUS(status),
+            0,
+            "purged (1), inherited (2) or a shared page inherited (4)"
+        );
         assert_eq!(read(p), 5);
-        assert_eq!(file_bytes(&pages, p), page());
+        assert_eq!(
+            file_bytes(&pages, p),
+            held,
+            "the child punched the parent's file"
+        );
     }
 }

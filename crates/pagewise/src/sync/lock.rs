@@ -59,6 +59,15 @@ impl<T> Locked<T> {
             .map(|_| Guard { lock: self })
     }
 
+    /// The data, for the thread that took the lock with [`hold`] (fork
+    /// handlers, which hold it across functions).
+    ///
+    /// # Safety
+    /// The calling thread holds the lock.
+    pub unsafe fn held_data(&self) -> *mut T {
+        self.data.get()
+    }
+
     /// Releases a lock held across `fork()` by the forking thread, or leaves
     /// it free, in the child process.
     ///

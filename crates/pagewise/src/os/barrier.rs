@@ -1,0 +1,253 @@
+//! The write barrier of meshing: while an OS page's live slots are copied
+//! to its group's physical page, the page is read-only, and a thread that
+//! stores to it takes a write-protection fault. This module's SIGSEGV
+//! handler makes such a thread wait on a futex until the copy is done and
+//! then returns, so the store is retried on the new mapping (Mesh's
+//! barrier, with a futex instead of a lock). Linux only.
+//!
+//! The handler acts only on a write-protection fault (`SEGV_ACCERR`) at an
+//! address the allocator says is its own (`install`'s `owns`); any other
+//! fault goes to the handler installed before it, or kills the process as
+//! it would have without pagewise. The barrier word is odd while a copy is
+//! under way. Pagewise never leaves one of its pages read-only when the
+//! word is even, so a thread that faulted just before the copy ended
+//! retries once and succeeds.
+//!
+//! What it cannot do: the kernel does not fault on behalf of a system call,
+//! so a `read(2)` into an object on a page being copied fails with `EFAULT`
+//! instead of waiting; and a program that replaces the SIGSEGV handler
+//! (Go's runtime, JVMs) removes the barrier. Both are why meshing of the
+//! global allocator is opt-in (`PAGEWISE_MESH=1`).
+
+use core::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, AtomicUsize, Ordering::*};
+
+/// `si_code` of a fault on a page whose protection forbids the access
+/// (Linux's value; the libc crate does not name it).
+const SEGV_ACCERR: i32 = 2;
+
+/// Odd while a copy is under way (the futex word).
+static WORD: AtomicU32 = AtomicU32::new(0);
+static INSTALLED: AtomicBool = AtomicBool::new(false);
+/// `fn(usize) -> bool`: whether an address is the allocator's.
+static OWNS: AtomicUsize = AtomicUsize::new(0);
+/// Faults the handler made wait, and the longest wait in microseconds.
+static WAITS: AtomicU64 = AtomicU64::new(0);
+static LONGEST_US: AtomicU64 = AtomicU64::new(0);
+
+/// While a fork is under way: the parent's pid, and what a forked child
+/// runs if it faults on the (read-only) heap before its fork handler ran.
+static FORK_PARENT: AtomicI32 = AtomicI32::new(0);
+static CHILD_COPY: AtomicUsize = AtomicUsize::new(0);
+
+/// The handler found in place when ours went in (its address and flags),
+/// to chain to: atomics, as a fault may read them while `raise` reinstalls.
+static PREVIOUS_HANDLER: AtomicUsize = AtomicUsize::new(0);
+static PREVIOUS_FLAGS: AtomicI32 = AtomicI32::new(0);
+
+/// Turns the barrier on for the life of the process: from now on pages are
+/// made read-only while copied, and the handler is (re)installed by each
+/// [`raise`]. `owns` says whether an address belongs to the allocator's
+/// shared pages; it must be async-signal-safe (no locks, no allocation).
+pub fn install(owns: fn(usize) -> bool) -> bool {
+    OWNS.store(owns as usize, Relaxed);
+    INSTALLED.store(true, Release);
+    true
+}
+
+/// Puts our handler in place unless it is there, chaining to whatever is
+/// (the Rust runtime installs its stack-overflow handler after the first
+/// allocation, replacing one installed then; a program may install its own
+/// later too). One `sigaction` call when nothing changed.
+fn ensure_handler() {
+    let ours = on_segv as *const () as usize;
+    // SAFETY: a zeroed sigaction is a valid out-parameter.
+    let mut current: libc::sigaction = unsafe { core::mem::zeroed() };
+    // SAFETY: valid pointers.
+    if unsafe { libc::sigaction(libc::SIGSEGV, core::ptr::null(), &mut current) } != 0
+        || current.sa_sigaction == ours
+    {
+        return;
+    }
+    PREVIOUS_FLAGS.store(current.sa_flags, Relaxed);
+    PREVIOUS_HANDLER.store(current.sa_sigaction, Release);
+    // SAFETY: a zeroed sigaction is valid; we fill handler, flags, mask.
+    let mut action: libc::sigaction = unsafe { core::mem::zeroed() };
+    action.sa_sigaction = ours;
+    action.sa_flags = libc::SA_SIGINFO | libc::SA_ONSTACK | libc::SA_RESTART;
+    // SAFETY: valid pointers.
+    unsafe {
+        libc::sigemptyset(&mut action.sa_mask);
+        libc::sigaction(libc::SIGSEGV, &action, core::ptr::null_mut());
+    }
+}
+
+/// Whether the handler is installed (so pages may be made read-only).
+pub fn installed() -> bool {
+    INSTALLED.load(Acquire)
+}
+
+/// Held by the one copier at a time (the purger, a `mesh()` call, an owned
+/// heap's pass, a fork).
+static COPIER: AtomicBool = AtomicBool::new(false);
+
+/// Raises the barrier: faults on the allocator's read-only pages wait.
+/// Waits for another copier to lower it first.
+pub fn raise() {
+    while COPIER
+        .compare_exchange_weak(false, true, Acquire, Relaxed)
+        .is_err()
+    {
+        core::hint::spin_loop();
+    }
+    ensure_handler();
+    WORD.fetch_add(1, AcqRel);
+}
+
+/// Lowers the barrier and wakes every thread waiting on it.
+pub fn lower() {
+    WORD.fetch_add(1, AcqRel);
+    COPIER.store(false, Release);
+    // SAFETY: futex wake on our own word; wakes at most i32::MAX waiters.
+    unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            WORD.as_ptr(),
+            libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG,
+            i32::MAX,
+        )
+    };
+}
+
+/// Marks a fork under way (the barrier raised, the heap read-only until
+/// the child has copied it): a fault in the child before its fork
+/// handler runs (glibc frees some memory there) runs `child_copy`, which
+/// gives the child writable pages of its own, instead of waiting for a
+/// parent that waits for it. `child_copy` must be async-signal-safe and
+/// idempotent.
+pub fn fork_begin(child_copy: fn()) {
+    CHILD_COPY.store(child_copy as usize, Relaxed);
+    // SAFETY: plain system call.
+    FORK_PARENT.store(unsafe { libc::getpid() }, Release);
+}
+
+/// The fork is over (in parent and child).
+pub fn fork_end() {
+    FORK_PARENT.store(0, Release);
+}
+
+/// Makes `addr..addr+len` read-only (before its bytes are copied).
+///
+/// # Safety
+/// A page-aligned range of the allocator's shared pages, under a raised
+/// barrier; it is remapped or made writable again before the barrier falls.
+pub unsafe fn protect(addr: usize, len: usize) -> bool {
+    // SAFETY: per the caller.
+    unsafe { libc::mprotect(addr as *mut libc::c_void, len, libc::PROT_READ) == 0 }
+}
+
+/// Makes `addr..addr+len` writable again (a copy that did not happen).
+///
+/// # Safety
+/// As [`protect`].
+pub unsafe fn unprotect(addr: usize, len: usize) -> bool {
+    // SAFETY: per the caller.
+    unsafe {
+        libc::mprotect(
+            addr as *mut libc::c_void,
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+        ) == 0
+    }
+}
+
+/// Faults made to wait so far, and the longest wait in microseconds.
+pub fn waits() -> (u64, u64) {
+    (WAITS.load(Relaxed), LONGEST_US.load(Relaxed))
+}
+
+fn now_us() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: valid out-pointer; clock_gettime is async-signal-safe.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000 + ts.tv_nsec as u64 / 1000
+}
+
+extern "C" fn on_segv(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
+    // SAFETY: the kernel passes a valid siginfo for SA_SIGINFO handlers.
+    let (code, addr) = unsafe { ((*info).si_code, (*info).si_addr() as usize) };
+    let owns = OWNS.load(Relaxed);
+    // SAFETY: OWNS holds a `fn(usize) -> bool` stored by `install`.
+    let ours = owns != 0 && unsafe { core::mem::transmute::<usize, fn(usize) -> bool>(owns) }(addr);
+    if code == SEGV_ACCERR && ours {
+        let parent = FORK_PARENT.load(Acquire);
+        // SAFETY: plain system call (async-signal-safe).
+        if parent != 0 && unsafe { libc::getpid() } != parent {
+            let copy = CHILD_COPY.load(Relaxed);
+            // SAFETY: stored by `fork_begin` as a `fn()`.
+            let copy = unsafe { core::mem::transmute::<usize, fn()>(copy) };
+            copy();
+            return;
+        }
+        wait_for_copy();
+        return;
+    }
+    // SAFETY: the handler that was there before, called as it asked.
+    unsafe { chain(sig, info, ctx) };
+}
+
+/// Waits while the barrier is up (the fault's page is being copied).
+fn wait_for_copy() {
+    let start = now_us();
+    loop {
+        let w = WORD.load(Acquire);
+        if w & 1 == 0 {
+            break;
+        }
+        // SAFETY: futex wait on our own word while it still holds `w`.
+        unsafe {
+            libc::syscall(
+                libc::SYS_futex,
+                WORD.as_ptr(),
+                libc::FUTEX_WAIT | libc::FUTEX_PRIVATE_FLAG,
+                w,
+                core::ptr::null::<libc::timespec>(),
+            )
+        };
+    }
+    WAITS.fetch_add(1, Relaxed);
+    LONGEST_US.fetch_max(now_us().saturating_sub(start), Relaxed);
+}
+
+/// Passes a fault that is not the barrier's to the previous handler; with
+/// none, restores the default action so that the fault, retried, kills the
+/// process as it would have.
+///
+/// # Safety
+/// Called from the SIGSEGV handler with its arguments.
+unsafe fn chain(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
+    let h = PREVIOUS_HANDLER.load(Acquire);
+    if h == libc::SIG_DFL || h == libc::SIG_IGN {
+        // SAFETY: a zeroed sigaction is SIG_DFL; the faulting instruction
+        // runs again on return and the default action applies.
+        unsafe {
+            let dfl: libc::sigaction = core::mem::zeroed();
+            libc::sigaction(sig, &dfl, core::ptr::null_mut());
+        }
+        return;
+    }
+    // SAFETY: the previous handler, with the calling convention its flags
+    // say it has.
+    unsafe {
+        if PREVIOUS_FLAGS.load(Relaxed) & libc::SA_SIGINFO != 0 {
+            let f: extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void) =
+                core::mem::transmute(h);
+            f(sig, info, ctx);
+        } else {
+            let f: extern "C" fn(libc::c_int) = core::mem::transmute(h);
+            f(sig);
+        }
+    }
+}
