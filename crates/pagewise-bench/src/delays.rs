@@ -146,6 +146,7 @@ mod tests {
             worker: "other".into(),
             preload: None,
             exe: Some("/x".into()),
+            env: Vec::new(),
         };
         assert_eq!(purge_rule(&exe), None);
         let so = AllocSpec {
@@ -153,6 +154,7 @@ mod tests {
             worker: "system".into(),
             preload: Some("/x/libfoo.so".into()),
             exe: None,
+            env: Vec::new(),
         };
         assert_eq!(purge_rule(&so), None);
     }

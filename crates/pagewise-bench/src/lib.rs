@@ -30,10 +30,12 @@ pub mod delays;
 mod idle;
 mod plot;
 mod progress;
+mod redis;
 mod report;
 mod runner;
 pub mod util;
 pub mod worker;
 pub mod workloads;
 
+pub use redis::server as redis_server;
 pub use runner::{run, AllocSpec, BenchArgs, RunRecord, DEFAULT_ALLOCS};

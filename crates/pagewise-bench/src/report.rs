@@ -76,6 +76,9 @@ pub struct Cell {
     pub utilization_after_free: Option<f64>,
     /// live / net RSS after the idle period.
     pub utilization_idle: Option<f64>,
+    /// live / net PSS after the idle period (a page shared by meshing
+    /// counts once).
+    pub utilization_idle_pss: Option<f64>,
     /// live / (pages holding a live byte × page size).
     pub page_floor: Option<f64>,
     pub syscalls: Option<Syscalls>,
@@ -151,6 +154,10 @@ pub(crate) fn summarize(plan: &Plan, records: &[RunRecord]) -> Summary {
             let util_idle = med(idled
                 .iter()
                 .filter_map(|r| ratio(r.live_bytes as f64, net(r.rss_idle, r.baseline_rss))));
+            let util_idle_pss = med(idled.iter().filter_map(|r| {
+                let (base, idle) = (r.pss_baseline?, r.pss_idle?);
+                ratio(r.live_bytes as f64, net(idle, base))
+            }));
             let floor = med(ok.iter().filter_map(|r| {
                 r.floor_pages
                     .map(|p| r.live_bytes as f64 / (p as f64 * PAGE as f64))
@@ -247,6 +254,7 @@ pub(crate) fn summarize(plan: &Plan, records: &[RunRecord]) -> Summary {
                 live_bytes: live,
                 utilization_after_free: util_after,
                 utilization_idle: util_idle,
+                utilization_idle_pss: util_idle_pss,
                 page_floor: floor,
                 syscalls,
                 syscall_source,
@@ -280,6 +288,15 @@ fn short(v: f64) -> String {
         format!("{:.1}k", v / 1e3)
     } else {
         format!("{v:.0}")
+    }
+}
+
+/// An extra figure: small ones (ratios) with two decimals.
+fn extra_figure(v: f64) -> String {
+    if v.abs() < 100.0 && v.fract() != 0.0 {
+        format!("{v:.2}")
+    } else {
+        short(v)
     }
 }
 
@@ -485,9 +502,10 @@ pub(crate) fn render(plan: &Plan, s: &Summary, wall: Duration) -> String {
                     .map(mib)
                     .unwrap_or_else(|| "0".into()),
                 format!(
-                    "{} / {}",
+                    "{} / {} / {}",
                     pct(c.utilization_after_free),
-                    pct(c.utilization_idle)
+                    pct(c.utilization_idle),
+                    pct(c.utilization_idle_pss)
                 ),
                 pct(c.page_floor),
                 sys,
@@ -506,7 +524,7 @@ pub(crate) fn render(plan: &Plan, s: &Summary, wall: Duration) -> String {
                 "RSS after frees",
                 &idle_head,
                 "live",
-                "util (after / idle)",
+                "util (after / idle / idle PSS)",
                 "floor",
                 "mmap/munmap/madvise",
                 "minor faults",
@@ -544,7 +562,7 @@ pub(crate) fn render(plan: &Plan, s: &Summary, wall: Duration) -> String {
                 prow.push(row);
             }
             for (k, v) in &c.extra {
-                let mut row = vec![c.allocator.clone(), k.clone(), short(*v)];
+                let mut row = vec![c.allocator.clone(), k.clone(), extra_figure(*v)];
                 row.resize(if with_peak { 10 } else { 9 }, String::new());
                 prow.push(row);
             }

@@ -13,7 +13,8 @@ use std::time::{Duration, Instant};
 /// without flags (an empty `alloc` is the default list, [`DEFAULT_ALLOCS`]).
 #[derive(clap::Args, Debug, Clone, Default)]
 pub struct BenchArgs {
-    /// Allocators to compare, comma-separated: pagewise, system (glibc),
+    /// Allocators to compare, comma-separated: pagewise, pagewise-mesh
+    /// (pagewise with `PAGEWISE_MESH=1`), system (glibc),
     /// jemalloc, mimalloc, tcmalloc (Debian's libtcmalloc_minimal.so.4,
     /// preloaded into the system worker), a path to a malloc `.so` to
     /// preload (run under the system worker with LD_PRELOAD), or
@@ -91,10 +92,24 @@ pub struct AllocSpec {
     /// built-in worker found next to the runner.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub exe: Option<PathBuf>,
+    /// Environment the worker runs with (`pagewise-mesh`: `PAGEWISE_MESH=1`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub env: Vec<(String, String)>,
 }
 
 /// Allocators with a worker binary of their own.
 const BUILTIN: &[&str] = &["pagewise", "system", "jemalloc", "mimalloc"];
+
+/// A built-in variant: its label, the built-in worker it runs, and the
+/// environment it runs it with.
+type Variant = (
+    &'static str,
+    &'static str,
+    &'static [(&'static str, &'static str)],
+);
+
+/// Built-in variants: a built-in worker run with settings of its own.
+const VARIANTS: &[Variant] = &[("pagewise-mesh", "pagewise", &[("PAGEWISE_MESH", "1")])];
 
 /// A built-in peer that is a system library preloaded into the system worker.
 struct Preloaded {
@@ -192,6 +207,12 @@ fn ldconfig_paths(soname: &str) -> Vec<PathBuf> {
 
 /// Finds `soname`: in `dirs` if any are given (and only there), else in the
 /// system's library directories, then in ldconfig's cache.
+/// A system library by soname (the system's library directories and
+/// ldconfig's cache).
+pub(crate) fn find_system_library(soname: &str) -> Option<PathBuf> {
+    find_library(soname, &[])
+}
+
 fn find_library(soname: &str, dirs: &[PathBuf]) -> Option<PathBuf> {
     let candidates: Vec<PathBuf> = if dirs.is_empty() {
         let mut c: Vec<PathBuf> = system_lib_dirs().iter().map(|d| d.join(soname)).collect();
@@ -225,6 +246,19 @@ impl AllocSpec {
                 worker: name.to_string(),
                 preload: None,
                 exe: None,
+                env: Vec::new(),
+            });
+        }
+        if let Some((label, worker, env)) = VARIANTS.iter().find(|v| v.0 == name) {
+            return Ok(AllocSpec {
+                label: label.to_string(),
+                worker: worker.to_string(),
+                preload: None,
+                exe: None,
+                env: env
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect(),
             });
         }
         if let Some((label, path)) = s.split_once('=') {
@@ -257,6 +291,7 @@ impl AllocSpec {
         }
         if !s.contains('/') && !s.contains(".so") {
             let mut known: Vec<&str> = BUILTIN.to_vec();
+            known.extend(VARIANTS.iter().map(|v| v.0));
             known.extend(PRELOADED.iter().map(|p| p.name));
             bail!(
                 "unknown allocator `{s}`: expected one of {} or a path to a malloc .so to preload",
@@ -293,6 +328,7 @@ impl AllocSpec {
             worker: "system".to_string(),
             preload: Some(canon),
             exe: None,
+            env: Vec::new(),
         })
     }
 
@@ -301,7 +337,10 @@ impl AllocSpec {
     /// the `pagewise-bench-worker-` prefix.
     fn worker_at(label: &str, path: &str) -> Result<AllocSpec> {
         let label = label.trim();
-        if label.is_empty() || BUILTIN.contains(&label) || PRELOADED.iter().any(|p| p.name == label)
+        if label.is_empty()
+            || BUILTIN.contains(&label)
+            || VARIANTS.iter().any(|v| v.0 == label)
+            || PRELOADED.iter().any(|p| p.name == label)
         {
             bail!("allocator `{label}={path}`: give the build a label of its own");
         }
@@ -323,6 +362,7 @@ impl AllocSpec {
             worker,
             preload: None,
             exe: Some(canon),
+            env: Vec::new(),
         })
     }
 }
@@ -408,6 +448,8 @@ pub(crate) struct Plan {
     /// (`--quick` keeps its 90 s that way).
     pub idle_all: bool,
     pub workers: Vec<PathBuf>,
+    /// Where the worker binaries are (and `libpagewise.so`, for `redis`).
+    pub dir: PathBuf,
 }
 
 impl Plan {
@@ -415,6 +457,11 @@ impl Plan {
     /// an allocator-independent workload, which runs once, under pagewise's
     /// worker if it is given (else the first allocator).
     pub fn allocs_for(&self, w: &str) -> Vec<usize> {
+        if w == "redis" {
+            return (0..self.allocs.len())
+                .filter(|&i| crate::redis::runs_under(&self.allocs[i]))
+                .collect();
+        }
         if !allocator_independent(w) {
             return (0..self.allocs.len()).collect();
         }
@@ -496,6 +543,15 @@ fn plan(args: &BenchArgs) -> Result<Plan> {
             .map(|s| s.to_string())
             .collect()
     };
+    let mut workloads = workloads;
+    if workloads.iter().any(|w| w == "redis") && crate::redis::server().is_none() {
+        if args.only.is_empty() {
+            eprintln!("note: redis left out: redis-server is not installed (apt-get install redis-server)");
+            workloads.retain(|w| w != "redis");
+        } else {
+            bail!("--only redis: redis-server is not installed (apt-get install redis-server)");
+        }
+    }
     let scale = match &args.scale {
         Some(s) => Scale::parse(s).with_context(|| format!("--scale: bad value `{s}`"))?,
         None if args.quick => Scale::Quick,
@@ -520,6 +576,7 @@ fn plan(args: &BenchArgs) -> Result<Plan> {
         idle_runs,
         idle_all,
         workers,
+        dir,
     })
 }
 
@@ -547,6 +604,9 @@ fn run_worker(
     if let Some(so) = &spec.preload {
         cmd.env("LD_PRELOAD", so);
         cmd.env("PAGEWISE_BENCH_PRELOAD", so);
+    }
+    for (k, v) in &spec.env {
+        cmd.env(k, v);
     }
     let mut child = cmd
         .spawn()
@@ -653,7 +713,11 @@ pub fn run(args: &BenchArgs) -> Result<i32> {
                 progress.run(w, &spec.label, rep, plan.reps, idle);
                 let t = Instant::now();
                 let seed = 0x5eed + rep as u64;
-                let r = run_worker(&plan.workers[i], spec, w, plan.scale, idle, seed);
+                let r = if w == "redis" {
+                    crate::redis::run(spec, &plan.dir, plan.scale, idle, seed)
+                } else {
+                    run_worker(&plan.workers[i], spec, w, plan.scale, idle, seed)
+                };
                 let process_ms = t.elapsed().as_secs_f64() * 1e3;
                 progress.ran(w, &spec.label, rep, r.as_ref().err().map(|e| e.as_str()));
                 records.push(RunRecord {
@@ -708,7 +772,21 @@ mod tests {
             idle_runs,
             idle_all,
             workers: Vec::new(),
+            dir: PathBuf::new(),
         }
+    }
+
+    #[test]
+    fn redis_runs_under_the_allocators_that_can_be_put_under_it() {
+        let mut p = plan_with(&BenchArgs::default());
+        p.allocs.push(AllocSpec::parse("pagewise-mesh").unwrap());
+        let labels: Vec<&str> = p
+            .allocs_for("redis")
+            .into_iter()
+            .map(|i| p.allocs[i].label.as_str())
+            .collect();
+        // Not glibc: redis-server is linked with jemalloc, which comes first.
+        assert_eq!(labels, ["pagewise", "jemalloc", "pagewise-mesh"]);
     }
 
     #[test]
@@ -742,6 +820,24 @@ mod tests {
             ..BenchArgs::default()
         });
         assert!(!p.idles("idle-one-thread"));
+    }
+
+    #[test]
+    fn pagewise_mesh_is_the_pagewise_worker_with_meshing_on() {
+        let spec = AllocSpec::parse("pagewise-mesh").unwrap();
+        assert_eq!(
+            (spec.label.as_str(), spec.worker.as_str()),
+            ("pagewise-mesh", "pagewise")
+        );
+        assert_eq!(
+            spec.env,
+            vec![("PAGEWISE_MESH".to_string(), "1".to_string())]
+        );
+        assert!(AllocSpec::parse("pagewise").unwrap().env.is_empty());
+        assert!(
+            AllocSpec::parse("pagewise-mesh=/bin/true").is_err(),
+            "a label of its own"
+        );
     }
 
     #[test]

@@ -289,6 +289,8 @@ pub fn pages_touched(objs: &[Obj]) -> u64 {
 pub struct ProcReader {
     statm: File,
     status: File,
+    /// `/proc/self/smaps_rollup` (Linux 4.14 and later).
+    smaps: Option<File>,
     page: u64,
 }
 
@@ -300,6 +302,7 @@ impl ProcReader {
         Ok(ProcReader {
             statm: File::open("/proc/self/statm")?,
             status: File::open("/proc/self/status")?,
+            smaps: File::open("/proc/self/smaps_rollup").ok(),
             page,
         })
     }
@@ -319,6 +322,17 @@ impl ProcReader {
         self.status_field(b"VmHWM:")
     }
 
+    /// Proportional set size (`Pss` of smaps_rollup) in bytes: a page
+    /// mapped at several addresses of the process counts once, as it does
+    /// in the memory the machine has (meshing maps pages so; RSS counts
+    /// such a page at every address). `None` where the kernel lacks it.
+    pub fn pss(&mut self) -> Option<u64> {
+        let f = self.smaps.as_mut()?;
+        let mut buf = [0u8; 4096];
+        let n = read_all(f, &mut buf);
+        field(&buf[..n], b"Pss:")
+    }
+
     fn status_field(&mut self, key: &[u8]) -> u64 {
         let mut buf = [0u8; 4096];
         let n = read_all(&mut self.status, &mut buf);
@@ -333,6 +347,17 @@ impl ProcReader {
         }
         0
     }
+}
+
+/// The kB figure of the line starting with `key`, in bytes.
+fn field(text: &[u8], key: &[u8]) -> Option<u64> {
+    let line = text
+        .split(|&b| b == b'\n')
+        .find_map(|l| l.strip_prefix(key))?;
+    let digits = line
+        .split(|b| !b.is_ascii_digit())
+        .find(|s| !s.is_empty())?;
+    Some(parse_u64(digits) * 1024)
 }
 
 fn read_all(f: &mut File, buf: &mut [u8]) -> usize {

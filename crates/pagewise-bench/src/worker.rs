@@ -180,6 +180,15 @@ pub struct WorkerResult {
     pub rss_after_free: u64,
     /// RSS after the idle period.
     pub rss_idle: u64,
+    /// Proportional set size before the workload and after the idle
+    /// period (`Pss` of smaps_rollup): unlike RSS, it counts a physical
+    /// page mapped at several addresses once (meshing). Absent from older
+    /// results and kernels.
+    #[serde(default)]
+    pub pss_baseline: Option<u64>,
+    /// See `pss_baseline`.
+    #[serde(default)]
+    pub pss_idle: Option<u64>,
     /// Idle period in milliseconds.
     pub idle_ms: u64,
     /// Requested bytes of the survivors.
@@ -328,6 +337,7 @@ fn worker(name: &str, source: SyscallSource) -> Result<WorkerResult, String> {
     let int0 = interposed();
     let faults0 = minor_faults();
     let baseline_rss = proc.rss();
+    let pss_baseline = proc.pss();
     let hwm_reset = reset_hwm();
     let t = Instant::now();
     let start_ms = t.duration_since(t0).as_secs_f64() * 1e3;
@@ -361,6 +371,7 @@ fn worker(name: &str, source: SyscallSource) -> Result<WorkerResult, String> {
     let t_idle = Instant::now();
     std::thread::sleep(Duration::from_millis(args.idle_ms));
     let rss_idle = proc.rss();
+    let pss_idle = proc.pss();
     let idle_ms = t_idle.elapsed().as_millis() as u64;
     let sys1 = syscalls_now(source);
     let int1 = interposed();
@@ -404,6 +415,8 @@ fn worker(name: &str, source: SyscallSource) -> Result<WorkerResult, String> {
         peak_rss,
         rss_after_free,
         rss_idle,
+        pss_baseline,
+        pss_idle,
         idle_ms,
         live_bytes,
         live_objects,

@@ -31,6 +31,7 @@ pub const WORKLOADS: &[&str] = &[
     "idle-handoff-blocked",
     "idle-thread-rounds",
     "big-buffers",
+    "redis",
 ];
 
 /// Workloads whose figure is the RSS after the idle period (issue 11's
@@ -42,6 +43,7 @@ pub const IDLE_FOCUSED: &[&str] = &[
     "idle-handoff",
     "idle-handoff-blocked",
     "idle-thread-rounds",
+    "redis",
 ];
 
 /// Whether `name` is in [`IDLE_FOCUSED`].
@@ -79,6 +81,7 @@ pub fn describe(name: &str) -> &'static str {
         "idle-handoff-blocked" => "as idle-handoff, but the producer stays alive, blocked, through the idle period",
         "idle-thread-rounds" => "16 rounds of 8 threads that allocate 16 B-16 KiB objects, free half, leave half to the next round's threads, and exit; the main thread frees the rest and idles",
         "big-buffers" => "20 live buffers of 5-25 MiB, one replaced at random 2,000 times, every page of each new buffer written: wall time, peak RSS, page faults",
+        "redis" => "redis-server (if installed) filled by six SET passes of 1 KiB, 32 B, 4 KiB, 256 B, 64 B and 2 KiB values, 80 % of keys deleted, then idle: redis's mem_fragmentation_ratio, and the same with PSS",
         _ => "unknown workload",
     }
 }
@@ -247,6 +250,7 @@ pub fn run(name: &str, scale: Scale, seed: u64, rec: &mut Rec) -> Result<MmapVec
         "idle-handoff-blocked" => Ok(crate::idle::handoff(scale, true, rec)),
         "idle-thread-rounds" => Ok(crate::idle::thread_rounds(scale, seed, rec)),
         "big-buffers" => Ok(crate::big_buffers::run(scale, seed, rec)),
+        "redis" => Err("redis runs redis-server, not a worker (the runner starts it)".into()),
         _ => Err(format!(
             "unknown workload `{name}` (known: {})",
             WORKLOADS.join(", ")

@@ -117,6 +117,13 @@ pub struct AllocatorReport {
     /// resident; absent from reports of older libraries).
     #[serde(default)]
     pub hollow_bytes: u64,
+    /// OS pages sharing physical pages with others (`PAGEWISE_MESH`;
+    /// absent from reports of older libraries).
+    #[serde(default)]
+    pub meshed_bytes: u64,
+    /// Physical memory meshing saves (absent from older reports).
+    #[serde(default)]
+    pub mesh_saved_bytes: u64,
     /// Bytes purged so far.
     pub purged_bytes: u64,
     /// Segments.
@@ -581,6 +588,14 @@ fn render_process(s: &mut String, r: &RunReport, p: &ProcessReport) -> std::fmt:
             s,
             "  purged inside used pages {:>11}   (free OS pages of pages that hold live objects; not resident)",
             human(a.hollow_bytes)
+        )?;
+    }
+    if a.meshed_bytes > 0 {
+        writeln!(
+            s,
+            "  meshed          {:>11}   ({} saved: OS pages sharing physical pages; RSS still counts each)",
+            human(a.meshed_bytes),
+            human(a.mesh_saved_bytes)
         )?;
     }
 

@@ -13,9 +13,11 @@
 //!
 //! Map of the crate: the layers are folders, and a folder uses only the
 //! ones above it in this list.
-//! - `os/`: the OS layer, every system call ([`source`]: mmap, munmap,
-//!   madvise behind the `PageSource` trait; `protect.rs`: mprotect for W^X pools);
 //! - `sync/`: the spin lock of the slow paths (`lock.rs`);
+//! - `os/`: the OS layer, every system call ([`source`]: mmap, munmap,
+//!   madvise behind the `PageSource` trait; `shared.rs`: memfd mappings
+//!   whose OS pages can share a physical page, and `barrier.rs`, the write
+//!   barrier, for meshing; `protect.rs`: mprotect for W^X pools);
 //! - `memory/`: [`layout`] (OS pages, slices, segments), [`size_class`]
 //!   (the size-class table), `registry.rs` (which addresses are pagewise's),
 //!   `reservation.rs` (address space carved into segments), `segment.rs`
@@ -26,7 +28,8 @@
 //! - `heap/`: one heap: its thread cache (`cache.rs`), allocation and
 //!   placement (`alloc.rs`), frees (`free.rs`), the remote-free protocol
 //!   (`remote.rs`), large and huge objects (`large.rs`), maintenance, trim
-//!   and abandon (`maintenance.rs`);
+//!   and abandon (`maintenance.rs`), free OS pages inside used pages
+//!   (`hollow.rs`), meshing (`mesh.rs`);
 //! - `global/`: the process-wide allocator: [`Pagewise`] (`allocator.rs`),
 //!   [`thread`] (a heap per thread, thread exit, fork), `tls.rs` (the
 //!   thread's heap pointer), [`raw`] (unsized entry points for C), [`purger`]

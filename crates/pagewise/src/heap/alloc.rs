@@ -241,7 +241,7 @@ impl HeapCore {
                 return true;
             }
             if (*page).capacity() < (*page).reserved {
-                let (first, count) = (*page).extend();
+                let (first, count) = (*page).extend(self.shuffle_carving);
                 let seg = &*Segment::of(crate::memory::layout::segment_base(first));
                 let newly = seg.set_committed(seg.os_page(first), count);
                 self.slab_committed.add((newly * os_page()) as u64);

@@ -217,6 +217,9 @@ pub struct HeapCore {
     pub next_deadline: AtomicU64,
     /// A thread heap of the global allocator (serviced by the purger).
     pub global: bool,
+    /// Carve slots in a shuffled order (a heap whose page source can share
+    /// pages: meshing needs survivors at different offsets).
+    shuffle_carving: bool,
 }
 
 // SAFETY: owner-only state is behind `local` and only touched by the owning
@@ -269,6 +272,8 @@ impl HeapCore {
             next_abandoned: AtomicPtr::new(null_mut()),
             next_deadline: AtomicU64::new(u64::MAX),
             global,
+            // SAFETY: the source outlives the heap (the caller's contract).
+            shuffle_carving: unsafe { (*source).sharing().is_some() },
         };
         for d in &heap.direct {
             d.store(empty_page(), Relaxed);

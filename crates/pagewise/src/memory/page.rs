@@ -114,6 +114,25 @@ pub struct Page {
     pub large_requested: usize,
 }
 
+/// A start and a stride coprime with `n` (so the stride visits every
+/// slot once), drawn from `at`.
+fn carve_order(at: usize, n: usize) -> (usize, usize) {
+    let h = (at as u64 ^ (at as u64 >> 29)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    let first = (h >> 32) as usize % n;
+    let mut step = (h as u32 as usize) % (n - 1) + 1;
+    while gcd(step, n) != 1 {
+        step = step % (n - 1) + 1;
+    }
+    (first, step)
+}
+
+fn gcd(mut a: usize, mut b: usize) -> usize {
+    while b != 0 {
+        (a, b) = (b, a % b);
+    }
+    a
+}
+
 impl Page {
     /// An all-zero descriptor: a free, unused slice.
     pub const fn empty() -> Page {
@@ -222,7 +241,14 @@ impl Page {
     /// Carves fresh slots up to the end of the next OS page (at least one
     /// slot) onto the free list. Returns the OS pages newly touched as
     /// `(first_page_addr, count)` so the caller can mark them committed.
-    pub fn extend(&mut self) -> (usize, usize) {
+    ///
+    /// The slots are linked in address order, or with `shuffle` (a meshing
+    /// heap, `memory/mesh.rs`) in an order that differs from page to page:
+    /// survivors of a regular pattern (the first object of each OS page)
+    /// then sit at different offsets, which is what lets pages mesh. The
+    /// order is a stride through the slots from a start, both drawn from
+    /// the slots' address: no state, no table.
+    pub fn extend(&mut self, shuffle: bool) -> (usize, usize) {
         let capacity = self.capacity();
         debug_assert!(self.free.is_null() && capacity < self.reserved);
         let slot = self.slot_size as usize;
@@ -232,20 +258,26 @@ impl Page {
         let mut n = ((limit - begin) / slot).max(1);
         n = n.min((self.reserved - capacity) as usize);
         let end = begin + n * slot;
-        // Link the new slots in address order, each holding the page key
-        // (so that freeing one that was never handed out is caught too).
-        let mut p = begin;
-        while p < end {
-            let next = if p + slot < end { p + slot } else { 0 };
+        let (first, step) = if shuffle && n > 2 {
+            carve_order(begin, n)
+        } else {
+            (0, 1)
+        };
+        // Link the new slots, each holding the page key (so that freeing
+        // one that was never handed out is caught too).
+        let mut k = first;
+        self.free = (begin + k * slot) as *mut Block;
+        for i in 0..n {
+            let p = begin + k * slot;
+            k = (k + step) % n;
+            let next = if i + 1 < n { begin + k * slot } else { 0 };
             // SAFETY: `p` is a slot (of at least two words) inside this
             // page's span, which the heap owns and nothing else references yet.
             unsafe {
                 (*(p as *mut Block)).next = next as *mut Block;
                 Block::mark_in_page(p as *mut Block);
             }
-            p += slot;
         }
-        self.free = begin as *mut Block;
         self.capacity.store(capacity + n as u32, Ordering::Relaxed);
         let first_page = begin & !(page - 1);
         let last_page = (end - 1) & !(page - 1);
@@ -475,7 +507,7 @@ mod tests {
     fn extends_one_os_page_at_a_time() {
         let mut buf = buf();
         let mut p = page_over(&mut buf.0, 48);
-        let (first, pages) = p.extend();
+        let (first, pages) = p.extend(false);
         assert_eq!(first, p.start);
         assert_eq!(pages, 1);
         assert_eq!(p.capacity() as usize, os_page() / 48);
@@ -485,11 +517,52 @@ mod tests {
         assert!(p.slot_index(p.start - 48).is_none());
     }
 
+    /// The free list's slot indices, first to last.
+    fn free_order(p: &Page) -> Vec<usize> {
+        let mut out = Vec::new();
+        let mut b = p.free;
+        while !b.is_null() {
+            out.push(p.slot_index(b as usize).unwrap());
+            // SAFETY: the page's free list, slots of the test's buffer.
+            b = unsafe { (*b).next };
+        }
+        out
+    }
+
+    #[test]
+    fn shuffled_carving_hands_out_every_slot_once_in_an_order_of_its_own() {
+        let mut orders = Vec::new();
+        for slot in [16, 48, 64, 112, 256] {
+            let mut buf = buf();
+            let mut p = page_over(&mut buf.0, slot);
+            p.extend(true);
+            let order = free_order(&p);
+            let mut sorted = order.clone();
+            sorted.sort_unstable();
+            assert_eq!(sorted, (0..p.capacity() as usize).collect::<Vec<_>>());
+            assert_ne!(order, sorted, "slot {slot}: not shuffled");
+            // The next OS page's carve is shuffled differently.
+            p.free = null_mut();
+            p.extend(true);
+            let next = free_order(&p);
+            let first: Vec<usize> = next.iter().map(|i| i - order.len()).collect();
+            assert_ne!(first, order, "slot {slot}: the same order twice");
+            orders.push(order);
+        }
+        let mut buf = buf();
+        let mut p = page_over(&mut buf.0, 64);
+        p.extend(false);
+        assert!(
+            free_order(&p).windows(2).all(|w| w[0] + 1 == w[1]),
+            "address order"
+        );
+    }
+
     #[test]
     fn a_chain_of_remote_frees_is_one_push() {
         let mut buf = buf();
         let mut p = page_over(&mut buf.0[..64], 64);
-        p.extend();
+        p.extend(false);
         // SAFETY: test-local page; three slots taken by hand (still linked
         // a -> b -> c, as the free list had them), chained, pushed back once.
         unsafe {
@@ -507,7 +580,7 @@ mod tests {
     fn remote_frees_are_collected_and_full_pages_delay() {
         let mut buf = buf();
         let mut p = page_over(&mut buf.0[..64], 64);
-        p.extend();
+        p.extend(false);
         // SAFETY: test-local page; slots are taken off the free list by hand.
         unsafe {
             let [a, b, c] = take::<3>(&mut p);
