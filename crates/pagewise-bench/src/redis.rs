@@ -317,16 +317,18 @@ pub fn run(
     let rss_idle = rss(pid);
     let pss_idle = proc_kb(pid, "smaps_rollup", "Pss:");
     let used = field(&info, "used_memory")?;
-    let mut extra = vec![
-        ("used_memory".to_string(), used),
-        (
+    let mut extra = vec![("used_memory".to_string(), used)];
+    if idle_ms > 0 {
+        // Figures of the quiet server: runs that did not wait the idle
+        // period do not report them (their medians would mix both).
+        extra.push((
             "mem_fragmentation_ratio".to_string(),
             field(&info, "mem_fragmentation_ratio")?,
-        ),
-    ];
-    if let Some(pss) = pss_idle {
-        // The same quotient with the proportional set size.
-        extra.push(("pss_fragmentation_ratio".to_string(), pss as f64 / used));
+        ));
+        if let Some(pss) = pss_idle {
+            // The same quotient with the proportional set size.
+            extra.push(("pss_fragmentation_ratio".to_string(), pss as f64 / used));
+        }
     }
     Ok(WorkerResult {
         workload: "redis".into(),

@@ -230,15 +230,22 @@ pub(crate) fn summarize(plan: &Plan, records: &[RunRecord]) -> Summary {
                     });
                 }
             }
+            // Every figure any run reported (some only after the idle
+            // period: redis's fragmentation), in first-seen order, each the
+            // median of the runs that reported it.
+            let mut keys: Vec<&String> = Vec::new();
+            for (k, _) in ok.iter().flat_map(|r| r.extra.iter()) {
+                if !keys.contains(&k) {
+                    keys.push(k);
+                }
+            }
             let mut extra = Vec::new();
-            if let Some(first) = ok.first() {
-                for (k, _) in &first.extra {
-                    let v = med(ok
-                        .iter()
-                        .filter_map(|r| r.extra.iter().find(|(kk, _)| kk == k).map(|(_, v)| *v)));
-                    if let Some(v) = v {
-                        extra.push((k.clone(), v));
-                    }
+            for k in keys {
+                let v = med(ok
+                    .iter()
+                    .filter_map(|r| r.extra.iter().find(|(kk, _)| kk == k).map(|(_, v)| *v)));
+                if let Some(v) = v {
+                    extra.push((k.clone(), v));
                 }
             }
             cells.push(Cell {
@@ -661,6 +668,9 @@ pub(crate) fn render(plan: &Plan, s: &Summary, wall: Duration) -> String {
                     (Some(_), _) => "—".into(),
                     // Ran, but without this figure (no idle run succeeded).
                     (None, _) if s.cell(w, &a.label).is_some_and(|c| c.runs_ok > 0) => "—".into(),
+                    // Not run: the workload cannot run under it (redis
+                    // under glibc).
+                    (None, _) if s.cell(w, &a.label).is_none() => "n/a".into(),
                     _ => "fail".into(),
                 });
             }

@@ -523,6 +523,33 @@ fn another_build_runs_beside_pagewise_under_its_own_label() {
     assert!(format!("{e:#}").contains("not an executable"), "{e:#}");
 }
 
+/// `cargo build -p pagewise-c` into this build's target directory and
+/// profile (cargo test does not build a cdylib-only library): the redis
+/// workload preloads `libpagewise.so` from next to the workers.
+fn build_libpagewise() {
+    let dir = worker_dir();
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let mut cmd = std::process::Command::new(cargo);
+    cmd.args(["build", "--quiet", "-p", "pagewise-c", "--target-dir"])
+        .arg(dir.parent().unwrap());
+    match dir.file_name().unwrap().to_str().unwrap() {
+        "debug" => {}
+        "release" => {
+            cmd.arg("--release");
+        }
+        other => {
+            cmd.args(["--profile", other]);
+        }
+    }
+    let o = cmd.output().expect("running cargo");
+    assert!(
+        o.status.success(),
+        "cargo build -p pagewise-c failed:\n{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(dir.join("libpagewise.so").is_file());
+}
+
 /// issue 12's real program: redis-server under pagewise with and without
 /// meshing and under its own jemalloc, with redis's fragmentation ratio
 /// and the same with PSS reported for each.
@@ -532,11 +559,7 @@ fn redis_runs_under_pagewise_with_and_without_meshing() {
         common::missing("redis-server", "redis-server");
         return;
     }
-    assert!(
-        worker_dir().join("libpagewise.so").is_file(),
-        "libpagewise.so is not next to the workers: the workspace's tests build it \
-         (cargo test --workspace)"
-    );
+    build_libpagewise();
     let json = tmp("redis.json");
     let mut args = tiny(&["pagewise", "pagewise-mesh", "jemalloc", "system"]);
     args.only = vec!["redis".into()];
