@@ -45,6 +45,17 @@ fn a_thread_that_only_frees_gets_a_thread_cache() {
     // (The main thread's cache may hold slots of the class too.)
     assert!(cached as usize >= n - first, "the rest went to its cache");
     // Every block is free again, the exited thread's cached ones included.
-    let c = &pagewise::stats().classes[class_of(200)];
+    // Another thread of the process (libtest's, formatting its output) may
+    // hold a block of the class for an instant, as CI under qemu once saw
+    // (one live slot of 201 requested bytes): a real leak stays, so the
+    // check is retried for a second before it fails.
+    let mut c = pagewise::stats().classes[class_of(200)];
+    for _ in 0..100 {
+        if c.live_slots == 0 {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+        c = pagewise::stats().classes[class_of(200)];
+    }
     assert_eq!(c.live_slots, 0, "{c:?}");
 }
