@@ -43,6 +43,10 @@ extern "C" fn last_round_frees(v: *mut libc::c_void) {
 
 #[test]
 fn frees_in_the_last_destructor_round_adopt_no_heap() {
+    // Objects of the class live before the test: the harness's own (with
+    // four `--skip` filters, as CI's aarch64 step passes, the vector of the
+    // command-line arguments is a live 224-byte slot of this class).
+    let live_before = pagewise::stats().classes[class_of(200)].live_slots;
     let n = FREES_BEFORE_HEAP as usize + 36;
     // SAFETY: non-zero layout.
     let blocks: Vec<usize> = (0..n).map(|_| unsafe { alloc(L) } as usize).collect();
@@ -90,5 +94,5 @@ fn frees_in_the_last_destructor_round_adopt_no_heap() {
         before + 1,
         "a heap was adopted and never abandoned"
     );
-    assert_eq!(s.classes[class_of(200)].live_slots, 0);
+    assert_eq!(s.classes[class_of(200)].live_slots, live_before);
 }
