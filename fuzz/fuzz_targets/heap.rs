@@ -1,9 +1,10 @@
-//! `heap`: an owned `pagewise::Heap`, one per input, on one of three page
+//! `heap`: an owned `pagewise::Heap`, one per input, on one of four page
 //! sources the input chooses: the real `SystemPages`, `SystemPages` with a
 //! clock the input moves (`advance_ms`, so decay and the retention cap run
-//! deterministically on real mappings), or `FakePages` (memory from the C
-//! allocator, clock moved by the input). The policy (decay, cap, purge
-//! advice, reservation size) is chosen by the input too.
+//! deterministically on real mappings), `FakePages` (memory from the C
+//! allocator, clock moved by the input), or `SharedPages` (memfd-backed,
+//! Linux), on which the `mesh` operation merges pages. The policy (decay,
+//! cap, purge advice, reservation size) is chosen by the input too.
 //!
 //! An owned heap's counters are its own, so they are checked exactly after
 //! every operation: `live_allocations` and `live_bytes` equal the model's,
@@ -23,7 +24,9 @@ use allocator_api2::alloc::Allocator;
 use core::ptr::NonNull;
 use core::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use libfuzzer_sys::fuzz_target;
-use pagewise::{Config, FakePages, Heap, PageSource, Purge, Stats, SyscallCounts, SystemPages};
+use pagewise::{
+    Config, FakePages, Heap, PageSource, Purge, SharedPages, Stats, SyscallCounts, SystemPages,
+};
 use pagewise_fuzz::{
     align, check, check_block, fill_block, pattern_slice, seed_for, size, trace, Block, Input,
     Live, KIB, MIB,
@@ -65,6 +68,7 @@ static CLOCKED: Clocked = Clocked {
 };
 static FAKE: FakePages = FakePages::new();
 static SYSTEM: SystemPages = SystemPages::new();
+static SHARED: SharedPages = SharedPages::new();
 
 const BUDGET: usize = 256 * MIB;
 const MAX_LIVE: usize = 1024;
@@ -84,6 +88,9 @@ impl Source for FakePages {
     }
 }
 impl Source for SystemPages {
+    fn advance(&self, _ms: u64) {} // real time: nothing to move
+}
+impl Source for SharedPages {
     fn advance(&self, _ms: u64) {} // real time: nothing to move
 }
 
@@ -191,6 +198,11 @@ impl<S: Source> Run<'_, S> {
         let Some(b) = self.take(inp, "deallocate") else {
             return;
         };
+        self.free_block(b);
+    }
+
+    /// Frees a live block of the model (its contents already checked).
+    fn free_block(&mut self, b: Block) {
         trace!("deallocate {:#x} ({} B)", b.addr, b.size);
         self.live.remove(b.addr);
         let l = Layout::from_size_align(b.size, b.align).unwrap();
@@ -289,6 +301,46 @@ impl<S: Source> Run<'_, S> {
         assert_eq!(s.retained_bytes, 0, "trim leaves nothing retained: {s:?}");
     }
 
+    /// Several OS pages' worth of one small size, then all but one block
+    /// per OS page freed, the survivor at an offset that moves from page
+    /// to page: the sparse pages a mesh pass merges (random frees rarely
+    /// leave a size class with pages other than the one it carves from).
+    fn sparse(&mut self, inp: &mut Input) {
+        let size = inp.range(8, 512);
+        let l = Layout::from_size_align(size, 8).unwrap();
+        // Blocks per OS page, by the size class's slot size.
+        let slot = self.heap.allocate(l).expect("allocate well within memory");
+        // SAFETY: allocated just above with `l`.
+        unsafe { self.heap.deallocate(slot.cast(), l) };
+        let per_page = (pagewise::layout::os_page() / slot.len()).max(1);
+        let room = MAX_LIVE.saturating_sub(self.live.len());
+        let n = (inp.range(2, 16) * per_page).min(room);
+        let step = inp.range(1, per_page.max(2));
+        trace!("sparse: {n} blocks of {size} B, survivors {step} apart");
+        let mut made = Vec::with_capacity(n);
+        for _ in 0..n {
+            let p = self.heap.allocate(l).expect("allocate well within memory");
+            self.admit("sparse", p, size, 8);
+            made.push(p.cast::<u8>().as_ptr() as usize);
+        }
+        for (i, addr) in made.into_iter().enumerate() {
+            if i % per_page != (i / per_page * step) % per_page {
+                let b = *self.live.blocks.get(&addr).expect("made above");
+                self.free_block(b);
+            }
+        }
+    }
+
+    /// A mesh pass (a no-op on sources that cannot share pages), then every
+    /// live block's contents and usable size checked: a pass moves the
+    /// live slots of one page into another's physical memory.
+    fn mesh(&mut self) {
+        // SAFETY: this thread is the only one touching the heap's memory.
+        let joined = unsafe { self.heap.mesh() };
+        trace!("mesh: {joined} pages joined");
+        self.check_all();
+    }
+
     fn advance(&mut self, inp: &mut Input) {
         let d = self.config.decay_ms;
         let ms = match inp.u8() % 5 {
@@ -338,7 +390,7 @@ impl<S: Source> Run<'_, S> {
 
     fn go(&mut self, inp: &mut Input) {
         while !inp.is_empty() {
-            let op = inp.u8() % 16;
+            let op = inp.u8() % 18;
             match op {
                 0..=4 => self.alloc(inp),
                 5..=7 => self.free(inp),
@@ -348,6 +400,8 @@ impl<S: Source> Run<'_, S> {
                 11 | 12 => self.advance(inp),
                 13 => self.check_all(),
                 14 => self.vec(inp),
+                15 => self.mesh(),
+                16 => self.sparse(inp),
                 _ => {
                     trace!("free all");
                     self.free_all();
@@ -410,6 +464,7 @@ fuzz_target!(|data: &[u8]| {
         },
         background: false,
         reservation_bytes: if c & 32 == 0 { 1 << 30 } else { 64 * MIB },
+        mesh: false, // the global allocator's switch; an owned heap meshes by its source
     };
     trace!("source byte {p} config {config:?}");
     match p {
@@ -420,6 +475,8 @@ fuzz_target!(|data: &[u8]| {
             config.reservation_bytes = 32 * MIB;
             run(&FAKE, config, 40 * MIB, &mut inp)
         }
+        // Meshing: slab-sized objects matter, huge ones only cost time.
+        224..=254 => run(&SHARED, config, 4 * MIB, &mut inp),
         p if p % 2 == 0 => run(&CLOCKED, config, 64 * MIB, &mut inp),
         _ => run(&SYSTEM, config, 64 * MIB, &mut inp),
     }
