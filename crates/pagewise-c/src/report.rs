@@ -31,7 +31,7 @@ pub fn json(w: &mut impl Write, s: &Stats, os: &OsMemory) -> fmt::Result {
     )?;
     write!(
         w,
-        "\"reserved_bytes\":{},\"committed_bytes\":{},\"peak_committed_bytes\":{},\"metadata_bytes\":{},\"live_bytes\":{},\"live_requested_bytes\":{},\"live_allocations\":{},\"retained_bytes\":{},\"free_slot_bytes\":{},\"hollow_bytes\":{},\"purged_bytes\":{},\"meshed_bytes\":{},\"mesh_saved_bytes\":{},\"segments\":{},\"heaps\":{},",
+        "\"reserved_bytes\":{},\"committed_bytes\":{},\"peak_committed_bytes\":{},\"metadata_bytes\":{},\"live_bytes\":{},\"live_requested_bytes\":{},\"live_allocations\":{},\"retained_bytes\":{},\"free_slot_bytes\":{},\"hollow_bytes\":{},\"purged_bytes\":{},\"meshed_bytes\":{},\"mesh_saved_bytes\":{},\"mesh_mappings\":{},\"segments\":{},\"heaps\":{},",
         s.reserved_bytes,
         s.committed_bytes,
         s.peak_committed_bytes,
@@ -45,6 +45,7 @@ pub fn json(w: &mut impl Write, s: &Stats, os: &OsMemory) -> fmt::Result {
         s.purged_bytes,
         s.meshed_bytes,
         s.mesh_saved_bytes,
+        s.mesh_mappings,
         s.segments,
         s.heaps
     )?;
@@ -157,9 +158,10 @@ pub fn text(w: &mut impl Write, s: &Stats, os: &OsMemory) -> fmt::Result {
     if s.meshed_bytes > 0 {
         writeln!(
             w,
-            "  meshed {} of OS pages sharing physical pages, {} saved (PAGEWISE_MESH; counted once in PSS, once per page in RSS)",
+            "  meshed {} of OS pages sharing physical pages, {} saved, {} kernel mappings added (PAGEWISE_MESH; counted once in PSS, once per page in RSS)",
             Bytes(s.meshed_bytes),
-            Bytes(s.mesh_saved_bytes)
+            Bytes(s.mesh_saved_bytes),
+            s.mesh_mappings
         )?;
     }
     writeln!(

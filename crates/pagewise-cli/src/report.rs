@@ -124,6 +124,9 @@ pub struct AllocatorReport {
     /// Physical memory meshing saves (absent from older reports).
     #[serde(default)]
     pub mesh_saved_bytes: u64,
+    /// Kernel mappings meshing adds (absent from older reports).
+    #[serde(default)]
+    pub mesh_mappings: u64,
     /// Bytes purged so far.
     pub purged_bytes: u64,
     /// Segments.
@@ -593,9 +596,10 @@ fn render_process(s: &mut String, r: &RunReport, p: &ProcessReport) -> std::fmt:
     if a.meshed_bytes > 0 {
         writeln!(
             s,
-            "  meshed          {:>11}   ({} saved: OS pages sharing physical pages; RSS still counts each)",
+            "  meshed          {:>11}   ({} saved: OS pages sharing physical pages in {} kernel mappings more; RSS still counts each)",
             human(a.meshed_bytes),
-            human(a.mesh_saved_bytes)
+            human(a.mesh_saved_bytes),
+            a.mesh_mappings
         )?;
     }
 

@@ -353,6 +353,7 @@ impl<S: PageSource + 'static> Heap<S> {
             let (pages, groups) = sharing.shared();
             s.meshed_bytes = (pages * os_page()) as u64;
             s.mesh_saved_bytes = (pages.saturating_sub(groups) * os_page()) as u64;
+            s.mesh_mappings = sharing.seams() as u64;
         }
         for (c, n) in core.empty_pages_by_class().iter().enumerate() {
             s.classes[c].retained_pages += *n as u64;

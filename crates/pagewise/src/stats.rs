@@ -147,6 +147,11 @@ pub struct Stats {
     /// `free_slot_bytes` (the slots a member may not use are in another's
     /// memory).
     pub mesh_saved_bytes: u64,
+    /// Kernel mappings meshing adds to the process: places inside the
+    /// heap's mappings where neighbouring OS pages show group pages that
+    /// are not consecutive. Capped at a third of `vm.max_map_count`; a
+    /// slab page meshed whole onto another's groups adds at most two.
+    pub mesh_mappings: u64,
     /// Stores that waited for a meshed page's copy (the write barrier of
     /// the global allocator), and the longest such wait in microseconds.
     pub mesh_waits: u64,
@@ -189,6 +194,7 @@ impl Stats {
         purged_bytes: 0,
         meshed_bytes: 0,
         mesh_saved_bytes: 0,
+        mesh_mappings: 0,
         mesh_waits: 0,
         mesh_longest_wait_us: 0,
         segments: 0,

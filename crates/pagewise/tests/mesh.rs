@@ -46,7 +46,11 @@ impl Survivor {
 
 /// Every size of 16-256 B (one per size class there): `pages` OS pages of
 /// objects each, of which one per OS page, at a random slot, survives.
-fn one_survivor_per_os_page(heap: &Heap<SharedPages>, pages: usize, seed: u64) -> Vec<Survivor> {
+fn one_survivor_per_os_page<S: PageSource>(
+    heap: &Heap<S>,
+    pages: usize,
+    seed: u64,
+) -> Vec<Survivor> {
     let mut rng = Rng(seed);
     let mut kept = Vec::new();
     for size in (16..=128).step_by(16).chain([160, 192, 224, 256]) {
@@ -116,12 +120,16 @@ fn one_survivor_per_os_page_meshes_to_three_times_the_utilization() {
     let (u0, u1) = (live as f64 / before as f64, live as f64 / after as f64);
     eprintln!(
         "live {live} B; memory {before} -> {after} B; utilization {u0:.3} -> {u1:.3} ({:.1}x); \
-         {joined} OS pages joined; stats: meshed {} B, saved {} B",
+         {joined} OS pages joined in {} kernel mappings; stats: meshed {} B, saved {} B",
         u1 / u0,
+        s.mesh_mappings,
         s.meshed_bytes,
         s.mesh_saved_bytes
     );
     assert!(u1 >= 3.0 * u0, "utilization {u0:.3} -> {u1:.3}");
+    // With the mapping budget unused, the densest packing: two kernel
+    // mappings per meshed OS page at most.
+    assert!(s.mesh_mappings as usize <= 2 * joined, "{s:?}");
     assert_eq!(s.meshed_bytes, (joined * os_page()) as u64);
     // The stats' committed bytes follow the kernel's count (within the
     // pages read but never written, such as header pages).
@@ -216,6 +224,43 @@ fn slots_freed_on_meshed_pages_are_reused_without_touching_other_members() {
 }
 
 #[test]
+fn a_tight_mapping_budget_meshes_whole_slab_pages_in_few_mappings() {
+    // Room for a fifth of the 2 per OS page the densest packing costs.
+    let source = Tweaked {
+        pages: SharedPages::new(),
+        joins_fail_late: false,
+        mapping_cap: Some(12 * pages() * 2 / 5),
+    };
+    let heap = Heap::with_source(source, Default::default());
+    let kept = one_survivor_per_os_page(&heap, pages(), 0x5eed);
+    heap.trim();
+    let live = live_bytes(&kept);
+    let before = heap.source().pages.file_bytes();
+    // SAFETY: this thread is the heap's only user.
+    let joined = unsafe { heap.mesh() };
+    let after = heap.source().pages.file_bytes();
+    assert!(all_intact(&kept), "a survivor lost its bytes");
+    let s = heap.stats();
+    let (u0, u1) = (live as f64 / before as f64, live as f64 / after as f64);
+    eprintln!(
+        "live {live} B; memory {before} -> {after} B; utilization {u0:.3} -> {u1:.3} ({:.1}x); \
+         {joined} OS pages joined in {} kernel mappings",
+        u1 / u0,
+        s.mesh_mappings,
+    );
+    // Slab pages mesh whole onto a leader's consecutive group pages, which
+    // the kernel maps as one: two mappings per slab page at most, against
+    // two per OS page for OS pages meshed one by one.
+    let slab_pages = 12 * pages() * os_page() / (64 << 10);
+    assert!(
+        s.mesh_mappings as usize <= 2 * slab_pages,
+        "{joined} OS pages of {slab_pages} slab pages joined in {} kernel mappings",
+        s.mesh_mappings
+    );
+    assert!(u1 >= 2.0 * u0, "utilization {u0:.3} -> {u1:.3}");
+}
+
+#[test]
 fn a_heap_whose_source_cannot_share_pages_does_not_mesh() {
     let heap = Heap::with_source(pagewise::FakePages::new(), Default::default());
     let l = Layout::from_size_align(64, 8).unwrap();
@@ -231,44 +276,53 @@ fn a_heap_whose_source_cannot_share_pages_does_not_mesh() {
     unsafe { heap.deallocate(ps[0].cast(), l) };
 }
 
-/// A page source whose joins fail after copying (as when the kernel
-/// refuses the remap at its mapping limit): the copy leaves the member's
-/// bytes in the founder's free slots.
-struct JoinsFailLate(SharedPages);
+/// `SharedPages` with faults to test: joins that fail after copying (as
+/// when the kernel refuses the remap at its mapping limit: the copy leaves
+/// the member's bytes in the founder's free slots), or a mapping budget of
+/// `mapping_cap` kernel mappings.
+struct Tweaked {
+    pages: SharedPages,
+    joins_fail_late: bool,
+    mapping_cap: Option<usize>,
+}
 
 // SAFETY: forwards to `SharedPages`, which upholds the contract.
-unsafe impl pagewise::PageSource for JoinsFailLate {
+unsafe impl pagewise::PageSource for Tweaked {
     fn map(&self, size: usize, align: usize) -> Option<NonNull<u8>> {
-        self.0.map(size, align)
+        self.pages.map(size, align)
     }
     unsafe fn unmap(&self, ptr: NonNull<u8>, size: usize) {
         // SAFETY: forwarded.
-        unsafe { self.0.unmap(ptr, size) }
+        unsafe { self.pages.unmap(ptr, size) }
     }
     unsafe fn purge(&self, ptr: NonNull<u8>, size: usize, how: pagewise::Purge) -> bool {
         // SAFETY: forwarded.
-        unsafe { self.0.purge(ptr, size, how) }
+        unsafe { self.pages.purge(ptr, size, how) }
     }
     fn now_ms(&self) -> u64 {
-        self.0.now_ms()
+        self.pages.now_ms()
     }
     fn syscalls(&self) -> pagewise::SyscallCounts {
-        self.0.syscalls()
+        self.pages.syscalls()
     }
     fn sharing(&self) -> Option<&dyn pagewise::source::SharePages> {
         Some(self)
     }
 }
 
-// SAFETY: forwards, except that `join` scribbles where the copy would
-// have written and then reports failure, which the contract allows (the
-// group's bytes at those ranges belong to no other member).
-unsafe impl pagewise::source::SharePages for JoinsFailLate {
+// SAFETY: forwards, except that a `join` that fails late scribbles where
+// the copy would have written and then reports failure, which the contract
+// allows (the group's bytes at those ranges belong to no other member).
+unsafe impl pagewise::source::SharePages for Tweaked {
     unsafe fn share(&self, founder: usize) -> bool {
         // SAFETY: forwarded.
-        unsafe { self.0.sharing().unwrap().share(founder) }
+        unsafe { self.pages.sharing().unwrap().share(founder) }
     }
-    unsafe fn join(&self, founder: usize, _member: usize, ranges: &[(usize, usize)]) -> bool {
+    unsafe fn join(&self, founder: usize, member: usize, ranges: &[(usize, usize)]) -> bool {
+        if !self.joins_fail_late {
+            // SAFETY: forwarded.
+            return unsafe { self.pages.sharing().unwrap().join(founder, member, ranges) };
+        }
         for &(off, len) in ranges {
             // SAFETY: the founder shows the group page; these bytes hold no
             // member's object (the caller's contract).
@@ -276,21 +330,34 @@ unsafe impl pagewise::source::SharePages for JoinsFailLate {
         }
         false
     }
-    unsafe fn leave(&self, member: usize, keep: bool) -> bool {
+    unsafe fn leave(&self, member: usize, how: pagewise::source::Leave) -> bool {
         // SAFETY: forwarded.
-        unsafe { self.0.sharing().unwrap().leave(member, keep) }
+        unsafe { self.pages.sharing().unwrap().leave(member, how) }
     }
     fn group_of(&self, addr: usize) -> Option<usize> {
-        self.0.sharing().unwrap().group_of(addr)
+        self.pages.sharing().unwrap().group_of(addr)
     }
     fn shared(&self) -> (usize, usize) {
-        self.0.sharing().unwrap().shared()
+        self.pages.sharing().unwrap().shared()
+    }
+    fn seams(&self) -> usize {
+        self.pages.sharing().unwrap().seams()
+    }
+    fn seam_budget(&self) -> (usize, usize) {
+        let (used, cap) = self.pages.sharing().unwrap().seam_budget();
+        self.mapping_cap
+            .map_or((used, cap), |cap| (self.seams(), cap))
     }
 }
 
 #[test]
 fn a_group_that_comes_to_nothing_gives_its_pages_back_intact() {
-    let heap = Heap::with_source(JoinsFailLate(SharedPages::new()), Default::default());
+    let source = Tweaked {
+        pages: SharedPages::new(),
+        joins_fail_late: true,
+        mapping_cap: None,
+    };
+    let heap = Heap::with_source(source, Default::default());
     let layout = Layout::from_size_align(64, 8).unwrap();
     let per_page = os_page() / 64;
     let blocks: Vec<NonNull<u8>> = (0..64 * per_page)

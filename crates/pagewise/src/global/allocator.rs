@@ -218,6 +218,7 @@ pub fn stats() -> Stats {
         let page = crate::memory::layout::os_page();
         s.meshed_bytes = (pages * page) as u64;
         s.mesh_saved_bytes = (pages.saturating_sub(groups) * page) as u64;
+        s.mesh_mappings = heaps::SHARED.seams() as u64;
         (s.mesh_waits, s.mesh_longest_wait_us) = crate::os::barrier::waits();
     }
     {

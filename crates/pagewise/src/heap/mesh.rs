@@ -6,193 +6,25 @@
 //! 1. meshed OS pages on which nothing is in use any more leave their
 //!    groups and become hollow;
 //! 2. per size class, the sparse OS pages of the pages out of use are
-//!    gathered (`Page::mesh_candidates`), shuffled, and each is placed in
-//!    the first of the last [`PROBES`] groups of its phase whose live
-//!    positions it does not meet (Mesh's SplitMesher probes 64), or starts
-//!    a group;
+//!    gathered (`Page::mesh_candidates`) and grouped (`heap/mesh_plan.rs`),
+//!    as densely as the class's share of the kernel mapping budget allows:
+//!    left over is split between classes by their pages, half kept for
+//!    later passes;
 //! 3. every group of two members or more is made: the pages' slots on the
 //!    planned OS pages are withheld first (their free list runs through
 //!    memory that is about to show another page's bytes), then the
-//!    founder's page is shared and the others join, copying their live
-//!    slots; a member the kernel refuses gets its slots back.
+//!    founders' pages are shared and the others join page by page, each
+//!    page's OS pages in address order (so a run's kernel mappings merge
+//!    as it grows), copying their live slots; a member the kernel refuses
+//!    gets its slots back.
 
 use super::hollow::Hollow;
+use super::mesh_plan::{Packing, Scratch, NONE};
 use super::*;
-use crate::memory::mesh::{Candidate, Positions, Withheld, MAX_POSITIONS};
-use crate::os::source::{map_table, unmap_table, SharePages};
+use crate::memory::mesh::{Candidate, Withheld, MAX_POSITIONS};
+use crate::os::source::{map_table, unmap_table, Leave, SharePages};
 use core::mem::size_of;
 use core::ptr::NonNull;
-
-/// Candidates one class gives a pass at most.
-const MAX_CANDIDATES: usize = 4096;
-/// Open groups a candidate is tried against.
-const PROBES: usize = 64;
-/// No group.
-const NONE: u32 = u32::MAX;
-
-/// A group being planned: its first member, the last one (members are
-/// chained through `next`), its phase and the union of live positions.
-#[derive(Clone, Copy)]
-struct Group {
-    first: u32,
-    last: u32,
-    members: u32,
-    phase: u32,
-    union: Positions,
-}
-
-/// A candidate's place in the plan.
-#[derive(Clone, Copy)]
-struct Plan {
-    group: u32,
-    next: u32,
-    /// Its slots were withheld for the group.
-    withheld: bool,
-    /// It did not join (the kernel refused, or its group came to nothing).
-    failed: bool,
-}
-
-/// The scratch memory of one pass (anonymous, mapped per pass).
-struct Scratch {
-    base: NonNull<u8>,
-    bytes: usize,
-    cands: *mut Candidate,
-    plans: *mut Plan,
-    order: *mut u32,
-    groups: *mut Group,
-    ranges: *mut (usize, usize),
-    n: usize,
-    ngroups: usize,
-}
-
-impl Scratch {
-    fn map() -> Option<Scratch> {
-        let parts = [
-            MAX_CANDIDATES * size_of::<Candidate>(),
-            MAX_CANDIDATES * size_of::<Plan>(),
-            MAX_CANDIDATES * size_of::<u32>(),
-            MAX_CANDIDATES * size_of::<Group>(),
-            MAX_POSITIONS * size_of::<(usize, usize)>(),
-        ];
-        let mut offsets = [0; 5];
-        let mut at = 0;
-        for (o, len) in offsets.iter_mut().zip(parts) {
-            *o = at;
-            at = (at + len).next_multiple_of(64);
-        }
-        let bytes = at.next_multiple_of(os_page());
-        let base = map_table(bytes)?;
-        let p = |i: usize| base.as_ptr().wrapping_add(offsets[i]);
-        Some(Scratch {
-            base,
-            bytes,
-            cands: p(0).cast(),
-            plans: p(1).cast(),
-            order: p(2).cast(),
-            groups: p(3).cast(),
-            ranges: p(4).cast(),
-            n: 0,
-            ngroups: 0,
-        })
-    }
-
-    fn push(&mut self, c: Candidate) {
-        if self.n < MAX_CANDIDATES {
-            // SAFETY: `n` is below the capacity mapped for candidates.
-            unsafe { self.cands.add(self.n).write(c) };
-            self.n += 1;
-        }
-    }
-
-    fn cand(&self, i: u32) -> &Candidate {
-        // SAFETY: `i` < `n`, written by `push`.
-        unsafe { &*self.cands.add(i as usize) }
-    }
-
-    fn plan(&mut self, i: u32) -> &mut Plan {
-        // SAFETY: `i` < `n`, written by `place`.
-        unsafe { &mut *self.plans.add(i as usize) }
-    }
-
-    fn group(&mut self, g: u32) -> &mut Group {
-        // SAFETY: `g` < `ngroups`, written by `place`.
-        unsafe { &mut *self.groups.add(g as usize) }
-    }
-
-    /// Shuffles the candidates' order (a xorshift from `seed`) and places
-    /// each in a group.
-    fn place_all(&mut self, mut seed: u64) {
-        self.ngroups = 0;
-        for i in 0..self.n {
-            // SAFETY: below the capacity.
-            unsafe { self.order.add(i).write(i as u32) };
-        }
-        for i in (1..self.n).rev() {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            let j = (seed % (i as u64 + 1)) as usize;
-            // SAFETY: both below `n`.
-            unsafe { core::ptr::swap(self.order.add(i), self.order.add(j)) };
-        }
-        for k in 0..self.n {
-            // SAFETY: below `n`.
-            let i = unsafe { *self.order.add(k) };
-            self.place(i);
-        }
-    }
-
-    /// Puts candidate `i` in the first recent group of its phase it fits,
-    /// or a new one.
-    fn place(&mut self, i: u32) {
-        let c = *self.cand(i);
-        *self.plan(i) = Plan {
-            group: NONE,
-            next: NONE,
-            withheld: false,
-            failed: false,
-        };
-        let lowest = self.ngroups.saturating_sub(PROBES);
-        for g in (lowest..self.ngroups).rev() {
-            let g = g as u32;
-            let group = self.group(g);
-            if group.phase == c.phase && group.union.disjoint(&c.live) {
-                group.union.union(&c.live);
-                group.members += 1;
-                let last = core::mem::replace(&mut group.last, i);
-                self.plan(last).next = i;
-                self.plan(i).group = g;
-                return;
-            }
-        }
-        let g = self.ngroups as u32;
-        // SAFETY: at most one group per candidate, below the capacity.
-        unsafe {
-            self.groups.add(self.ngroups).write(Group {
-                first: i,
-                last: i,
-                members: 1,
-                phase: c.phase,
-                union: c.live,
-            })
-        };
-        self.ngroups += 1;
-        self.plan(i).group = g;
-    }
-
-    /// Whether candidate `i` is planned into a group of two or more.
-    fn planned(&mut self, i: u32) -> bool {
-        let g = self.plan(i).group;
-        g != NONE && self.group(g).members >= 2
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        // SAFETY: mapped by `map`, no longer used.
-        unsafe { unmap_table(self.base, self.bytes) };
-    }
-}
 
 /// Withheld-slot records: a free list of them in chunks of anonymous
 /// memory, kept with the page lists.
@@ -301,17 +133,20 @@ impl HeapCore {
         let Some(mut scratch) = Scratch::map() else {
             return 0;
         };
+        let pages = self.pages_out_of_use(l);
         let mut joined = 0;
         for class in 0..CLASSES {
             scratch.n = 0;
             let current = self.current_page(class);
             let mut p = l.queues[class].head;
+            let mut class_pages = 0;
             while !p.is_null() {
                 // SAFETY: queue entries are slab pages of this heap, with
                 // the page lists held; the current page is left alone.
                 unsafe {
                     if p != current {
                         (*p).mesh_candidates(|c| scratch.push(c));
+                        class_pages += 1;
                     }
                     p = (*p).next;
                 }
@@ -319,13 +154,33 @@ impl HeapCore {
             if scratch.n < 2 {
                 continue;
             }
+            let (used, cap) = sharing.seam_budget();
+            let share =
+                (cap.saturating_sub(used) / 2) as u128 * class_pages as u128 / pages.max(1) as u128;
+            let packing = Packing::choose(scratch.n, scratch.pages(), share as usize);
             scratch.place_all(
-                self.source().now_ms() ^ (class as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1,
+                self.source().now_ms() ^ (class as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15),
+                packing,
             );
             // SAFETY: per the caller.
             joined += unsafe { self.make_groups(l, &mut scratch, sharing) };
         }
         joined
+    }
+
+    /// Slab pages of every class that are not a thread's current page.
+    fn pages_out_of_use(&self, l: &Local) -> usize {
+        let mut n = 0;
+        for class in 0..CLASSES {
+            let current = self.current_page(class);
+            let mut p = l.queues[class].head;
+            while !p.is_null() {
+                n += usize::from(p != current);
+                // SAFETY: as in `mesh_pass`.
+                p = unsafe { (*p).next };
+            }
+        }
+        n
     }
 
     /// Meshed OS pages with nothing in use leave their groups.
@@ -340,7 +195,7 @@ impl HeapCore {
                 // SAFETY: as in `mesh_pass`.
                 unsafe {
                     if p != current && (*p).meshed_pages() > 0 {
-                        let left = (*p).leave_unused_meshed(|a| sharing.leave(a, false));
+                        let left = (*p).leave_unused_meshed(|a| sharing.leave(a, Leave::Unused));
                         let bytes = left as u64 * os_page() as u64;
                         self.slab_committed.sub(bytes);
                         self.hollow_bytes.add(bytes);
@@ -405,17 +260,28 @@ impl HeapCore {
             }
             i = end;
         }
-        // 2. Share and join, one group at a time under the barrier (other
-        //    threads' stores to a page being copied wait).
+        // 2. Found the groups, then join their members page by page, each
+        //    page's in address order (a run of pages joining a leader's
+        //    groups merges into one kernel mapping as it goes), each copy under the barrier (other
+        //    threads' stores to a page being copied wait); groups no member
+        //    joined go back to their founders.
+        for g in 0..s.ngroups as u32 {
+            if s.group(g).made() {
+                // SAFETY: per the caller.
+                unsafe { found_group(s, g, sharing) };
+            }
+        }
+        for i in 0..s.n as u32 {
+            if s.planned(i) && !s.plan(i).failed {
+                // SAFETY: per the caller.
+                unsafe { join_group(s, i, sharing) };
+            }
+        }
         let mut joined = 0;
         for g in 0..s.ngroups as u32 {
-            if s.group(g).members >= 2 {
-                let barrier = raise_barrier();
+            if s.group(g).founder != NONE {
                 // SAFETY: per the caller.
-                joined += unsafe { make_group(s, g, sharing) };
-                if barrier {
-                    lower_barrier();
-                }
+                joined += unsafe { end_lone_group(s, g, sharing) };
             }
         }
         // 3. Pages whose planned OS pages did not all join get the slots
@@ -463,7 +329,7 @@ impl HeapCore {
         // SAFETY: per the caller.
         let before = unsafe { (*page).meshed_pages() };
         // SAFETY: per the caller: empty, about to be released.
-        let stuck = unsafe { (*page).leave_all_meshed(|a| sharing.leave(a, false)) };
+        let stuck = unsafe { (*page).leave_all_meshed(|a| sharing.leave(a, Leave::Released)) };
         if stuck > 0 {
             // Reusing the span would write through to another group's
             // page. Only a kernel out of mappings refuses a remap.
@@ -505,62 +371,91 @@ fn mark_meshed(c: &Candidate, on: bool) {
     }
 }
 
+/// Runs `f` with the write barrier raised, if its handler is installed.
+fn under_barrier<R>(f: impl FnOnce() -> R) -> R {
+    let barrier = raise_barrier();
+    let r = f();
+    if barrier {
+        lower_barrier();
+    }
+    r
+}
+
 /// Shares the first member of group `g` that can found it (a page whose
-/// earlier group still has members cannot) and joins the others to it; a
-/// member that cannot join is marked failed (and its bit cleared). Returns
-/// the OS pages that joined, the founder included.
+/// earlier group still has members cannot); if none can, every member is
+/// marked failed (and its bit cleared).
 ///
 /// # Safety
 /// As [`HeapCore::mesh_pass`]; the members' slots are withheld.
-unsafe fn make_group(s: &mut Scratch, g: u32, sharing: &dyn SharePages) -> usize {
-    let mut founder = NONE;
+unsafe fn found_group(s: &mut Scratch, g: u32, sharing: &dyn SharePages) {
     let mut m = s.group(g).first;
     while m != NONE {
+        let addr = s.cand(m).addr();
         // SAFETY: per the caller.
-        if !s.plan(m).failed && unsafe { sharing.share(s.cand(m).addr()) } {
-            founder = m;
-            break;
+        if !s.plan(m).failed && under_barrier(|| unsafe { sharing.share(addr) }) {
+            let group = s.group(g);
+            group.founder = m;
+            group.joined = 1;
+            return;
         }
         m = s.plan(m).next;
     }
-    if founder == NONE {
-        let first = s.group(g).first;
-        fail_from(s, first);
+    let first = s.group(g).first;
+    fail_from(s, first);
+}
+
+/// Joins candidate `i` (planned, not its group's founder unless that) to
+/// its group, copying its live slots; marks it failed if the group was not
+/// founded or the source refuses.
+///
+/// # Safety
+/// As [`found_group`].
+unsafe fn join_group(s: &mut Scratch, i: u32, sharing: &dyn SharePages) {
+    let g = s.plan(i).group;
+    let founder = s.group(g).founder;
+    if founder == i {
+        return;
+    }
+    let c = *s.cand(i);
+    let joined = founder != NONE && {
+        // SAFETY: `ranges` has room for every position of an OS page.
+        let ranges = unsafe { core::slice::from_raw_parts_mut(s.ranges, MAX_POSITIONS) };
+        // SAFETY: a slab page of this heap.
+        let n = unsafe { (*c.page).live_ranges(c.k as usize, &c.live, ranges) };
+        let founder = s.cand(founder).addr();
+        // SAFETY: per the caller; the group's bytes at these ranges hold
+        // nothing of the others (the union was disjoint).
+        under_barrier(|| unsafe { sharing.join(founder, c.addr(), &ranges[..n]) })
+    };
+    if joined {
+        s.group(g).joined += 1;
+    } else {
+        mark_meshed(&c, false);
+        s.plan(i).failed = true;
+    }
+}
+
+/// Returns the OS pages that joined group `g` (founded), the founder
+/// included, or, if none but the founder did, takes the group apart: the
+/// group page's bytes go back to the founder's own page (with whatever a
+/// member that failed after its copy left in the founder's free slots:
+/// their keys are rewritten by `restore_unmeshed`).
+///
+/// # Safety
+/// As [`found_group`].
+unsafe fn end_lone_group(s: &mut Scratch, g: u32, sharing: &dyn SharePages) -> usize {
+    let (founder, joined) = (s.group(g).founder, s.group(g).joined);
+    if joined > 1 || s.group(g).members == 1 {
+        return joined as usize;
+    }
+    let addr = s.cand(founder).addr();
+    // SAFETY: the founder's live slots are where they were.
+    if under_barrier(|| unsafe { sharing.leave(addr, Leave::Keep) }) {
+        mark_meshed(&s.cand(founder).clone(), false);
+        s.plan(founder).failed = true;
         return 0;
     }
-    let mut joined = 1;
-    let mut m = s.group(g).first;
-    while m != NONE {
-        let c = *s.cand(m);
-        if m != founder && !s.plan(m).failed {
-            // SAFETY: `ranges` has room for every position of an OS page.
-            let ranges = unsafe { core::slice::from_raw_parts_mut(s.ranges, MAX_POSITIONS) };
-            // SAFETY: a slab page of this heap.
-            let n = unsafe { (*c.page).live_ranges(c.k as usize, &c.live, ranges) };
-            // SAFETY: per the caller; the group's bytes at these ranges hold
-            // nothing of the others (the union was disjoint).
-            if unsafe { sharing.join(s.cand(founder).addr(), c.addr(), &ranges[..n]) } {
-                joined += 1;
-            } else {
-                mark_meshed(&c, false);
-                s.plan(m).failed = true;
-            }
-        }
-        m = s.plan(m).next;
-    }
-    if joined == 1 {
-        // Alone: not worth a group; the group page's bytes go back to the
-        // founder's own page (with whatever a member that failed after
-        // its copy left in the founder's free slots: their keys are
-        // rewritten by `restore_unmeshed`).
-        // SAFETY: the founder's live slots are where they were.
-        if unsafe { sharing.leave(s.cand(founder).addr(), true) } {
-            mark_meshed(&s.cand(founder).clone(), false);
-            s.plan(founder).failed = true;
-            return 0;
-        }
-    }
-    joined
+    1
 }
 
 /// Marks `from` and every member after it failed, clearing their bits.

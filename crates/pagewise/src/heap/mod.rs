@@ -22,6 +22,7 @@ pub(crate) mod hollow;
 pub(crate) mod large;
 pub(crate) mod maintenance;
 pub(crate) mod mesh;
+pub(crate) mod mesh_plan;
 pub(crate) mod remote;
 pub(crate) mod transfer;
 

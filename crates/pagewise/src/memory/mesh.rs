@@ -46,7 +46,7 @@ impl Positions {
     /// No position.
     pub const EMPTY: Positions = Positions([0; POSITION_WORDS]);
 
-    fn insert(&mut self, j: usize) {
+    pub(crate) fn insert(&mut self, j: usize) {
         self.0[j / 64] |= 1 << (j % 64);
     }
 

@@ -22,12 +22,17 @@
 //! pages as well: `MADV_DONTNEED` alone does not free the pages of a shared
 //! file mapping.
 //!
-//! Every alias splits the kernel's mapping (into three, for a page alone),
-//! and `vm.max_map_count` (65,530 by default) bounds the mappings of a
-//! process: shared OS pages are capped at a sixth of it, process-wide, so
-//! they take at most a third, as Mesh caps them after crashing at the limit
-//! (plasma-umass/Mesh issues 37 and 91). A page that leaves its group
-//! merges back with its neighbours (same file, same offsets, same flags).
+//! An alias splits the kernel's mapping where the file offsets stop
+//! running on: a page alone among its own neighbours splits it into three,
+//! but a run of OS pages showing consecutive group pages (the pages of one
+//! slab page meshed onto the consecutive pages of another) is one kernel
+//! mapping, since the kernel merges neighbours with the same file, flags
+//! and consecutive offsets. `vm.max_map_count` (65,530 by default) bounds
+//! the mappings of a process, so the *seams* (boundaries inside a mapping
+//! where the offsets jump) are counted, exactly as the kernel splits, and
+//! capped at a third of the limit, process-wide, as Mesh caps its meshed
+//! pages after crashing at the limit (plasma-umass/Mesh issues 37 and 91).
+//! A page that leaves its group merges back with its neighbours.
 //!
 //! A forked child would share these pages with its parent (`MAP_SHARED`).
 //! A source made with [`SharedPages::new`] maps them `MADV_DONTFORK`
@@ -38,7 +43,9 @@
 //! copy of its own (`SharedPages::fork_prepare`).
 
 use crate::os::barrier;
-use crate::os::source::{next_hint, PageSource, Purge, SharePages, SyscallCounters, SyscallCounts};
+use crate::os::source::{
+    next_hint, Leave, PageSource, Purge, SharePages, SyscallCounters, SyscallCounts,
+};
 use crate::sync::lock::{self, Locked};
 use core::ptr::{null_mut, NonNull};
 use core::sync::atomic::{
@@ -96,10 +103,11 @@ const ALWAYS_OURS: u64 = u64::MAX;
 /// Forks seen in this process's history (incremented in each child).
 static FORKS: AtomicU64 = AtomicU64::new(0);
 static FORK_HOOK: AtomicBool = AtomicBool::new(false);
-/// OS pages shared now, by every source (the `vm.max_map_count` budget).
-static SHARED_NOW: AtomicUsize = AtomicUsize::new(0);
-/// The cap on [`SHARED_NOW`]; 0 until read.
-static SHARED_CAP: AtomicUsize = AtomicUsize::new(0);
+/// Seams inside the mappings of every source now: each is one kernel
+/// mapping more (the `vm.max_map_count` budget).
+static SEAMS_NOW: AtomicUsize = AtomicUsize::new(0);
+/// The cap on [`SEAMS_NOW`]; 0 until read.
+static SEAM_CAP: AtomicUsize = AtomicUsize::new(0);
 
 extern "C" fn forked_child() {
     FORKS.fetch_add(1, Relaxed);
@@ -122,6 +130,9 @@ struct Mapping {
     shared: usize,
     /// Groups (physical pages) of the mapping.
     groups: usize,
+    /// Boundaries between neighbouring OS pages that show file pages that
+    /// are not consecutive: the kernel mappings the aliases add.
+    seams: usize,
 }
 
 impl Mapping {
@@ -134,6 +145,7 @@ impl Mapping {
         members: null_mut(),
         shared: 0,
         groups: 0,
+        seams: 0,
     };
 
     fn contains(&self, addr: usize) -> bool {
@@ -161,6 +173,50 @@ impl Mapping {
             unsafe { *self.group.add(i) }
         }
     }
+
+    /// The page of the file, in OS pages, that OS page `i` shows: its own,
+    /// or its group's in the second half.
+    fn shows(&self, i: usize) -> usize {
+        match self.group_of(i) {
+            0 => i,
+            g => self.pages() + g as usize - 1,
+        }
+    }
+
+    /// Seams OS page `i` makes with its neighbours if it shows file page
+    /// `to` (the kernel merges neighbours whose offsets run on).
+    fn seams_at(&self, i: usize, to: usize) -> usize {
+        let left = i > 0 && self.shows(i - 1) + 1 != to;
+        let right = i + 1 < self.pages() && to + 1 != self.shows(i + 1);
+        usize::from(left) + usize::from(right)
+    }
+
+    /// How the mapping's seams change if OS page `i` comes to show `to`.
+    fn seam_change(&self, i: usize, to: usize) -> isize {
+        self.seams_at(i, to) as isize - self.seams_at(i, self.shows(i)) as isize
+    }
+
+    /// Records that OS page `i` shows `to` now: the group table and the
+    /// seams (whose budget the caller took).
+    fn set_shows(&mut self, i: usize, group: u32, change: isize) {
+        // SAFETY: the tables are mapped (a page is or was shared).
+        unsafe { *self.group.add(i) = group };
+        self.seams = self.seams.wrapping_add_signed(change);
+    }
+}
+
+/// Takes `change` seams from the budget `now` (or gives them back, if
+/// negative). More seams than `cap` are refused unless `over` allows it.
+fn take_seams(now: &AtomicUsize, change: isize, cap: usize, over: bool) -> bool {
+    if change <= 0 {
+        now.fetch_sub(change.unsigned_abs(), Relaxed);
+        return true;
+    }
+    let more = change as usize;
+    now.fetch_update(Relaxed, Relaxed, |n| {
+        (over || n + more <= cap).then_some(n + more)
+    })
+    .is_ok()
 }
 
 /// The OS page size (the run-time one).
@@ -428,12 +484,10 @@ impl SharedPages {
         true
     }
 
-    /// Takes one OS page from the mapping budget, if any is left.
-    fn take_budget() -> bool {
-        let cap = shared_cap();
-        SHARED_NOW
-            .fetch_update(Relaxed, Relaxed, |n| (n < cap).then_some(n + 1))
-            .is_ok()
+    /// Takes `change` seams from the process's budget (false if spent,
+    /// unless `over`), or gives `-change` back.
+    fn take_seams(change: isize, over: bool) -> bool {
+        take_seams(&SEAMS_NOW, change, seam_cap(), over)
     }
 }
 
@@ -683,19 +737,16 @@ fn close(fd: i32) {
     }
 }
 
-/// Shared OS pages allowed at once: a sixth of `vm.max_map_count` (read
-/// once; 65,530 if unreadable), so that they use at most a third of the
-/// process's mappings.
-fn shared_cap() -> usize {
-    let cap = SHARED_CAP.load(Relaxed);
+/// Seams allowed at once: a third of `vm.max_map_count` (read once;
+/// 65,530 if unreadable), each one kernel mapping.
+fn seam_cap() -> usize {
+    let cap = SEAM_CAP.load(Relaxed);
     if cap != 0 {
         return cap;
     }
-    // A shared page alone among unshared ones splits one kernel mapping
-    // into three: two mappings per page, a third of the limit in all.
-    let cap = read_max_map_count().unwrap_or(65_530) / 6;
-    SHARED_CAP.store(cap.max(1), Relaxed);
-    cap.max(1)
+    let cap = (read_max_map_count().unwrap_or(65_530) / 3).max(1);
+    SEAM_CAP.store(cap, Relaxed);
+    cap
 }
 
 fn read_max_map_count() -> Option<usize> {
@@ -750,7 +801,7 @@ unsafe impl PageSource for SharedPages {
         self.counters.unmapped(size);
         if addr == m.base && size == m.size {
             if !m.group.is_null() {
-                SHARED_NOW.fetch_sub(m.shared, Relaxed);
+                SEAMS_NOW.fetch_sub(m.seams, Relaxed);
                 self.munmap(
                     m.group as usize,
                     (2 * m.pages() * 4).next_multiple_of(page()),
@@ -815,7 +866,11 @@ unsafe impl SharePages for SharedPages {
                 return false;
             }
             // SAFETY: `tables` mapped both arrays; `i` is a page of `m`.
-            if unsafe { *m.members.add(i) } != 0 || !Self::take_budget() {
+            if unsafe { *m.members.add(i) } != 0 {
+                return false;
+            }
+            let change = m.seam_change(i, m.pages() + i);
+            if !Self::take_seams(change, false) {
                 return false;
             }
             let own = founder - m.base;
@@ -834,14 +889,12 @@ unsafe impl SharePages for SharedPages {
                 // group page is dropped.
                 let_writers_in(founder);
                 self.punch(m.fd, spare, page());
-                SHARED_NOW.fetch_sub(1, Relaxed);
+                Self::take_seams(-change, true);
                 return false;
             }
             // SAFETY: as above.
-            unsafe {
-                *m.members.add(i) = 1;
-                *m.group.add(i) = i as u32 + 1;
-            }
+            unsafe { *m.members.add(i) = 1 };
+            m.set_shows(i, i as u32 + 1, change);
             m.shared += 1;
             m.groups += 1;
             true
@@ -856,7 +909,11 @@ unsafe impl SharePages for SharedPages {
             }
             let (g, i) = (m.index(founder), m.index(member));
             // SAFETY: the tables are mapped; both are pages of `m`.
-            if unsafe { *m.members.add(g) } == 0 || m.group_of(i) != 0 || !Self::take_budget() {
+            if unsafe { *m.members.add(g) } == 0 || m.group_of(i) != 0 {
+                return false;
+            }
+            let change = m.seam_change(i, m.pages() + g);
+            if !Self::take_seams(change, false) {
                 return false;
             }
             let spare = m.size + (founder - m.base);
@@ -867,42 +924,46 @@ unsafe impl SharePages for SharedPages {
             // A failed copy wrote only to offsets the group does not use.
             if !copied || !self.alias(member, m.fd, spare) {
                 let_writers_in(member);
-                SHARED_NOW.fetch_sub(1, Relaxed);
+                Self::take_seams(-change, true);
                 return false;
             }
             self.punch(m.fd, member - m.base, page());
             // SAFETY: as above.
-            unsafe {
-                *m.members.add(g) += 1;
-                *m.group.add(i) = g as u32 + 1;
-            }
+            unsafe { *m.members.add(g) += 1 };
+            m.set_shows(i, g as u32 + 1, change);
             m.shared += 1;
             true
         })
         .unwrap_or(false)
     }
 
-    unsafe fn leave(&self, member: usize, keep: bool) -> bool {
+    unsafe fn leave(&self, member: usize, how: Leave) -> bool {
         self.with_mapping(member, |m| {
             let i = m.index(member);
             let g = m.group_of(i);
+            if g == 0 {
+                return false;
+            }
+            let change = m.seam_change(i, i);
+            if !Self::take_seams(change, how == Leave::Released) {
+                return false;
+            }
+            let keep = how == Leave::Keep;
             let own = member - m.base;
-            if g == 0
-                || keep
-                    && !(m.ours()
-                        && hold_writers(member)
-                        && Self::copy_in(m.fd, member, page(), own))
+            if keep
+                && !(m.ours() && hold_writers(member) && Self::copy_in(m.fd, member, page(), own))
                 || !self.alias(member, m.fd, own)
             {
                 if keep {
                     let_writers_in(member);
                 }
+                Self::take_seams(-change, true);
                 return false;
             }
             let g = g as usize - 1;
+            m.set_shows(i, 0, change);
             // SAFETY: a member exists, so the tables are mapped.
             let left = unsafe {
-                *m.group.add(i) = 0;
                 *m.members.add(g) -= 1;
                 *m.members.add(g)
             };
@@ -913,7 +974,6 @@ unsafe impl SharePages for SharedPages {
                 }
             }
             m.shared -= 1;
-            SHARED_NOW.fetch_sub(1, Relaxed);
             true
         })
         .unwrap_or(false)
@@ -932,6 +992,14 @@ unsafe impl SharePages for SharedPages {
         maps.used()
             .iter()
             .fold((0, 0), |(p, g), m| (p + m.shared, g + m.groups))
+    }
+
+    fn seams(&self) -> usize {
+        self.maps.lock().used().iter().map(|m| m.seams).sum()
+    }
+
+    fn seam_budget(&self) -> (usize, usize) {
+        (SEAMS_NOW.load(Relaxed), seam_cap())
     }
 }
 
@@ -1012,11 +1080,11 @@ mod tests {
         assert_eq!(read(a + 200), 9);
         // SAFETY: nothing on `b` or `a` is live any more.
         unsafe {
-            assert!(s.leave(b, false));
+            assert!(s.leave(b, Leave::Unused));
             assert_eq!(s.group_of(b), None);
-            assert!(s.leave(a, false));
+            assert!(s.leave(a, Leave::Unused));
             assert_eq!(read(c + 128), 3, "the group lives while a member does");
-            assert!(s.leave(c, false));
+            assert!(s.leave(c, Leave::Unused));
         }
         assert_eq!(s.shared(), (0, 0));
         assert_eq!(
@@ -1062,13 +1130,13 @@ mod tests {
             assert!(s.join(a, b, &[]));
             assert!(!s.join(a, b, &[]), "already a member");
             assert!(!s.join(c, b, &[]), "no group founded at c");
-            assert!(s.leave(a, false));
+            assert!(s.leave(a, Leave::Unused));
             assert!(!s.share(a), "a's group still has b");
-            assert!(!s.leave(a, false), "not a member");
-            assert!(s.leave(b, false));
+            assert!(!s.leave(a, Leave::Unused), "not a member");
+            assert!(s.leave(b, Leave::Unused));
             assert!(s.share(a));
             *(a as *mut u8) = 4;
-            assert!(s.leave(a, true), "keeping its bytes");
+            assert!(s.leave(a, Leave::Keep), "keeping its bytes");
             assert_eq!(read(a), 4);
         }
     }
@@ -1093,7 +1161,7 @@ mod tests {
                 "misaligned"
             );
             assert_eq!(read(p + 2 * page()), 7);
-            assert!(s.leave(p + 2 * page(), false));
+            assert!(s.leave(p + 2 * page(), Leave::Unused));
             assert!(pages.purge(at(p), 4 * page(), Purge::Free));
         }
         assert_eq!(file_bytes(&pages, p), 0);
@@ -1146,10 +1214,90 @@ mod tests {
             }
             assert!(kernel_mappings(p) > 32);
             for i in 0..32 {
-                assert!(s.leave(p + 2 * i * page(), false));
+                assert!(s.leave(p + 2 * i * page(), Leave::Unused));
             }
         }
         assert_eq!(kernel_mappings(p), 1, "every split mapping merged back");
+    }
+
+    #[test]
+    fn a_run_meshed_onto_consecutive_group_pages_is_one_kernel_mapping() {
+        let (pages, p) = mapped();
+        let s = pages.sharing().unwrap();
+        let at = |i: usize| p + i * page();
+        // SAFETY: our pages, one thread, nothing live.
+        unsafe {
+            for i in 0..16 {
+                assert!(s.share(at(i)));
+            }
+            for i in 0..16 {
+                assert!(s.join(at(i), at(16 + i), &[]));
+            }
+        }
+        // [0, 16) shows group pages 0..16, [16, 32) the same, then own pages.
+        assert_eq!(s.seams(), 2);
+        assert_eq!(kernel_mappings(p), 3, "32 shared pages in 3 mappings");
+        // One page leaving from the middle of a run splits it...
+        // SAFETY: as above.
+        unsafe { assert!(s.leave(at(20), Leave::Unused)) };
+        assert_eq!((s.seams(), kernel_mappings(p)), (4, 5));
+        // ...and a released slab page leaving in address order mends it.
+        for i in 16..32 {
+            if i != 20 {
+                // SAFETY: as above.
+                unsafe { assert!(s.leave(at(i), Leave::Released)) };
+            }
+            // At most one more while the run is cut back, page by page.
+            assert!(kernel_mappings(p) <= 6, "{i}: {}", kernel_mappings(p));
+        }
+        assert_eq!((s.seams(), kernel_mappings(p)), (1, 2));
+    }
+
+    /// A small xorshift for the model test.
+    fn next(seed: &mut u64) -> usize {
+        *seed ^= *seed << 13;
+        *seed ^= *seed >> 7;
+        *seed ^= *seed << 17;
+        *seed as usize
+    }
+
+    #[test]
+    fn the_seams_counted_are_the_kernels_mappings() {
+        let (pages, p) = mapped();
+        let s = pages.sharing().unwrap();
+        let n = 48;
+        let at = |i: usize| p + i * page();
+        let mut seed = 0x5eed_u64;
+        for step in 0..2000 {
+            let i = next(&mut seed) % n;
+            let j = next(&mut seed) % n;
+            // SAFETY: our pages, one thread, nothing live.
+            unsafe {
+                match next(&mut seed) % 4 {
+                    0 => s.share(at(i)),
+                    1 | 2 => s.join(at(i), at(j), &[]),
+                    _ => s.leave(at(i), Leave::Unused),
+                };
+            }
+            assert_eq!(
+                kernel_mappings(p),
+                1 + s.seams(),
+                "step {step}: the kernel's mappings and the seams counted differ"
+            );
+        }
+        assert!(s.shared().0 > 8, "the walk shared pages: {:?}", s.shared());
+    }
+
+    #[test]
+    fn seams_past_the_cap_are_refused_unless_allowed() {
+        let now = AtomicUsize::new(8);
+        assert!(take_seams(&now, 2, 10, false));
+        assert!(!take_seams(&now, 1, 10, false), "at the cap");
+        assert_eq!(now.load(Relaxed), 10);
+        assert!(take_seams(&now, 2, 10, true), "a released page may pass it");
+        assert!(take_seams(&now, -3, 10, false), "giving back always works");
+        assert_eq!(now.load(Relaxed), 9);
+        assert!(take_seams(&now, 0, 0, false));
     }
 
     #[test]

@@ -141,6 +141,42 @@ pub unsafe trait PageSource: Sync {
     }
 }
 
+/// How an OS page leaves its mesh group ([`SharePages::leave`]).
+///
+/// A page that leaves from the middle of a run of pages showing consecutive
+/// group pages splits the kernel's mapping of the run in three, so leaving
+/// is refused when the process's budget of mappings is spent, except when
+/// the page's whole slab page is being released: its OS pages then leave in
+/// address order, each one mending the split the one before it made, so the
+/// mappings grow by one at most, and shrink once the last has left.
+///
+/// ```
+/// # #[cfg(target_os = "linux")] {
+/// use pagewise::source::{Leave, PageSource, SharedPages};
+/// let pages = SharedPages::new();
+/// let p = pages.map(1 << 25, 1 << 25).unwrap().as_ptr() as usize;
+/// let sharing = pages.sharing().unwrap();
+/// // SAFETY: our mapping, one thread, nothing live on the pages.
+/// unsafe {
+///     assert!(sharing.share(p));
+///     assert!(sharing.leave(p, Leave::Unused));
+///     assert_eq!(sharing.group_of(p), None);
+/// }
+/// # }
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Leave {
+    /// Nothing on the page is live, and its slab page stays in use: the
+    /// page reads as zeros afterwards.
+    Unused,
+    /// The page's bytes come along (a group that found no other member).
+    Keep,
+    /// The slab page is being released: every meshed OS page of it
+    /// leaves, in address order; never refused for the budget (a slab
+    /// page that stays meshed could not be reused).
+    Released,
+}
+
 /// What meshing asks of a page source: OS pages that share a physical
 /// page. Offered by `SharedPages` (Linux) through [`PageSource::sharing`].
 ///
@@ -171,17 +207,30 @@ pub unsafe trait SharePages {
     unsafe fn join(&self, founder: usize, member: usize, ranges: &[(usize, usize)]) -> bool;
     /// Maps `member` back to its own page, and frees the group's physical
     /// page if no member is left. The own page reads as zeros, or, with
-    /// `keep`, as the page read before the call. False if the kernel
-    /// refused (the page stays a member).
+    /// [`Leave::Keep`], as the page read before the call. False if the
+    /// kernel refused, or (but for [`Leave::Released`]) if the page would
+    /// split a kernel mapping past the mapping budget; the page stays a
+    /// member.
     ///
     /// # Safety
     /// `member` is a member of a group; nothing on it is live any more, or
-    /// with `keep`, no thread writes to it during the call.
-    unsafe fn leave(&self, member: usize, keep: bool) -> bool;
+    /// with [`Leave::Keep`], no thread writes to it during the call.
+    unsafe fn leave(&self, member: usize, how: Leave) -> bool;
     /// The founder of the group the OS page at `addr` is a member of.
     fn group_of(&self, addr: usize) -> Option<usize>;
     /// OS pages that are group members now, and groups (physical pages).
     fn shared(&self) -> (usize, usize);
+    /// Kernel mappings the groups add now: boundaries inside the source's
+    /// mappings where neighbouring OS pages show file pages that are not
+    /// consecutive. 0 unless the source counts them.
+    fn seams(&self) -> usize {
+        0
+    }
+    /// The mapping budget, process-wide: seams of every source now, and
+    /// the most allowed. Unlimited unless the source counts them.
+    fn seam_budget(&self) -> (usize, usize) {
+        (0, usize::MAX)
+    }
 }
 
 // SAFETY: forwards every call to a source that upholds the contract.
