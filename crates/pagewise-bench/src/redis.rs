@@ -6,9 +6,11 @@
 //! values of 1 KiB, 32 B, 4 KiB, 256 B, 64 B and 2 KiB; then 80 % of the
 //! keys, chosen at random, are deleted; then it idles. What is measured is
 //! what redis reports (`INFO memory`: `used_memory`, `used_memory_rss` and
-//! their quotient `mem_fragmentation_ratio`) and the proportional set size
-//! of the server (`Pss` of its smaps_rollup), which counts a page mapped at
-//! several addresses once (meshing) where RSS counts it at each.
+//! their quotient `mem_fragmentation_ratio`) and the memory the server
+//! costs the machine (`util::memory_of`: its proportional set size with
+//! memfd files counted by their blocks), which counts a page meshing maps
+//! at several addresses once, touched or not, where RSS counts it at each
+//! address touched since the remap, and not at all before.
 //!
 //! Debian's `redis-server` is linked with jemalloc: `jemalloc` runs it as
 //! it is, the others preload their library (`libpagewise.so` from the
@@ -259,7 +261,7 @@ pub fn run(
     let start_info = c.info_memory()?;
     let used_at_start = field(&start_info, "used_memory")?;
     let baseline_rss = rss(pid);
-    let pss_baseline = proc_kb(pid, "smaps_rollup", "Pss:");
+    let pss_baseline = crate::util::memory_of(Some(pid));
     let keys = keys_per_pass(scale);
     let t = Instant::now();
     let mut buf = Vec::with_capacity(PIPELINE * 128);
@@ -315,7 +317,7 @@ pub fn run(
     std::thread::sleep(Duration::from_millis(idle_ms));
     let info = c.info_memory()?;
     let rss_idle = rss(pid);
-    let pss_idle = proc_kb(pid, "smaps_rollup", "Pss:");
+    let pss_idle = crate::util::memory_of(Some(pid));
     let used = field(&info, "used_memory")?;
     let mut extra = vec![("used_memory".to_string(), used)];
     if idle_ms > 0 {
@@ -325,9 +327,15 @@ pub fn run(
             "mem_fragmentation_ratio".to_string(),
             field(&info, "mem_fragmentation_ratio")?,
         ));
-        if let Some(pss) = pss_idle {
-            // The same quotient with the proportional set size.
-            extra.push(("pss_fragmentation_ratio".to_string(), pss as f64 / used));
+        if let Some(memory) = pss_idle {
+            // The same quotient with the memory the server costs the
+            // machine: RSS misses a meshed page nothing has touched since
+            // its remap, and counts one that several touched addresses
+            // show once per address.
+            extra.push((
+                "memory_fragmentation_ratio".to_string(),
+                memory as f64 / used,
+            ));
         }
     }
     Ok(WorkerResult {

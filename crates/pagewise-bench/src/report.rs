@@ -71,13 +71,17 @@ pub struct Cell {
     pub peak_rss_net: Option<Stat>,
     pub rss_after_free_net: Option<Stat>,
     pub rss_idle_net: Option<Stat>,
+    /// Memory the process costs the machine after the idle period, net of
+    /// its start (`util::memory_of`: PSS, memfd files by their blocks).
+    #[serde(default)]
+    pub memory_idle_net: Option<Stat>,
     pub live_bytes: Option<f64>,
     /// live / net RSS right after the frees.
     pub utilization_after_free: Option<f64>,
     /// live / net RSS after the idle period.
     pub utilization_idle: Option<f64>,
-    /// live / net PSS after the idle period (a page shared by meshing
-    /// counts once).
+    /// live / net memory after the idle period (`memory_idle_net`: a page
+    /// shared by meshing counts once, touched or not).
     pub utilization_idle_pss: Option<f64>,
     /// live / (pages holding a live byte × page size).
     pub page_floor: Option<f64>,
@@ -145,6 +149,12 @@ pub(crate) fn summarize(plan: &Plan, records: &[RunRecord]) -> Summary {
                 idled
                     .iter()
                     .map(|r| net(r.rss_idle, r.baseline_rss))
+                    .collect(),
+            );
+            let memory_idle = Stat::of(
+                idled
+                    .iter()
+                    .filter_map(|r| Some(net(r.pss_idle?, r.pss_baseline?)))
                     .collect(),
             );
             let live = med(ok.iter().map(|r| r.live_bytes as f64));
@@ -258,6 +268,7 @@ pub(crate) fn summarize(plan: &Plan, records: &[RunRecord]) -> Summary {
                 peak_rss_net: peak,
                 rss_after_free_net: after,
                 rss_idle_net: idle,
+                memory_idle_net: memory_idle,
                 live_bytes: live,
                 utilization_after_free: util_after,
                 utilization_idle: util_idle,
@@ -455,7 +466,7 @@ pub(crate) fn render(plan: &Plan, s: &Summary, wall: Duration) -> String {
     );
     let _ = writeln!(
         out,
-        "RSS is net of the worker's RSS before the workload; idle = {}; util = live / RSS; floor = live / (pages holding a live byte × 4 KiB).",
+        "RSS is net of the worker's RSS before the workload; idle = {}; util = live / RSS, and live / memory (what the process costs the machine: PSS with memfd files by their blocks; RSS misses a meshed page until it is touched); floor = live / (pages holding a live byte × 4 KiB).",
         idle_label(plan.idle_ms)
     );
     out.push_str(&idle_rules(plan));
@@ -504,6 +515,9 @@ pub(crate) fn render(plan: &Plan, s: &Summary, wall: Duration) -> String {
                 c.rss_idle_net
                     .map(|x| mib(x.median))
                     .unwrap_or_else(|| "—".into()),
+                c.memory_idle_net
+                    .map(|x| mib(x.median))
+                    .unwrap_or_else(|| "—".into()),
                 c.live_bytes
                     .filter(|&l| l > 0.0)
                     .map(mib)
@@ -530,8 +544,9 @@ pub(crate) fn render(plan: &Plan, s: &Summary, wall: Duration) -> String {
                 "peak RSS",
                 "RSS after frees",
                 &idle_head,
+                "memory after idle",
                 "live",
-                "util (after / idle / idle PSS)",
+                "util (after / idle / idle memory)",
                 "floor",
                 "mmap/munmap/madvise",
                 "minor faults",
@@ -620,7 +635,7 @@ pub(crate) fn render(plan: &Plan, s: &Summary, wall: Duration) -> String {
     // Summary: each allocator against the best *other* allocator.
     let _ = writeln!(
         out,
-        "\n## Summary: ratio to the best other allocator\n\nops/s: own / fastest other (> 1: faster than every other). RSS: own / leanest other (< 1: leaner than every other); RSS under 1 MiB counts as 1 MiB, so tiny footprints do not make huge ratios. Allocator-independent workloads ({}) are left out.\n",
+        "\n## Summary: ratio to the best other allocator\n\nops/s: own / fastest other (> 1: faster than every other). RSS and memory: own / leanest other (< 1: leaner than every other); under 1 MiB counts as 1 MiB, so tiny footprints do not make huge ratios. Memory is what the process costs the machine: its proportional set size with memfd files counted by their blocks (RSS misses a page meshing remapped until it is touched again). Allocator-independent workloads ({}) are left out.\n",
         crate::workloads::ALLOCATOR_INDEPENDENT.join(", ")
     );
     let mut head: Vec<String> = vec!["workload".into(), "figure".into()];
@@ -628,7 +643,7 @@ pub(crate) fn render(plan: &Plan, s: &Summary, wall: Duration) -> String {
     let mut rows = Vec::new();
     const MIB: f64 = 1024.0 * 1024.0;
     type Getter = fn(&Cell) -> Option<f64>;
-    let figures: [(&str, Getter, bool); 3] = [
+    let figures: [(&str, Getter, bool); 4] = [
         ("ops/s", |c| c.ops_per_s.map(|x| x.median), true),
         (
             "peak RSS",
@@ -640,6 +655,11 @@ pub(crate) fn render(plan: &Plan, s: &Summary, wall: Duration) -> String {
             |c| c.rss_idle_net.map(|x| x.median.max(MIB)),
             false,
         ),
+        (
+            "memory after idle",
+            |c| c.memory_idle_net.map(|x| x.median.max(MIB)),
+            false,
+        ),
     ];
     for w in plan
         .workloads
@@ -647,7 +667,7 @@ pub(crate) fn render(plan: &Plan, s: &Summary, wall: Duration) -> String {
         .filter(|w| !crate::workloads::allocator_independent(w))
     {
         for (fig, f, best_high) in figures {
-            if fig == "RSS after idle" && !plan.idles(w) {
+            if fig.ends_with("after idle") && !plan.idles(w) {
                 continue;
             }
             let mut row = vec![w.clone(), fig.to_string()];

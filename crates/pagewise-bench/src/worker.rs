@@ -180,10 +180,12 @@ pub struct WorkerResult {
     pub rss_after_free: u64,
     /// RSS after the idle period.
     pub rss_idle: u64,
-    /// Proportional set size before the workload and after the idle
-    /// period (`Pss` of smaps_rollup): unlike RSS, it counts a physical
-    /// page mapped at several addresses once (meshing). Absent from older
-    /// results and kernels.
+    /// The memory the process costs the machine before the workload and
+    /// after the idle period (`util::memory_of`: the proportional set size,
+    /// which counts a physical page mapped at several addresses once, with
+    /// memfd files counted by their blocks, so a meshed page counts even
+    /// where nothing has touched it since its remap). Absent from older
+    /// results and kernels; results before 2026-12-01 hold the plain PSS.
     #[serde(default)]
     pub pss_baseline: Option<u64>,
     /// See `pss_baseline`.
@@ -337,7 +339,7 @@ fn worker(name: &str, source: SyscallSource) -> Result<WorkerResult, String> {
     let int0 = interposed();
     let faults0 = minor_faults();
     let baseline_rss = proc.rss();
-    let pss_baseline = proc.pss();
+    let pss_baseline = proc.memory();
     let hwm_reset = reset_hwm();
     let t = Instant::now();
     let start_ms = t.duration_since(t0).as_secs_f64() * 1e3;
@@ -371,7 +373,7 @@ fn worker(name: &str, source: SyscallSource) -> Result<WorkerResult, String> {
     let t_idle = Instant::now();
     std::thread::sleep(Duration::from_millis(args.idle_ms));
     let rss_idle = proc.rss();
-    let pss_idle = proc.pss();
+    let pss_idle = proc.memory();
     let idle_ms = t_idle.elapsed().as_millis() as u64;
     let sys1 = syscalls_now(source);
     let int1 = interposed();

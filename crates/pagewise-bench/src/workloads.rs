@@ -81,7 +81,7 @@ pub fn describe(name: &str) -> &'static str {
         "idle-handoff-blocked" => "as idle-handoff, but the producer stays alive, blocked, through the idle period",
         "idle-thread-rounds" => "16 rounds of 8 threads that allocate 16 B-16 KiB objects, free half, leave half to the next round's threads, and exit; the main thread frees the rest and idles",
         "big-buffers" => "20 live buffers of 5-25 MiB, one replaced at random 2,000 times, every page of each new buffer written: wall time, peak RSS, page faults",
-        "redis" => "redis-server (if installed) filled by six SET passes of 1 KiB, 32 B, 4 KiB, 256 B, 64 B and 2 KiB values, 80 % of keys deleted, then idle: redis's mem_fragmentation_ratio, and the same with PSS",
+        "redis" => "redis-server (if installed) filled by six SET passes of 1 KiB, 32 B, 4 KiB, 256 B, 64 B and 2 KiB values, 80 % of keys deleted, then idle: redis's mem_fragmentation_ratio, and the same with the memory the server costs the machine",
         _ => "unknown workload",
     }
 }

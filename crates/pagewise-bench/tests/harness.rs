@@ -589,7 +589,7 @@ fn redis_runs_under_pagewise_with_and_without_meshing() {
                 .unwrap_or_else(|| panic!("{}: no {k}", r["allocator"]))
         };
         assert!(extra("mem_fragmentation_ratio") > 0.0);
-        assert!(extra("pss_fragmentation_ratio") > 0.0);
+        assert!(extra("memory_fragmentation_ratio") > 0.0);
         assert!(res["live_bytes"].as_u64().unwrap() > 0);
         assert!(res["rss_idle"].as_u64().unwrap() > 0);
     }
