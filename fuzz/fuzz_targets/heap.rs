@@ -306,7 +306,13 @@ impl<S: Source> Run<'_, S> {
     /// to page: the sparse pages a mesh pass merges (random frees rarely
     /// leave a size class with pages other than the one it carves from).
     fn sparse(&mut self, inp: &mut Input) {
-        let size = inp.range(8, 512);
+        // Mostly small slots; sometimes slots larger than half an OS page,
+        // whose pages mesh where the live ends of slots leave room.
+        let size = if inp.u8() < 192 {
+            inp.range(8, 512)
+        } else {
+            inp.range(512, 6000)
+        };
         let l = Layout::from_size_align(size, 8).unwrap();
         // Blocks per OS page, by the size class's slot size.
         let slot = self.heap.allocate(l).expect("allocate well within memory");

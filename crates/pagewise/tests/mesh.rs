@@ -224,6 +224,62 @@ fn slots_freed_on_meshed_pages_are_reused_without_touching_other_members() {
 }
 
 #[test]
+fn slots_larger_than_half_an_os_page_mesh_where_their_live_bytes_leave_room() {
+    // Values as a key-value server keeps them (4 KiB + a header, in
+    // 5,120-byte slots), four in five freed at random: each OS page holds
+    // parts of one or two slots, and one that holds the end of a live slot
+    // meshes with one whose live slot lies elsewhere on the same grid.
+    let heap = heap();
+    let layout = Layout::from_size_align(4102, 8).unwrap();
+    let mut rng = Rng(0x5eed);
+    let blocks: Vec<NonNull<u8>> = (0..4000)
+        .map(|_| heap.allocate(layout).unwrap().cast())
+        .collect();
+    let mut kept = Vec::new();
+    for (i, p) in blocks.into_iter().enumerate() {
+        if rng.below(5) == 0 {
+            let s = Survivor {
+                p,
+                layout,
+                tag: (i % 251 + 1) as u8,
+            };
+            s.write();
+            kept.push(s);
+        } else {
+            // SAFETY: allocated above with `layout`, freed once.
+            unsafe { heap.deallocate(p, layout) };
+        }
+    }
+    heap.trim();
+    let before = heap.source().file_bytes();
+    // SAFETY: this thread is the heap's only user.
+    let joined = unsafe { heap.mesh() };
+    let after = heap.source().file_bytes();
+    assert!(all_intact(&kept), "a survivor lost its bytes");
+    eprintln!(
+        "live {} B in {} values; memory {before} -> {after} B; {joined} OS pages joined",
+        live_bytes(&kept),
+        kept.len()
+    );
+    // At 4 KiB a page holds parts of at most two slots, so only the small
+    // end of one live slot and the large start of another mesh; larger
+    // pages hold several slots and mesh as small slots do.
+    let most = if os_page() == 4096 { 0.95 } else { 0.85 };
+    assert!(
+        after as f64 <= most * before as f64,
+        "memory {before} -> {after} B"
+    );
+    // Freed, the values' pages leave their groups and everything goes.
+    for s in kept {
+        // SAFETY: live, allocated with `layout`, freed once.
+        unsafe { heap.deallocate(s.p, s.layout) };
+    }
+    heap.trim();
+    assert_eq!(heap.stats().meshed_bytes, 0);
+    assert_eq!(heap.stats().committed_bytes, 0);
+}
+
+#[test]
 fn a_tight_mapping_budget_meshes_whole_slab_pages_in_few_mappings() {
     // Room for a fifth of the 2 per OS page the densest packing costs.
     let source = Tweaked {

@@ -8,7 +8,7 @@
 //! 2. per size class, the sparse OS pages of the pages out of use are
 //!    gathered (`Page::mesh_candidates`) and grouped (`heap/mesh_plan.rs`),
 //!    as densely as the class's share of the kernel mapping budget allows:
-//!    left over is split between classes by their pages, half kept for
+//!    left over is split between classes by their candidates, half kept for
 //!    later passes;
 //! 3. every group of two members or more is made: the pages' slots on the
 //!    planned OS pages are withheld first (their free list runs through
@@ -96,8 +96,10 @@ impl Records {
 
 impl HeapCore {
     /// Empties the caches, releases empty pages and hollows the others
-    /// (as `trim()` does to the pages), then makes a mesh pass. Returns
-    /// the OS pages that joined groups.
+    /// (as `trim()` does to the pages), then makes a mesh pass, then
+    /// hollows again (a meshed OS page withholds the free slots reaching
+    /// into its neighbours, which may leave those all free or withheld).
+    /// Returns the OS pages that joined groups.
     ///
     /// # Safety
     /// Owner only; as [`HeapCore::mesh_pass`] for writers.
@@ -107,7 +109,9 @@ impl HeapCore {
         unsafe {
             self.flush_caches(&mut l);
             self.release_empty_pages(&mut l, Access::Owner, Hollow::Now);
-            self.mesh_pass(&mut l)
+            let joined = self.mesh_pass(&mut l);
+            self.release_empty_pages(&mut l, Access::Owner, Hollow::Now);
+            joined
         }
     }
 
@@ -133,30 +137,28 @@ impl HeapCore {
         let Some(mut scratch) = Scratch::map() else {
             return 0;
         };
-        let pages = self.pages_out_of_use(l);
+        let mut counts = [0usize; CLASSES];
+        for (class, n) in counts.iter_mut().enumerate() {
+            // SAFETY: per the caller.
+            unsafe { self.candidates(l, class, |_| *n += 1) };
+        }
+        let total: usize = counts.iter().sum();
         let mut joined = 0;
         for class in 0..CLASSES {
-            scratch.n = 0;
-            let current = self.current_page(class);
-            let mut p = l.queues[class].head;
-            let mut class_pages = 0;
-            while !p.is_null() {
-                // SAFETY: queue entries are slab pages of this heap, with
-                // the page lists held; the current page is left alone.
-                unsafe {
-                    if p != current {
-                        (*p).mesh_candidates(|c| scratch.push(c));
-                        class_pages += 1;
-                    }
-                    p = (*p).next;
-                }
+            if counts[class] < 2 {
+                continue;
             }
+            scratch.n = 0;
+            // SAFETY: per the caller.
+            unsafe { self.candidates(l, class, |c| scratch.push(c)) };
             if scratch.n < 2 {
                 continue;
             }
+            // The class's share of what is left of the budget, by its
+            // candidates, half kept for later passes.
             let (used, cap) = sharing.seam_budget();
-            let share =
-                (cap.saturating_sub(used) / 2) as u128 * class_pages as u128 / pages.max(1) as u128;
+            let share = (cap.saturating_sub(used) / 2) as u128 * counts[class] as u128
+                / total.max(1) as u128;
             let packing = Packing::choose(scratch.n, scratch.pages(), share as usize);
             scratch.place_all(
                 self.source().now_ms() ^ (class as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15),
@@ -168,19 +170,24 @@ impl HeapCore {
         joined
     }
 
-    /// Slab pages of every class that are not a thread's current page.
-    fn pages_out_of_use(&self, l: &Local) -> usize {
-        let mut n = 0;
-        for class in 0..CLASSES {
-            let current = self.current_page(class);
-            let mut p = l.queues[class].head;
-            while !p.is_null() {
-                n += usize::from(p != current);
-                // SAFETY: as in `mesh_pass`.
-                p = unsafe { (*p).next };
+    /// Passes every mesh candidate of `class` to `found`, page by page (the
+    /// current page left alone).
+    ///
+    /// # Safety
+    /// As [`HeapCore::mesh_pass`].
+    unsafe fn candidates(&self, l: &Local, class: usize, mut found: impl FnMut(Candidate)) {
+        let current = self.current_page(class);
+        let mut p = l.queues[class].head;
+        while !p.is_null() {
+            // SAFETY: queue entries are slab pages of this heap, with the
+            // page lists held; the current page is left alone.
+            unsafe {
+                if p != current {
+                    (*p).mesh_candidates(&mut found);
+                }
+                p = (*p).next;
             }
         }
-        n
     }
 
     /// Meshed OS pages with nothing in use leave their groups.

@@ -208,12 +208,18 @@ impl Page {
     }
 
     /// Whether OS page `k` of the page (`os_page` in the segment) is
-    /// resident and every slot on it is free.
+    /// resident, not meshed, and every slot on it is free or withheld (a
+    /// slot reaching into a meshed neighbour: in no use, and never carved
+    /// while it is withheld, so the purge loses nothing; large slots
+    /// straddle every OS page, and without this one meshed page would pin
+    /// its neighbours).
     fn can_hollow(&self, seg: &Segment, set: &SlotSet, os_page: usize, k: usize) -> bool {
         let (first, last) = self.slots_on(k);
         seg.count_committed(os_page, 1) == 1
             && !seg.is_meshed(os_page)
-            && set.contains_all(first, last)
+            && (set.contains_all(first, last)
+                || self.withheld_slots > 0
+                    && (first..=last).all(|i| set.contains(i) || self.is_withheld(i)))
     }
 
     /// The free list as a set, checked (see [`Page::hollow`]).

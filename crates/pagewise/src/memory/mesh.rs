@@ -124,18 +124,24 @@ impl Page {
     }
 
     /// The OS pages of this page that could join a mesh group, each passed
-    /// to `found`: resident, not meshed, with live slots filling at most
-    /// half of it. Returns false (and finds nothing) if the page has too
-    /// few free slots to be worth it.
+    /// to `found`: resident, not meshed, with live bytes (of the slots in
+    /// use, as far as they lie on it) filling at most half of it, or three
+    /// quarters for slots larger than half an OS page: an OS page holding
+    /// the small end of one live 5,120-byte slot and one holding the large
+    /// start of another, on the same grid, mesh (the halves of a 4 KiB page
+    /// 5,120-byte slots cut at 1 KiB). Returns false (and finds nothing)
+    /// if the page has too few free slots to be worth it.
     ///
     /// # Safety
     /// The owner's page lists are held; a slab page of the heap that is not
     /// any thread's current page (as for [`Page::hollow`]).
     pub unsafe fn mesh_candidates(&self, mut found: impl FnMut(Candidate)) -> bool {
         let slot = self.slot_size as usize;
-        if slot * 2 > os_page() {
-            return false;
-        }
+        let most = if slot * 2 > os_page() {
+            os_page() * 3 / 4
+        } else {
+            os_page() / 2
+        };
         let Some(free) = self.free_slots() else {
             return false;
         };
@@ -153,15 +159,16 @@ impl Page {
                 continue;
             }
             let (first, last) = self.slots_on(k);
+            let (page_begin, page_end) = (k * os_page(), (k + 1) * os_page());
             let mut live = Positions::EMPTY;
-            let mut n = 0;
+            let mut bytes = 0;
             for i in first..=last {
                 if self.in_use(seg, &set, i) {
                     live.insert(i - first);
-                    n += 1;
+                    bytes += ((i + 1) * slot).min(page_end) - (i * slot).max(page_begin);
                 }
             }
-            if n > 0 && n * slot * 2 <= os_page() {
+            if bytes > 0 && bytes <= most {
                 found(Candidate {
                     page: self as *const Page as *mut Page,
                     k: k as u32,
@@ -234,6 +241,9 @@ impl Page {
         self.meshed_pages += newly;
         self.count_withheld();
         self.relink_usable(seg, &set);
+        // Neighbours whose slots are now all free or withheld can be
+        // hollowed: worth a look though nothing was freed.
+        self.hollow_seen_used = u32::MAX;
     }
 
     /// The meshed OS pages of this page on which no slot is in use leave
