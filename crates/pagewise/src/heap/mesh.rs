@@ -144,8 +144,8 @@ impl HeapCore {
         }
         let total: usize = counts.iter().sum();
         let mut joined = 0;
-        for class in 0..CLASSES {
-            if counts[class] < 2 {
+        for (class, &count) in counts.iter().enumerate() {
+            if count < 2 {
                 continue;
             }
             scratch.n = 0;
@@ -157,8 +157,8 @@ impl HeapCore {
             // The class's share of what is left of the budget, by its
             // candidates, half kept for later passes.
             let (used, cap) = sharing.seam_budget();
-            let share = (cap.saturating_sub(used) / 2) as u128 * counts[class] as u128
-                / total.max(1) as u128;
+            let share =
+                (cap.saturating_sub(used) / 2) as u128 * count as u128 / total.max(1) as u128;
             let packing = Packing::choose(scratch.n, scratch.pages(), share as usize);
             scratch.place_all(
                 self.source().now_ms() ^ (class as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15),
