@@ -196,9 +196,16 @@ impl Mapping {
         self.seams_at(i, to) as isize - self.seams_at(i, self.shows(i)) as isize
     }
 
-    /// Records that OS page `i` shows `to` now: the group table and the
-    /// seams (whose budget the caller took).
+    /// Records that OS page `i` is a member of `group` (founder index + 1;
+    /// 0: its own page) now: the group table and the seams, which change by
+    /// `change` (the caller took that budget before remapping, with the
+    /// table locked since, so no neighbour has moved).
     fn set_shows(&mut self, i: usize, group: u32, change: isize) {
+        let to = match group {
+            0 => i,
+            g => self.pages() + g as usize - 1,
+        };
+        debug_assert_eq!(change, self.seam_change(i, to), "a neighbour moved");
         // SAFETY: the tables are mapped (a page is or was shared).
         unsafe { *self.group.add(i) = group };
         self.seams = self.seams.wrapping_add_signed(change);
