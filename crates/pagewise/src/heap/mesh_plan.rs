@@ -3,8 +3,8 @@
 //! saves memory without spending the kernel's mappings (`os/shared.rs`
 //! counts them against a third of `vm.max_map_count`).
 //!
-//! Candidates come page by page, a page's in address order, one per sparse OS page
-//! of a slab page. How they are placed is the [`Packing`]:
+//! Candidates come page by page, a page's in address order, one per
+//! sparse OS page of a slab page. How they are placed is the [`Packing`]:
 //! - [`Packing::Free`]: each OS page on its own, in a shuffled order, in
 //!   the first of the last [`PROBES`] groups of its phase whose live
 //!   positions it does not meet (Mesh's SplitMesher probes 64). The
