@@ -60,6 +60,7 @@ pub(crate) mod memory;
 pub mod options;
 mod os;
 mod owned_heap;
+pub mod profile;
 mod runtime;
 pub mod stats;
 pub(crate) mod sync;

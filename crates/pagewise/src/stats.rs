@@ -239,9 +239,10 @@ impl Stats {
             s.pages += pc.pages.get();
             s.free_slots += pc.slots.get(); // capacity for now; see `finish`
             s.cached_slots += cc.cached() as u64;
-            s.total_allocs += cc.allocs.get();
-            s.total_frees += cc.frees();
-            s.live_requested_bytes += cc.requested_estimate(); // total for now
+            let allocs = heap.allocs(c);
+            s.total_allocs += allocs;
+            s.total_frees += cc.frees(allocs);
+            s.live_requested_bytes += cc.requested_estimate(allocs); // total for now
         }
         let slab_committed = heap.slab_committed.get();
         let spans = heap.spans.lock().counts;

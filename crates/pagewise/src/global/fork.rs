@@ -57,6 +57,7 @@ extern "C" fn prepare() {
     for class in 0..CLASSES {
         lock::hold(transfer::GLOBAL.lock_of(class));
     }
+    lock::hold(crate::profile::sites::SITES.lock());
     // Last: the heap becomes read-only until the child has its own copy
     // (a meshing heap's memory is shared with the child otherwise).
     #[cfg(target_os = "linux")]
@@ -72,6 +73,7 @@ extern "C" fn parent() {
     }
     // SAFETY: this thread took each lock in `prepare`.
     unsafe {
+        lock::release(crate::profile::sites::SITES.lock());
         for class in 0..CLASSES {
             lock::release(transfer::GLOBAL.lock_of(class));
         }
@@ -92,6 +94,7 @@ extern "C" fn child() {
     }
     // SAFETY: in the child only this thread exists.
     unsafe {
+        crate::profile::sites::SITES.lock().reset_after_fork();
         for class in 0..CLASSES {
             transfer::GLOBAL.lock_of(class).reset_after_fork();
         }

@@ -133,6 +133,9 @@ impl HeapCore {
         // pages are live slab pages of this heap or the never-written empty
         // page.
         unsafe {
+            if self.class(class).sample_due() {
+                return self.alloc_sampled(class, size);
+            }
             let page = self.direct.get_unchecked(class).load(Relaxed);
             if (*page).has_free() {
                 return self.pop(page, class, size);

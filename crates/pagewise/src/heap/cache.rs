@@ -26,7 +26,7 @@ use crate::memory::page::Block;
 use crate::memory::size_class::{Geometry, CLASSES, GEOMETRY, SLOT_SIZE};
 use core::cell::UnsafeCell;
 use core::ptr::null_mut;
-use core::sync::atomic::{AtomicU32, Ordering::Relaxed};
+use core::sync::atomic::{AtomicI64, AtomicU32, Ordering::Relaxed};
 
 /// Most slots cached per class.
 pub const LIMIT: u32 = 128;
@@ -50,6 +50,10 @@ const fn build_limits() -> [u32; CLASSES] {
     t
 }
 
+/// `ClassState::left` of a heap that does not sample: about 2^61
+/// allocations of one class, more than any process makes.
+pub const NOT_SAMPLING: i64 = i64::MAX / 4;
+
 /// Slots cached at most, per class.
 pub static LIMITS: [u32; CLASSES] = build_limits();
 
@@ -68,8 +72,15 @@ pub struct ClassState {
     /// The class's slot geometry (a copy of [`GEOMETRY`], fixed), which the
     /// free path checks the address against.
     geometry: Geometry,
-    /// Slots handed out (cumulative).
-    pub allocs: Counter,
+    /// Allocations of the class until the next sampled one, that one
+    /// included (owner writes with plain stores): the fast paths count it
+    /// down where they used to count allocations up, and the heap derives
+    /// its allocations from it ([`HeapCore::allocs`]). At 1 the cache
+    /// declines the allocation, and the heap samples it (`alloc_sampled`).
+    /// Not sampling: so high it never gets there.
+    ///
+    /// [`HeapCore::allocs`]: crate::heap::HeapCore::allocs
+    left: AtomicI64,
     /// Slots given back to this heap's pages (cumulative): its own frees
     /// past the cache (or sent home from it) and other threads' frees into
     /// its pages once collected. Frees into the cache are not counted on
@@ -96,7 +107,7 @@ impl ClassState {
             room: AtomicU32::new(limit),
             limit,
             geometry,
-            allocs: Counter::zero(),
+            left: AtomicI64::new(NOT_SAMPLING),
             returned: Counter::zero(),
             requested: Counter::zero(),
             sampled: Counter::zero(),
@@ -117,18 +128,39 @@ impl ClassState {
     /// plus what was handed out from it (`allocs - sampled`), plus what was
     /// sent on to pages (counted again in `returned` or by the other heap,
     /// so it cancels).
-    pub fn frees(&self) -> u64 {
-        let from_cache = self.allocs.get().saturating_sub(self.sampled.get());
+    /// `allocs` is the class's allocations ([`HeapCore::allocs`]).
+    ///
+    /// [`HeapCore::allocs`]: crate::heap::HeapCore::allocs
+    pub fn frees(&self, allocs: u64) -> u64 {
+        let from_cache = allocs.saturating_sub(self.sampled.get());
         self.cached() as u64 + from_cache + self.returned.get()
     }
 
-    /// Estimated requested bytes of all `allocs`, from the sample.
-    pub fn requested_estimate(&self) -> u64 {
+    /// Estimated requested bytes of all `allocs` allocations of the class,
+    /// from the sample.
+    pub fn requested_estimate(&self, allocs: u64) -> u64 {
         let sampled = self.sampled.get();
         if sampled == 0 {
             return 0;
         }
-        (self.requested.get() as u128 * self.allocs.get() as u128 / sampled as u128) as u64
+        (self.requested.get() as u128 * allocs as u128 / sampled as u128) as u64
+    }
+
+    /// Allocations until the next sampled one (see `left`).
+    #[inline]
+    pub fn left(&self) -> i64 {
+        self.left.load(Relaxed)
+    }
+
+    /// Whether the next allocation of the class is to be sampled.
+    #[inline]
+    pub fn sample_due(&self) -> bool {
+        self.left() <= 1
+    }
+
+    /// Sets the allocations until the next sampled one (owner only).
+    pub fn arm(&self, left: i64) {
+        self.left.store(left, Relaxed);
     }
 
     /// Slots in the cache (any thread; a snapshot).
@@ -149,9 +181,10 @@ impl ClassState {
         t
     }
 
-    /// Takes a cached slot for an allocation, if any, and counts the
-    /// allocation. Aborts if the slot does not hold the cache key: it was
-    /// freed twice (its first copy already handed out, or gone to its page).
+    /// Takes a cached slot for an allocation, if any and no sample is due,
+    /// and counts the allocation. Aborts if the slot does not hold the
+    /// cache key: it was freed twice (its first copy already handed out, or
+    /// gone to its page).
     ///
     /// # Safety
     /// Owner only.
@@ -161,16 +194,19 @@ impl ClassState {
         // whose first word links the next and whose second holds the key.
         unsafe {
             let b = *self.head.get();
-            if !b.is_null() {
-                let next = (*b).next;
-                if !Block::is_cached(b) {
-                    misuse(Misuse::DoubleFree, b as usize);
-                }
-                *self.head.get() = next;
-                Block::mark_live(b);
-                self.room.store(self.room.load(Relaxed) + 1, Relaxed);
-                self.allocs.add(1);
+            let left = self.left.load(Relaxed);
+            // One branch for both: an empty cache, or a sample due.
+            if b.is_null() | (left <= 1) {
+                return null_mut();
             }
+            let next = (*b).next;
+            if !Block::is_cached(b) {
+                misuse(Misuse::DoubleFree, b as usize);
+            }
+            *self.head.get() = next;
+            Block::mark_live(b);
+            self.room.store(self.room.load(Relaxed) + 1, Relaxed);
+            self.left.store(left - 1, Relaxed);
             b
         }
     }
@@ -288,7 +324,7 @@ impl ClassState {
     /// its size).
     #[inline]
     pub fn count_alloc(&self, size: usize) {
-        self.allocs.add(1);
+        self.left.store(self.left() - 1, Relaxed);
         self.requested.add(size as u64);
         self.sampled.add(1);
     }
@@ -326,10 +362,14 @@ mod tests {
             assert!(push(p(&mut slots, 1)));
             assert!(push(p(&mut slots, 2)));
             assert!(!push(p(&mut slots, 3)), "full at the limit");
-            assert_eq!((c.cached(), c.frees()), (3, 3));
+            assert_eq!((c.cached(), c.frees(0)), (3, 3));
             c.verify();
             assert_eq!(c.pop(), p(&mut slots, 2));
-            assert_eq!(c.allocs.get(), 1, "a slot handed out is an allocation");
+            assert_eq!(
+                NOT_SAMPLING - c.left(),
+                1,
+                "a slot handed out is an allocation"
+            );
             assert!(push(p(&mut slots, 3)));
             c.verify();
             // Keep the most recent one (3); the older ones (1, then 0) go.
@@ -337,10 +377,10 @@ mod tests {
             assert_eq!((list, n), (p(&mut slots, 1), 2));
             assert_eq!((*list).next, p(&mut slots, 0));
             assert!((*(*list).next).next.is_null());
-            assert_eq!((c.cached(), c.frees()), (1, 2));
+            assert_eq!((c.cached(), c.frees(1)), (1, 2));
             assert!(c.take_older(1).0.is_null());
             assert_eq!(c.take_older(0), (p(&mut slots, 3), 1));
-            assert_eq!((c.cached(), c.frees()), (0, 1));
+            assert_eq!((c.cached(), c.frees(1)), (0, 1));
         }
     }
 }

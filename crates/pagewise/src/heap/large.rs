@@ -7,6 +7,7 @@
 
 use super::free::lookup_page;
 use super::*;
+use crate::profile::Sample;
 
 impl HeapCore {
     #[cold]
@@ -17,21 +18,53 @@ impl HeapCore {
     }
 
     /// Allocates a large or huge object; also says whether its memory is
-    /// known to be zero.
+    /// known to be zero. The allocation may be sampled (`heap/sample.rs`).
     pub(super) unsafe fn alloc_span(&self, size: usize, align: usize) -> (*mut u8, bool) {
+        let sample = if self.global {
+            self.sample_large(size)
+        } else {
+            Sample::NONE
+        };
+        // SAFETY: forwarded.
+        let (p, zero) = unsafe { self.alloc_span_with(size, align, sample) };
+        if p.is_null() {
+            sample.release();
+        }
+        (p, zero)
+    }
+
+    /// A sampled small allocation served as a large object (null if it
+    /// cannot be had): only the OS pages its `size` bytes need are
+    /// committed, and its descriptor carries `sample`.
+    ///
+    /// # Safety
+    /// Owner only.
+    pub(super) unsafe fn alloc_span_sampled(
+        &self,
+        size: usize,
+        align: usize,
+        sample: Sample,
+    ) -> *mut u8 {
+        debug_assert!(size <= SMALL_MAX && sample.is_some());
+        // SAFETY: forwarded.
+        unsafe { self.alloc_span_with(size, align, sample).0 }
+    }
+
+    /// [`HeapCore::alloc_span`] with its sample decided.
+    unsafe fn alloc_span_with(&self, size: usize, align: usize, sample: Sample) -> (*mut u8, bool) {
         if self.global {
             // As for a new slab page: the purger must be there before the
             // program goes quiet.
             crate::global::purger::request();
         }
         if size > LARGE_MAX || align > LARGE_ALIGN_MAX {
-            return self.alloc_huge(size, align);
+            return self.alloc_huge(size, align, sample);
         }
         let n = size.max(1).div_ceil(SLICE);
         let align_slices = (align / SLICE).max(1);
         if n + align_slices - 1 > crate::memory::spans::SPAN_SLICES {
             // No span of a segment can hold it at that alignment.
-            return self.alloc_huge(size, align);
+            return self.alloc_huge(size, align, sample);
         }
         if !self.within_limit(n * SLICE) {
             return (null_mut(), false);
@@ -46,9 +79,15 @@ impl HeapCore {
         let start = unsafe {
             (*page).large_size = n * SLICE;
             (*page).large_requested = size;
+            (*page).sample = sample;
             (*page).start
         };
-        let newly = spans.commit_whole_of(page, dirty);
+        let newly = if sample.is_some() && size <= SMALL_MAX {
+            // A small object: the span's other OS pages stay as they are.
+            spans.commit_prefix_of(page, size, dirty)
+        } else {
+            spans.commit_whole_of(page, dirty)
+        };
         spans.counts.large_count += 1;
         spans.counts.large_bytes += n * SLICE;
         spans.counts.large_requested += size;
@@ -67,12 +106,13 @@ impl HeapCore {
         let mut spans = self.spans.lock();
         // SAFETY: `page` is a span descriptor of this heap; under the lock
         // its kind tells whether it is still a live large object.
-        let (kind, start, size, requested) = unsafe {
+        let (kind, start, size, requested, sample) = unsafe {
             (
                 (*page).kind(),
                 (*page).start,
                 (*page).large_size,
                 (*page).large_requested,
+                core::mem::replace(&mut (*page).sample, Sample::NONE),
             )
         };
         if kind != Kind::Large {
@@ -82,12 +122,18 @@ impl HeapCore {
         spans.counts.large_count -= 1;
         spans.counts.large_bytes -= size;
         spans.counts.large_requested -= requested;
-        spans.give_back_large(page, now);
+        if sample.is_some() {
+            // It may not be committed whole (`alloc_span_sampled`).
+            spans.give_back_partly_committed(page, now);
+        } else {
+            spans.give_back_large(page, now);
+        }
         self.after_span_change(&ctx, &mut spans, now);
+        sample.release();
     }
 
     #[cold]
-    pub(super) fn alloc_huge(&self, size: usize, align: usize) -> (*mut u8, bool) {
+    pub(super) fn alloc_huge(&self, size: usize, align: usize, sample: Sample) -> (*mut u8, bool) {
         if size > isize::MAX as usize / 2 || align > 1 << 40 {
             return (null_mut(), false);
         }
@@ -98,6 +144,11 @@ impl HeapCore {
         let ctx = self.ctx();
         let mut spans = self.spans.lock();
         let p = spans.take_huge(&ctx, size, align);
+        if let Some(base) = p.and_then(|(a, _)| registry::header_of(a)) {
+            // SAFETY: the header of the segment run just taken (registered),
+            // its state written under the span lock.
+            unsafe { (*(*Segment::of(base)).huge_state()).sample = sample };
+        }
         self.after_span_change(&ctx, &mut spans, now);
         let dontneed = self.config.purge() == crate::os::source::Purge::DontNeed;
         p.map_or((null_mut(), false), |(a, fresh)| {
@@ -120,8 +171,11 @@ impl HeapCore {
             drop(spans);
             misuse(Misuse::Misaligned, addr);
         }
+        // SAFETY: as above.
+        let sample = unsafe { core::mem::replace(&mut (*seg.huge_state()).sample, Sample::NONE) };
         spans.give_back_huge(seg as *const Segment as *mut Segment, now);
         self.after_span_change(&ctx, &mut spans, now);
+        sample.release();
     }
 
     /// Resizes the allocation at `ptr` (of `old_size` bytes, alignment

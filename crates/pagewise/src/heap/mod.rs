@@ -24,6 +24,7 @@ pub(crate) mod maintenance;
 pub(crate) mod mesh;
 pub(crate) mod mesh_plan;
 pub(crate) mod remote;
+pub(crate) mod sample;
 pub(crate) mod transfer;
 
 use crate::config::Config;
@@ -63,6 +64,13 @@ pub struct Counter(AtomicU64);
 impl Counter {
     pub(crate) const fn zero() -> Counter {
         Counter(AtomicU64::new(0))
+    }
+    pub(crate) const fn new(v: u64) -> Counter {
+        Counter(AtomicU64::new(v))
+    }
+    #[inline]
+    pub(crate) fn set(&self, v: u64) {
+        self.0.store(v, Relaxed);
     }
     #[inline]
     pub(crate) fn add(&self, n: u64) {
@@ -187,6 +195,8 @@ pub struct HeapCore {
     states: [ClassState; CLASSES + 1],
     /// Per class: slab pages and the slots they hold.
     pub page_counts: [PageCounts; CLASSES],
+    /// The sampler's state (`heap/sample.rs`).
+    sampling: sample::Sampling,
     /// Committed bytes in slab pages (owner-maintained).
     pub slab_committed: Counter,
     /// Highest `slab_committed + span_committed` seen.
@@ -257,6 +267,7 @@ impl HeapCore {
             spans: Spans::locked(),
             states: ClassState::all(),
             page_counts: [const { PageCounts::zero() }; CLASSES],
+            sampling: sample::Sampling::new(),
             slab_committed: Counter::zero(),
             peak_committed: Counter::zero(),
             span_committed: Counter::zero(),
@@ -280,7 +291,10 @@ impl HeapCore {
             d.store(empty_page(), Relaxed);
         }
         // SAFETY: per the caller.
-        unsafe { at.write(heap) };
+        unsafe {
+            at.write(heap);
+            (*at).start_sampling();
+        }
     }
 
     /// The state (cache, geometry, counters) of size class `class`.

@@ -115,6 +115,8 @@ pub struct Page {
     pub large_size: usize,
     /// Requested bytes of a large object.
     pub large_requested: usize,
+    /// A large object's sample, if it was sampled (`crate::profile`).
+    pub sample: crate::profile::Sample,
 }
 
 /// A start and a stride coprime with `n` (so the stride visits every
@@ -170,6 +172,7 @@ impl Page {
             freed_at: 0,
             large_size: 0,
             large_requested: 0,
+            sample: crate::profile::Sample::NONE,
         }
     }
 

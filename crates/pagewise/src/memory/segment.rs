@@ -36,6 +36,8 @@ pub struct Huge {
     pub requested: usize,
     /// When it was freed (decay timer).
     pub freed_at: u64,
+    /// The object's sample, if it was sampled (`crate::profile`).
+    pub sample: crate::profile::Sample,
 }
 
 /// Links and counts of a segment in its heap (mutated under the span lock).
@@ -155,6 +157,7 @@ impl Segment {
                 size: 0,
                 requested: 0,
                 freed_at: 0,
+                sample: crate::profile::Sample::NONE,
             };
             *(*seg).links.get_mut() = Links {
                 next: null_mut(),

@@ -450,6 +450,29 @@ impl Spans {
         newly
     }
 
+    /// Marks committed the OS pages of `p` (a span just taken with `dirty`
+    /// of them committed) that its first `bytes` bytes use, leaving the
+    /// others as they are: a sampled small object alone on a span
+    /// (`HeapCore::alloc_span_sampled`). Returns how many were not.
+    pub fn commit_prefix_of(&mut self, p: *mut Page, bytes: usize, dirty: usize) -> usize {
+        if dirty == count_of(p) * os_pages_per_slice() {
+            return 0;
+        }
+        let seg = seg_of(p);
+        let first = seg.index_of(p) * os_pages_per_slice();
+        let newly = seg.set_committed(first, bytes.max(1).div_ceil(os_page()));
+        self.add_committed(newly * os_page());
+        newly
+    }
+
+    /// Returns a large object's span whose OS pages may not all be
+    /// committed (one from [`Spans::commit_prefix_of`]): they are counted
+    /// by the bitmap, as a slab page's are.
+    pub fn give_back_partly_committed(&mut self, p: *mut Page, now: u64) {
+        let dirty = Self::committed_pages(p, count_of(p));
+        self.give_back(p, now, dirty);
+    }
+
     /// Takes a span for a slab page. Its committed pages (if it was
     /// retained dirty) leave this pool's accounting: the caller counts them.
     /// Returns the page and its committed bytes.

@@ -1,0 +1,147 @@
+//! The sampled heap profiler: which code holds the memory.
+//!
+//! With `PAGEWISE_PROF=1` the global allocator samples allocations by
+//! bytes (one sample per `PAGEWISE_PROF_SAMPLE` bytes on average, 512 KiB
+//! by default; the gaps are exponential, [`gap`]), takes each sample's call
+//! stack ([`unwind`]) and counts what the samples stand for per call site
+//! ([`sites`]): live now, at the peak of the live total, and allocated in
+//! all. [`for_each_site`] hands the sites to a Rust program as data;
+//! [`write`] writes them, with the process's module map, in a text form
+//! that `pagewise` (the command) turns into pprof, collapsed stacks and a
+//! flamegraph; `PAGEWISE_PROF_FILE=path` writes it at `exit()` (`%p` in the
+//! path is the process id). Owned [`Heap`](crate::Heap)s are not sampled.
+//!
+//! A sampled allocation of a small size is served as a large object (a
+//! span of its own, of which only the OS pages it needs are committed),
+//! so that its free, on any thread, finds the sample on the span's
+//! descriptor; the fast paths only count down (one subtraction and
+//! comparison on a line they write anyway).
+//!
+//! ```
+//! // Without PAGEWISE_PROF=1 nothing is sampled.
+//! let mut sites = 0;
+//! pagewise::profile::for_each_site(|_| sites += 1);
+//! assert_eq!(sites, 0);
+//! assert_eq!(pagewise::profile::sample_bytes(), 0);
+//! ```
+
+pub mod gap;
+pub mod sites;
+pub mod unwind;
+mod write;
+
+pub use sites::{Figures, COUNT_ONE};
+pub(crate) use write::at_exit;
+pub use write::write;
+
+use core::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+
+/// The default mean bytes between samples.
+pub const DEFAULT_SAMPLE: usize = 512 << 10;
+
+/// Mean bytes between samples; 0: off; `usize::MAX`: not read yet.
+static SAMPLE: AtomicUsize = AtomicUsize::new(usize::MAX);
+
+/// Mean bytes between samples of the global allocator (0: not sampling):
+/// `PAGEWISE_PROF_SAMPLE` (default [`DEFAULT_SAMPLE`]) if `PAGEWISE_PROF=1`,
+/// read once, when the first thread heap is made.
+pub fn sample_bytes() -> usize {
+    let s = SAMPLE.load(Relaxed);
+    if s != usize::MAX {
+        return s;
+    }
+    let on = crate::config::getenv(b"PAGEWISE_PROF\0")
+        .and_then(crate::config::parse_bool)
+        .unwrap_or(false);
+    let mean = crate::config::getenv(b"PAGEWISE_PROF_SAMPLE\0")
+        .and_then(crate::config::parse_size)
+        .map_or(DEFAULT_SAMPLE, |v| v.min(1 << 40) as usize);
+    let s = if on { mean } else { 0 };
+    SAMPLE.store(s, Relaxed);
+    s
+}
+
+/// What one sampled object stands for, kept on its span's descriptor
+/// until it is freed.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Sample {
+    /// Its site's index + 1 (0: not sampled).
+    site: u32,
+    figures: Figures,
+}
+
+impl Sample {
+    /// Not a sample.
+    pub const NONE: Sample = Sample {
+        site: 0,
+        figures: Figures { count: 0, bytes: 0 },
+    };
+
+    /// Whether this is a sample.
+    pub fn is_some(&self) -> bool {
+        self.site != 0
+    }
+
+    /// Takes the calling stack (less its `skip` innermost frames) as the
+    /// site of an allocation of `size` bytes that stands for `weight`
+    /// allocations, and counts it. `NONE` if the sites cannot be mapped.
+    pub(crate) fn take(size: usize, weight: f64, skip: usize) -> Sample {
+        let mut frames = [0usize; unwind::DEPTH];
+        let n = unwind::capture(&mut frames, skip + 1);
+        let Some(site) = sites::SITES.intern(&frames[..n]) else {
+            return Sample::NONE;
+        };
+        let figures = Figures {
+            count: (weight * COUNT_ONE as f64) as u64,
+            bytes: (weight * size as f64) as u64,
+        };
+        sites::SITES.allocated(site, figures);
+        Sample {
+            site: site + 1,
+            figures,
+        }
+    }
+
+    /// The sampled object is freed.
+    pub(crate) fn release(self) {
+        if self.is_some() {
+            sites::SITES.freed(self.site - 1, self.figures);
+        }
+    }
+}
+
+/// One call site of sampled allocations, as [`for_each_site`] shows it.
+#[derive(Clone, Copy, Debug)]
+pub struct Site<'a> {
+    /// Return addresses, innermost first (the allocator's own frames
+    /// included: a reader leaves them out by name); empty for the site that
+    /// counts the stacks a full table could not tell apart.
+    pub frames: &'a [usize],
+    /// Estimated live allocations (in [`COUNT_ONE`] units) and bytes now.
+    pub live: Figures,
+    /// The same when the live total of every site was last at its highest
+    /// (within a sixteenth).
+    pub peak: Figures,
+    /// Estimated allocations and bytes since the process began.
+    pub allocated: Figures,
+}
+
+/// Calls `f` with every call site that had a sample. It may allocate (what
+/// it allocates may be sampled too).
+///
+/// ```
+/// pagewise::profile::for_each_site(|s| println!("{} bytes live at {:x?}", s.live.bytes, s.frames));
+/// ```
+pub fn for_each_site(f: impl FnMut(Site<'_>)) {
+    sites::SITES.for_each(f)
+}
+
+/// Estimated live bytes of every sampled call site together (0 when not
+/// sampling).
+///
+/// ```
+/// assert_eq!(pagewise::profile::live_bytes(), 0, "not sampling without PAGEWISE_PROF=1");
+/// ```
+pub fn live_bytes() -> u64 {
+    sites::SITES.live_total()
+}

@@ -1,0 +1,284 @@
+//! The sampled heap profiler, under the global allocator, at the default
+//! rate: each call site's share of the live bytes, the leaks at exit, the
+//! profile file, and sampling while threads allocate and another reads the
+//! sites. Each case runs in a child process (this binary re-executed) with
+//! `PAGEWISE_PROF=1`, which must be set before the first allocation.
+
+mod reexec;
+
+use std::hint::black_box;
+
+#[global_allocator]
+static A: pagewise::Pagewise = pagewise::Pagewise;
+
+const CASE: &str = "PAGEWISE_PROFILE_CASE";
+
+/// Live bytes per site. About 630 MB in all, so that at one sample per
+/// 512 KiB on average each share is measured to within a few percent
+/// (the sites have over 100 samples each; see `shares_are_within_tolerance`).
+const A_BYTES: usize = 360 << 20;
+const B_BYTES: usize = 180 << 20;
+const C_BYTES: usize = 60 << 20;
+const LEAK_BYTES: usize = 30 << 20;
+
+#[inline(never)]
+fn site_a_small() -> Vec<Vec<u8>> {
+    (0..A_BYTES / 4000)
+        .map(|_| black_box(vec![1u8; 4000]))
+        .collect()
+}
+
+#[inline(never)]
+fn site_b_medium() -> Vec<Vec<u8>> {
+    (0..B_BYTES / (100 << 10))
+        .map(|_| black_box(vec![2u8; 100 << 10]))
+        .collect()
+}
+
+#[inline(never)]
+fn site_c_large() -> Vec<Vec<u8>> {
+    (0..C_BYTES / (1 << 20))
+        .map(|_| black_box(vec![3u8; 1 << 20]))
+        .collect()
+}
+
+#[inline(never)]
+fn site_leaking() {
+    for _ in 0..LEAK_BYTES / 5000 {
+        std::mem::forget(black_box(vec![4u8; 5000]));
+    }
+}
+
+/// Short-lived allocations (freed at once): allocated, never live.
+#[inline(never)]
+fn site_churn() {
+    for _ in 0..200_000 {
+        drop(black_box(vec![5u8; 700]));
+    }
+}
+
+/// The names of the functions of a site's frames.
+fn names(frames: &[usize]) -> Vec<String> {
+    let mut out = Vec::new();
+    for &ip in frames {
+        backtrace::resolve((ip - 1) as *mut std::ffi::c_void, |s| {
+            if let Some(n) = s.name() {
+                out.push(n.to_string());
+            }
+        });
+    }
+    out
+}
+
+/// Live bytes by the test's site function found among each site's frames.
+fn live_by_site(which: fn(&pagewise::profile::Site<'_>) -> u64) -> Vec<(String, u64)> {
+    let mut sites = Vec::new();
+    pagewise::profile::for_each_site(|s| sites.push((s.frames.to_vec(), which(&s))));
+    let mut by: Vec<(String, u64)> = Vec::new();
+    for (frames, bytes) in sites {
+        let names = names(&frames);
+        let site = [
+            "site_a_small",
+            "site_b_medium",
+            "site_c_large",
+            "site_leaking",
+            "site_churn",
+        ]
+        .into_iter()
+        .find(|f| names.iter().any(|n| n.contains(f)))
+        .or_else(|| {
+            // This test's own symbolizing (the debug info it parses).
+            names
+                .iter()
+                .any(|n| n.contains("backtrace::"))
+                .then_some("symbolizer")
+        })
+        .unwrap_or("other");
+        match by.iter_mut().find(|(n, _)| n == site) {
+            Some((_, b)) => *b += bytes,
+            None => by.push((site.to_string(), bytes)),
+        }
+    }
+    by
+}
+
+fn get(by: &[(String, u64)], site: &str) -> u64 {
+    by.iter().find(|(n, _)| n == site).map_or(0, |(_, b)| *b)
+}
+
+#[test]
+fn child_entry() {
+    let Ok(case) = std::env::var(CASE) else {
+        return;
+    };
+    assert_eq!(
+        pagewise::profile::sample_bytes(),
+        512 << 10,
+        "the default rate"
+    );
+    match case.as_str() {
+        "shares" => {
+            site_churn();
+            let a = site_a_small();
+            let b = site_b_medium();
+            let c = site_c_large();
+            site_leaking();
+            let by = live_by_site(|s| s.live.bytes);
+            let total = (A_BYTES + B_BYTES + C_BYTES + LEAK_BYTES) as f64;
+            for (site, truth) in [
+                ("site_a_small", A_BYTES),
+                ("site_b_medium", B_BYTES),
+                ("site_c_large", C_BYTES),
+                ("site_leaking", LEAK_BYTES),
+            ] {
+                let est = get(&by, site) as f64;
+                println!(
+                    "{site}: estimated {:.1} MiB, true {:.1} MiB",
+                    est / 1048576.0,
+                    truth as f64 / 1048576.0
+                );
+                assert!(
+                    ((est - truth as f64) / total).abs() < 0.10,
+                    "{site}: estimated {est}, true {truth} (of {total}); all: {by:?}"
+                );
+            }
+            assert!(get(&by, "site_churn") < (4 << 20), "freed at once: {by:?}");
+            let allocated = live_by_site(|s| s.allocated.bytes);
+            let churn = get(&allocated, "site_churn") as f64;
+            assert!(
+                (churn / (200_000.0 * 700.0) - 1.0).abs() < 0.25,
+                "churn allocated {churn}"
+            );
+            drop((a, b, c));
+            // What is live now is the leak.
+            let by = live_by_site(|s| s.live.bytes);
+            let leak = get(&by, "site_leaking");
+            let top = by
+                .iter()
+                .filter(|(n, _)| n != "symbolizer")
+                .max_by_key(|(_, b)| *b)
+                .unwrap();
+            assert_eq!(top.0, "site_leaking", "{by:?}");
+            assert!(leak as f64 > LEAK_BYTES as f64 * 0.5, "{by:?}");
+            // The peak figures are those of the highest live total.
+            let peak = live_by_site(|s| s.peak.bytes);
+            assert!(
+                get(&peak, "site_a_small") as f64 > A_BYTES as f64 * 0.7,
+                "{peak:?}"
+            );
+        }
+        "threads" => {
+            let workers: Vec<_> = (0..8)
+                .map(|t| {
+                    std::thread::spawn(move || {
+                        let mut keep = Vec::new();
+                        for i in 0..40_000usize {
+                            let v = black_box(vec![t as u8; 64 + (i * 97) % 20_000]);
+                            if i % 7 == 0 {
+                                keep.push(v);
+                            }
+                            if keep.len() > 500 {
+                                keep.clear();
+                            }
+                        }
+                    })
+                })
+                .collect();
+            let reader = std::thread::spawn(|| {
+                let mut sites = 0;
+                for _ in 0..50 {
+                    pagewise::profile::for_each_site(|_| sites += 1);
+                    let path = std::env::temp_dir()
+                        .join(format!("pagewise-prof-{}.txt", std::process::id()));
+                    let c = std::ffi::CString::new(path.to_str().unwrap()).unwrap();
+                    assert!(pagewise::profile::write(&c));
+                    let _ = std::fs::remove_file(path);
+                }
+                sites
+            });
+            for w in workers {
+                w.join().unwrap();
+            }
+            assert!(reader.join().unwrap() > 0);
+            // Every thread's objects are freed: little stays live.
+            assert!(
+                pagewise::profile::live_bytes() < 16 << 20,
+                "{}",
+                pagewise::profile::live_bytes()
+            );
+        }
+        "exit-file" => {
+            site_leaking();
+        }
+        _ => unreachable!(),
+    }
+    std::process::exit(0);
+}
+
+fn run_case(case: &str, file: Option<&std::path::Path>) -> std::process::Output {
+    let mut c = reexec::this_binary();
+    c.args(["--exact", "child_entry", "--nocapture", "--test-threads=1"])
+        .env(CASE, case)
+        .env("PAGEWISE_PROF", "1")
+        .env_remove("PAGEWISE_PROF_SAMPLE");
+    if let Some(f) = file {
+        c.env("PAGEWISE_PROF_FILE", f);
+    }
+    let out = c.output().unwrap();
+    assert!(
+        out.status.success(),
+        "{case}: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+#[test]
+fn live_shares_by_call_site_are_within_ten_percent_and_the_leak_is_named() {
+    let out = run_case("shares", None);
+    println!("{}", String::from_utf8_lossy(&out.stdout));
+}
+
+#[test]
+fn sampling_is_safe_while_threads_allocate_and_another_reads_the_sites() {
+    run_case("threads", None);
+}
+
+#[test]
+fn the_profile_is_written_at_exit_with_the_module_map() {
+    let dir = std::env::temp_dir();
+    let template = dir.join("pagewise-exit-%p.prof");
+    let out = run_case("exit-file", Some(&template));
+    let _ = out;
+    let written: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .map(|e| e.path())
+        .filter(|p| {
+            p.file_name()
+                .unwrap()
+                .to_string_lossy()
+                .starts_with("pagewise-exit-")
+        })
+        .collect();
+    assert!(!written.is_empty(), "no profile written");
+    let mut found = false;
+    for p in written {
+        let text = std::fs::read_to_string(&p).unwrap();
+        let _ = std::fs::remove_file(&p);
+        assert!(
+            text.starts_with("pagewise heap profile 1\nsample_bytes 524288\n"),
+            "{text:.200}"
+        );
+        assert!(text.contains("\nmaps\n"));
+        // The leak (30 MiB) is live at exit: some site holds most of it.
+        let live: u64 = text
+            .lines()
+            .filter(|l| l.starts_with("site "))
+            .map(|l| l.split(' ').nth(2).unwrap().parse::<u64>().unwrap())
+            .sum();
+        found |= live as f64 > LEAK_BYTES as f64 * 0.5;
+    }
+    assert!(found, "the leak is not live in the profile written at exit");
+}
