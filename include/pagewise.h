@@ -42,6 +42,10 @@
  *   PAGEWISE_STATS=1           print pagewise_stats_print(2) at exit
  *   PAGEWISE_STATS_FILE=path   write the JSON report there at exit instead
  *                              ("%p" in the path is replaced by the pid)
+ *   PAGEWISE_PROF=1            sample allocations by call site (heap profile)
+ *   PAGEWISE_PROF_SAMPLE=512K  mean bytes between samples (0: off)
+ *   PAGEWISE_PROF_FILE=path    write the heap profile there at exit and on
+ *                              PAGEWISE_STATS_SIGNAL ("%p": the pid)
  *   PAGEWISE_SAMPLE_FILE=path  append "ms rss live committed" lines while the
  *   PAGEWISE_SAMPLE_MS=50      program runs (used by `pagewise run --plot`)
  *   PAGEWISE_SAMPLE_PARENT=pid only sample in a process whose parent is pid
@@ -83,6 +87,12 @@ size_t malloc_good_size(size_t size);
 /* Gives back to the OS all the free memory pagewise retains: empty pages,
  * retained spans, cached huge blocks, wholly free segments. */
 void pagewise_trim(void);
+
+/* Writes the heap profile (with PAGEWISE_PROF=1: the sampled call sites,
+ * their live, peak and allocated bytes, and the module map) to path, for
+ * `pagewise profile` to read. 0 on success, -1 if the file could not be
+ * written. Does not allocate. */
+int pagewise_prof_dump(const char *path);
 
 /* Writes a human-readable report of the allocator's state (live bytes,
  * where every committed byte is, syscall counts, RSS from /proc) to fd.

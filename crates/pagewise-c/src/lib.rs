@@ -56,6 +56,25 @@ pub extern "C" fn pagewise_trim() {
     pw::trim();
 }
 
+/// Writes the heap profile (`PAGEWISE_PROF=1`) to `path`: 0, or -1 if the
+/// file could not be written or `path` is null. Allocates nothing.
+///
+/// # Safety
+/// `path` is null or a NUL-terminated string.
+#[no_mangle]
+pub unsafe extern "C" fn pagewise_prof_dump(path: *const c_char) -> c_int {
+    if path.is_null() {
+        return -1;
+    }
+    // SAFETY: a NUL-terminated string (the caller's contract).
+    let p = unsafe { core::ffi::CStr::from_ptr(path) };
+    if pw::profile::write(p) {
+        0
+    } else {
+        -1
+    }
+}
+
 /// The allocator's counters and the kernel's view, taken with the purger
 /// paused so that no purge falls between the two (which would make the
 /// accounting and the resident bytes disagree by what it purged).

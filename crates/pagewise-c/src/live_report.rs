@@ -136,6 +136,7 @@ extern "C" fn run(_: *mut libc::c_void) -> *mut libc::c_void {
         }
         if REQUESTED.swap(false, Relaxed) || periodic {
             write_report();
+            pw::profile::dump();
         }
     }
 }

@@ -262,7 +262,7 @@ extern "C" fn on_process_exit() {
         // its allocator calls.
         unsafe { (*heap).verify_caches() };
     }
-    crate::profile::at_exit();
+    crate::profile::dump();
 }
 
 /// Runs [`on_process_exit`] at `exit()`, with the other destructors (no

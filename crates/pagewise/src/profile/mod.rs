@@ -31,8 +31,8 @@ pub mod unwind;
 mod write;
 
 pub use sites::{Figures, COUNT_ONE};
-pub(crate) use write::at_exit;
-pub use write::write;
+
+pub use write::{dump, write};
 
 use core::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 

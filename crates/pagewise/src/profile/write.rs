@@ -150,29 +150,39 @@ fn copy_maps(out: &mut Out) {
     unsafe { libc::close(fd) };
 }
 
-/// At `exit()`: writes the profile to `PAGEWISE_PROF_FILE` (`%p` replaced
-/// by the process id) if it is set and the process was sampling.
-pub(crate) fn at_exit() {
+/// Writes the profile to `PAGEWISE_PROF_FILE` (`%p` in it replaced by the
+/// process id), if it is set and the process samples: what happens at
+/// `exit()`, and in the C library on `PAGEWISE_STATS_SIGNAL`. Says on
+/// stderr if the file could not be written. Allocates nothing and takes no
+/// lock. False if nothing was written.
+///
+/// ```
+/// // Not sampling (no PAGEWISE_PROF=1): nothing to write.
+/// assert!(!pagewise::profile::dump());
+/// ```
+pub fn dump() -> bool {
     let Some(template) = crate::config::getenv(b"PAGEWISE_PROF_FILE\0") else {
-        return;
+        return false;
     };
     if super::sample_bytes() == 0 || template.is_empty() {
-        return;
+        return false;
     }
     let mut path = [0u8; 4096];
     let Some(len) = expand(template, &mut path) else {
-        return;
+        return false;
     };
-    let path = CStr::from_bytes_with_nul(&path[..=len]).ok();
-    if let Some(p) = path {
-        if !write(p) {
-            crate::fault::write_stderr(&[
-                b"pagewise: could not write the heap profile to ",
-                p.to_bytes(),
-                b"\n",
-            ]);
-        }
+    let Ok(p) = CStr::from_bytes_with_nul(&path[..=len]) else {
+        return false;
+    };
+    let ok = write(p);
+    if !ok {
+        crate::fault::write_stderr(&[
+            b"pagewise: could not write the heap profile to ",
+            p.to_bytes(),
+            b"\n",
+        ]);
     }
+    ok
 }
 
 /// `template` with `%p` replaced by the process id, NUL-terminated in

@@ -1,0 +1,144 @@
+//! The heap profiler from C: a program built with -O2 and without frame
+//! pointers, under `LD_PRELOAD=libpagewise.so` with `PAGEWISE_PROF=1` at
+//! the default rate. Its in-use profile (written by `pagewise_prof_dump`)
+//! gives each of three call sites its share of the live bytes within 10 %
+//! of the total, and the profile written at exit (`PAGEWISE_PROF_FILE`)
+//! names the leaking function. Frames are symbolized with binutils'
+//! `addr2line` against the program (linked without PIE, so its addresses
+//! are the file's).
+
+mod common;
+
+use common::*;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+const MIB: f64 = 1048576.0;
+
+fn program() -> Option<PathBuf> {
+    c_compiler()?;
+    let out = scratch("prof").join("prof_sites");
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/prof_sites.c");
+    let o = Command::new("cc")
+        .args([
+            "-O2",
+            "-fomit-frame-pointer",
+            "-g",
+            "-no-pie",
+            "-Wall",
+            "-Werror",
+        ])
+        .arg(&src)
+        .arg("-o")
+        .arg(&out)
+        .arg("-ldl")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    Some(out)
+}
+
+/// One `site` line: live bytes and frames.
+struct Site {
+    live: u64,
+    frames: Vec<u64>,
+}
+
+fn sites(text: &str) -> Vec<Site> {
+    assert!(text.starts_with("pagewise heap profile 1\n"), "{text:.300}");
+    text.lines()
+        .take_while(|l| *l != "maps")
+        .filter(|l| l.starts_with("site "))
+        .map(|l| {
+            let w: Vec<&str> = l.split(' ').collect();
+            Site {
+                live: w[2].parse().unwrap(),
+                frames: w[7..]
+                    .iter()
+                    .map(|f| u64::from_str_radix(f.trim_start_matches("0x"), 16).unwrap())
+                    .collect(),
+            }
+        })
+        .collect()
+}
+
+/// Live bytes by the program's site function among each site's frames.
+fn live_by_function(prog: &Path, text: &str) -> Vec<(String, f64)> {
+    let sites = sites(text);
+    let mut by: Vec<(String, f64)> = Vec::new();
+    for s in sites {
+        let addrs: Vec<String> = s.frames.iter().map(|ip| format!("{:#x}", ip - 1)).collect();
+        let o = Command::new("addr2line")
+            .arg("-f")
+            .arg("-e")
+            .arg(prog)
+            .args(&addrs)
+            .output()
+            .unwrap();
+        let names = String::from_utf8_lossy(&o.stdout).to_string();
+        let f = [
+            "site_a_small",
+            "site_b_medium",
+            "site_c_large",
+            "site_leaking",
+            "site_churn",
+        ]
+        .into_iter()
+        .find(|f| names.lines().any(|l| l == *f))
+        .unwrap_or("other");
+        match by.iter_mut().find(|(n, _)| n == f) {
+            Some((_, b)) => *b += s.live as f64,
+            None => by.push((f.to_string(), s.live as f64)),
+        }
+    }
+    by
+}
+
+fn get(by: &[(String, f64)], f: &str) -> f64 {
+    by.iter().find(|(n, _)| n == f).map_or(0.0, |(_, b)| *b)
+}
+
+#[test]
+fn call_site_shares_from_c_without_frame_pointers_and_the_leak_at_exit() {
+    let Some(prog) = program() else { return };
+    if Command::new("addr2line").arg("--version").output().is_err() {
+        missing("addr2line", "binutils");
+        return;
+    }
+    let dir = scratch("prof-out");
+    let in_use = dir.join("in-use.prof");
+    let at_exit = dir.join("exit.prof");
+    let _ = std::fs::remove_file(&at_exit);
+    let o = preloaded({
+        let mut c = command(&prog);
+        c.arg(&in_use)
+            .env("PAGEWISE_PROF", "1")
+            .env_remove("PAGEWISE_PROF_SAMPLE")
+            .env("PAGEWISE_PROF_FILE", &at_exit);
+        c
+    });
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let by = live_by_function(&prog, &std::fs::read_to_string(&in_use).unwrap());
+    let truth = [
+        ("site_a_small", 360.0),
+        ("site_b_medium", 180.0),
+        ("site_c_large", 60.0),
+        ("site_leaking", 30.0),
+    ];
+    let total: f64 = truth.iter().map(|(_, t)| t * MIB).sum();
+    for (f, t) in truth {
+        let est = get(&by, f);
+        assert!(
+            ((est - t * MIB) / total).abs() < 0.10,
+            "{f}: estimated {:.1} MiB, true {t} MiB; all {by:?}",
+            est / MIB
+        );
+    }
+    let exit = live_by_function(&prog, &std::fs::read_to_string(&at_exit).unwrap());
+    let top = exit.iter().max_by(|x, y| x.1.total_cmp(&y.1)).unwrap();
+    assert_eq!(top.0, "site_leaking", "live at exit: {exit:?}");
+    assert!(
+        get(&exit, "site_a_small") < 8.0 * MIB,
+        "freed before exit: {exit:?}"
+    );
+}
