@@ -5,6 +5,7 @@
 
 mod elf;
 mod plot;
+mod profile;
 mod report;
 mod run;
 

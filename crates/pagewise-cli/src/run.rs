@@ -31,6 +31,12 @@ pub struct RunArgs {
     /// Draw RSS and live bytes over the program's lifetime as an SVG.
     #[arg(long, value_name = "FILE.svg")]
     pub plot: Option<PathBuf>,
+    /// Profile the heap of every process of the tree by call site: writes
+    /// DIR/PID.pb.gz (pprof: `go tool pprof DIR/PID.pb.gz`), and collapsed
+    /// stacks and flamegraphs of the bytes in use at the peak, still in use
+    /// at exit and allocated (DIR/PID.{peak,leaks,alloc}.{folded,svg}).
+    #[arg(long, value_name = "DIR")]
+    pub profile: Option<PathBuf>,
     /// Sampling period for the plot, in milliseconds.
     #[arg(long, value_name = "MS", default_value_t = 20)]
     pub interval_ms: u64,
@@ -113,6 +119,11 @@ fn run_in(args: &RunArgs, lib: &Path, work: &Path) -> Result<i32, String> {
         // Every process of the tree samples, each into its own file.
         .env_remove("PAGEWISE_SAMPLE_PARENT")
         .env_remove("PAGEWISE_STATS");
+    if let Some(dir) = &args.profile {
+        std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        cmd.env("PAGEWISE_PROF", "1")
+            .env("PAGEWISE_PROF_FILE", dir.join("%p.prof"));
+    }
     // Orphaned descendants come to us, so that we can wait for them.
     // SAFETY: prctl with integer arguments; failure only means orphans go
     // to init and are not waited for.
@@ -179,6 +190,9 @@ fn run_in(args: &RunArgs, lib: &Path, work: &Path) -> Result<i32, String> {
         pagewise_pid: std::process::id(),
     };
     eprint!("{}", crate::report::render(&report));
+    if let Some(dir) = &args.profile {
+        eprint!("{}", profiles_in(dir, &report.processes));
+    }
     if let Some(path) = &args.json {
         let text = serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?;
         std::fs::write(path, text + "\n").map_err(|e| format!("{}: {e}", path.display()))?;
@@ -188,6 +202,29 @@ fn run_in(args: &RunArgs, lib: &Path, work: &Path) -> Result<i32, String> {
         eprintln!("plot written to {}", path.display());
     }
     Ok(code)
+}
+
+/// Converts the heap profile each process of the run wrote into `dir`,
+/// and says what they show.
+fn profiles_in(dir: &Path, processes: &[ProcessReport]) -> String {
+    let mut text = String::new();
+    for p in processes {
+        let path = dir.join(format!("{}.prof", p.pid));
+        if !path.exists() {
+            continue;
+        }
+        match crate::profile::convert(&path, 10) {
+            Ok(t) => text += &t,
+            Err(e) => text += &format!("pagewise: {e}\n"),
+        }
+    }
+    if text.is_empty() {
+        text = format!(
+            "pagewise: no heap profile was written into {}\n",
+            dir.display()
+        );
+    }
+    text
 }
 
 /// Set by ^C (SIGINT or SIGQUIT) while we wait.

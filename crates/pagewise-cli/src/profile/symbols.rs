@@ -1,0 +1,185 @@
+//! Frame addresses to function, file and line, after the process has gone:
+//! through the profile's module map to each file's own addresses, then the
+//! file's DWARF (or its symbol table) with the `addr2line` crate (gimli's
+//! symbolizer: inline frames, Rust and C++ demangling, split DWARF).
+
+use super::Mapping;
+use std::collections::HashMap;
+
+/// One frame as a reader sees it (an address can stand for several, when
+/// functions were inlined into it: innermost first).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Frame {
+    pub function: String,
+    /// `file:line`, where debug info says.
+    pub location: Option<String>,
+    /// The module (file) the address is in.
+    pub module: String,
+    /// The return address.
+    pub address: u64,
+}
+
+struct Module {
+    loader: Option<addr2line::Loader>,
+    /// Loadable segments: (file offset, file size, address).
+    segments: Vec<(u64, u64, u64)>,
+}
+
+/// Symbolizes addresses of one process.
+pub struct Symbolizer<'a> {
+    mappings: &'a [Mapping],
+    modules: HashMap<String, Module>,
+    cache: HashMap<u64, Vec<Frame>>,
+}
+
+impl<'a> Symbolizer<'a> {
+    pub fn new(mappings: &'a [Mapping]) -> Symbolizer<'a> {
+        Symbolizer {
+            mappings,
+            modules: HashMap::new(),
+            cache: HashMap::new(),
+        }
+    }
+
+    /// The frames of return address `ip` (one, named by address, where
+    /// nothing is known).
+    pub fn frames(&mut self, ip: u64) -> Vec<Frame> {
+        if let Some(f) = self.cache.get(&ip) {
+            return f.clone();
+        }
+        let f = self.resolve(ip);
+        self.cache.insert(ip, f.clone());
+        f
+    }
+
+    fn resolve(&mut self, ip: u64) -> Vec<Frame> {
+        let unknown = |module: &str| {
+            vec![Frame {
+                function: format!("{ip:#x}"),
+                location: None,
+                module: module.to_string(),
+                address: ip,
+            }]
+        };
+        let Some(m) = self.mappings.iter().find(|m| m.start <= ip && ip < m.end) else {
+            return unknown("?");
+        };
+        let module = self
+            .modules
+            .entry(m.path.clone())
+            .or_insert_with(|| load(&m.path));
+        // A return address: the call is the instruction before it.
+        let offset = ip - 1 - m.start + m.offset;
+        let Some(&(file_off, _, vaddr)) = module
+            .segments
+            .iter()
+            .find(|(o, size, _)| *o <= offset && offset < o + size)
+        else {
+            return unknown(&m.path);
+        };
+        let probe = offset - file_off + vaddr;
+        let Some(loader) = &module.loader else {
+            return unknown(&m.path);
+        };
+        let mut out = Vec::new();
+        if let Ok(mut frames) = loader.find_frames(probe) {
+            while let Ok(Some(f)) = frames.next() {
+                let Some(name) = f
+                    .function
+                    .as_ref()
+                    .and_then(|n| n.demangle().ok().map(|s| s.into_owned()))
+                else {
+                    continue;
+                };
+                let location = f
+                    .location
+                    .and_then(|l| Some(format!("{}:{}", l.file?, l.line?)));
+                out.push(Frame {
+                    function: name,
+                    location,
+                    module: m.path.clone(),
+                    address: ip,
+                });
+            }
+        }
+        if out.is_empty() {
+            if let Some(sym) = loader.find_symbol(probe) {
+                let name = addr2line::demangle_auto(sym.into(), None).into_owned();
+                out.push(Frame {
+                    function: name,
+                    location: None,
+                    module: m.path.clone(),
+                    address: ip,
+                });
+            }
+        }
+        if out.is_empty() {
+            return unknown(&m.path);
+        }
+        out
+    }
+
+    /// The stack of a site, outermost first, without the allocator's own
+    /// frames (the innermost ones: pagewise, the malloc family, Rust's
+    /// allocation shims).
+    pub fn stack(&mut self, frames: &[u64]) -> Vec<Frame> {
+        let mut all: Vec<Frame> = frames.iter().flat_map(|&ip| self.frames(ip)).collect();
+        let keep = all
+            .iter()
+            .position(|f| !is_allocator(&f.function))
+            .unwrap_or(all.len());
+        all.drain(..keep);
+        all.reverse();
+        all
+    }
+}
+
+/// Whether a function is the allocator's, not the program's.
+pub fn is_allocator(function: &str) -> bool {
+    const NAMES: [&str; 14] = [
+        "malloc",
+        "calloc",
+        "realloc",
+        "reallocarray",
+        "free",
+        "aligned_alloc",
+        "posix_memalign",
+        "memalign",
+        "valloc",
+        "pvalloc",
+        "__rust_alloc",
+        "__rust_alloc_zeroed",
+        "__rust_realloc",
+        "__libc_malloc",
+    ];
+    let f = function.trim_start_matches('<');
+    f.starts_with("pagewise::")
+        || f.starts_with("pw::")
+        || f.starts_with("__rdl_")
+        || f.starts_with("__rg_")
+        || f.starts_with("operator new")
+        || f.starts_with("_Unwind_")
+        || NAMES.contains(&function)
+}
+
+fn load(path: &str) -> Module {
+    let segments = std::fs::read(path)
+        .ok()
+        .and_then(|data| {
+            use object::{Object, ObjectSegment};
+            let file = object::File::parse(&*data).ok()?;
+            Some(
+                file.segments()
+                    .map(|s| {
+                        let (off, size) = s.file_range();
+                        (off, size, s.address())
+                    })
+                    .collect(),
+            )
+        })
+        .unwrap_or_default();
+    Module {
+        loader: addr2line::Loader::new(path).ok(),
+        segments,
+    }
+}
