@@ -245,6 +245,13 @@ fn check(threads: usize, envs: &[(&str, &str)]) {
         "{:.2} MiB charged at the peak under a 64 MiB limit",
         m(peak)
     );
+    // The threads spent the run at the limit: the peak is near it (a
+    // refused charge is of a few MiB at most but for the huge objects'),
+    // and no lower than the count at the end.
+    assert!(
+        peak >= LIMIT - 8 * MIB && peak >= charged,
+        "peak {peak}, charged at the end {charged}"
+    );
     // The count is exact: at the end (every block freed, the retained
     // memory still committed) it is what the heaps hold, headers included.
     assert!(
@@ -357,6 +364,7 @@ fn an_owned_heap_stays_within_its_limit() {
             "{c} bytes committed under a {limit}-byte limit at step {i}"
         );
         assert!(s.limit_peak_bytes as usize <= limit, "{s:?}");
+        assert!(s.limit_peak_bytes >= s.limit_charged_bytes, "{s:?}");
         // Exact: what the heap commits and its segment headers, which is
         // all of its metadata but the heap record, a constant.
         let record = s.committed_bytes + s.metadata_bytes - s.limit_charged_bytes;
