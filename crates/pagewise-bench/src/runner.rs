@@ -14,7 +14,8 @@ use std::time::{Duration, Instant};
 #[derive(clap::Args, Debug, Clone, Default)]
 pub struct BenchArgs {
     /// Allocators to compare, comma-separated: pagewise, pagewise-mesh
-    /// (pagewise with `PAGEWISE_MESH=1`), system (glibc),
+    /// (pagewise with `PAGEWISE_MESH=1`), pagewise-prof (with the heap
+    /// profiler on, `PAGEWISE_PROF=1`), system (glibc),
     /// jemalloc, mimalloc, tcmalloc (Debian's libtcmalloc_minimal.so.4,
     /// preloaded into the system worker), a path to a malloc `.so` to
     /// preload (run under the system worker with LD_PRELOAD), or
@@ -109,7 +110,11 @@ type Variant = (
 );
 
 /// Built-in variants: a built-in worker run with settings of its own.
-const VARIANTS: &[Variant] = &[("pagewise-mesh", "pagewise", &[("PAGEWISE_MESH", "1")])];
+const VARIANTS: &[Variant] = &[
+    ("pagewise-mesh", "pagewise", &[("PAGEWISE_MESH", "1")]),
+    // The heap profiler at its default rate: what sampling costs.
+    ("pagewise-prof", "pagewise", &[("PAGEWISE_PROF", "1")]),
+];
 
 /// A built-in peer that is a system library preloaded into the system worker.
 struct Preloaded {

@@ -61,8 +61,12 @@ pub fn collapsed(p: &Profile, sym: &mut Symbolizer<'_>, view: View) -> Vec<Strin
         .collect()
 }
 
-/// Draws the collapsed stacks `lines` as a flamegraph SVG.
+/// Draws the collapsed stacks `lines` as a flamegraph SVG (nothing is
+/// written for no stacks: there is nothing to draw).
 pub fn svg(lines: &[String], title: &str, out: &std::path::Path) -> Result<(), String> {
+    if lines.is_empty() {
+        return Ok(());
+    }
     let mut opts = inferno::flamegraph::Options::default();
     opts.title = title.to_string();
     opts.count_name = "bytes".to_string();

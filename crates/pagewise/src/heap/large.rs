@@ -28,7 +28,7 @@ impl HeapCore {
         // SAFETY: forwarded.
         let (p, zero) = unsafe { self.alloc_span_with(size, align, sample) };
         if p.is_null() {
-            sample.release();
+            sample.release(size);
         }
         (p, zero)
     }
@@ -66,32 +66,45 @@ impl HeapCore {
             // No span of a segment can hold it at that alignment.
             return self.alloc_huge(size, align, sample);
         }
-        if !self.within_limit(n * SLICE) {
-            return (null_mut(), false);
-        }
         let now = self.source().now_ms();
-        let ctx = self.ctx();
-        let mut spans = self.spans.lock();
-        let Some((page, dirty)) = spans.take_large(&ctx, n, align_slices) else {
+        // The pages of the span not committed yet are charged against the
+        // limit before they are: refused, the span goes back.
+        let taken = self.take_spans_within_limit(|ctx, spans| {
+            let (page, dirty) = spans.take_large(ctx, n, align_slices)?;
+            // A sampled small object alone on a span commits only the OS
+            // pages its bytes use (`alloc_span_sampled`).
+            let prefix = sample.is_some() && size <= SMALL_MAX;
+            let cost = if prefix {
+                spans.uncommitted_prefix_bytes(page, size)
+            } else {
+                spans.uncommitted_bytes(page, dirty)
+            };
+            if !ctx.budget.charge(cost, ctx.config.limit_bytes()) {
+                spans.untake_large(page, dirty, now);
+                spans.over_limit = true;
+                return None;
+            }
+            // SAFETY: a freshly taken span, exclusively ours under the lock.
+            let start = unsafe {
+                (*page).large_size = n * SLICE;
+                (*page).large_requested = size;
+                (*page).sample = sample;
+                (*page).start
+            };
+            let newly = if prefix {
+                spans.commit_prefix_of(page, size, dirty)
+            } else {
+                spans.commit_whole_of(page, dirty)
+            };
+            spans.counts.large_count += 1;
+            spans.counts.large_bytes += n * SLICE;
+            spans.counts.large_requested += size;
+            self.after_span_change(ctx, spans, now);
+            Some((start, newly))
+        });
+        let Some((start, newly)) = taken else {
             return (null_mut(), false);
         };
-        // SAFETY: a freshly taken span, exclusively ours under the lock.
-        let start = unsafe {
-            (*page).large_size = n * SLICE;
-            (*page).large_requested = size;
-            (*page).sample = sample;
-            (*page).start
-        };
-        let newly = if sample.is_some() && size <= SMALL_MAX {
-            // A small object: the span's other OS pages stay as they are.
-            spans.commit_prefix_of(page, size, dirty)
-        } else {
-            spans.commit_whole_of(page, dirty)
-        };
-        spans.counts.large_count += 1;
-        spans.counts.large_bytes += n * SLICE;
-        spans.counts.large_requested += size;
-        self.after_span_change(&ctx, &mut spans, now);
         // Pages not committed before were never used or purged; purged ones
         // read as zero only after MADV_DONTNEED.
         let zero = newly == n * SLICE / os_page()
@@ -129,7 +142,7 @@ impl HeapCore {
             spans.give_back_large(page, now);
         }
         self.after_span_change(&ctx, &mut spans, now);
-        sample.release();
+        sample.release(requested);
     }
 
     #[cold]
@@ -137,19 +150,19 @@ impl HeapCore {
         if size > isize::MAX as usize / 2 || align > 1 << 40 {
             return (null_mut(), false);
         }
-        if !self.within_limit(crate::memory::layout::align_up(size, os_page())) {
-            return (null_mut(), false);
-        }
         let now = self.source().now_ms();
-        let ctx = self.ctx();
-        let mut spans = self.spans.lock();
-        let p = spans.take_huge(&ctx, size, align);
-        if let Some(base) = p.and_then(|(a, _)| registry::header_of(a)) {
-            // SAFETY: the header of the segment run just taken (registered),
-            // its state written under the span lock.
-            unsafe { (*(*Segment::of(base)).huge_state()).sample = sample };
-        }
-        self.after_span_change(&ctx, &mut spans, now);
+        let p = self.take_spans_within_limit(|ctx, spans| {
+            let p = spans.take_huge(ctx, size, align);
+            if let Some(base) = p.and_then(|(a, _)| registry::header_of(a)) {
+                // SAFETY: the header of the segment run just taken
+                // (registered), its state written under the span lock.
+                unsafe { (*(*Segment::of(base)).huge_state()).sample = sample };
+            }
+            if p.is_some() || !spans.over_limit {
+                self.after_span_change(ctx, spans, now);
+            }
+            p
+        });
         let dontneed = self.config.purge() == crate::os::source::Purge::DontNeed;
         p.map_or((null_mut(), false), |(a, fresh)| {
             (a as *mut u8, fresh && dontneed)
@@ -175,7 +188,7 @@ impl HeapCore {
         let sample = unsafe { core::mem::replace(&mut (*seg.huge_state()).sample, Sample::NONE) };
         spans.give_back_huge(seg as *const Segment as *mut Segment, now);
         self.after_span_change(&ctx, &mut spans, now);
-        sample.release();
+        sample.release(st.requested);
     }
 
     /// Resizes the allocation at `ptr` (of `old_size` bytes, alignment
@@ -235,12 +248,29 @@ impl HeapCore {
         // SAFETY: descriptor of this segment, read under the span lock.
         let (kind, start, have) =
             unsafe { ((*page).kind(), (*page).start, (*page).slice_count as usize) };
-        if kind != Kind::Large || addr != start {
+        // SAFETY: as above.
+        if kind != Kind::Large || addr != start || unsafe { (*page).sample.is_some() } {
+            // A sampled object moves instead: its sample stands for the
+            // size it was allocated at (`profile::Sample`).
             return false;
         }
         let want = new_size.div_ceil(SLICE);
         let ok = if want > have {
-            spans.grow_in_place(page, want - have)
+            spans.grow_in_place(page, want - have) && {
+                // The pages the object grows over that are not committed
+                // are charged first; refused, it shrinks back (the caller
+                // then moves the object, through the allocation's purge
+                // and retry).
+                let dirty = spans.committed_pages_of(page);
+                let fits = ctx.budget.charge(
+                    spans.uncommitted_bytes(page, dirty),
+                    ctx.config.limit_bytes(),
+                );
+                if !fits {
+                    spans.ungrow_in_place(page, have, now);
+                }
+                fits
+            }
         } else if want < have {
             spans.shrink_in_place(page, want, now);
             true

@@ -20,10 +20,9 @@ use crate::profile::{gap, Sample};
 /// The sampling state of a heap besides the countdowns in its class
 /// states (which hold what the fast paths touch).
 pub struct Sampling {
-    /// Per class: allocations counted before the current countdown, and
-    /// the countdown's start (so allocations = `base + armed - left`).
-    base: [Counter; CLASSES],
-    armed: [Counter; CLASSES],
+    /// Per class: the class's allocations when its countdown reaches 0
+    /// (so its allocations now are this less `left`).
+    end: [Counter; CLASSES],
     /// Bytes of large and huge allocations until the next sampled one.
     large_left: AtomicU64,
     /// The gaps' random state (owner only).
@@ -35,8 +34,7 @@ pub struct Sampling {
 impl Sampling {
     pub(super) const fn new() -> Sampling {
         Sampling {
-            base: [const { Counter::zero() }; CLASSES],
-            armed: [const { Counter::new(NOT_SAMPLING as u64) }; CLASSES],
+            end: [const { Counter::new(NOT_SAMPLING as u64) }; CLASSES],
             large_left: AtomicU64::new(u64::MAX),
             random: AtomicU64::new(0),
             in_sampler: AtomicBool::new(false),
@@ -47,9 +45,8 @@ impl Sampling {
 impl HeapCore {
     /// Allocations of `class` this heap has made (any thread; a snapshot).
     pub fn allocs(&self, class: usize) -> u64 {
-        let s = &self.sampling;
         let left = self.class(class).left().max(1) as u64;
-        s.base[class].get() + s.armed[class].get().wrapping_sub(left)
+        self.sampling.end[class].get().wrapping_sub(left)
     }
 
     /// Starts the countdowns (owner, or the heap's maker): the first gap of
@@ -72,12 +69,7 @@ impl HeapCore {
                 self.draw(slot as usize, mean)
             };
             // The allocations counted so far stay counted.
-            s.base[c].add(
-                s.armed[c]
-                    .get()
-                    .wrapping_sub(self.class(c).left().max(1) as u64),
-            );
-            s.armed[c].set(left as u64);
+            s.end[c].set(self.allocs(c) + left as u64);
             self.class(c).arm(left);
         }
         let large = if mean == 0 {
@@ -98,9 +90,9 @@ impl HeapCore {
         gap::slots_until(gap::exponential_gap(u, mean), slot)
     }
 
-    /// The allocation of `class` whose countdown ran out: counts the class's
-    /// finished countdown (this allocation is not the class's: it is
-    /// served as a large object), starts the next, takes the sample and
+    /// The allocation of `class` whose countdown ran out: starts the next
+    /// countdown (this allocation is not the class's: it is served as a
+    /// large object), takes the sample and
     /// serves the allocation with it. Unsampled if the heap is sampling
     /// already, or the sample's span cannot be had.
     ///
@@ -112,13 +104,13 @@ impl HeapCore {
         let mean = crate::profile::sample_bytes();
         let slot = SLOT_SIZE[class] as usize;
         let s = &self.sampling;
-        s.base[class].add(s.armed[class].get() - 1);
         let next = if mean == 0 {
             NOT_SAMPLING
         } else {
             self.draw(slot, mean)
         };
-        s.armed[class].set(next as u64);
+        // `left` is 1: the allocations so far are `end - 1`.
+        s.end[class].set(self.allocs(class) + next as u64);
         self.class(class).arm(next);
         if mean != 0 && !s.in_sampler.swap(true, Relaxed) {
             let sample = Sample::take(size, gap::inverse_probability(slot, mean), 1);
@@ -128,11 +120,11 @@ impl HeapCore {
             if !p.is_null() {
                 return p;
             }
-            sample.release();
+            sample.release(size);
         }
-        // Served as it would have been, and counted as the class's.
-        s.base[class].sub(1);
-        // SAFETY: owner (caller); the countdown was just restarted.
+        // Served as it would have been (and counted as the class's by the
+        // countdown just restarted).
+        // SAFETY: owner (caller).
         unsafe { self.alloc_small(class, size) }
     }
 

@@ -62,19 +62,24 @@ pub fn sample_bytes() -> usize {
 }
 
 /// What one sampled object stands for, kept on its span's descriptor
-/// until it is freed.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+/// until it is freed: its site and its weight (8 bytes: every descriptor
+/// has one). The figures are derived from the weight and the object's size
+/// at the allocation and again at the free, by the same arithmetic, so the
+/// free takes off exactly what the allocation added (a sampled object is
+/// never resized in place).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct Sample {
     /// Its site's index + 1 (0: not sampled).
     site: u32,
-    figures: Figures,
+    /// Allocations it stands for (`1 / p`).
+    weight: f32,
 }
 
 impl Sample {
     /// Not a sample.
     pub const NONE: Sample = Sample {
         site: 0,
-        figures: Figures { count: 0, bytes: 0 },
+        weight: 0.0,
     };
 
     /// Whether this is a sample.
@@ -91,21 +96,27 @@ impl Sample {
         let Some(site) = sites::SITES.intern(&frames[..n]) else {
             return Sample::NONE;
         };
-        let figures = Figures {
-            count: (weight * COUNT_ONE as f64) as u64,
-            bytes: (weight * size as f64) as u64,
-        };
-        sites::SITES.allocated(site, figures);
-        Sample {
+        let s = Sample {
             site: site + 1,
-            figures,
+            weight: weight as f32,
+        };
+        sites::SITES.allocated(site, s.figures(size));
+        s
+    }
+
+    /// What a sampled object of `size` bytes stands for.
+    fn figures(self, size: usize) -> Figures {
+        let w = self.weight as f64;
+        Figures {
+            count: (w * COUNT_ONE as f64) as u64,
+            bytes: (w * size as f64) as u64,
         }
     }
 
-    /// The sampled object is freed.
-    pub(crate) fn release(self) {
+    /// The sampled object, of `size` bytes (as at its allocation), is freed.
+    pub(crate) fn release(self, size: usize) {
         if self.is_some() {
-            sites::SITES.freed(self.site - 1, self.figures);
+            sites::SITES.freed(self.site - 1, self.figures(size));
         }
     }
 }
