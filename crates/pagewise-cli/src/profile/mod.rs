@@ -141,31 +141,6 @@ fn parse_mapping(line: &str) -> Option<Mapping> {
     })
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn parses_sites_and_maps() {
-        let text = "pagewise heap profile 1\nsample_bytes 524288\nsite 1 10 2 20 3 30 0x401000 0x401234\nmaps\n00400000-00402000 r-xp 00000000 08:01 12 /usr/bin/prog\n7ffd0000-7ffd1000 rw-p 00000000 00:00 0 [stack]\n";
-        let p = Profile::parse(text).unwrap();
-        assert_eq!(p.sample_bytes, 524288);
-        assert_eq!(p.sites.len(), 1);
-        assert_eq!(
-            p.sites[0].live,
-            Figures {
-                count: 1,
-                bytes: 10
-            }
-        );
-        assert_eq!(p.sites[0].allocated.bytes, 30);
-        assert_eq!(p.sites[0].frames, vec![0x401000, 0x401234]);
-        assert_eq!(p.mappings.len(), 1);
-        assert_eq!(p.mappings[0].path, "/usr/bin/prog");
-        assert!(Profile::parse("nope").is_err());
-    }
-}
-
 /// The files written for one process's profile, and the text report's
 /// part for it: the top call sites by bytes in use at the peak and still
 /// in use at exit.
@@ -233,4 +208,29 @@ pub fn convert(path: &Path, top: usize) -> Result<String, String> {
         }
     }
     Ok(text)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_sites_and_maps() {
+        let text = "pagewise heap profile 1\nsample_bytes 524288\nsite 1 10 2 20 3 30 0x401000 0x401234\nmaps\n00400000-00402000 r-xp 00000000 08:01 12 /usr/bin/prog\n7ffd0000-7ffd1000 rw-p 00000000 00:00 0 [stack]\n";
+        let p = Profile::parse(text).unwrap();
+        assert_eq!(p.sample_bytes, 524288);
+        assert_eq!(p.sites.len(), 1);
+        assert_eq!(
+            p.sites[0].live,
+            Figures {
+                count: 1,
+                bytes: 10
+            }
+        );
+        assert_eq!(p.sites[0].allocated.bytes, 30);
+        assert_eq!(p.sites[0].frames, vec![0x401000, 0x401234]);
+        assert_eq!(p.mappings.len(), 1);
+        assert_eq!(p.mappings[0].path, "/usr/bin/prog");
+        assert!(Profile::parse("nope").is_err());
+    }
 }
