@@ -6,7 +6,7 @@
 //! stack ([`unwind`]) and counts what the samples stand for per call site
 //! ([`sites`]): live now, at the peak of the live total, and allocated in
 //! all. [`for_each_site`] hands the sites to a Rust program as data;
-//! [`write`] writes them, with the process's module map, in a text form
+//! [`write()`] writes them, with the process's module map, in a text form
 //! that `pagewise` (the command) turns into pprof, collapsed stacks and a
 //! flamegraph; `PAGEWISE_PROF_FILE=path` writes it at `exit()` (`%p` in the
 //! path is the process id). Owned [`Heap`](crate::Heap)s are not sampled.
