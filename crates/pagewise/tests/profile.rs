@@ -210,6 +210,77 @@ fn child_entry() {
         "exit-file" => {
             site_leaking();
         }
+        "fork" => {
+            // Threads sample (and add sites under the sites' lock) while
+            // the main thread forks: each child must be able to sample too.
+            let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+            let workers: Vec<_> = (0..4)
+                .map(|t| {
+                    let stop = stop.clone();
+                    std::thread::spawn(move || {
+                        let mut i = 0usize;
+                        while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                            drop(black_box(vec![t as u8; 100 + (i * 131) % 50_000]));
+                            i += 1;
+                        }
+                    })
+                })
+                .collect();
+            for _ in 0..100 {
+                // SAFETY: the child only allocates, frees and exits.
+                let pid = unsafe { libc::fork() };
+                if pid == 0 {
+                    site_churn();
+                    let total: usize = (0..2000).map(|i| black_box(vec![1u8; 3000 + i]).len()).sum();
+                    // SAFETY: _exit ends the child without running the parent's handlers.
+                    unsafe { libc::_exit(if total > 0 { 0 } else { 1 }) };
+                }
+                let mut status = 0;
+                // SAFETY: waits for our own child.
+                unsafe { libc::waitpid(pid, &mut status, 0) };
+                assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0, "child {status}");
+            }
+            stop.store(true, std::sync::atomic::Ordering::Relaxed);
+            for w in workers {
+                w.join().unwrap();
+            }
+        }
+        "signal" => {
+            // The profile is written from a signal handler (no allocation,
+            // no lock) while this thread samples.
+            static PATH: std::sync::OnceLock<std::ffi::CString> = std::sync::OnceLock::new();
+            static WRITTEN: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+            extern "C" fn on_usr1(_: libc::c_int) {
+                if pagewise::profile::write(PATH.get().unwrap()) {
+                    WRITTEN.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                }
+            }
+            let path = std::env::temp_dir().join(format!("pagewise-signal-{}.prof", std::process::id()));
+            PATH.set(std::ffi::CString::new(path.to_str().unwrap()).unwrap()).unwrap();
+            // SAFETY: a handler that only writes the profile.
+            unsafe { libc::signal(libc::SIGUSR1, on_usr1 as extern "C" fn(libc::c_int) as libc::sighandler_t) };
+            let me = unsafe { libc::pthread_self() };
+            let me = me as usize;
+            let sender = std::thread::spawn(move || {
+                for _ in 0..50 {
+                    // SAFETY: our own thread, alive until joined below.
+                    unsafe { libc::pthread_kill(me as libc::pthread_t, libc::SIGUSR1) };
+                    std::thread::sleep(std::time::Duration::from_millis(2));
+                }
+            });
+            let mut keep = Vec::new();
+            for i in 0..200_000usize {
+                keep.push(black_box(vec![2u8; 200 + i % 3000]));
+                if keep.len() > 1000 {
+                    keep.clear();
+                }
+            }
+            sender.join().unwrap();
+            assert!(WRITTEN.load(std::sync::atomic::Ordering::Relaxed) > 0);
+            let text = std::fs::read_to_string(&path).unwrap();
+            let _ = std::fs::remove_file(&path);
+            assert!(text.starts_with("pagewise heap profile 1\n") && text.contains("\nmaps\n"));
+        }
         _ => unreachable!(),
     }
     std::process::exit(0);
@@ -224,7 +295,18 @@ fn run_case(case: &str, file: Option<&std::path::Path>) -> std::process::Output 
     if let Some(f) = file {
         c.env("PAGEWISE_PROF_FILE", f);
     }
-    let out = c.output().unwrap();
+    // A hang (a lock a fork left held in the child) fails the test
+    // instead of stalling the run.
+    let mut child = c.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped()).spawn().unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(240);
+    while child.try_wait().unwrap().is_none() {
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("{case}: still running after 240 s (hung)");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let out = child.wait_with_output().unwrap();
     assert!(
         out.status.success(),
         "{case}: {}{}",
@@ -281,4 +363,14 @@ fn the_profile_is_written_at_exit_with_the_module_map() {
         found |= live as f64 > LEAK_BYTES as f64 * 0.5;
     }
     assert!(found, "the leak is not live in the profile written at exit");
+}
+
+#[test]
+fn forked_children_of_a_sampling_process_sample_too() {
+    run_case("fork", None);
+}
+
+#[test]
+fn the_profile_can_be_written_from_a_signal_handler_while_sampling() {
+    run_case("signal", None);
 }
