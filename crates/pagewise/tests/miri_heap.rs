@@ -87,3 +87,53 @@ fn slots_are_reused_lifo_and_pages_drain() {
     let c = &heap.stats().classes[class];
     assert_eq!((c.cached_slots, c.pages), (0, 0));
 }
+
+#[test]
+fn a_hollowed_page_keeps_its_survivor_and_refills() {
+    // Hollowing (memory/hollow.rs, heap/hollow.rs): a slab page keeps one
+    // live slot and its other slots are freed; trim gives back the OS pages
+    // they alone cover; allocating again carves them anew. One OS page per
+    // slot keeps the operations few.
+    static SRC: FakePages = FakePages::new();
+    let src: &'static FakePages = &SRC;
+    let heap = Heap::with_source(src, small_config());
+    let page = pagewise::layout::os_page();
+    let l = Layout::from_size_align(page, 16).unwrap();
+    let slots: Vec<_> = (0..8)
+        .map(|_| heap.allocate(l).unwrap().cast::<u8>())
+        .collect();
+    // SAFETY: a live block of `page` bytes.
+    unsafe { slots[0].as_ptr().write_bytes(0xa5, page) };
+    for p in &slots[1..] {
+        // SAFETY: live blocks with layout `l`, freed once.
+        unsafe { heap.deallocate(*p, l) };
+    }
+    heap.trim();
+    let s = heap.stats();
+    assert_eq!(s.hollow_bytes as usize, 7 * page, "{s:?}");
+    // SAFETY: the survivor is live; the fake source zeroes what it purges.
+    let survivor = unsafe { std::slice::from_raw_parts(slots[0].as_ptr(), page) };
+    assert!(survivor.iter().all(|&b| b == 0xa5), "the survivor's bytes");
+    let mut again: Vec<_> = (0..7)
+        .map(|_| heap.allocate(l).unwrap().cast::<u8>())
+        .collect();
+    for p in &again {
+        // SAFETY: fresh blocks of `page` bytes (a purged page reads zero).
+        unsafe {
+            assert_eq!(p.as_ptr().add(page - 1).read(), 0);
+            p.as_ptr().write_bytes(0x3c, page);
+        }
+    }
+    let mut want: Vec<_> = slots[1..].to_vec();
+    want.sort();
+    again.sort();
+    assert_eq!(again, want, "the freed slots come back, each once");
+    assert_eq!(heap.stats().hollow_bytes, 0);
+    for p in again.into_iter().chain([slots[0]]) {
+        // SAFETY: live blocks with layout `l`, freed once.
+        unsafe { heap.deallocate(p, l) };
+    }
+    heap.trim();
+    let s = heap.stats();
+    assert_eq!((s.live_bytes, s.committed_bytes), (0, 0));
+}

@@ -285,33 +285,23 @@ mod loom_model {
     //! paths); a visitor holds the page lists and touches only the pages
     //! that are not current. Pages are loom cells, so loom reports any
     //! access of the owner's fast path and a visitor to one page that no
-    //! lock orders as a data race. The lock is `Locked`'s protocol (an
-    //! acquiring CAS, a releasing store) on loom's atomics.
+    //! lock orders as a data race. The page lists' lock is the allocator's
+    //! `Locked` (`sync/lock.rs`) on loom's atomics; the fast path, the slow
+    //! path and the visit are models of `HeapCore`'s (which needs a whole
+    //! heap), reduced to which page each touches.
+    use crate::sync::lock::{Locked, ModelFlag};
     use core::sync::atomic::Ordering::*;
     use loom::cell::UnsafeCell;
-    use loom::sync::atomic::{AtomicBool, AtomicUsize};
+    use loom::sync::atomic::AtomicUsize;
     use loom::sync::Arc;
 
     struct Heap {
-        lists: AtomicBool,
+        lists: Locked<(), ModelFlag>,
         current: AtomicUsize,
         pages: [UnsafeCell<u32>; 2],
     }
 
     impl Heap {
-        fn try_lock(&self) -> bool {
-            self.lists
-                .compare_exchange(false, true, Acquire, Relaxed)
-                .is_ok()
-        }
-        fn lock(&self) {
-            while !self.try_lock() {
-                loom::thread::yield_now();
-            }
-        }
-        fn unlock(&self) {
-            self.lists.store(false, Release);
-        }
         /// The fast path: the current page, no lock.
         fn fast(&self) {
             let c = self.current.load(Relaxed);
@@ -320,31 +310,33 @@ mod loom_model {
         }
         /// A slow path: a new current page, the old one touched (queued).
         fn slow(&self) {
-            self.lock();
+            let _lists = self.lists.lock();
             let old = self.current.load(Relaxed);
+            // SAFETY: the owner, with the page lists held.
             self.pages[old].with_mut(|v| unsafe { *v += 100 });
             self.current.store(1 - old, Relaxed);
-            self.unlock();
         }
         /// A visit: every page but the current one.
         fn visit(&self, wait: bool) {
-            if wait {
-                self.lock();
-            } else if !self.try_lock() {
-                return;
-            }
+            let _lists = if wait {
+                self.lists.lock()
+            } else {
+                match self.lists.try_lock() {
+                    Some(g) => g,
+                    None => return,
+                }
+            };
             let other = 1 - self.current.load(Relaxed);
             // SAFETY: with the lists held, a page not current is no one
             // else's.
             self.pages[other].with_mut(|v| unsafe { *v += 10 });
-            self.unlock();
         }
     }
 
     fn model(wait: bool) {
         loom::model(move || {
             let h = Arc::new(Heap {
-                lists: AtomicBool::new(false),
+                lists: Locked::new_model(()),
                 current: AtomicUsize::new(0),
                 pages: [UnsafeCell::new(0), UnsafeCell::new(0)],
             });

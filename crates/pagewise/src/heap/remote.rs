@@ -8,10 +8,14 @@
 //!   again; the `DELAYED`/`NOTIFIED` state in `thread_free` settles the race
 //!   (`memory::page`).
 //! - The owner takes `thread_free` lists whole (one CAS) and the `delayed`
-//!   list whole (one swap), and only then touches the slots.
+//!   list whole (one swap), and only then touches the slots. Both
+//!   protocols are functions generic over the atomic word, model-checked
+//!   with loom on that same code: `memory/remote_word.rs` and
+//!   `memory/delayed.rs`.
 
 use super::free::lookup_page;
 use super::*;
+use crate::memory::delayed;
 
 impl HeapCore {
     /// Sends the cached slots of `class` back to their pages, all but the
@@ -42,26 +46,27 @@ impl HeapCore {
     /// full page is never current, but a slot may wait here while its page
     /// leaves the full list and becomes current.
     pub(super) unsafe fn process_delayed(&self, l: &mut Local, who: Access) {
-        if self.delayed.load(Relaxed).is_null() {
+        if delayed::looks_empty(&self.delayed) {
             return;
         }
         crate::sync::perturb::point();
-        let mut b = self.delayed.swap(null_mut(), Acquire);
-        while !b.is_null() {
-            // SAFETY: the delayed list holds slots of this heap's pages,
-            // pushed by `free_remote`; we own the list after the swap, and
-            // hold the page lists (caller).
-            unsafe {
-                let next = (*b).next;
-                let seg = &*Segment::of(crate::memory::layout::segment_base(b as usize));
-                let page = lookup_page(seg, b as usize);
-                if who == Access::Visitor && self.is_current(page) {
-                    self.push_delayed(b);
-                } else {
-                    let _ = self.free_local(l, page, b);
-                }
-                b = next;
-            }
+        // SAFETY: the delayed list holds slots of this heap's pages, pushed
+        // by `free_remote` (their links are their first word); the slots
+        // taken are ours, and we hold the page lists (caller).
+        unsafe {
+            delayed::take_each(
+                &self.delayed,
+                |b| (*b).next,
+                |b| {
+                    let seg = &*Segment::of(crate::memory::layout::segment_base(b as usize));
+                    let page = lookup_page(seg, b as usize);
+                    if who == Access::Visitor && self.is_current(page) {
+                        self.push_delayed(b);
+                    } else {
+                        let _ = self.free_local(l, page, b);
+                    }
+                },
+            )
         }
     }
 
@@ -123,7 +128,7 @@ impl HeapCore {
         }
         // Current pages are on their class queue; the delayed list's slots
         // stay until a holder of the page lists takes them, as we do now.
-        let mut b = self.delayed.load(Acquire);
+        let mut b = delayed::first(&self.delayed);
         while !b.is_null() {
             // SAFETY: slots on the delayed list are this heap's, and only a
             // holder of the page lists unlinks them.
@@ -142,18 +147,8 @@ impl HeapCore {
     /// # Safety
     /// `block` is a free slot of this heap's page, on no list.
     unsafe fn push_delayed(&self, block: *mut Block) {
-        let mut head = self.delayed.load(Relaxed);
-        loop {
-            // SAFETY: per the caller, the slot is ours to link.
-            unsafe { (*block).next = head };
-            match self
-                .delayed
-                .compare_exchange_weak(head, block, Release, Relaxed)
-            {
-                Ok(_) => return,
-                Err(seen) => head = seen,
-            }
-        }
+        // SAFETY: per the caller, the slot is ours to link.
+        delayed::push(&self.delayed, block, |head| unsafe { (*block).next = head });
     }
 }
 

@@ -5,6 +5,7 @@
 
 pub(crate) mod block;
 pub mod budget;
+pub(crate) mod delayed;
 pub(crate) mod hollow;
 pub mod layout;
 pub(crate) mod mesh;

@@ -164,25 +164,34 @@ mod loom_model {
     //! The protocol under every interleaving loom finds, on a page of a few
     //! slots whose links are loom cells (so a link read before the CAS that
     //! publishes it is reported as a race), with the heap's `delayed` list
-    //! modelled as `heap/remote.rs` runs it (a Treiber stack through the
-    //! same links, taken whole with a swap).
+    //! run by the allocator's own functions (`memory/delayed.rs`).
     use super::*;
+    use crate::memory::delayed;
+    use core::ptr::null_mut;
     use loom::cell::UnsafeCell;
-    use loom::sync::atomic::AtomicUsize;
+    use loom::sync::atomic::{AtomicPtr, AtomicUsize};
     use loom::sync::Arc;
+
+    /// A slot: its link, the next slot's index + 1 (0: none).
+    type Link = UnsafeCell<usize>;
 
     struct Page {
         word: AtomicUsize,
-        delayed: AtomicUsize,
-        /// Per slot: the next slot's index + 1 (0: none).
-        links: Vec<UnsafeCell<usize>>,
+        delayed: AtomicPtr<Link>,
+        links: Vec<Link>,
     }
+
+    // SAFETY: the raw pointers are slots' identities, followed only through
+    // loom's cells.
+    unsafe impl Send for Page {}
+    // SAFETY: as above.
+    unsafe impl Sync for Page {}
 
     impl Page {
         fn new(slots: usize) -> Arc<Page> {
             Arc::new(Page {
                 word: AtomicUsize::new(0),
-                delayed: AtomicUsize::new(0),
+                delayed: AtomicPtr::new(null_mut()),
                 links: (0..slots).map(|_| UnsafeCell::new(0)).collect(),
             })
         }
@@ -197,23 +206,30 @@ mod loom_model {
             self.links[slot].with(|l| unsafe { *l })
         }
 
+        /// The slot `plus_one - 1` as a node of the delayed list (0: null).
+        fn node(&self, plus_one: usize) -> *mut Link {
+            match plus_one {
+                0 => null_mut(),
+                i => &self.links[i - 1] as *const Link as *mut Link,
+            }
+        }
+
+        /// The slot a node of the delayed list is, + 1 (0 for null).
+        fn plus_one(&self, node: *mut Link) -> usize {
+            (0..self.links.len())
+                .find(|&i| self.node(i + 1) == node)
+                .map_or(0, |i| i + 1)
+        }
+
         /// A remote free of `slot` (its offset is its index).
         fn free_remote(&self, slot: usize) {
             let pushed = push(&self.word, slot, 1, |old| {
                 self.set_link(slot, old.map_or(0, |l| l.first + 1))
             });
             if !pushed {
-                let mut head = self.delayed.load(Relaxed);
-                loop {
-                    self.set_link(slot, head);
-                    match self
-                        .delayed
-                        .compare_exchange_weak(head, slot + 1, Release, Relaxed)
-                    {
-                        Ok(_) => break,
-                        Err(seen) => head = seen,
-                    }
-                }
+                delayed::push(&self.delayed, self.node(slot + 1), |head| {
+                    self.set_link(slot, self.plus_one(head))
+                });
             }
         }
 
@@ -235,11 +251,14 @@ mod loom_model {
         /// The owner takes the heap's delayed list; the slots it held.
         fn take_delayed(&self) -> Vec<usize> {
             let mut out = Vec::new();
-            let mut h = self.delayed.swap(0, Acquire);
-            while h != 0 {
-                out.push(h - 1);
-                h = self.link(h - 1);
-            }
+            // SAFETY: the nodes are this page's slots.
+            unsafe {
+                delayed::take_each(
+                    &self.delayed,
+                    |b| self.node(self.link(self.plus_one(b) - 1)),
+                    |b| out.push(self.plus_one(b) - 1),
+                )
+            };
             out
         }
     }

@@ -19,11 +19,15 @@
 //!
 //! Each class has its own spin lock, taken only on slow paths (a cache
 //! overflow, a cache refill, the purger), and held by the fork handlers.
+//! The cache is generic over the lock's flag (`sync/lock.rs`), so the loom
+//! model at the end of this file runs these stacks under this lock on
+//! loom's atomics; the allocator's is [`GLOBAL`], on `core`'s.
 
 use crate::memory::block::Block;
 use crate::memory::size_class::{CLASSES, SLOT_SIZE};
-use crate::sync::lock::Locked;
+use crate::sync::lock::{Flag, Locked};
 use core::ptr::null_mut;
+use core::sync::atomic::AtomicBool;
 
 /// Batches per class.
 pub const DEPTH: usize = 64;
@@ -66,9 +70,11 @@ impl Stack {
     }
 }
 
-/// The process's transfer cache: one stack per size class.
-pub struct Transfer {
-    classes: [Locked<Stack>; CLASSES],
+/// The process's transfer cache: one stack per size class (the first
+/// `N` classes: all of them but in the loom model, which keeps its
+/// schedules short with a few).
+pub struct Transfer<F: Flag = AtomicBool, const N: usize = CLASSES> {
+    classes: [Locked<Stack, F>; N],
 }
 
 // SAFETY: the raw pointers are slots handed from thread to thread under
@@ -85,9 +91,30 @@ impl Transfer {
             classes: [const { Locked::new(Stack::new()) }; CLASSES],
         }
     }
+}
 
+#[cfg(all(test, loom))]
+impl<const N: usize> Transfer<crate::sync::lock::ModelFlag, N> {
+    /// Empty stacks whose locks are on loom's atomics (inside
+    /// `loom::model` only). Built in place: the cache is larger than a
+    /// loom thread's stack.
+    pub fn new_model() -> Box<Self> {
+        let mut t = Box::<Self>::new_uninit();
+        let p = t.as_mut_ptr();
+        for class in 0..N {
+            // SAFETY: `p` is the box's memory; each class is written once.
+            unsafe {
+                core::ptr::addr_of_mut!((*p).classes[class]).write(Locked::new_model(Stack::new()))
+            };
+        }
+        // SAFETY: every field (the array of classes) was written above.
+        unsafe { t.assume_init() }
+    }
+}
+
+impl<F: Flag, const N: usize> Transfer<F, N> {
     /// The lock of `class` (for the fork handlers).
-    pub fn lock_of(&self, class: usize) -> &Locked<Stack> {
+    pub fn lock_of(&self, class: usize) -> &Locked<Stack, F> {
         &self.classes[class]
     }
 
@@ -121,7 +148,7 @@ impl Transfer {
     /// `u64::MAX`), oldest first, and hands each to `send`. With `wait`
     /// false, a class whose lock is busy is skipped.
     pub fn drain(&self, cutoff_ms: u64, wait: bool, mut send: impl FnMut(usize, Batch)) {
-        for class in 0..CLASSES {
+        for class in 0..N {
             loop {
                 let b = {
                     let lock = &self.classes[class];
@@ -222,5 +249,113 @@ mod tests {
         t.drain(u64::MAX, false, |_, _| sent += 1);
         drop(held);
         assert_eq!((sent, t.slots(1)), (0, 1));
+    }
+}
+
+#[cfg(all(test, loom))]
+mod loom_model {
+    //! The transfer cache's stacks under their locks, the allocator's code
+    //! on loom's atomics (`Transfer::new_model`), under every interleaving
+    //! loom finds: two threads put batches (one also takes) while the
+    //! purger drains. Each batch is a chain of slots whose links are loom
+    //! cells, written by the thread that puts it and walked by the one that
+    //! gets it; the stacks themselves are checked through the lock's loom
+    //! cell. A stack touched by two threads that the lock does not order,
+    //! or a chain read before its links are visible, is a data race.
+    use super::*;
+    use crate::sync::lock::ModelFlag;
+    use loom::cell::UnsafeCell;
+    use loom::sync::Arc;
+
+    const CLASS: usize = 3;
+
+    struct World {
+        transfer: Box<Transfer<ModelFlag, { CLASS + 1 }>>,
+        /// Per slot: the next slot of its batch, + 1 (0: none).
+        links: Vec<UnsafeCell<usize>>,
+    }
+
+    // SAFETY: the batches' raw pointers are identities of `links`, handed
+    // over under the class lock.
+    unsafe impl Send for World {}
+    // SAFETY: as above.
+    unsafe impl Sync for World {}
+
+    impl World {
+        fn slot(&self, i: usize) -> *mut Block {
+            &self.links[i] as *const UnsafeCell<usize> as *mut Block
+        }
+
+        fn index(&self, b: *mut Block) -> usize {
+            (0..self.links.len()).find(|&i| self.slot(i) == b).unwrap()
+        }
+
+        /// Links slots `first..first + count` into a batch and puts it.
+        fn put(&self, first: usize, count: usize, at_ms: u64) {
+            for i in first..first + count {
+                let next = if i + 1 < first + count { i + 2 } else { 0 };
+                // SAFETY: loom checks the access; the slots are ours.
+                self.links[i].with_mut(|l| unsafe { *l = next });
+            }
+            let b = Batch {
+                head: self.slot(first),
+                count: count as u32,
+                at_ms,
+            };
+            self.transfer.put(CLASS, b).unwrap();
+        }
+
+        /// The slots of a batch got from the cache, by its links.
+        fn walk(&self, b: Batch) -> Vec<usize> {
+            let mut out = vec![self.index(b.head)];
+            for _ in 1..b.count {
+                let last = *out.last().unwrap();
+                // SAFETY: loom checks the access.
+                let next = self.links[last].with(|l| unsafe { *l });
+                out.push(next - 1);
+            }
+            out
+        }
+    }
+
+    /// A thread puts two batches while another takes and the purger
+    /// drains: every slot comes out once, its batch's links intact. (One
+    /// thread waits in `lock`, the others use `try_lock`: two waiters
+    /// yielding to each other while the holder is preempted is a schedule
+    /// loom would follow without end.)
+    #[test]
+    fn puts_takes_and_a_drain_hand_each_slot_over_once() {
+        loom::model(|| {
+            let w = Arc::new(World {
+                transfer: Transfer::new_model(),
+                links: (0..3).map(|_| UnsafeCell::new(0)).collect(),
+            });
+            let putter = {
+                let w = w.clone();
+                loom::thread::spawn(move || {
+                    w.put(0, 2, 1);
+                    w.put(2, 1, 2);
+                })
+            };
+            let taker = {
+                let w = w.clone();
+                loom::thread::spawn(move || {
+                    w.transfer.take(CLASS).map_or(Vec::new(), |b| w.walk(b))
+                })
+            };
+            // The purger, which must not wait for a busy class.
+            let mut got = Vec::new();
+            w.transfer.drain(u64::MAX, false, |class, b| {
+                assert_eq!(class, CLASS);
+                got.extend(w.walk(b));
+            });
+            putter.join().unwrap();
+            got.extend(taker.join().unwrap());
+            w.transfer
+                .drain(u64::MAX, true, |_, b| got.extend(w.walk(b)));
+            got.sort();
+            assert_eq!(got, [0, 1, 2], "each slot handed over once");
+            assert_eq!(w.transfer.slots(CLASS), 0);
+        });
     }
 }

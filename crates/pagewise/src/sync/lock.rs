@@ -2,25 +2,114 @@
 //!
 //! Never taken on the malloc/free fast path. It does not allocate, so it is
 //! usable inside the allocator, and the fork hooks can take and reset it.
+//!
+//! The lock is generic over its flag ([`Flag`]): `core`'s `AtomicBool` in
+//! the allocator, and in the model checker (`--cfg loom`) [`ModelFlag`],
+//! loom's `AtomicBool` with a loom cell standing for the data, so a model
+//! runs this very lock (and the code under it, e.g. `memory/transfer.rs`'s
+//! stacks) and loom reports two holders that its orderings do not separate
+//! as a data race. The flag's methods are `#[inline(always)]`, so the
+//! allocator's lock is what it would be without the trait.
 
 use core::cell::UnsafeCell;
+use core::mem::ManuallyDrop;
 use core::ops::{Deref, DerefMut};
 use core::sync::atomic::{AtomicBool, Ordering};
 
+/// The word of a spin lock: an atomic bool, and what a guard keeps. The
+/// lock's protocol (its orderings) is [`Locked`]'s, for every flag.
+pub trait Flag {
+    /// What a guard keeps while the lock is held (in the model checker,
+    /// the data's access, for loom to check).
+    type Held;
+    /// `compare_exchange(false, true, ok, err)`; whether it succeeded.
+    fn set_if_clear(&self, ok: Ordering, err: Ordering) -> bool;
+    /// `load`.
+    fn get(&self, order: Ordering) -> bool;
+    /// `store(false, order)`.
+    fn clear(&self, order: Ordering);
+    /// Begins a holder's access to the data (the lock was just taken).
+    fn held(&self) -> Self::Held;
+    /// One step of the wait for a holder (`spins` so far).
+    fn wait(spins: u32);
+    /// Whether a waiter spins on plain loads between attempts (so that it
+    /// does not take the cache line from the holder). Not in the model
+    /// checker, where a relaxed load may read the stale `true` forever: a
+    /// waiter there retries the CAS after each yield (the loads decide
+    /// nothing; the CAS alone takes the lock).
+    const SPIN_ON_LOADS: bool = true;
+}
+
+impl Flag for AtomicBool {
+    type Held = ();
+    #[inline(always)]
+    fn set_if_clear(&self, ok: Ordering, err: Ordering) -> bool {
+        self.compare_exchange(false, true, ok, err).is_ok()
+    }
+    #[inline(always)]
+    fn get(&self, order: Ordering) -> bool {
+        self.load(order)
+    }
+    #[inline(always)]
+    fn clear(&self, order: Ordering) {
+        self.store(false, order);
+    }
+    #[inline(always)]
+    fn held(&self) {}
+    #[inline(always)]
+    fn wait(spins: u32) {
+        if spins < 64 {
+            core::hint::spin_loop();
+        } else {
+            yield_now();
+        }
+    }
+}
+
+/// The model checker's flag (`--cfg loom`): loom's atomic bool, and a loom
+/// cell that a guard writes for as long as it lives.
+#[cfg(all(test, loom))]
+pub struct ModelFlag {
+    locked: loom::sync::atomic::AtomicBool,
+    data: loom::cell::UnsafeCell<()>,
+}
+
+#[cfg(all(test, loom))]
+impl Flag for ModelFlag {
+    type Held = loom::cell::MutPtr<()>;
+    fn set_if_clear(&self, ok: Ordering, err: Ordering) -> bool {
+        self.locked.compare_exchange(false, true, ok, err).is_ok()
+    }
+    fn get(&self, order: Ordering) -> bool {
+        self.locked.load(order)
+    }
+    fn clear(&self, order: Ordering) {
+        self.locked.store(false, order);
+    }
+    fn held(&self) -> Self::Held {
+        self.data.get_mut()
+    }
+    fn wait(_spins: u32) {
+        loom::thread::yield_now();
+    }
+    const SPIN_ON_LOADS: bool = false;
+}
+
 /// Data behind a spin lock.
-pub struct Locked<T> {
-    locked: AtomicBool,
+pub struct Locked<T, F: Flag = AtomicBool> {
+    locked: F,
     data: UnsafeCell<T>,
 }
 
 // SAFETY: the lock serialises all access to `data`.
-unsafe impl<T: Send> Sync for Locked<T> {}
+unsafe impl<T: Send, F: Flag + Sync> Sync for Locked<T, F> {}
 // SAFETY: moving the lock moves the data; no thread holds a guard then.
-unsafe impl<T: Send> Send for Locked<T> {}
+unsafe impl<T: Send, F: Flag + Send> Send for Locked<T, F> {}
 
 /// Proof that the lock is held; releases it on drop.
-pub struct Guard<'a, T> {
-    lock: &'a Locked<T>,
+pub struct Guard<'a, T, F: Flag = AtomicBool> {
+    lock: &'a Locked<T, F>,
+    held: ManuallyDrop<F::Held>,
 }
 
 impl<T> Locked<T> {
@@ -31,32 +120,49 @@ impl<T> Locked<T> {
             data: UnsafeCell::new(data),
         }
     }
+}
 
+#[cfg(all(test, loom))]
+impl<T> Locked<T, ModelFlag> {
+    /// A new, unlocked value on loom's atomics (inside `loom::model` only).
+    pub fn new_model(data: T) -> Self {
+        Locked {
+            locked: ModelFlag {
+                locked: loom::sync::atomic::AtomicBool::new(false),
+                data: loom::cell::UnsafeCell::new(()),
+            },
+            data: UnsafeCell::new(data),
+        }
+    }
+}
+
+impl<T, F: Flag> Locked<T, F> {
     /// Takes the lock, spinning (then yielding) while another thread holds it.
-    pub fn lock(&self) -> Guard<'_, T> {
+    pub fn lock(&self) -> Guard<'_, T, F> {
         let mut spins = 0u32;
         crate::sync::perturb::point();
         loop {
             if let Some(g) = self.try_lock() {
                 return g;
             }
-            while self.locked.load(Ordering::Relaxed) {
+            while F::SPIN_ON_LOADS && self.locked.get(Ordering::Relaxed) {
                 spins += 1;
-                if spins < 64 {
-                    core::hint::spin_loop();
-                } else {
-                    yield_now();
-                }
+                F::wait(spins);
+            }
+            if !F::SPIN_ON_LOADS {
+                F::wait(spins);
             }
         }
     }
 
     /// Takes the lock if it is free.
-    pub fn try_lock(&self) -> Option<Guard<'_, T>> {
+    pub fn try_lock(&self) -> Option<Guard<'_, T, F>> {
         self.locked
-            .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
-            .ok()
-            .map(|_| Guard { lock: self })
+            .set_if_clear(Ordering::Acquire, Ordering::Relaxed)
+            .then(|| Guard {
+                lock: self,
+                held: ManuallyDrop::new(self.locked.held()),
+            })
     }
 
     /// The data, for the thread that took the lock with [`hold`] (fork
@@ -74,13 +180,13 @@ impl<T> Locked<T> {
     /// # Safety
     /// Only in a freshly forked child, where no other thread exists.
     pub unsafe fn reset_after_fork(&self) {
-        self.locked.store(false, Ordering::Release);
+        self.locked.clear(Ordering::Release);
     }
 }
 
 /// Takes the lock and forgets the guard: for fork hooks, which take locks in
 /// one function and release them in another.
-pub fn hold<T>(lock: &Locked<T>) {
+pub fn hold<T, F: Flag>(lock: &Locked<T, F>) {
     core::mem::forget(lock.lock());
 }
 
@@ -88,8 +194,8 @@ pub fn hold<T>(lock: &Locked<T>) {
 ///
 /// # Safety
 /// The calling thread took the lock with `hold`.
-pub unsafe fn release<T>(lock: &Locked<T>) {
-    lock.locked.store(false, Ordering::Release);
+pub unsafe fn release<T, F: Flag>(lock: &Locked<T, F>) {
+    lock.locked.clear(Ordering::Release);
 }
 
 /// Gives the CPU to another thread (spin loops that waited long).
@@ -100,7 +206,7 @@ pub fn yield_now() {
     }
 }
 
-impl<T> Deref for Guard<'_, T> {
+impl<T, F: Flag> Deref for Guard<'_, T, F> {
     type Target = T;
     fn deref(&self) -> &T {
         // SAFETY: the guard proves the lock is held.
@@ -108,16 +214,20 @@ impl<T> Deref for Guard<'_, T> {
     }
 }
 
-impl<T> DerefMut for Guard<'_, T> {
+impl<T, F: Flag> DerefMut for Guard<'_, T, F> {
     fn deref_mut(&mut self) -> &mut T {
         // SAFETY: the guard proves the lock is held, exclusively.
         unsafe { &mut *self.lock.data.get() }
     }
 }
 
-impl<T> Drop for Guard<'_, T> {
+impl<T, F: Flag> Drop for Guard<'_, T, F> {
     fn drop(&mut self) {
-        self.lock.locked.store(false, Ordering::Release);
+        // The access ends before the lock is let go (for loom; nothing in
+        // the allocator's build).
+        // SAFETY: dropped once, here; the field is not used afterwards.
+        unsafe { ManuallyDrop::drop(&mut self.held) };
+        self.lock.locked.clear(Ordering::Release);
         crate::sync::perturb::point();
     }
 }
