@@ -231,14 +231,19 @@ fn child_entry() {
                 let pid = unsafe { libc::fork() };
                 if pid == 0 {
                     site_churn();
-                    let total: usize = (0..2000).map(|i| black_box(vec![1u8; 3000 + i]).len()).sum();
+                    let total: usize = (0..2000)
+                        .map(|i| black_box(vec![1u8; 3000 + i]).len())
+                        .sum();
                     // SAFETY: _exit ends the child without running the parent's handlers.
                     unsafe { libc::_exit(if total > 0 { 0 } else { 1 }) };
                 }
                 let mut status = 0;
                 // SAFETY: waits for our own child.
                 unsafe { libc::waitpid(pid, &mut status, 0) };
-                assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0, "child {status}");
+                assert!(
+                    libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+                    "child {status}"
+                );
             }
             stop.store(true, std::sync::atomic::Ordering::Relaxed);
             for w in workers {
@@ -255,12 +260,19 @@ fn child_entry() {
                     WRITTEN.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 }
             }
-            let path = std::env::temp_dir().join(format!("pagewise-signal-{}.prof", std::process::id()));
-            PATH.set(std::ffi::CString::new(path.to_str().unwrap()).unwrap()).unwrap();
+            let path =
+                std::env::temp_dir().join(format!("pagewise-signal-{}.prof", std::process::id()));
+            PATH.set(std::ffi::CString::new(path.to_str().unwrap()).unwrap())
+                .unwrap();
             // SAFETY: a handler that only writes the profile.
-            unsafe { libc::signal(libc::SIGUSR1, on_usr1 as extern "C" fn(libc::c_int) as libc::sighandler_t) };
-            let me = unsafe { libc::pthread_self() };
-            let me = me as usize;
+            unsafe {
+                libc::signal(
+                    libc::SIGUSR1,
+                    on_usr1 as extern "C" fn(libc::c_int) as libc::sighandler_t,
+                )
+            };
+            // SAFETY: no preconditions.
+            let me = unsafe { libc::pthread_self() } as usize;
             let sender = std::thread::spawn(move || {
                 for _ in 0..50 {
                     // SAFETY: our own thread, alive until joined below.
@@ -297,7 +309,11 @@ fn run_case(case: &str, file: Option<&std::path::Path>) -> std::process::Output 
     }
     // A hang (a lock a fork left held in the child) fails the test
     // instead of stalling the run.
-    let mut child = c.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped()).spawn().unwrap();
+    let mut child = c
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(240);
     while child.try_wait().unwrap().is_none() {
         if std::time::Instant::now() > deadline {

@@ -58,10 +58,14 @@ impl HeapCore {
             0
         };
         let s = &self.sampling;
-        s.random.store(
-            crate::os::random::random_word() as u64 ^ self.me() as u64,
-            Relaxed,
-        );
+        if mean != 0 {
+            // Only a sampling heap draws (an owned heap under Miri, which
+            // has no auxiliary vector, never does).
+            s.random.store(
+                crate::os::random::random_word() as u64 ^ self.me() as u64,
+                Relaxed,
+            );
+        }
         for (c, &slot) in SLOT_SIZE.iter().enumerate() {
             let left = if mean == 0 {
                 NOT_SAMPLING
@@ -133,6 +137,10 @@ impl HeapCore {
     pub(super) fn sample_large(&self, size: usize) -> Sample {
         let s = &self.sampling;
         let left = s.large_left.load(Relaxed);
+        if left == u64::MAX {
+            // Not sampling: nothing to count down (no store on the path).
+            return Sample::NONE;
+        }
         if left > size as u64 {
             s.large_left.store(left - size as u64, Relaxed);
             return Sample::NONE;
