@@ -195,6 +195,37 @@ fn calloc_after_a_huge_run_reused_at_another_alignment_is_zero() {
     );
 }
 
+/// A slot freed, its OS page purged by `malloc_trim`, then freed again:
+/// the next allocations must abort, not hand the address to two owners.
+#[test]
+fn a_double_free_of_a_slot_on_a_trimmed_os_page_aborts() {
+    let Some(edge) = edge() else { return };
+    // At a 64 KiB OS page a one-slice slab page has one OS page, which its
+    // survivor keeps: a class whose slab page spans two slices is taken.
+    let (size, stride) = if pw::layout::os_page() < 64 << 10 {
+        (64, 64 << 10)
+    } else {
+        use pw::size_class::{PAGE_SLICES, SLOT_SIZE};
+        let c = (0..PAGE_SLICES.len())
+            .find(|&c| PAGE_SLICES[c] >= 2)
+            .unwrap();
+        (SLOT_SIZE[c] as usize, PAGE_SLICES[c] as usize * (64 << 10))
+    };
+    let o = preloaded({
+        let mut c = command(edge);
+        c.args(["double-free-hollow", &size.to_string(), &stride.to_string()]);
+        c
+    });
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(
+        o.status.signal(),
+        Some(libc::SIGABRT),
+        "{}{stderr}",
+        String::from_utf8_lossy(&o.stdout)
+    );
+    assert!(stderr.contains("pagewise: double free"), "{stderr}");
+}
+
 #[test]
 fn misuse_aborts_with_one_clear_line() {
     let Some(edge) = edge() else { return };

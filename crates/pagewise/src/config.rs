@@ -5,7 +5,7 @@
 //! |---|---|---|---|
 //! | `PAGEWISE_DECAY_MS` | [`Config::decay_ms`] | 1000 | ms a freed span stays committed before it is purged |
 //! | `PAGEWISE_RETAIN_MAX` | [`Config::retain_max_bytes`] | none | ceiling on the committed free bytes kept by the whole process (every thread heap together; an owned `Heap` alone); below it, retention follows demand ([`crate::budget`]) |
-//! | `PAGEWISE_LIMIT` | [`Config::limit_bytes`] | none | hard limit on committed bytes (every thread heap together; an owned `Heap` alone): an allocation that would pass it first purges everything retained it can reach, then fails (null, `ENOMEM` in C) |
+//! | `PAGEWISE_LIMIT` | [`Config::limit_bytes`] | none | hard limit on committed bytes and segment headers (every thread heap together; an owned `Heap` alone), reserved before they are committed, so never passed: an allocation that would pass it first purges everything retained it can reach, then fails (null, `ENOMEM` in C) |
 //! | `PAGEWISE_PURGE` | [`Config::purge`] | `dontneed` | `dontneed` (RSS drops at once) or `free` (MADV_FREE) |
 //! | `PAGEWISE_BACKGROUND` | [`Config::background`] | `1` | a background thread purges expired memory of idle threads |
 //! | `PAGEWISE_RESERVE` | [`Config::reservation_bytes`] | 1G | address space mapped at a time (at least 32 MiB) |
@@ -97,9 +97,17 @@ pub struct Config {
     /// heap's retained spans and cached huge runs, then the other heaps'),
     /// and fails if that is not enough: null from `GlobalAlloc`, `Err` from
     /// `Heap::allocate`, null with `errno = ENOMEM` from the C library.
-    /// The check is made when a span is taken (a slab page, a large or huge
-    /// object), so the count may pass the limit by the slots of a slab page
-    /// being filled. `usize::MAX` (the default): no limit.
+    /// The limit is exact: every byte is reserved against it (one
+    /// compare-and-swap on a shared counter) before it is committed, on the
+    /// slow paths that commit memory (slots carved on a slab page, slots on
+    /// its purged OS pages carved again, a large span's uncommitted pages,
+    /// a huge run, a segment's header), and given back when it is purged or
+    /// unmapped; so committed bytes plus segment headers never pass it,
+    /// however many threads allocate at once (`Stats::limit_peak_bytes`,
+    /// `tests/limit.rs`). Memory already committed (a retained span, a
+    /// cached huge run, free slots) is reused without a reservation. Not
+    /// counted: the heap records (about 10 KiB per heap). `usize::MAX`
+    /// (the default): no limit.
     ///
     /// ```
     /// use std::alloc::Layout;
@@ -110,8 +118,8 @@ pub struct Config {
     /// assert!(heap.allocate(l).is_err(), "20 MiB would pass the 16 MiB limit");
     /// // SAFETY: allocated above with `l`.
     /// unsafe { heap.deallocate(a.cast(), l) };
-    /// // The freed 10 MiB are retained; under the limit they are purged
-    /// // to make room, and the allocation succeeds.
+    /// // The freed 10 MiB are retained, and reused: nothing new is
+    /// // committed, so the allocation succeeds.
     /// let b = heap.allocate(l).unwrap();
     /// # unsafe { heap.deallocate(b.cast(), l) };
     /// ```

@@ -359,6 +359,8 @@ impl<S: PageSource + 'static> Heap<S> {
             s.classes[c].retained_pages += *n as u64;
         }
         s.add_heap(core);
+        s.limit_charged_bytes = core.budget().charged() as u64;
+        s.limit_peak_bytes = core.budget().peak_charged() as u64;
         // SAFETY: as above.
         s.reserved_bytes = unsafe { self.inner.as_ref() }
             .reservations

@@ -99,6 +99,14 @@ pub struct Stats {
     pub peak_committed_bytes: u64,
     /// Segment headers and heap structures.
     pub metadata_bytes: u64,
+    /// Bytes counted against the hard limit (`PAGEWISE_LIMIT`,
+    /// `Config::limit_bytes`) now: committed bytes and segment headers,
+    /// charged before they are touched, so never above the limit. Exact at
+    /// every moment, unlike `committed_bytes`, which sums the heaps one at
+    /// a time (counted with or without a limit).
+    pub limit_charged_bytes: u64,
+    /// Highest `limit_charged_bytes` seen.
+    pub limit_peak_bytes: u64,
     /// Usable bytes of live allocations.
     pub live_bytes: u64,
     /// Requested bytes of live allocations (exact for large and huge
@@ -185,6 +193,8 @@ impl Stats {
         committed_bytes: 0,
         peak_committed_bytes: 0,
         metadata_bytes: 0,
+        limit_charged_bytes: 0,
+        limit_peak_bytes: 0,
         live_bytes: 0,
         live_requested_bytes: 0,
         live_allocations: 0,

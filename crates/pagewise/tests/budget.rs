@@ -237,23 +237,34 @@ fn over_the_limit_an_allocation_purges_then_fails() {
     let before = src.syscalls();
     assert!(heap.allocate(l).is_err(), "72 MiB would pass the limit");
     assert_eq!(src.syscalls().madvise, before.madvise, "nothing to purge");
-    // Two freed buffers are retained (decay is a minute away)...
-    for p in live.drain(..2) {
+    // Three freed buffers are retained (decay is a minute away)...
+    for p in live.drain(..3) {
         // SAFETY: allocated above with `l`.
         unsafe { heap.deallocate(p.cast(), l) };
     }
+    assert_eq!(heap.stats().retained_bytes, 36 * MIB as u64);
+    // ...and reused first: 12 MiB more commit nothing, so nothing is
+    // purged for them.
+    let again = heap.allocate(l).unwrap();
+    assert_eq!(src.syscalls().madvise, before.madvise, "reused, not purged");
     assert_eq!(heap.stats().retained_bytes, 24 * MIB as u64);
-    // ...and purged when the next allocation would pass the limit.
-    live.push(heap.allocate(l).unwrap());
+    // SAFETY: allocated above with `l`.
+    unsafe { heap.deallocate(again.cast(), l) };
+    // 30 MiB fit in no retained span: they would commit memory past the
+    // limit (60 MiB committed, 24 of them live), so the retained 36 MiB
+    // are purged first, and then they fit.
+    let big = layout(30 * MIB);
+    let b = heap.allocate(big).unwrap();
     let after = src.syscalls();
     assert!(after.madvise > before.madvise);
-    assert!(after.purged_bytes - before.purged_bytes >= 24 * MIB as u64);
+    assert!(after.purged_bytes - before.purged_bytes >= 36 * MIB as u64);
     let s = heap.stats();
     assert_eq!(s.retained_bytes, 0);
-    assert_eq!(s.committed_bytes, 48 * MIB as u64);
-    live.push(heap.allocate(l).unwrap());
-    assert!(heap.allocate(l).is_err(), "72 MiB again");
-    assert!(heap.stats().committed_bytes <= 64 * MIB as u64);
+    assert_eq!(s.committed_bytes, 54 * MIB as u64);
+    assert!(heap.allocate(l).is_err(), "66 MiB");
+    assert!(heap.stats().limit_peak_bytes <= 64 * MIB as u64);
+    // SAFETY: allocated above with `big`.
+    unsafe { heap.deallocate(b.cast(), big) };
     for p in live {
         // SAFETY: as above.
         unsafe { heap.deallocate(p.cast(), l) };

@@ -185,30 +185,40 @@ fn child_entry() {
                 // The page keeps one live block; trim() purges the OS pages
                 // of its free slots (they leave the free list); then one of
                 // them is freed again and goes home with the next flush.
-                // At a 64 KiB OS page a one-slice slab page has one OS page,
-                // which its live block keeps: take the smallest class whose
-                // slab page spans two slices or more (issue 13).
-                let (l, n, victim) = if pagewise::layout::os_page() < 64 << 10 {
-                    (l, 1024, 900)
-                } else {
-                    use pagewise::size_class::{PAGE_SLICES, SLOT_SIZE};
-                    let c = (0..PAGE_SLICES.len())
-                        .find(|&c| PAGE_SLICES[c] >= 2)
-                        .unwrap();
-                    let slot = SLOT_SIZE[c] as usize;
-                    let n = PAGE_SLICES[c] as usize * (64 << 10) / slot;
-                    (Layout::from_size_align(slot, 8).unwrap(), n, n - 1)
-                };
-                let blocks: Vec<*mut u8> = (0..n).map(|_| a.alloc(l)).collect();
-                let p = blocks[victim];
-                for &b in &blocks[1..] {
-                    a.dealloc(b, l);
-                }
-                pagewise::trim();
-                assert!(pagewise::stats().hollow_bytes > 0, "the page was hollowed");
+                let (l, n, kept, p) = hollowed_page_and_a_freed_slot();
                 a.dealloc(p, l);
                 pagewise::trim();
-                allocate_and_check(l, 4 * n - 96, vec![blocks[0] as usize]);
+                allocate_and_check(l, 4 * n, vec![kept]);
+            }
+            "double-after-its-os-page-was-purged-then-reused" => {
+                // As above, but the program allocates on at once: the
+                // second free must not put the hollow slot in the cache,
+                // from which it would be handed out while the page carves
+                // it again.
+                let (l, n, kept, p) = hollowed_page_and_a_freed_slot();
+                a.dealloc(p, l);
+                allocate_and_check(l, 4 * n, vec![kept]);
+            }
+            "double-after-its-os-page-was-purged-on-another-thread"
+            | "double-after-its-os-page-was-purged-by-a-thread-without-a-heap" => {
+                // The second free comes from another thread, which then
+                // allocates: the slot must reach neither its cache (if it
+                // has a heap) nor, through its page's remote list, the
+                // page's free list (if it has none).
+                let warm = case.ends_with("another-thread");
+                let (l, n, kept, p) = hollowed_page_and_a_freed_slot();
+                let p = p as usize;
+                let mut theirs = std::thread::spawn(move || {
+                    let first = warm.then(|| a.alloc(l) as usize);
+                    a.dealloc(p as *mut u8, l);
+                    let mut v: Vec<usize> = (0..n).map(|_| a.alloc(l) as usize).collect();
+                    v.extend(first);
+                    v
+                })
+                .join()
+                .unwrap_or_default();
+                theirs.push(kept);
+                allocate_and_check(l, 4 * n, theirs);
             }
             "double-on-another-thread" => {
                 let p = a.alloc(l) as usize;
@@ -239,6 +249,36 @@ fn child_entry() {
     }
     // Reaching here means the misuse went undetected.
     std::process::exit(0);
+}
+
+/// A slab page whose OS pages but the first were hollowed by `trim()`:
+/// its layout, slots, the address of the live block it keeps and that of
+/// one freed slot on a hollow OS page. At a 64 KiB OS page a one-slice slab
+/// page has one OS page, which its live block keeps: the smallest class
+/// whose slab page spans two slices or more is taken then.
+fn hollowed_page_and_a_freed_slot() -> (Layout, usize, usize, *mut u8) {
+    use pagewise::size_class::{PAGE_SLICES, SLOT_SIZE};
+    let (l, n, victim) = if pagewise::layout::os_page() < 64 << 10 {
+        (Layout::from_size_align(64, 8).unwrap(), 1024, 900)
+    } else {
+        let c = (0..PAGE_SLICES.len())
+            .find(|&c| PAGE_SLICES[c] >= 2)
+            .unwrap();
+        let slot = SLOT_SIZE[c] as usize;
+        let n = PAGE_SLICES[c] as usize * (64 << 10) / slot;
+        (Layout::from_size_align(slot, 8).unwrap(), n, n - 1)
+    };
+    let a = pagewise::Pagewise;
+    // SAFETY: non-zero layouts; each block is freed once here.
+    unsafe {
+        let blocks: Vec<*mut u8> = (0..n).map(|_| a.alloc(l)).collect();
+        for &b in &blocks[1..] {
+            a.dealloc(b, l);
+        }
+        pagewise::trim();
+        assert!(pagewise::stats().hollow_bytes > 0, "the page was hollowed");
+        (l, n, blocks[0] as usize, blocks[victim])
+    }
 }
 
 /// Allocates `n` blocks of `l` (keeping them) and exits 0, saying so, if
@@ -338,6 +378,30 @@ fn a_double_free_whose_copies_both_go_home_aborts() {
 fn a_double_free_of_a_slot_whose_os_page_was_purged_aborts() {
     expect_abort(
         "double-after-its-os-page-was-purged",
+        "pagewise: double free",
+    );
+}
+
+#[test]
+fn a_double_free_of_a_purged_slot_then_allocating_at_once_aborts() {
+    expect_abort(
+        "double-after-its-os-page-was-purged-then-reused",
+        "pagewise: double free",
+    );
+}
+
+#[test]
+fn a_double_free_of_a_purged_slot_by_another_thread_aborts() {
+    expect_abort(
+        "double-after-its-os-page-was-purged-on-another-thread",
+        "pagewise: double free",
+    );
+}
+
+#[test]
+fn a_double_free_of_a_purged_slot_by_a_thread_without_a_heap_aborts() {
+    expect_abort(
+        "double-after-its-os-page-was-purged-by-a-thread-without-a-heap",
         "pagewise: double free",
     );
 }

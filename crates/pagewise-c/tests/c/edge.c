@@ -10,6 +10,7 @@
  *   edge stack-cache LIB   frees under glibc's stack-cache lock (see below)
  *   edge tls-modules DIR N dlopens DIR/tls<i>.so, i < N, while a thread waits
  *   edge double-free | double-free-aba | double-free-consumer |
+ *        double-free-hollow SIZE STRIDE |
  *        foreign-free | interior-free | free-sized-wrong   misuse (must abort;
  *        free-sized-wrong only with a debug build of the library)
  *   edge idle one-thread | threads-exit | handoff | handoff-blocked |
@@ -615,6 +616,43 @@ static int tls_modules(const char *dir, int n) {
     return 0;
 }
 
+/* A double free of a slot whose OS page malloc_trim purged: objects of
+ * SIZE bytes, the first of every STRIDE bytes kept and the rest freed, two
+ * trims, one freed object freed again, then allocations on. Must abort;
+ * prints "edge: handed out twice" and exits 0 if an address comes back
+ * while it is still held. */
+static int double_free_hollow(size_t size, size_t stride) {
+    size_t per = stride / size, n = 8 * per;
+    if (n < 8192) n = 8192;
+    char **objs = malloc(n * sizeof *objs);
+    for (size_t i = 0; i < n; i++) objs[i] = malloc(size);
+    for (size_t i = 0; i < n; i++)
+        if (i % per) free(objs[i]);
+    malloc_trim(0);
+    malloc_trim(0);
+    char *victim = objs[4 * per + per / 2];
+    free(victim);
+    /* An open-addressing set of the addresses held (the survivors, then
+     * every new block, all kept). */
+    size_t cap = 1;
+    while (cap < 4 * (n / per + 2 * n)) cap <<= 1;
+    char **set = calloc(cap, sizeof *set);
+    int seen = 0;
+    for (size_t i = 0; i <= 2 * n; i++) {
+        char *p = i < n / per ? objs[i * per] : malloc(size);
+        size_t k = ((uintptr_t)p >> 4) * 0x9e3779b97f4a7c15u & (cap - 1);
+        while (set[k] && set[k] != p) k = (k + 1) & (cap - 1);
+        if (set[k]) {
+            printf("edge: handed out twice %p after %zu allocations\n", (void *)p, i);
+            return 0;
+        }
+        set[k] = p;
+        seen += p == victim;
+    }
+    printf("edge: no address twice (the freed-twice slot came back %d times)\n", seen);
+    return 0;
+}
+
 static void *free_twice(void *p) {
     /* A consumer thread: its first frees go straight to the owning page. */
     free(p);
@@ -789,6 +827,8 @@ int main(int argc, char **argv) {
         free(a);
         return 0;
     }
+    if (!strcmp(mode, "double-free-hollow") && argc > 3)
+        return double_free_hollow(strtoul(argv[2], NULL, 0), strtoul(argv[3], NULL, 0));
     if (!strcmp(mode, "double-free-consumer")) {
         pthread_t t;
         pthread_create(&t, NULL, free_twice, malloc(48));

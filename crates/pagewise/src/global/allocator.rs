@@ -211,6 +211,8 @@ pub fn stats() -> Stats {
         s.add_pending_frees(&h.pending_remote(l));
     });
     s.syscalls = heaps::source().syscalls();
+    s.limit_charged_bytes = crate::memory::budget::GLOBAL.charged() as u64;
+    s.limit_peak_bytes = crate::memory::budget::GLOBAL.peak_charged() as u64;
     #[cfg(target_os = "linux")]
     if heaps::meshing() {
         use crate::os::source::SharePages;

@@ -149,8 +149,12 @@ impl HeapCore {
         unsafe {
             self.process_delayed(l, Access::Owner);
             let page = self.current_page(class);
-            if page != empty_page() && self.refill(page) {
-                return self.pop(page, class, size);
+            if page != empty_page() {
+                match self.refill(page) {
+                    Ok(true) => return self.pop(page, class, size),
+                    Ok(false) => {}
+                    Err(OverLimit) => return self.alloc_over_limit(l, class, size),
+                }
             }
             self.maintenance(l);
             // Maintenance may have emptied the caches into this page (then
@@ -158,10 +162,11 @@ impl HeapCore {
             // current): look again.
             let page = self.current_page(class);
             if page != empty_page() {
-                if self.refill(page) {
-                    return self.pop(page, class, size);
+                match self.refill(page) {
+                    Ok(true) => return self.pop(page, class, size),
+                    Ok(false) => self.retire_exhausted(l, page),
+                    Err(OverLimit) => return self.alloc_over_limit(l, class, size),
                 }
-                self.retire_exhausted(l, page);
             }
             let fullest = self.fullest_nonfull(l, class);
             if fullest.is_none() && self.global {
@@ -181,8 +186,10 @@ impl HeapCore {
             self.set_current_page(class, next);
             // In use again: its free OS pages stay (`heap/hollow.rs`).
             (*next).back_in_use();
-            if !self.refill(next) {
-                return null_mut();
+            match self.refill(next) {
+                Ok(true) => {}
+                Ok(false) => return null_mut(),
+                Err(OverLimit) => return self.alloc_over_limit(l, class, size),
             }
             self.pop(next, class, size)
         }
@@ -222,35 +229,108 @@ impl HeapCore {
 
     /// Gives `page` a free slot if it can: remote frees first, then fresh
     /// slots. Owner only, with the page lists held (counters it updates are
-    /// the visitors' too).
-    pub(super) unsafe fn refill(&self, page: *mut Page) -> bool {
+    /// the visitors' too). Whatever it commits (slots on purged OS pages,
+    /// fresh ones) is charged against the hard limit first: `Err` if the
+    /// limit refused it, with nothing committed.
+    pub(super) unsafe fn refill(&self, page: *mut Page) -> Result<bool, OverLimit> {
         // SAFETY: owner only; `page` is a slab page of this heap. Page
         // methods borrow it only for the call.
         unsafe {
             if (*page).has_free() {
-                return true;
+                return Ok(true);
             }
             let n = (*page).collect_thread_free();
             if n > 0 {
                 self.class((*page).class as usize).returned.add(n as u64);
-                return true;
+                return Ok(true);
             }
+            let seg = &*Segment::of(crate::memory::layout::segment_base((*page).start));
             // Slots on purged OS pages before fresh ones: the page stays as
             // compact as it was.
-            if self.refill_hollow(page) {
-                return true;
+            if (*page).can_refill_hollow() {
+                // What `refill_hollow` commits: every carved OS page that
+                // is not committed.
+                let base = seg.os_page((*page).start);
+                let carved = (*page).carved_os_pages();
+                let need = (carved - seg.count_committed(base, carved)) * os_page();
+                if !self.charge(need) {
+                    return Err(OverLimit);
+                }
+                let before = self.slab_committed.get();
+                let refilled = self.refill_hollow(page);
+                self.settle_charge(need, (self.slab_committed.get() - before) as usize);
+                if refilled {
+                    return Ok(true);
+                }
             }
             if (*page).capacity() < (*page).reserved {
-                let (first, count) = (*page).extend(self.shuffle_carving);
-                let seg = &*Segment::of(crate::memory::layout::segment_base(first));
+                let (first, count) = next_carved_os_pages(&*page);
+                let need = (count - seg.count_committed(seg.os_page(first), count)) * os_page();
+                if !self.charge(need) {
+                    return Err(OverLimit);
+                }
+                let carved = (*page).extend(self.shuffle_carving);
+                debug_assert_eq!(carved, (first, count));
+                let (first, count) = carved;
                 let newly = seg.set_committed(seg.os_page(first), count);
+                self.settle_charge(need, newly * os_page());
                 self.slab_committed.add((newly * os_page()) as u64);
                 self.note_peak();
                 self.note_fresh(newly * os_page());
-                return true;
+                return Ok(true);
             }
         }
-        false
+        Ok(false)
+    }
+
+    /// `need` bytes were charged for a commit that committed `newly`:
+    /// gives back what was not committed after all (and, should the two
+    /// ever disagree the other way, counts the difference: the count never
+    /// falls below what is committed).
+    fn settle_charge(&self, need: usize, newly: usize) {
+        debug_assert!(
+            newly <= need,
+            "committed {newly} bytes on a charge of {need}"
+        );
+        if newly < need {
+            self.budget().uncharge(need - newly);
+        } else if newly > need {
+            self.budget().charge(newly - need, usize::MAX);
+        }
+    }
+
+    /// The limit refused the memory a new slot of the current page needs:
+    /// a slot that needs none if the class has one (another page of the
+    /// class with free or remotely freed slots, the transfer cache), else
+    /// null.
+    ///
+    /// # Safety
+    /// Owner only, with the page lists held.
+    #[cold]
+    unsafe fn alloc_over_limit(&self, l: &mut Local, class: usize, size: usize) -> *mut u8 {
+        let mut p = l.queues[class].head;
+        // SAFETY: queue entries are slab pages of this heap; owner only.
+        unsafe {
+            while !p.is_null() {
+                let mut usable = (*p).has_free();
+                if !usable {
+                    let n = (*p).collect_thread_free();
+                    self.class(class).returned.add(n as u64);
+                    usable = n > 0;
+                }
+                if usable {
+                    self.set_current_page(class, p);
+                    (*p).back_in_use();
+                    return self.pop(p, class, size);
+                }
+                p = (*p).next;
+            }
+        }
+        if self.global {
+            // SAFETY: owner only (caller).
+            return unsafe { self.alloc_from_transfer(class) };
+        }
+        null_mut()
     }
 
     /// Counts fresh memory this heap committed; past a grain, other heaps
@@ -324,17 +404,15 @@ impl HeapCore {
             crate::global::purger::request();
         }
         let slices = PAGE_SLICES[class] as usize;
-        if !self.within_limit(slices * SLICE) {
-            return None;
-        }
-        let page = {
-            let ctx = self.ctx();
-            let mut spans = self.spans.lock();
-            let (page, committed) = spans.take_for_slab(&ctx, slices)?;
+        // The span commits nothing (its committed pages were counted when
+        // they were committed; slots are charged as they are carved) but a
+        // new segment's header, which the span pool charges.
+        let page = self.take_spans_within_limit(|ctx, spans| {
+            let (page, committed) = spans.take_for_slab(ctx, slices)?;
             self.slab_committed.add(committed as u64);
-            self.publish(&mut spans, self.source().now_ms());
-            page
-        };
+            self.publish(spans, self.source().now_ms());
+            Some(page)
+        })?;
         // The span lock is let go here: the span must already be a slab
         // span, or a neighbour freed now would merge it (`Spans::take`).
         crate::sync::perturb::point();
@@ -389,4 +467,25 @@ impl HeapCore {
         self.slab_committed.sub(moved as u64);
         self.after_span_change(&ctx, &mut spans, now);
     }
+}
+
+/// A charge against the hard limit was refused (`HeapCore::refill`).
+pub(super) struct OverLimit;
+
+/// The OS pages [`Page::extend`] touches next, as `(first page address,
+/// count)`: the slots it carves run from the end of the carved ones to the
+/// end of that OS page (at least one slot, at most the page's last).
+fn next_carved_os_pages(page: &Page) -> (usize, usize) {
+    let capacity = page.capacity() as usize;
+    let slot = page.slot_size as usize;
+    let begin = page.start + capacity * slot;
+    let os = os_page();
+    let limit = crate::memory::layout::align_up(begin + 1, os);
+    let n = ((limit - begin) / slot)
+        .max(1)
+        .min(page.reserved as usize - capacity);
+    let end = begin + n * slot;
+    let first = begin & !(os - 1);
+    let last = (end - 1) & !(os - 1);
+    (first, (last - first) / os + 1)
 }

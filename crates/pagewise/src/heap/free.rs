@@ -169,22 +169,33 @@ impl HeapCore {
                     // again after its page was released and remade.
                     misuse(Misuse::DoubleFree, addr);
                 }
-                // SAFETY: `addr` starts a slot of a live slab page. A slot
-                // that is free holds the cache key or the page key.
-                if !unsafe { Block::mark_free(addr as *mut Block) } {
-                    misuse(Misuse::DoubleFree, addr);
-                }
+                let block = addr as *mut Block;
                 if heap == current {
                     // SAFETY: the calling thread owns `current`, and holds
-                    // its page lists for the call.
+                    // its page lists for the call, so the page's hollow
+                    // state is stable. A hollow slot is checked before its
+                    // key is written: its OS page was purged (or, withheld,
+                    // shows another page's bytes). A slot that is free
+                    // holds the cache key or the page key.
                     unsafe {
                         let h = &*heap;
-                        h.free_local(&mut h.lock_local(), page, addr as *mut Block)
+                        let mut l = h.lock_local();
+                        if (*page).is_hollow_slot(addr) || !Block::mark_free(block) {
+                            misuse(Misuse::DoubleFree, addr);
+                        }
+                        h.free_local(&mut l, page, block)
                     }
                 } else {
-                    // SAFETY: a thread heap's live slot (checked above);
-                    // its heap outlives its pages.
-                    unsafe { free_remote(page, addr as *mut Block) };
+                    // SAFETY: `addr` starts a slot of a live slab page of
+                    // a thread heap, which outlives its pages. A hollow
+                    // slot is caught by its owner when it collects the
+                    // page's remote frees (`Page::collect_thread_free`).
+                    unsafe {
+                        if !Block::mark_free(block) {
+                            misuse(Misuse::DoubleFree, addr);
+                        }
+                        free_remote(page, block)
+                    };
                     false
                 }
             }

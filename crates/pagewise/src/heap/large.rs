@@ -33,26 +33,35 @@ impl HeapCore {
             // No span of a segment can hold it at that alignment.
             return self.alloc_huge(size, align);
         }
-        if !self.within_limit(n * SLICE) {
-            return (null_mut(), false);
-        }
         let now = self.source().now_ms();
-        let ctx = self.ctx();
-        let mut spans = self.spans.lock();
-        let Some((page, dirty)) = spans.take_large(&ctx, n, align_slices) else {
+        // The pages of the span not committed yet are charged against the
+        // limit before they are: refused, the span goes back.
+        let taken = self.take_spans_within_limit(|ctx, spans| {
+            let (page, dirty) = spans.take_large(ctx, n, align_slices)?;
+            if !ctx.budget.charge(
+                spans.uncommitted_bytes(page, dirty),
+                ctx.config.limit_bytes(),
+            ) {
+                spans.untake_large(page, dirty, now);
+                spans.over_limit = true;
+                return None;
+            }
+            // SAFETY: a freshly taken span, exclusively ours under the lock.
+            let start = unsafe {
+                (*page).large_size = n * SLICE;
+                (*page).large_requested = size;
+                (*page).start
+            };
+            let newly = spans.commit_whole_of(page, dirty);
+            spans.counts.large_count += 1;
+            spans.counts.large_bytes += n * SLICE;
+            spans.counts.large_requested += size;
+            self.after_span_change(ctx, spans, now);
+            Some((start, newly))
+        });
+        let Some((start, newly)) = taken else {
             return (null_mut(), false);
         };
-        // SAFETY: a freshly taken span, exclusively ours under the lock.
-        let start = unsafe {
-            (*page).large_size = n * SLICE;
-            (*page).large_requested = size;
-            (*page).start
-        };
-        let newly = spans.commit_whole_of(page, dirty);
-        spans.counts.large_count += 1;
-        spans.counts.large_bytes += n * SLICE;
-        spans.counts.large_requested += size;
-        self.after_span_change(&ctx, &mut spans, now);
         // Pages not committed before were never used or purged; purged ones
         // read as zero only after MADV_DONTNEED.
         let zero = newly == n * SLICE / os_page()
@@ -91,14 +100,14 @@ impl HeapCore {
         if size > isize::MAX as usize / 2 || align > 1 << 40 {
             return (null_mut(), false);
         }
-        if !self.within_limit(crate::memory::layout::align_up(size, os_page())) {
-            return (null_mut(), false);
-        }
         let now = self.source().now_ms();
-        let ctx = self.ctx();
-        let mut spans = self.spans.lock();
-        let p = spans.take_huge(&ctx, size, align);
-        self.after_span_change(&ctx, &mut spans, now);
+        let p = self.take_spans_within_limit(|ctx, spans| {
+            let p = spans.take_huge(ctx, size, align);
+            if p.is_some() || !spans.over_limit {
+                self.after_span_change(ctx, spans, now);
+            }
+            p
+        });
         let dontneed = self.config.purge() == crate::os::source::Purge::DontNeed;
         p.map_or((null_mut(), false), |(a, fresh)| {
             (a as *mut u8, fresh && dontneed)
@@ -186,7 +195,21 @@ impl HeapCore {
         }
         let want = new_size.div_ceil(SLICE);
         let ok = if want > have {
-            spans.grow_in_place(page, want - have)
+            spans.grow_in_place(page, want - have) && {
+                // The pages the object grows over that are not committed
+                // are charged first; refused, it shrinks back (the caller
+                // then moves the object, through the allocation's purge
+                // and retry).
+                let dirty = spans.committed_pages_of(page);
+                let fits = ctx.budget.charge(
+                    spans.uncommitted_bytes(page, dirty),
+                    ctx.config.limit_bytes(),
+                );
+                if !fits {
+                    spans.ungrow_in_place(page, have, now);
+                }
+                fits
+            }
         } else if want < have {
             spans.shrink_in_place(page, want, now);
             true

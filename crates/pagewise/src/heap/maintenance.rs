@@ -76,7 +76,7 @@ impl HeapCore {
                 // page lists are held; the current page is left alone.
                 unsafe {
                     if p != current {
-                        self.hollow_page(p, Hollow::IfStale(now));
+                        self.hollow_and_uncharge(p, Hollow::IfStale(now));
                     }
                     p = (*p).next;
                 }
@@ -102,6 +102,19 @@ impl HeapCore {
         self.trim_shared();
     }
 
+    /// [`HeapCore::hollow_page`], giving back to the hard limit's count
+    /// what it purged (`hollowed` moves only with the page lists held).
+    ///
+    /// # Safety
+    /// As [`HeapCore::hollow_page`].
+    unsafe fn hollow_and_uncharge(&self, p: *mut Page, when: Hollow) {
+        let before = self.hollowed.get();
+        // SAFETY: per the caller.
+        unsafe { self.hollow_page(p, when) };
+        self.budget()
+            .uncharge((self.hollowed.get() - before) as usize);
+    }
+
     /// Collects remote frees everywhere, releases every empty slab page and
     /// hollows the others as `hollow` says (a visitor of a live heap: every
     /// page but the current ones).
@@ -122,7 +135,7 @@ impl HeapCore {
                     if (who == Access::Owner || !self.is_current(p))
                         && !self.collect_and_release_if_empty(l, p)
                     {
-                        self.hollow_page(p, hollow);
+                        self.hollow_and_uncharge(p, hollow);
                     }
                     p = next;
                 }

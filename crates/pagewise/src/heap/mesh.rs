@@ -205,6 +205,7 @@ impl HeapCore {
                         let left = (*p).leave_unused_meshed(|a| sharing.leave(a, Leave::Unused));
                         let bytes = left as u64 * os_page() as u64;
                         self.slab_committed.sub(bytes);
+                        self.budget().uncharge(bytes as usize);
                         self.hollow_bytes.add(bytes);
                         self.give_record(l, p);
                     }
@@ -346,6 +347,7 @@ impl HeapCore {
             std::process::abort();
         }
         self.slab_committed.sub(before as u64 * os_page() as u64);
+        self.budget().uncharge(before as usize * os_page());
         self.give_record(l, page);
     }
 }

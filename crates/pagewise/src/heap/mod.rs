@@ -465,22 +465,50 @@ impl HeapCore {
         delta != 0
     }
 
-    /// Whether `bytes` more may be committed under the hard limit
-    /// (`Config::limit_bytes`). Over it, purges first: this heap's retained
-    /// memory (span lock taken here: the caller must not hold it), then the
-    /// other heaps' through the budget's hook; false if still over.
-    pub(crate) fn within_limit(&self, bytes: usize) -> bool {
-        let limit = self.config.limit_bytes();
+    /// Reserves `bytes` this heap is about to commit outside its span
+    /// lock, under the hard limit (`Config::limit_bytes`, exact: see
+    /// [`Budget::charge`]). Refused, purges what every heap retains
+    /// ([`HeapCore::purge_for_limit`]) and tries once more; false if still
+    /// refused. The caller holds no span lock.
+    pub(crate) fn charge(&self, bytes: usize) -> bool {
         let budget = self.budget();
-        if limit == usize::MAX || budget.committed().saturating_add(bytes) <= limit {
+        if budget.charge(bytes, self.config.limit_bytes()) {
             return true;
         }
+        self.purge_for_limit();
+        budget.charge(bytes, self.config.limit_bytes())
+    }
+
+    /// Runs `take` on the span pool; if it failed because the limit
+    /// refused a charge (`Spans::over_limit`), purges what every heap
+    /// retains and runs it once more.
+    pub(crate) fn take_spans_within_limit<T>(
+        &self,
+        mut take: impl FnMut(&Ctx, &mut Spans) -> Option<T>,
+    ) -> Option<T> {
+        let ctx = self.ctx();
+        for retry in [false, true] {
+            let mut spans = self.spans.lock();
+            spans.over_limit = false;
+            if let Some(t) = take(&ctx, &mut spans) {
+                return Some(t);
+            }
+            let over = core::mem::take(&mut spans.over_limit);
+            drop(spans);
+            if !over || retry {
+                break;
+            }
+            self.purge_for_limit();
+        }
+        None
+    }
+
+    /// A charge was refused: purges this heap's retained memory (its span
+    /// lock taken here: the caller must not hold it), then the other
+    /// heaps' through the budget's hook.
+    pub(crate) fn purge_for_limit(&self) {
         self.trim_shared();
-        if budget.committed().saturating_add(bytes) <= limit {
-            return true;
-        }
-        budget.purge_others();
-        budget.committed().saturating_add(bytes) <= limit
+        self.budget().purge_others();
     }
 
     /// Records a new peak of committed bytes (slab pages plus the span

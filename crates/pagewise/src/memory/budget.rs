@@ -32,9 +32,18 @@
 //! and then raised by a thread with an older time): it errs towards keeping
 //! a little more for one slot, never towards purging what is in use.
 //!
-//! The same counters give the hard limit (`Config::limit_bytes`,
-//! `PAGEWISE_LIMIT`): an allocation that would take committed bytes above it
-//! first purges what it can, then fails.
+//! The hard limit (`Config::limit_bytes`, `PAGEWISE_LIMIT`) has a counter
+//! of its own, exact at every moment: [`Budget::charge`] reserves bytes
+//! before they are committed (a compare-and-swap that refuses to pass the
+//! limit), [`Budget::uncharge`] gives them back once they are purged or
+//! unmapped. It counts every byte a heap commits (slab pages as their slots
+//! are carved, large spans, huge runs, OS pages of slab pages committed
+//! again after a purge) and the header of every segment it maps, so that
+//! neither lazy publishing (above) nor threads racing to the last free
+//! bytes can take the heap's memory past the limit. An allocation whose
+//! charge is refused purges what every heap retains and tries once more,
+//! then fails. Only slow paths charge: where memory is committed, never
+//! where a slot is taken from a cache or a page.
 
 use crate::config::Config;
 use crate::options::LiveConfig;
@@ -70,6 +79,11 @@ pub struct Budget {
     /// (a `fn()`, null if none): what an allocation over the limit runs
     /// before it fails.
     purge_others: AtomicPtr<()>,
+    /// Bytes counted against the limit: committed or about to be (see the
+    /// module docs). Exact, never lazily published.
+    charged: AtomicUsize,
+    /// Highest `charged` seen.
+    peak_charged: AtomicUsize,
 }
 
 /// What retention may hold now (see the module docs).
@@ -101,7 +115,70 @@ impl Budget {
             epoch: AtomicU64::new(0),
             history: [const { AtomicUsize::new(0) }; SLOTS],
             purge_others: AtomicPtr::new(core::ptr::null_mut()),
+            charged: AtomicUsize::new(0),
+            peak_charged: AtomicUsize::new(0),
         }
+    }
+
+    /// Reserves `bytes` about to be committed, unless that would take the
+    /// charged bytes past `limit` (`usize::MAX`: no limit; the bytes are
+    /// counted all the same, so a limit set later starts exact). Returns
+    /// whether they were reserved. Lock-free: threads racing for the last
+    /// bytes under the limit get them one at a time, none past it.
+    ///
+    /// ```
+    /// use pagewise::budget::Budget;
+    /// let b = Budget::new();
+    /// assert!(b.charge(48, 64));
+    /// assert!(!b.charge(17, 64), "65 would pass the limit");
+    /// assert!(b.charge(16, 64));
+    /// b.uncharge(32);
+    /// assert_eq!((b.charged(), b.peak_charged()), (32, 64));
+    /// ```
+    pub fn charge(&self, bytes: usize, limit: usize) -> bool {
+        if bytes == 0 {
+            return true;
+        }
+        let now = if limit == usize::MAX {
+            self.charged.fetch_add(bytes, Relaxed).wrapping_add(bytes)
+        } else {
+            let mut cur = self.charged.load(Relaxed);
+            loop {
+                let Some(new) = cur.checked_add(bytes).filter(|&n| n <= limit) else {
+                    return false;
+                };
+                match self
+                    .charged
+                    .compare_exchange_weak(cur, new, Relaxed, Relaxed)
+                {
+                    Ok(_) => break new,
+                    Err(seen) => cur = seen,
+                }
+            }
+        };
+        if now > self.peak_charged.load(Relaxed) {
+            self.peak_charged.fetch_max(now, Relaxed);
+        }
+        true
+    }
+
+    /// Gives back `bytes` charged before (purged, decommitted or unmapped,
+    /// or not committed after all).
+    pub fn uncharge(&self, bytes: usize) {
+        if bytes != 0 {
+            let before = self.charged.fetch_sub(bytes, Relaxed);
+            debug_assert!(before >= bytes, "uncharged {bytes} of {before}");
+        }
+    }
+
+    /// Bytes counted against the limit now.
+    pub fn charged(&self) -> usize {
+        self.charged.load(Relaxed)
+    }
+
+    /// The highest [`Budget::charged`] seen.
+    pub fn peak_charged(&self) -> usize {
+        self.peak_charged.load(Relaxed)
     }
 
     /// Adds signed deltas (two's complement in a `usize`) to committed and

@@ -89,18 +89,11 @@ impl SlotSet {
 }
 
 impl Page {
-    /// Slots on purged OS pages of this page, and slots withheld for its
-    /// meshed OS pages (`memory/mesh.rs`): neither free nor in use.
-    #[inline]
-    pub fn hollow_slots(&self) -> u32 {
-        self.hollow_slots
-    }
-
     /// Whether [`Page::refill_hollow`] would carve a slot: some hollow
     /// slot is not withheld.
     #[inline]
     pub fn can_refill_hollow(&self) -> bool {
-        self.hollow_slots > self.withheld_slots
+        self.hollow_slots() > self.withheld_slots
     }
 
     /// OS pages of this page purged while it holds live slots.
@@ -113,7 +106,7 @@ impl Page {
     /// slot that is neither free nor in use, so freeing it is a double free
     /// (its first free went to the page, which later purged its OS page).
     pub fn is_hollow_slot(&self, addr: usize) -> bool {
-        if self.hollow_slots == 0 {
+        if self.hollow_slots() == 0 {
             return false;
         }
         // SAFETY: a slab page lies in a registered, mapped segment.
@@ -171,7 +164,10 @@ impl Page {
     /// linking into the remote list, are never on a purged OS page.
     pub unsafe fn hollow(&mut self, mut purge: impl FnMut(usize, usize) -> bool) -> usize {
         let slot = self.slot_size as usize;
-        let Some(free) = self.capacity().checked_sub(self.used() + self.hollow_slots) else {
+        let Some(free) = self
+            .capacity()
+            .checked_sub(self.used() + self.hollow_slots())
+        else {
             // More slots in use than carved: a double free the keys missed.
             misuse(Misuse::DoubleFree, self.start);
         };
@@ -181,6 +177,11 @@ impl Page {
             return 0;
         }
         self.hollow_seen_used = self.used();
+        // Frees stop going into thread caches before any OS page is
+        // purged (a cache's store into a purged slot is unchecked); the
+        // count set below, or the same count if nothing was purged, lets
+        // them again if the page ends with no hollow slot.
+        self.set_cacheable(false);
         // SAFETY: per the caller.
         let set = unsafe { self.free_set(free as usize) };
         // SAFETY: a slab page lies in a registered, mapped segment.
@@ -203,6 +204,8 @@ impl Page {
         if purged > 0 {
             self.relink_without_hollow(seg, &set);
             self.hollow_pages += purged as u32;
+        } else {
+            self.set_hollow_slots(self.hollow_slots());
         }
         purged
     }
@@ -255,13 +258,14 @@ impl Page {
         let slot = self.slot_size as usize;
         let mut head: *mut Block = null_mut();
         let mut tail: *mut Block = null_mut();
+        let mut hollow = self.hollow_slots();
         for i in 0..self.capacity() as usize {
             if !set.contains(i) {
                 continue;
             }
             let (first, n) = self.os_pages_of(seg, i);
             if seg.count_committed(first, n) != n {
-                self.hollow_slots += 1;
+                hollow += 1;
                 continue;
             }
             let b = (self.start + i * slot) as *mut Block;
@@ -270,6 +274,7 @@ impl Page {
             unsafe { link_after(&mut head, &mut tail, b) };
         }
         self.free = head;
+        self.set_hollow_slots(hollow);
     }
 
     /// Carves the hollow slots again: their OS pages become committed (they
@@ -304,6 +309,12 @@ impl Page {
                 // page, so it is neither free-listed nor in use), about to be
                 // committed again; it holds two words at least.
                 unsafe {
+                    if Block::is_cached(b) {
+                        // Freed again into a thread cache that read the
+                        // page as cacheable just before it was hollowed
+                        // (`Page::set_hollow_slots`), and still there.
+                        misuse(Misuse::DoubleFree, b as usize);
+                    }
                     link_after(&mut head, &mut tail, b);
                     Block::mark_in_page(b);
                 }
@@ -315,7 +326,7 @@ impl Page {
             unsafe { (*tail).next = self.free };
             self.free = head;
         }
-        self.hollow_slots = self.withheld_slots;
+        self.set_hollow_slots(self.withheld_slots);
         self.hollow_pages = 0;
         self.hollow_seen_used = u32::MAX;
         newly

@@ -185,7 +185,7 @@ impl Page {
     fn free_slots(&self) -> Option<usize> {
         let n = self
             .capacity()
-            .checked_sub(self.used() + self.hollow_slots)?;
+            .checked_sub(self.used() + self.hollow_slots())?;
         Some(n as usize)
     }
 
@@ -407,6 +407,6 @@ impl Page {
             }
         }
         self.free = head;
-        self.hollow_slots = self.capacity() - self.used() - free;
+        self.set_hollow_slots(self.capacity() - self.used() - free);
     }
 }

@@ -12,8 +12,9 @@
 //! (`memory/hollow.rs`).
 
 use crate::fault;
-use crate::memory::layout::os_page;
+use crate::memory::layout::{os_page, segment_base};
 use crate::memory::remote_word;
+use crate::memory::segment::Segment;
 use crate::memory::spans::Spans;
 use core::ptr::null_mut;
 use core::sync::atomic::{AtomicU32, AtomicU8, AtomicUsize, Ordering};
@@ -70,8 +71,10 @@ pub struct Page {
     /// splitting never recount the bitmap of a whole span).
     pub dirty_pages: u32,
     /// Slab: slots on purged OS pages, neither free nor in use
-    /// (`memory/hollow.rs`).
-    pub(crate) hollow_slots: u32,
+    /// (`memory/hollow.rs`). Private: written only by
+    /// [`Page::set_hollow_slots`], which keeps the slab table's word on
+    /// whether the thread caches may take the page's slots in step.
+    hollow_slots: u32,
     /// Slab: OS pages purged while the page holds live slots.
     pub(crate) hollow_pages: u32,
     /// Slab: the slots in use when the page was last looked at for free
@@ -214,6 +217,7 @@ impl Page {
         self.used.store(0, Ordering::Relaxed);
         self.idle = false;
         self.free = null_mut();
+        // The slab table is written by `mark_slab` once the page is made.
         self.hollow_slots = 0;
         self.hollow_pages = 0;
         self.hollow_seen_used = u32::MAX;
@@ -308,6 +312,40 @@ impl Page {
     #[inline]
     pub fn set_used(&self, n: u32) {
         self.used.store(n, Ordering::Relaxed);
+    }
+
+    /// Slots on purged OS pages of this page, and slots withheld for its
+    /// meshed OS pages (`memory/mesh.rs`): neither free nor in use.
+    #[inline]
+    pub fn hollow_slots(&self) -> u32 {
+        self.hollow_slots
+    }
+
+    /// Sets how many slots of this slab page are hollow or withheld
+    /// (neither free nor in use), and with it whether frees of its slots
+    /// may go into a thread cache: only while there are none, since a free
+    /// into a cache stores into the slot without a check, and a hollow
+    /// slot freed twice would then be both cached and carved again
+    /// ([`Segment::set_cacheable`]). Every change of the count goes
+    /// through here.
+    pub fn set_hollow_slots(&mut self, n: u32) {
+        self.hollow_slots = n;
+        self.set_cacheable(n == 0);
+    }
+
+    /// Writes the slab table's word on whether thread caches may take this
+    /// slab page's slots (see [`Page::set_hollow_slots`]; `false` alone
+    /// before slots may become hollow, as a purge begins).
+    pub(crate) fn set_cacheable(&self, cacheable: bool) {
+        // SAFETY: a slab page lies in a registered, mapped segment.
+        let seg = unsafe { &*Segment::of(segment_base(self.start)) };
+        let first = seg.slice_index(self.start);
+        seg.set_cacheable(
+            first,
+            self.slice_count as usize,
+            self.class as usize,
+            cacheable,
+        );
     }
 
     /// Whether the page can hand out a slot without more work.

@@ -213,10 +213,31 @@ impl Segment {
         (page as usize - self.slices.as_ptr() as usize) / core::mem::size_of::<Page>()
     }
 
-    /// Records slices `first..first + n` as a slab page of `class`.
+    /// Records slices `first..first + n` as a slab page of `class` whose
+    /// slots the thread caches may take.
     pub fn mark_slab(&self, first: usize, n: usize, class: usize) {
-        debug_assert!(first < SLICES_PER_SEGMENT);
-        let entry = ((class + 1) << STATE_SHIFT | first << SLICE_SHIFT) as u32;
+        self.set_cacheable(first, n, class, true);
+    }
+
+    /// Says whether frees of the slab page at slices `first..first + n`
+    /// (of `class`) may go into a thread cache. A free into a cache writes
+    /// the slot blind, so only a page whose every slot is free or in use
+    /// (none hollow or withheld) may be cacheable: its entry then names
+    /// the class's state; otherwise the state whose geometry no offset
+    /// passes, so `HeapCore::cache_free` declines and the free takes the
+    /// checked path. The page's own offset is kept either way
+    /// ([`Segment::slab_page`]). Only [`Page::set_hollow_slots`] and
+    /// `mark_slab` call this.
+    ///
+    /// [`Page::set_hollow_slots`]: crate::memory::page::Page::set_hollow_slots
+    pub(crate) fn set_cacheable(&self, first: usize, n: usize, class: usize, cacheable: bool) {
+        debug_assert!((1..SLICES_PER_SEGMENT).contains(&first));
+        let state = if cacheable {
+            (class + 1) << STATE_SHIFT
+        } else {
+            0
+        };
+        let entry = (state | first << SLICE_SHIFT) as u32;
         for e in &self.slab_slices[first..first + n] {
             e.store(entry, Relaxed);
         }
@@ -234,7 +255,9 @@ impl Segment {
     #[inline]
     pub fn slab_page(&self, addr: usize) -> *mut Page {
         let e = self.slab_table_entry(addr - self.base());
-        debug_assert!(e & SLAB_STATE_MASK != 0, "not a slab slot");
+        // A slab page's entry keeps its offset (past the header: never 0)
+        // whether or not it is cacheable.
+        debug_assert!(e != 0, "not a slab slot");
         self.page(e >> SLICE_SHIFT)
     }
 

@@ -13,27 +13,48 @@ impl Spans {
         let offset = align.max(HEADER_SLICES * SLICE);
         let usable = align_up(size, os_page());
         let need = offset + usable;
-        let seg = match self.best_cached_huge(need, align) {
+        let limit = ctx.config.limit_bytes();
+        // What the object commits is charged against the limit before any
+        // state changes: refused, nothing is taken.
+        let (seg, charged) = match self.best_cached_huge(need, align) {
             Some(h) => {
+                // SAFETY: a cached huge header of this heap (lock held).
+                let mut probe = unsafe { (*(*h).huge_state()).resident };
+                let grown = probe.place(offset, offset + usable).grown;
+                if !ctx.budget.charge(grown, limit) {
+                    self.over_limit = true;
+                    return None;
+                }
                 self.unlink(h, true);
                 // SAFETY: a cached huge header we own again (lock held).
                 let st = unsafe { &*(*h).huge_state() };
                 self.counts.retained -= st.resident.bytes();
-                h
+                (h, grown)
             }
             None => {
                 let nsegs = need.div_ceil(SEGMENT);
-                let base = ctx.reservations.lock().take(
+                // A fresh run: its header and the object's pages.
+                if !ctx.budget.charge(header_bytes() + usable, limit) {
+                    self.over_limit = true;
+                    return None;
+                }
+                let Some(base) = ctx.reservations.lock().take(
                     ctx.source,
                     nsegs,
                     align.max(SEGMENT),
                     ctx.config.reservation_bytes(),
-                )?;
+                ) else {
+                    ctx.budget.uncharge(header_bytes() + usable);
+                    return None;
+                };
                 self.counts.segments += 1;
                 self.counts.metadata += header_bytes();
                 crate::memory::registry::mark_huge(base);
                 // SAFETY: the run is ours; fresh, or its header was zeroed on release.
-                unsafe { Segment::init(base, nsegs, ctx.heap, true) }
+                (
+                    unsafe { Segment::init(base, nsegs, ctx.heap, true) },
+                    usable,
+                )
             }
         };
         // SAFETY: the huge state of a run we own, under the lock.
@@ -44,6 +65,7 @@ impl Spans {
         st.offset = offset;
         st.size = usable;
         st.requested = size;
+        debug_assert_eq!(placed.grown, charged);
         self.add_committed(placed.grown);
         self.purge_outside_object(ctx, seg);
         self.counts.huge_count += 1;
@@ -79,6 +101,7 @@ impl Spans {
         }
         let bytes = st.resident.purged_outside(lo, hi);
         self.counts.committed -= bytes;
+        ctx.budget.uncharge(bytes);
         self.counts.purged += bytes;
     }
 
@@ -160,6 +183,7 @@ impl Spans {
                     let bytes = st.resident.purged();
                     self.counts.retained -= bytes;
                     self.counts.committed -= bytes;
+                    ctx.budget.uncharge(bytes);
                     self.counts.purged += bytes;
                 } else {
                     self.counts.purge_failures += 1;

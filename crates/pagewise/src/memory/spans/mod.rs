@@ -101,6 +101,10 @@ pub struct Spans {
     /// then, a span operation that published nothing need not note the
     /// demand again (`HeapCore::publish_coarsely`).
     pub next_note_at: u64,
+    /// Set when a span operation failed because the hard limit refused a
+    /// charge (a new segment's header, a large span's pages, a huge run):
+    /// the heap then purges and tries once more.
+    pub over_limit: bool,
     /// Byte counts.
     pub counts: SpanCounts,
 }
@@ -149,6 +153,7 @@ impl Spans {
             recent: null_mut(),
             published_retained: 0,
             published_committed: 0,
+            over_limit: false,
             next_note_at: 0,
             counts: SpanCounts {
                 committed: 0,
@@ -450,6 +455,26 @@ impl Spans {
         newly
     }
 
+    /// Bytes of the used span `p` that are not committed, `dirty` of its
+    /// OS pages being committed (what [`Spans::commit_whole_of`] would
+    /// commit).
+    pub fn uncommitted_bytes(&self, p: *mut Page, dirty: usize) -> usize {
+        debug_assert_eq!(Self::committed_pages(p, count_of(p)), dirty);
+        (count_of(p) * os_pages_per_slice() - dirty) * os_page()
+    }
+
+    /// Committed OS pages of the used span `p`.
+    pub fn committed_pages_of(&self, p: *mut Page) -> usize {
+        Self::committed_pages(p, count_of(p))
+    }
+
+    /// Puts back a span just taken with `take_large` (`dirty` of its OS
+    /// pages committed) that will not be used: the hard limit refused what
+    /// committing the rest would cost.
+    pub fn untake_large(&mut self, p: *mut Page, dirty: usize, now: u64) {
+        self.give_back(p, now, dirty);
+    }
+
     /// Takes a span for a slab page. Its committed pages (if it was
     /// retained dirty) leave this pool's accounting: the caller counts them.
     /// Returns the page and its committed bytes.
@@ -558,6 +583,24 @@ impl Spans {
             (*p).slice_count = (n + extra) as u32;
         }
         true
+    }
+
+    /// Undoes a [`Spans::grow_in_place`] of `p` from `keep` slices whose
+    /// new pages were not committed (the hard limit refused them): the tail
+    /// goes back with the committed pages it has.
+    pub fn ungrow_in_place(&mut self, p: *mut Page, keep: usize, now: u64) {
+        let seg = seg_of(p);
+        let idx = seg.index_of(p);
+        let n = count_of(p);
+        debug_assert!(keep < n);
+        let t = seg.page(idx + keep);
+        // SAFETY: as in `shrink_in_place`.
+        unsafe {
+            (*p).slice_count = keep as u32;
+            (*t).slice_count = (n - keep) as u32;
+        }
+        let dirty = Self::committed_pages(t, n - keep);
+        self.give_back(t, now, dirty);
     }
 
     /// Shrinks a used large span to `keep` slices, returning the tail.

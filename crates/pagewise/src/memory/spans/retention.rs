@@ -77,6 +77,7 @@ impl Spans {
             },
         );
         self.counts.committed -= cleared * os_page();
+        ctx.budget.uncharge(cleared * os_page());
         self.counts.purged += cleared * os_page();
         // SAFETY: as above.
         unsafe { (*f).dirty_pages = (dirty - cleared) as u32 };

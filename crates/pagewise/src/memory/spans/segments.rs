@@ -6,10 +6,20 @@ use super::*;
 
 impl Spans {
     pub(super) fn new_segment(&mut self, ctx: &Ctx) -> Option<()> {
-        let base =
+        // The header is committed memory too: charged against the limit
+        // before it is touched, given back in `release_run`.
+        if !ctx.budget.charge(header_bytes(), ctx.config.limit_bytes()) {
+            self.over_limit = true;
+            return None;
+        }
+        let Some(base) =
             ctx.reservations
                 .lock()
-                .take(ctx.source, 1, SEGMENT, ctx.config.reservation_bytes())?;
+                .take(ctx.source, 1, SEGMENT, ctx.config.reservation_bytes())
+        else {
+            ctx.budget.uncharge(header_bytes());
+            return None;
+        };
         // SAFETY: the reservation layer handed us this segment exclusively;
         // it is fresh (zero) or its header was zeroed when it was released.
         let seg = unsafe { Segment::init(base, 1, ctx.heap, false) };
@@ -90,6 +100,7 @@ impl Spans {
             zero_header(ctx, base + k * SEGMENT);
         }
         self.counts.metadata -= header_bytes();
+        ctx.budget.uncharge(header_bytes());
         self.counts.segments -= 1;
         ctx.reservations.lock().give_back(base, nsegs);
     }
