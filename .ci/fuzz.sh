@@ -32,7 +32,7 @@ if ! cargo +nightly fuzz --version >/dev/null 2>&1; then
     cargo install --locked cargo-fuzz
 fi
 if ! command -v c++ >/dev/null 2>&1; then # libfuzzer-sys compiles libFuzzer
-    apt-get install -y -qq g++
+    apt-get update -qq && apt-get install -y -qq g++
 fi
 
 cd fuzz

@@ -11,7 +11,7 @@
 #
 # Exit status: non-zero if a test fails or TSan reports a race
 # (TSAN_OPTIONS exitcode). Reports go to stderr and, one file per
-# process, to $TSAN_LOG_DIR (default target/tsan-logs).
+# process, to $TSAN_LOG_DIR (default target/tsan/tsan-logs).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TERM_COLOR=never
@@ -27,8 +27,12 @@ export RUSTFLAGS="-Zsanitizer=thread"
 export RUSTDOCFLAGS="-Zsanitizer=thread"
 # A target directory of its own: the instrumented std and dependencies
 # would otherwise be rebuilt whenever an uninstrumented build ran.
-export CARGO_TARGET_DIR="${TSAN_TARGET_DIR:-${CARGO_TARGET_DIR:-target}/tsan}"
-log_dir="${TSAN_LOG_DIR:-$CARGO_TARGET_DIR/tsan-logs}"
+# Absolute paths: cargo runs each test binary in its package's directory
+# (crates/pagewise), where a relative log_path would put the reports out of
+# reach of the count below (which then always read zero).
+absolute() { case $1 in /*) echo "$1" ;; *) echo "$PWD/$1" ;; esac; }
+export CARGO_TARGET_DIR="$(absolute "${TSAN_TARGET_DIR:-${CARGO_TARGET_DIR:-target}/tsan}")"
+log_dir="$(absolute "${TSAN_LOG_DIR:-$CARGO_TARGET_DIR/tsan-logs}")"
 rm -rf "$log_dir"
 mkdir -p "$log_dir"
 # Keep going after a report (every distinct race is listed), fail at exit.
@@ -69,22 +73,23 @@ cargo_test --test threads --test thread_exit || status=$?
 reports=$(cat "$log_dir"/tsan.* 2>/dev/null | grep -c '^WARNING: ThreadSanitizer' || true)
 echo "== $reports ThreadSanitizer report(s); logs in $log_dir"
 if [ "$reports" -gt 0 ]; then
-    # One line per distinct race: the first pagewise frame of each of the
-    # two accesses (comparison helpers skipped), with how often it came up.
+    # One line per distinct race: the first pagewise frame (its source or
+    # its tests) of each of the two accesses (comparison helpers skipped),
+    # with how often it came up.
     echo "== distinct races (count, access <-> earlier access):"
     cat "$log_dir"/tsan.* | awk '
         /^WARNING: ThreadSanitizer/ { key = ""; need = 0; next }
         /^  (Read|Write|Previous|Atomic)/ {
             what = $0; sub(/^  /, "", what); sub(/ at 0x.*/, "", what); need = 1; next
         }
-        need && /^    #[0-9]+ / && /\/crates\/pagewise\/src\// && !/PartialEq/ {
+        need && /^    #[0-9]+ / && /\/crates\/pagewise\/(src|tests)\// && !/PartialEq/ {
             line = $0
             sub(/^    #[0-9]+ /, "", line); sub(/ \(.*$/, "", line)
             sub(/ \/.*\/crates\//, " crates/", line)
             key = key (key == "" ? "" : "  <->  ") what ": " line
             need = 0; next
         }
-        /^SUMMARY/ { count[key]++ }
+        /^SUMMARY/ { count[key == "" ? "(no frame in crates/pagewise)" : key]++ }
         END { for (k in count) printf "%5d  %s\n", count[k], k }' | sort -rn || true
     [ "$status" -ne 0 ] || status=66
 fi

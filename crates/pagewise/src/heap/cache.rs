@@ -383,4 +383,18 @@ mod tests {
             assert_eq!((c.cached(), c.frees(1)), (0, 1));
         }
     }
+
+    #[test]
+    fn requested_bytes_are_estimated_from_the_sample() {
+        let c = ClassState::new(4, GEOMETRY[0]);
+        assert_eq!(c.requested_estimate(), 0, "no sample, no estimate");
+        // Two allocations served from pages (sampled: 10 and 30 bytes).
+        c.count_alloc(10);
+        c.count_alloc(30);
+        assert_eq!(c.requested_estimate(), 40);
+        // Two more served from the cache (not sampled): the sample's mean,
+        // 20 bytes, stands for them.
+        c.allocs.add(2);
+        assert_eq!(c.requested_estimate(), 80);
+    }
 }

@@ -338,3 +338,78 @@ pub(super) fn lookup_page(seg: &Segment, addr: usize) -> *mut Page {
     }
     seg.page(idx - off)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::lookup_page;
+    use crate::memory::layout::SLICE;
+    use crate::memory::segment::{Segment, HEADER_SLICES};
+
+    const CHILD: &str = "PAGEWISE_LOOKUP_OFFSET";
+    /// The slice the pointer is in: a few past the header.
+    const IDX: usize = HEADER_SLICES + 3;
+
+    /// This test binary, re-executed (through `PAGEWISE_TEST_RUNNER`, the
+    /// emulator, when set: `tests/reexec`) to run only this test with
+    /// `CHILD` set to the slice offset its descriptor is to hold.
+    fn child(off: usize) -> (bool, String) {
+        let exe = std::env::current_exe().unwrap();
+        let runner = std::env::var("PAGEWISE_TEST_RUNNER").unwrap_or_default();
+        let mut words = runner.split_whitespace();
+        let mut cmd = match words.next() {
+            Some(prog) => {
+                let mut c = std::process::Command::new(prog);
+                c.args(words).arg(exe);
+                c
+            }
+            None => std::process::Command::new(exe),
+        };
+        let out = cmd
+            .args([
+                "--exact",
+                "heap::free::tests::a_slice_offset_into_the_header_is_foreign",
+            ])
+            .args(["--nocapture", "--test-threads=1"])
+            .env(CHILD, off.to_string())
+            .output()
+            .unwrap();
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    }
+
+    /// `lookup_page` range-checks a descriptor's slice offset (stale or
+    /// corrupt, for a pointer into free memory): the span it names must
+    /// start past the segment header. An offset reaching into the header
+    /// aborts as a foreign pointer; the largest valid one names the first
+    /// slice after the header. (cargo-mutants: `idx - HEADER_SLICES` as
+    /// `idx + HEADER_SLICES` passed every other test.)
+    #[test]
+    fn a_slice_offset_into_the_header_is_foreign() {
+        if let Ok(off) = std::env::var(CHILD) {
+            let off: u32 = off.parse().unwrap();
+            let layout = core::alloc::Layout::new::<Segment>();
+            // SAFETY: a zeroed Segment is valid as a holder of descriptors;
+            // lookup_page reads only them, never the address it is given.
+            let seg = unsafe { &*(std::alloc::alloc_zeroed(layout) as *mut Segment) };
+            // SAFETY: a descriptor of the zeroed header, ours alone.
+            unsafe { (*seg.page(IDX)).slice_offset = off };
+            let p = lookup_page(seg, seg.base() + IDX * SLICE + 8);
+            assert_eq!(p, seg.page(IDX - off as usize));
+            return;
+        }
+        let (ok, err) = child(IDX - HEADER_SLICES);
+        assert!(
+            ok,
+            "the first slice past the header is a span's start: {err}"
+        );
+        for off in [IDX - HEADER_SLICES + 1, IDX] {
+            let (ok, err) = child(off);
+            assert!(
+                !ok && err.contains("pagewise: free of a pointer pagewise did not allocate"),
+                "slice offset {off} from slice {IDX} reaches into the header: {err}"
+            );
+        }
+    }
+}

@@ -169,3 +169,92 @@ impl Block {
         unsafe { (*block).key = 0 };
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn secret() -> usize {
+        init_secret();
+        SECRET.load(Relaxed)
+    }
+
+    /// Slots of a test-local buffer, two words each, 16-byte aligned.
+    #[repr(C, align(16))]
+    struct Slots([[usize; 2]; 4]);
+
+    #[test]
+    fn the_secret_is_drawn_once_and_odd() {
+        let s = secret();
+        assert_eq!(s & 1, 1, "odd, so that no key is 0");
+        assert_ne!(s, 1, "drawn, not a constant");
+        init_secret();
+        assert_eq!(SECRET.load(Relaxed), s, "later calls keep the secret");
+    }
+
+    #[test]
+    fn keys_differ_by_address_and_by_list() {
+        let s = secret();
+        // Addresses one bit apart, for every bit a 16-byte-aligned slot
+        // address can have: a copy of a freed slot's key elsewhere is not
+        // that slot's key (a secret that only ORs or ANDs in the address
+        // would give many addresses one key).
+        let base = 0x7f12_3456_7890usize & !15;
+        for bit in 4..48 {
+            let (a, b) = (base, base ^ (1 << bit));
+            assert_ne!(cache_key(a), cache_key(b), "bit {bit}");
+            assert_ne!(page_key(a), page_key(b), "bit {bit}");
+            assert_ne!(cache_key(a), page_key(b), "bit {bit}");
+        }
+        for a in (0..64).map(|i| base + 16 * i) {
+            let (c, p) = (cache_key(a), page_key(a));
+            assert_ne!(c, p, "the cache key is not the page key");
+            // Neither is a value a live object plausibly holds: a small
+            // integer, or a pointer to the slot itself (a list sentinel
+            // linking to itself).
+            for live in [0, 1, 2, 3, a, a ^ PAGE_TAG, a + 8] {
+                assert!(c != live && p != live, "{a:#x}: {live:#x}, secret {s:#x}");
+            }
+        }
+    }
+
+    #[test]
+    fn live_values_are_not_keys_and_keys_move_between_lists() {
+        init_secret();
+        let mut slots = Slots([[0; 2]; 4]);
+        let base = slots.0.as_mut_ptr();
+        // SAFETY (all blocks below): test-local slots of two words, reached
+        // only through `base`.
+        let b = |i: usize| unsafe { base.add(i) } as *mut Block;
+        unsafe {
+            // Live objects whose second word holds a small integer or the
+            // slot's own address are freed (past the cache) as live slots.
+            for (i, live) in [0usize, 1, 2, b(3) as usize].into_iter().enumerate() {
+                (*b(i)).key = live;
+                assert!(Block::mark_free(b(i)), "second word {live:#x}");
+            }
+            // Freed: in its page's lists, not in a cache; a second free
+            // past the cache is refused.
+            let x = b(0);
+            assert!(Block::is_in_page(x) && !Block::is_cached(x));
+            assert!(!Block::mark_free(x), "freed twice");
+            assert!(!Block::cached_to_page(x), "not cached");
+            // Live again, then freed into a cache: cached, not in a page;
+            // refused past the cache; moved to the page once.
+            Block::mark_live(x);
+            assert!(!Block::is_in_page(x) && !Block::is_cached(x));
+            Block::mark_cached(x);
+            assert!(Block::is_cached(x) && !Block::is_in_page(x));
+            assert!(!Block::mark_free(x), "freed again while cached");
+            assert!(Block::cached_to_page(x));
+            assert!(Block::is_in_page(x) && !Block::is_cached(x));
+            assert!(!Block::cached_to_page(x), "moved once");
+            // Another slot's key copied in is not this slot's key.
+            let y = b(1);
+            Block::mark_live(y);
+            (*y).key = (*x).key;
+            assert!(!Block::is_in_page(y) && !Block::is_cached(y));
+            assert!(Block::mark_free(y), "a copied key");
+        }
+    }
+}
