@@ -387,14 +387,46 @@ mod tests {
     #[test]
     fn requested_bytes_are_estimated_from_the_sample() {
         let c = ClassState::new(4, GEOMETRY[0]);
-        assert_eq!(c.requested_estimate(), 0, "no sample, no estimate");
+        assert_eq!(c.requested_estimate(0), 0, "no sample, no estimate");
         // Two allocations served from pages (sampled: 10 and 30 bytes).
         c.count_alloc(10);
         c.count_alloc(30);
-        assert_eq!(c.requested_estimate(), 40);
+        assert_eq!(c.requested_estimate(2), 40);
         // Two more served from the cache (not sampled): the sample's mean,
         // 20 bytes, stands for them.
-        c.allocs.add(2);
-        assert_eq!(c.requested_estimate(), 80);
+        assert_eq!(c.requested_estimate(4), 80);
+        // Allocations from pages count the class's countdown down.
+        assert_eq!(NOT_SAMPLING - c.left(), 2);
+    }
+
+    /// The sampler's countdown: each allocation from the cache counts it
+    /// down, and at 1 (the sampled allocation is next) the cache declines,
+    /// keeping its slots, until the countdown is armed again.
+    #[test]
+    fn a_due_sample_makes_the_cache_decline() {
+        let mut slots = [[0usize; 2]; 2];
+        let a = slots[0].as_mut_ptr() as *mut Block;
+        let b = slots[1].as_mut_ptr() as *mut Block;
+        let c = ClassState::new(4, GEOMETRY[0]);
+        assert_eq!(c.left(), NOT_SAMPLING);
+        assert!(!c.sample_due());
+        c.arm(2);
+        assert_eq!(c.left(), 2);
+        assert!(!c.sample_due());
+        // SAFETY: test-local slots, each pushed once while not in the cache.
+        unsafe {
+            Block::mark_cached(a);
+            Block::mark_cached(b);
+            assert!(c.push(a) && c.push(b));
+            assert_eq!(c.pop(), b);
+            assert_eq!(c.left(), 1);
+            assert!(c.sample_due());
+            assert!(c.pop().is_null(), "the sample is due: the cache declines");
+            assert_eq!(c.cached(), 1, "and keeps its slot");
+            c.arm(3);
+            assert!(!c.sample_due());
+            assert_eq!(c.pop(), a);
+            assert_eq!(c.left(), 2);
+        }
     }
 }
