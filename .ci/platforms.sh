@@ -24,11 +24,12 @@ if [ ${#need[@]} -gt 0 ]; then
 fi
 rustup target add aarch64-apple-darwin aarch64-unknown-linux-gnu x86_64-unknown-linux-musl
 
-# The workspace declares 1.85; pagewise-c declares 1.88 (naked functions).
-step "rust-version: 1.85 (pagewise, pagewise-cli, pagewise-bench), 1.88 (pagewise-c)"
+# The workspace declares 1.85; pagewise-c declares 1.88 (naked functions),
+# and so does pagewise-cli (gimli's addr2line, its symbolizer, needs it).
+step "rust-version: 1.85 (pagewise, pagewise-bench), 1.88 (pagewise-c, pagewise-cli)"
 rustup toolchain install 1.85 1.88 --profile minimal
-cargo +1.85 check --locked -p pagewise -p pagewise-cli -p pagewise-bench
-cargo +1.88 check --locked -p pagewise-c
+cargo +1.85 check --locked -p pagewise -p pagewise-bench
+cargo +1.88 check --locked -p pagewise-c -p pagewise-cli
 
 # Only the crate: the C library and `pagewise run` are Linux drop-ins.
 # Clippy rather than check, so code left unused there fails too.
