@@ -118,8 +118,13 @@ impl HeapCore {
         self.class(class).arm(next);
         if mean != 0 && !s.in_sampler.swap(true, Relaxed) {
             let sample = Sample::take(size, gap::inverse_probability(slot, mean), 1);
-            // SAFETY: owner (caller).
-            let p = unsafe { self.alloc_span_sampled(size, 16, sample) };
+            // No sample if the sites could not be mapped: served as usual.
+            let p = if sample.is_some() {
+                // SAFETY: owner (caller).
+                unsafe { self.alloc_span_sampled(size, 16, sample) }
+            } else {
+                null_mut()
+            };
             s.in_sampler.store(false, Relaxed);
             if !p.is_null() {
                 return p;
