@@ -89,9 +89,9 @@ size_t malloc_good_size(size_t size);
 void pagewise_trim(void);
 
 /* Writes the heap profile (with PAGEWISE_PROF=1: the sampled call sites,
- * their live, peak and allocated bytes, and the module map) to path, for
- * `pagewise profile` to read. 0 on success, -1 if the file could not be
- * written. Does not allocate. */
+ * their live, peak and allocated bytes, and the module map) to path, in
+ * the text form docs/profiling.md describes. 0 on success, -1 if the file
+ * could not be written. Does not allocate. */
 int pagewise_prof_dump(const char *path);
 
 /* Writes a human-readable report of the allocator's state (live bytes,
