@@ -403,6 +403,30 @@ mod tests {
     /// down, and at 1 (the sampled allocation is next) the cache declines,
     /// keeping its slots, until the countdown is armed again.
     #[test]
+    fn a_heap_that_does_not_sample_never_declines() {
+        let mut slots = [[0usize; 2]; 4];
+        let c = ClassState::new(4, GEOMETRY[0]);
+        // Many more pops than a small countdown would allow: a heap that
+        // does not sample must never find a sample due.
+        for _ in 0..64 {
+            for s in slots.iter_mut() {
+                let b = s.as_mut_ptr() as *mut Block;
+                // SAFETY: test-local slot, pushed while not in the cache.
+                unsafe {
+                    Block::mark_cached(b);
+                    assert!(c.push(b));
+                }
+            }
+            for _ in 0..slots.len() {
+                // SAFETY: the cache holds the four slots pushed above.
+                assert!(!unsafe { c.pop() }.is_null());
+            }
+        }
+        assert!(!c.sample_due());
+        assert_eq!(NOT_SAMPLING - c.left(), 256, "the countdown counts pops");
+    }
+
+    #[test]
     fn a_due_sample_makes_the_cache_decline() {
         let mut slots = [[0usize; 2]; 2];
         let a = slots[0].as_mut_ptr() as *mut Block;
