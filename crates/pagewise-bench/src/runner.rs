@@ -15,7 +15,8 @@ use std::time::{Duration, Instant};
 pub struct BenchArgs {
     /// Allocators to compare, comma-separated: pagewise, pagewise-mesh
     /// (pagewise with `PAGEWISE_MESH=1`), pagewise-prof (with the heap
-    /// profiler on, `PAGEWISE_PROF=1`), system (glibc),
+    /// profiler on, `PAGEWISE_PROF=1`), pagewise-guard (guard pages for
+    /// one allocation in 1000, `PAGEWISE_GUARD_SAMPLE=1000`), system (glibc),
     /// jemalloc, mimalloc, tcmalloc (Debian's libtcmalloc_minimal.so.4,
     /// preloaded into the system worker), a path to a malloc `.so` to
     /// preload (run under the system worker with LD_PRELOAD), or
@@ -114,6 +115,12 @@ const VARIANTS: &[Variant] = &[
     ("pagewise-mesh", "pagewise", &[("PAGEWISE_MESH", "1")]),
     // The heap profiler at its default rate: what sampling costs.
     ("pagewise-prof", "pagewise", &[("PAGEWISE_PROF", "1")]),
+    // Guard pages for one allocation in a thousand: what they cost.
+    (
+        "pagewise-guard",
+        "pagewise",
+        &[("PAGEWISE_GUARD_SAMPLE", "1000")],
+    ),
 ];
 
 /// A built-in peer that is a system library preloaded into the system worker.

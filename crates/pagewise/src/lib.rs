@@ -38,7 +38,10 @@
 //! - at the root, the API: [`config`] (the retention policy and its
 //!   variables), [`mod@stats`], [`fault`] (what bad input does), [`Heap`],
 //!   and [`c_malloc`] (the C `malloc` family, which the `override` feature
-//!   exports under its C names).
+//!   exports under its C names);
+//! - [`guard`]: sampled guard pages, which catch overflows, uses after free
+//!   and bad frees of a few allocations in production (over `os/`'s
+//!   `guard_pages.rs` and `segv.rs`, the one SIGSEGV handler).
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]
 
@@ -55,6 +58,7 @@ compile_error!(
 pub mod config;
 pub mod fault;
 mod global;
+pub mod guard;
 pub(crate) mod heap;
 pub(crate) mod memory;
 pub mod options;

@@ -207,7 +207,7 @@ pub unsafe fn usable_size(ptr: *const u8) -> usize {
 /// assert!(!pagewise::raw::owns(&x as *const i32 as *const u8));
 /// ```
 pub fn owns(ptr: *const u8) -> bool {
-    registry::header_of(ptr as usize).is_some()
+    registry::header_of(ptr as usize).is_some() || crate::guard::owns(ptr as usize)
 }
 
 /// The usable size a request of `size` bytes at `align` (a power of two)

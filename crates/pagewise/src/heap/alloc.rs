@@ -54,7 +54,7 @@ impl HeapCore {
                 }
             };
             // SAFETY: forwarded.
-            unsafe { self.alloc_small(class, size) }
+            unsafe { self.alloc_small(class, size, align) }
         } else {
             // SAFETY: forwarded.
             unsafe { self.alloc_large(size, align) }
@@ -105,7 +105,7 @@ impl HeapCore {
     /// # Safety
     /// Owner only.
     #[inline]
-    pub(super) unsafe fn alloc_small(&self, class: usize, size: usize) -> *mut u8 {
+    pub(super) unsafe fn alloc_small(&self, class: usize, size: usize, align: usize) -> *mut u8 {
         debug_assert!(class < CLASSES);
         // SAFETY: `class_of` and `class_for` return classes below CLASSES.
         let state = unsafe { self.states.get_unchecked(class + 1) };
@@ -116,7 +116,7 @@ impl HeapCore {
             if !b.is_null() {
                 return b as *mut u8;
             }
-            self.alloc_past_cache(class, size)
+            self.alloc_past_cache(class, size, align)
         }
     }
 
@@ -128,13 +128,18 @@ impl HeapCore {
     /// # Safety
     /// Owner only.
     #[inline(never)]
-    pub(super) unsafe fn alloc_past_cache(&self, class: usize, size: usize) -> *mut u8 {
+    pub(super) unsafe fn alloc_past_cache(
+        &self,
+        class: usize,
+        size: usize,
+        align: usize,
+    ) -> *mut u8 {
         // SAFETY: `class` is below CLASSES (caller); owner only: `direct`
         // pages are live slab pages of this heap or the never-written empty
         // page.
         unsafe {
             if self.class(class).sample_due() {
-                return self.alloc_sampled(class, size);
+                return self.alloc_sampled(class, size, align);
             }
             let page = self.direct.get_unchecked(class).load(Relaxed);
             if (*page).has_free() {

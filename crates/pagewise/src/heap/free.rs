@@ -129,7 +129,8 @@ impl HeapCore {
     pub unsafe fn free_uncached(ptr: *mut u8, current: *const HeapCore) -> bool {
         let addr = ptr as usize;
         let Some((base, huge)) = registry::lookup(addr) else {
-            misuse(Misuse::Foreign, addr)
+            free_outside_segments(addr);
+            return false;
         };
         // SAFETY: registered segments are mapped and headed by a `Segment`.
         let seg = unsafe { &*Segment::of(base) };
@@ -300,7 +301,7 @@ impl HeapCore {
     pub unsafe fn usable_size(ptr: *const u8) -> usize {
         let addr = ptr as usize;
         let Some(base) = registry::header_of(addr) else {
-            misuse(Misuse::Foreign, addr)
+            return usable_size_outside_segments(addr);
         };
         // SAFETY: registered segments are mapped and headed by a `Segment`.
         let seg = unsafe { &*Segment::of(base) };
@@ -320,6 +321,27 @@ impl HeapCore {
             }
         }
     }
+}
+
+/// A free of an address in no segment: a guarded block's
+/// ([`crate::guard`]), or misuse.
+#[cold]
+fn free_outside_segments(addr: usize) {
+    #[cfg(target_os = "linux")]
+    if crate::guard::owns(addr) {
+        return crate::guard::free(addr);
+    }
+    misuse(Misuse::Foreign, addr)
+}
+
+/// The usable size of a block in no segment: a guarded block's, or misuse.
+#[cold]
+fn usable_size_outside_segments(addr: usize) -> usize {
+    #[cfg(target_os = "linux")]
+    if crate::guard::owns(addr) {
+        return crate::guard::usable_size(addr);
+    }
+    misuse(Misuse::Foreign, addr)
 }
 
 /// The first descriptor of the span containing `addr` in `seg`, checked

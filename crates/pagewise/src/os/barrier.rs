@@ -1,11 +1,12 @@
 //! The write barrier of meshing: while an OS page's live slots are copied
 //! to its group's physical page, the page is read-only, and a thread that
-//! stores to it takes a write-protection fault. This module's SIGSEGV
-//! handler makes such a thread wait on a futex until the copy is done and
-//! then returns, so the store is retried on the new mapping (Mesh's
-//! barrier, with a futex instead of a lock). Linux only.
+//! stores to it takes a write-protection fault. This module's claim on
+//! SIGSEGV ([`super::segv`], pagewise's one handler) makes such a thread
+//! wait on a futex until the copy is done and then returns, so the store
+//! is retried on the new mapping (Mesh's barrier, with a futex instead of
+//! a lock). Linux only.
 //!
-//! The handler acts only on a write-protection fault (`SEGV_ACCERR`) at an
+//! The claim is only a write-protection fault (`SEGV_ACCERR`) at an
 //! address the allocator says is its own (`install`'s `owns`); any other
 //! fault goes to the handler installed before it, or kills the process as
 //! it would have without pagewise. The barrier word is odd while a copy is
@@ -39,46 +40,15 @@ static LONGEST_US: AtomicU64 = AtomicU64::new(0);
 static FORK_PARENT: AtomicI32 = AtomicI32::new(0);
 static CHILD_COPY: AtomicUsize = AtomicUsize::new(0);
 
-/// The handler found in place when ours went in (its address and flags),
-/// to chain to: atomics, as a fault may read them while `raise` reinstalls.
-static PREVIOUS_HANDLER: AtomicUsize = AtomicUsize::new(0);
-static PREVIOUS_FLAGS: AtomicI32 = AtomicI32::new(0);
-
 /// Turns the barrier on for the life of the process: from now on pages are
 /// made read-only while copied, and the handler is (re)installed by each
 /// [`raise`]. `owns` says whether an address belongs to the allocator's
 /// shared pages; it must be async-signal-safe (no locks, no allocation).
 pub fn install(owns: fn(usize) -> bool) -> bool {
     OWNS.store(owns as usize, Relaxed);
+    super::segv::register(super::segv::Client::Barrier, claim);
     INSTALLED.store(true, Release);
     true
-}
-
-/// Puts our handler in place unless it is there, chaining to whatever is
-/// (the Rust runtime installs its stack-overflow handler after the first
-/// allocation, replacing one installed then; a program may install its own
-/// later too). One `sigaction` call when nothing changed.
-fn ensure_handler() {
-    let ours = on_segv as *const () as usize;
-    // SAFETY: a zeroed sigaction is a valid out-parameter.
-    let mut current: libc::sigaction = unsafe { core::mem::zeroed() };
-    // SAFETY: valid pointers.
-    if unsafe { libc::sigaction(libc::SIGSEGV, core::ptr::null(), &mut current) } != 0
-        || current.sa_sigaction == ours
-    {
-        return;
-    }
-    PREVIOUS_FLAGS.store(current.sa_flags, Relaxed);
-    PREVIOUS_HANDLER.store(current.sa_sigaction, Release);
-    // SAFETY: a zeroed sigaction is valid; we fill handler, flags, mask.
-    let mut action: libc::sigaction = unsafe { core::mem::zeroed() };
-    action.sa_sigaction = ours;
-    action.sa_flags = libc::SA_SIGINFO | libc::SA_ONSTACK | libc::SA_RESTART;
-    // SAFETY: valid pointers.
-    unsafe {
-        libc::sigemptyset(&mut action.sa_mask);
-        libc::sigaction(libc::SIGSEGV, &action, core::ptr::null_mut());
-    }
 }
 
 /// Whether the handler is installed (so pages may be made read-only).
@@ -99,7 +69,7 @@ pub fn raise() {
     {
         core::hint::spin_loop();
     }
-    ensure_handler();
+    super::segv::ensure();
     WORD.fetch_add(1, AcqRel);
 }
 
@@ -175,27 +145,29 @@ fn now_us() -> u64 {
     ts.tv_sec as u64 * 1_000_000 + ts.tv_nsec as u64 / 1000
 }
 
-extern "C" fn on_segv(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
+/// The barrier's claim on a fault ([`super::segv`]): a write-protection
+/// fault on the allocator's shared pages waits for the copy (or, in a
+/// forked child, makes the child's own copy), then is retried.
+fn claim(info: *mut libc::siginfo_t, _ctx: *mut libc::c_void) -> bool {
     // SAFETY: the kernel passes a valid siginfo for SA_SIGINFO handlers.
     let (code, addr) = unsafe { ((*info).si_code, (*info).si_addr() as usize) };
     let owns = OWNS.load(Relaxed);
     // SAFETY: OWNS holds a `fn(usize) -> bool` stored by `install`.
     let ours = owns != 0 && unsafe { core::mem::transmute::<usize, fn(usize) -> bool>(owns) }(addr);
-    if code == SEGV_ACCERR && ours {
-        let parent = FORK_PARENT.load(Acquire);
-        // SAFETY: plain system call (async-signal-safe).
-        if parent != 0 && unsafe { libc::getpid() } != parent {
-            let copy = CHILD_COPY.load(Relaxed);
-            // SAFETY: stored by `fork_begin` as a `fn()`.
-            let copy = unsafe { core::mem::transmute::<usize, fn()>(copy) };
-            copy();
-            return;
-        }
-        wait_for_copy();
-        return;
+    if code != SEGV_ACCERR || !ours {
+        return false;
     }
-    // SAFETY: the handler that was there before, called as it asked.
-    unsafe { chain(sig, info, ctx) };
+    let parent = FORK_PARENT.load(Acquire);
+    // SAFETY: plain system call (async-signal-safe).
+    if parent != 0 && unsafe { libc::getpid() } != parent {
+        let copy = CHILD_COPY.load(Relaxed);
+        // SAFETY: stored by `fork_begin` as a `fn()`.
+        let copy = unsafe { core::mem::transmute::<usize, fn()>(copy) };
+        copy();
+        return true;
+    }
+    wait_for_copy();
+    true
 }
 
 /// Waits while the barrier is up (the fault's page is being copied).
@@ -219,35 +191,4 @@ fn wait_for_copy() {
     }
     WAITS.fetch_add(1, Relaxed);
     LONGEST_US.fetch_max(now_us().saturating_sub(start), Relaxed);
-}
-
-/// Passes a fault that is not the barrier's to the previous handler; with
-/// none, restores the default action so that the fault, retried, kills the
-/// process as it would have.
-///
-/// # Safety
-/// Called from the SIGSEGV handler with its arguments.
-unsafe fn chain(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
-    let h = PREVIOUS_HANDLER.load(Acquire);
-    if h == libc::SIG_DFL || h == libc::SIG_IGN {
-        // SAFETY: a zeroed sigaction is SIG_DFL; the faulting instruction
-        // runs again on return and the default action applies.
-        unsafe {
-            let dfl: libc::sigaction = core::mem::zeroed();
-            libc::sigaction(sig, &dfl, core::ptr::null_mut());
-        }
-        return;
-    }
-    // SAFETY: the previous handler, with the calling convention its flags
-    // say it has.
-    unsafe {
-        if PREVIOUS_FLAGS.load(Relaxed) & libc::SA_SIGINFO != 0 {
-            let f: extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void) =
-                core::mem::transmute(h);
-            f(sig, info, ctx);
-        } else {
-            let f: extern "C" fn(libc::c_int) = core::mem::transmute(h);
-            f(sig);
-        }
-    }
 }

@@ -3,8 +3,12 @@
 
 #[cfg(target_os = "linux")]
 pub(crate) mod barrier;
+#[cfg(target_os = "linux")]
+pub(crate) mod guard_pages;
 pub(crate) mod protect;
 pub(crate) mod random;
+#[cfg(target_os = "linux")]
+pub(crate) mod segv;
 #[cfg(target_os = "linux")]
 pub mod shared;
 pub mod source;

@@ -1,0 +1,361 @@
+//! The report of a bug in a guarded block: one line naming the kind and the
+//! address, then the stacks that matter, symbolized in the process.
+//!
+//! ```text
+//! pagewise: heap-buffer-overflow: write 0 bytes past the end of the 32-byte block at 0x7f2a3c001fe0 (address 0x7f2a3c002000), thread 4242
+//!   access (thread 4242):
+//!     #0 0x000055d0c0a01189 overflow_by_one+0x19 (/tmp/prog)
+//!     ...
+//!   allocated by thread 4242:
+//!     #0 0x000055d0c0a01170 make+0x10 (/tmp/prog)
+//! ```
+//!
+//! Written without allocating (into a static buffer, flushed to stderr) by
+//! one thread at a time; a bug found at a free aborts, a fault goes on to
+//! the handler that was there before pagewise's (so a crash reporter still
+//! sees it) or ends the process with the SIGSEGV.
+
+use core::fmt::{self, Write};
+use core::sync::atomic::{AtomicBool, AtomicU32, Ordering::*};
+
+use super::pool::{thread_id, Place, Pool, Stack, State};
+use super::symbol;
+use crate::profile::unwind;
+
+/// What went wrong.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// An access past a block's end (into the guard page after it).
+    Overflow,
+    /// An access before a block's start (into the guard page before it).
+    Underflow,
+    /// An access to a block after its free.
+    UseAfterFree,
+    /// A second free of a block.
+    DoubleFree,
+    /// A free of a pointer into the pool that does not start a live block.
+    InvalidFree,
+    /// Found at the free: the bytes between the block's end and its slot's
+    /// end were written.
+    OverflowAtFree,
+    /// An access to the pool that is near no block (a wild pointer).
+    Wild,
+}
+
+impl Kind {
+    /// The name on the report's first line (AddressSanitizer's names,
+    /// which tools and people already search for).
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::Overflow | Kind::OverflowAtFree => "heap-buffer-overflow",
+            Kind::Underflow => "heap-buffer-underflow",
+            Kind::UseAfterFree => "heap-use-after-free",
+            Kind::DoubleFree => "double-free",
+            Kind::InvalidFree => "invalid-free",
+            Kind::Wild => "wild-access",
+        }
+    }
+}
+
+/// Whether the faulting access read or wrote.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+// Which of them a target constructs depends on what its CPU says.
+#[allow(dead_code)]
+pub enum Access {
+    /// A read.
+    Read,
+    /// A write.
+    Write,
+    /// The CPU did not say (x86-64's always does).
+    Unknown,
+}
+
+impl Access {
+    fn name(self) -> &'static str {
+        match self {
+            Access::Read => "read",
+            Access::Write => "write",
+            Access::Unknown => "access",
+        }
+    }
+}
+
+/// The thread writing a report (0: none): one at a time, and a fault
+/// inside the reporter is not reported again.
+static REPORTER: AtomicU32 = AtomicU32::new(0);
+/// A fault was reported: later faults in the pool (the program's handler
+/// returned and the access ran again) go on unreported.
+static FAULT_REPORTED: AtomicBool = AtomicBool::new(false);
+
+/// Reports a bug found at a free (or `malloc_usable_size`) and aborts.
+/// `slot`: the slot whose records say more.
+#[cold]
+#[inline(never)]
+pub fn misuse(pool: &Pool, kind: Kind, addr: usize, slot: Option<usize>) -> ! {
+    if enter() {
+        let mut out = Out::new();
+        let _ = misuse_text(&mut out, pool, kind, addr, slot);
+        out.flush();
+    }
+    std::process::abort()
+}
+
+/// Reports a fault in the pool at `addr`, once; the caller then passes the
+/// fault on.
+#[cold]
+#[inline(never)]
+pub fn fault(pool: &Pool, addr: usize, access: Access, pc: usize) {
+    if FAULT_REPORTED.swap(true, AcqRel) || !enter() {
+        return;
+    }
+    let mut out = Out::new();
+    let _ = fault_text(&mut out, pool, addr, access, pc);
+    out.flush();
+    REPORTER.store(0, Release);
+}
+
+/// Takes the reporter's turn: false if this thread is already reporting
+/// (a fault inside the report). Another thread's report ends the process
+/// soon: wait for it.
+fn enter() -> bool {
+    let me = thread_id();
+    loop {
+        match REPORTER.compare_exchange(0, me, Acquire, Relaxed) {
+            Ok(_) => return true,
+            Err(t) if t == me => return false,
+            Err(_) => {
+                // SAFETY: plain system call.
+                unsafe { libc::sched_yield() };
+            }
+        }
+    }
+}
+
+fn misuse_text(
+    out: &mut Out,
+    pool: &Pool,
+    kind: Kind,
+    addr: usize,
+    slot: Option<usize>,
+) -> fmt::Result {
+    write!(out, "pagewise: {}: ", kind.name())?;
+    match (kind, slot) {
+        (Kind::DoubleFree, Some(i)) => {
+            let (start, size) = pool.record(i).block();
+            write!(
+                out,
+                "free of the {size}-byte block at {start:#x}, already freed"
+            )?;
+        }
+        (Kind::OverflowAtFree, Some(i)) => {
+            let (start, size) = pool.record(i).block();
+            write!(
+                out,
+                "the bytes after the {size}-byte block at {start:#x} were written \
+                 (found at its free)"
+            )?;
+        }
+        (_, Some(i)) => {
+            let (start, size) = pool.record(i).block();
+            let at = addr.wrapping_sub(start) as isize;
+            write!(
+                out,
+                "free of {addr:#x}, {} from the start of the {size}-byte block at {start:#x}",
+                Bytes(at.unsigned_abs())
+            )?;
+        }
+        (_, None) => write!(out, "free of {addr:#x}, which starts no block")?,
+    }
+    writeln!(out, ", thread {}", thread_id())?;
+    let mut frames = [0usize; unwind::DEPTH];
+    let n = unwind::capture(&mut frames, 0);
+    out.stack_here("free", &frames[..n])?;
+    if let Some(i) = slot {
+        let r = pool.record(i);
+        out.stack("allocated by", &r.alloc)?;
+        if kind == Kind::DoubleFree && r.state() == State::Freed {
+            out.stack("freed by", &r.free)?;
+        }
+    }
+    Ok(())
+}
+
+fn fault_text(out: &mut Out, pool: &Pool, addr: usize, access: Access, pc: usize) -> fmt::Result {
+    let (kind, slot) = blame(pool, addr);
+    write!(out, "pagewise: {}: {} ", kind.name(), access.name())?;
+    match slot {
+        Some(i) => {
+            let (start, size) = pool.record(i).block();
+            match kind {
+                Kind::Overflow => write!(out, "{} past the end of", Bytes(addr - (start + size)))?,
+                Kind::Underflow => write!(out, "{} before", Bytes(start - addr))?,
+                _ => write!(out, "{} into", Bytes(addr - start))?,
+            }
+            write!(
+                out,
+                " the {size}-byte block at {start:#x} (address {addr:#x})"
+            )?;
+        }
+        None => write!(out, "at {addr:#x}, near no block of the guard pool")?,
+    }
+    writeln!(out, ", thread {}", thread_id())?;
+    let mut frames = [0usize; unwind::DEPTH];
+    let n = unwind::capture(&mut frames, 0);
+    // The walk goes through the handler and the signal frame: the access
+    // is the frame at the faulting instruction.
+    match frames[..n]
+        .iter()
+        .position(|&f| pc != 0 && (f == pc || f == pc + 1))
+    {
+        Some(from) => out.stack_at("access", &frames[from..n], true)?,
+        // An unwinder that cannot cross the signal frame (musl's static
+        // libunwind): the faulting instruction alone.
+        None if pc != 0 => {
+            out.stack_at("access", &[pc], true)?;
+            writeln!(out, "    (the unwinder stops at the signal frame)")?;
+        }
+        None => out.stack_at("access", &frames[..n], false)?,
+    }
+    if let Some(i) = slot {
+        let r = pool.record(i);
+        out.stack("allocated by", &r.alloc)?;
+        if kind == Kind::UseAfterFree {
+            out.stack("freed by", &r.free)?;
+        }
+    }
+    Ok(())
+}
+
+/// The kind of a fault at `addr` in the pool, and the slot it is about.
+fn blame(pool: &Pool, addr: usize) -> (Kind, Option<usize>) {
+    match pool.place(addr) {
+        Place::Slot(i) => match pool.record(i).state() {
+            State::Unused => (Kind::Wild, None),
+            _ => (Kind::UseAfterFree, Some(i)),
+        },
+        Place::Guard(i) => {
+            // After slot i-1's block, or before slot i's: the nearer one
+            // that has a block.
+            let after = i
+                .checked_sub(1)
+                .filter(|&j| pool.record(j).state() != State::Unused)
+                .map(|j| (addr - block_end(pool, j), j));
+            let before = (i < pool.slots())
+                .then_some(i)
+                .filter(|&j| pool.record(j).state() != State::Unused)
+                .map(|j| (pool.record(j).block().0 - addr, j));
+            match (after, before) {
+                (Some((d, j)), Some((e, _))) if d < e => (Kind::Overflow, Some(j)),
+                (Some((_, j)), None) => (Kind::Overflow, Some(j)),
+                (_, Some((_, j))) => (Kind::Underflow, Some(j)),
+                (None, None) => (Kind::Wild, None),
+            }
+        }
+    }
+}
+
+/// A count of bytes, written `1 byte`, `2 bytes`.
+struct Bytes(usize);
+
+impl fmt::Display for Bytes {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.0 {
+            1 => f.write_str("1 byte"),
+            n => write!(f, "{n} bytes"),
+        }
+    }
+}
+
+fn block_end(pool: &Pool, i: usize) -> usize {
+    let (start, size) = pool.record(i).block();
+    start + size
+}
+
+/// The report's text: a static buffer (reports are one at a time), flushed
+/// to stderr when full and at the end.
+struct Out {
+    len: usize,
+}
+
+static mut BUF: [u8; 4096] = [0; 4096];
+
+impl Out {
+    fn new() -> Out {
+        Out { len: 0 }
+    }
+
+    fn buf(&mut self) -> &mut [u8; 4096] {
+        // SAFETY: one reporter at a time (`enter`), and an `Out` exists only
+        // inside its turn.
+        unsafe { &mut *core::ptr::addr_of_mut!(BUF) }
+    }
+
+    fn flush(&mut self) {
+        let len = self.len;
+        let b = &self.buf()[..len];
+        crate::fault::write_stderr(&[b]);
+        self.len = 0;
+    }
+
+    /// A stack kept in a record, headed `what thread N:`.
+    fn stack(&mut self, what: &str, s: &Stack) -> fmt::Result {
+        let mut frames = [0usize; unwind::DEPTH];
+        let n = s.read(&mut frames);
+        writeln!(self, "  {what} thread {}:", s.thread())?;
+        self.frames(&frames[..n], false)
+    }
+
+    /// The calling stack: the allocator's own frames left out.
+    fn stack_here(&mut self, what: &str, frames: &[usize]) -> fmt::Result {
+        writeln!(self, "  {what} (thread {}):", thread_id())?;
+        self.frames(frames, false)
+    }
+
+    /// The stack of an access; `exact`: the first frame is the faulting
+    /// instruction itself (not a return address).
+    fn stack_at(&mut self, what: &str, frames: &[usize], exact: bool) -> fmt::Result {
+        writeln!(self, "  {what} (thread {}):", thread_id())?;
+        self.frames(frames, exact)
+    }
+
+    fn frames(&mut self, frames: &[usize], exact: bool) -> fmt::Result {
+        // The innermost frames are the allocator's (malloc, free, their
+        // callees): the program's own come after.
+        let first = frames
+            .iter()
+            .position(|&f| !symbol::is_allocator(f.saturating_sub(1)))
+            .unwrap_or(0);
+        for (k, &f) in frames[first..].iter().enumerate() {
+            // A return address points after its call: look up the call.
+            let at = if exact && k == 0 {
+                f
+            } else {
+                f.saturating_sub(1)
+            };
+            write!(self, "    #{k} {f:#018x}")?;
+            match symbol::lookup(at) {
+                Some(s) => {
+                    write!(self, " ")?;
+                    symbol::write_name(self, s.name)?;
+                    writeln!(self, "+{:#x} ({})", at - s.start, s.object)?;
+                }
+                None => writeln!(self)?,
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Write for Out {
+    fn write_str(&mut self, s: &str) -> fmt::Result {
+        for &b in s.as_bytes() {
+            if self.len == 4096 {
+                self.flush();
+            }
+            let len = self.len;
+            self.buf()[len] = b;
+            self.len += 1;
+        }
+        Ok(())
+    }
+}
