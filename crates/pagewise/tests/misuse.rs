@@ -50,6 +50,14 @@ fn child_entry() {
                 a.dealloc(p, big);
                 a.dealloc(p, big);
             }
+            "big-slot-double" => {
+                // A size class whose thread cache holds one slot: the
+                // second free finds it full of the first.
+                let l = Layout::from_size_align(200_000, 8).unwrap();
+                let p = a.alloc(l);
+                a.dealloc(p, l);
+                a.dealloc(p, l);
+            }
             "huge-double" => {
                 let huge = Layout::from_size_align(64 << 20, 8).unwrap();
                 let p = a.alloc(huge);
@@ -317,6 +325,13 @@ fn immediate_double_free_aborts() {
 #[test]
 fn interior_pointer_aborts() {
     expect_abort("interior", "not the start of an allocation");
+}
+
+#[test]
+fn double_free_in_a_class_cached_one_slot_at_a_time_aborts_at_the_second_free() {
+    // Once passed the slot on to the transfer cache and cached it again:
+    // the process then ended normally with the slot in both.
+    expect_abort("big-slot-double", "pagewise: double free");
 }
 
 #[test]

@@ -249,6 +249,15 @@ impl ClassState {
         self.room.store(room - count, Relaxed);
     }
 
+    /// The most recently cached slot (null if none).
+    ///
+    /// # Safety
+    /// Owner only.
+    pub unsafe fn newest(&self) -> *mut Block {
+        // SAFETY: owner only (caller).
+        unsafe { *self.head.get() }
+    }
+
     /// Detaches all but the `keep` most recent cached slots as a list (the
     /// older ones, which the thread is least likely to want back), with
     /// their count: the caller frees each to its page, which counts it where

@@ -101,8 +101,16 @@ impl HeapCore {
         // SAFETY: owner only (caller), between operations; the page lists
         // are held for the flush and the maintenance.
         unsafe {
-            let mut l = self.lock_local();
             let keep = state.cached() / 2;
+            // A cache of one slot passes it all on. If that slot is the
+            // one being freed, this is its second free: passed on and
+            // cached again, it would be in two lists at once, each a
+            // valid free slot, and a program that ends before using both
+            // would never be told.
+            if keep == 0 && state.newest() == block {
+                misuse(Misuse::DoubleFree, block as usize);
+            }
+            let mut l = self.lock_local();
             if self.global {
                 self.pass_older(&mut l, class, keep);
             } else {
