@@ -12,7 +12,7 @@
 //! guard page), or, one time in two, against its start (an underflow runs
 //! into the previous one). The bytes between the block's end and the next
 //! guard page (fewer than its alignment) hold a pattern checked at the
-//! free. A freed slot is emptied and made inaccessible, and the slot freed
+//! free. A freed slot is made inaccessible, and the slot freed
 //! longest ago is reused first, so a use after free faults for as long as
 //! the pool can keep it.
 //!
@@ -302,7 +302,7 @@ impl Pool {
     }
 
     /// Frees the block of slot `i`, claimed by [`Pool::claim_live`]:
-    /// records the freeing stack, empties the slot and makes it
+    /// records the freeing stack and makes the slot
     /// inaccessible.
     pub fn release(&self, i: usize) {
         let r = self.record(i);
