@@ -171,7 +171,10 @@ impl Pool {
     /// Maps a pool of `slots` slots of `page` bytes; `None` if the OS
     /// refuses.
     pub fn map(page: usize, slots: usize) -> Option<Pool> {
-        let base = guard_pages::reserve((2 * slots + 1) * page)?;
+        // One page more, so that the slots can start at a multiple of the
+        // page (a mapping is aligned to the kernel's page only, which
+        // `page` may exceed).
+        let base = guard_pages::reserve((2 * slots + 2) * page)?.next_multiple_of(page);
         let records = guard_pages::map_records(slots * core::mem::size_of::<Record>())?;
         Some(Pool {
             base,
