@@ -84,6 +84,9 @@ pub struct GuardStats {
     pub live: usize,
     /// Blocks the pool can hold at once (0 until the first is guarded).
     pub slots: usize,
+    /// Whether the pool's inaccessible pages are the kernel's guard regions
+    /// (Linux 6.13 and later), rather than `mprotect`ed.
+    pub guard_regions: bool,
 }
 
 /// What the guard pool has done so far.
@@ -100,6 +103,7 @@ pub fn stats() -> GuardStats {
             allocations,
             live,
             slots: p.slots(),
+            guard_regions: p.mode() == crate::os::guard_pages::Mode::Regions,
         };
     }
     GuardStats::default()
@@ -178,7 +182,7 @@ mod live {
             {
                 return None;
             }
-            let Some(p) = Pool::map(crate::memory::layout::os_page(), super::slots()) else {
+            let Some(p) = Pool::map(crate::memory::layout::os_page(), super::slots(), false) else {
                 self.state.store(FAILED, Release);
                 return None;
             };

@@ -152,6 +152,7 @@ pub struct Pool {
     base: usize,
     page: usize,
     slots: usize,
+    mode: guard_pages::Mode,
     records: *const Record,
     /// Mixed into the choice of side (differs between runs).
     seed: u64,
@@ -168,18 +169,21 @@ static FREES: AtomicU64 = AtomicU64::new(1);
 static ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
 
 impl Pool {
-    /// Maps a pool of `slots` slots of `page` bytes; `None` if the OS
-    /// refuses.
-    pub fn map(page: usize, slots: usize) -> Option<Pool> {
+    /// Maps a pool of `slots` slots of `page` bytes (with `mprotect` if
+    /// `protect`, else the kernel's guard regions where it has them);
+    /// `None` if the OS refuses.
+    pub fn map(page: usize, slots: usize, protect: bool) -> Option<Pool> {
         // One page more, so that the slots can start at a multiple of the
         // page (a mapping is aligned to the kernel's page only, which
         // `page` may exceed).
-        let base = guard_pages::reserve((2 * slots + 2) * page)?.next_multiple_of(page);
+        let (base, mode) = guard_pages::reserve((2 * slots + 2) * page, protect)?;
+        let base = base.next_multiple_of(page);
         let records = guard_pages::map_records(slots * core::mem::size_of::<Record>())?;
         Some(Pool {
             base,
             page,
             slots,
+            mode,
             records: records as *const Record,
             seed: crate::os::random::random_word() as u64,
         })
@@ -188,6 +192,11 @@ impl Pool {
     /// The size of the reservation.
     pub fn len(&self) -> usize {
         (2 * self.slots + 1) * self.page
+    }
+
+    /// How it makes pages inaccessible.
+    pub fn mode(&self) -> guard_pages::Mode {
+        self.mode
     }
 
     /// How many blocks it can hold at once.
@@ -233,7 +242,7 @@ impl Pool {
         let slot = self.slot_start(i);
         let r = self.record(i);
         // SAFETY: a page-aligned slot of the reservation that we hold.
-        if !unsafe { guard_pages::open(slot, self.page) } {
+        if !unsafe { guard_pages::open(slot, self.page, self.mode) } {
             r.set(State::Freed);
             return core::ptr::null_mut();
         }
@@ -312,7 +321,7 @@ impl Pool {
         r.free.take();
         r.freed_at.store(FREES.fetch_add(1, Relaxed), Relaxed);
         // SAFETY: our claimed slot, its block freed.
-        unsafe { guard_pages::close(self.slot_start(i), self.page) };
+        unsafe { guard_pages::close(self.slot_start(i), self.page, self.mode) };
         r.set(State::Freed);
     }
 
@@ -334,10 +343,51 @@ mod tests {
         assert!(SLOTS * core::mem::size_of::<Record>() < 70 << 10);
     }
 
+    /// Whether the kernel can read a byte at `addr` (a write of it into a
+    /// pipe fails with EFAULT otherwise): a probe that cannot fault.
+    fn readable(addr: usize) -> bool {
+        let mut fds = [0; 2];
+        // SAFETY: plain system calls on our own pipe.
+        unsafe {
+            assert_eq!(libc::pipe(fds.as_mut_ptr()), 0);
+            let n = libc::write(fds[1], addr as *const libc::c_void, 1);
+            libc::close(fds[0]);
+            libc::close(fds[1]);
+            n == 1
+        }
+    }
+
+    #[test]
+    fn a_live_block_is_readable_and_its_guards_and_freed_slot_are_not() {
+        let page = crate::memory::layout::os_page();
+        for protect in [false, true] {
+            let pool = Pool::map(page, 2, protect).unwrap();
+            let p = pool.alloc(32, 16) as usize;
+            let Place::Slot(i) = pool.place(p) else {
+                panic!()
+            };
+            let slot = pool.slot_start(i);
+            assert!(readable(p) && readable(slot) && readable(slot + page - 1));
+            assert!(!readable(slot - 1) && !readable(slot + page), "guard pages");
+            assert!(pool.claim_live(i));
+            pool.release(i);
+            assert!(!readable(p) && !readable(slot), "freed ({protect})");
+        }
+    }
+
     #[test]
     fn blocks_sit_against_either_side_and_slots_are_reused_oldest_first() {
+        for protect in [false, true] {
+            sides_and_reuse(protect);
+        }
+    }
+
+    fn sides_and_reuse(protect: bool) {
         let page = crate::memory::layout::os_page();
-        let pool = Pool::map(page, 4).unwrap();
+        let pool = Pool::map(page, 4, protect).unwrap();
+        if protect {
+            assert_eq!(pool.mode(), guard_pages::Mode::Protect);
+        }
         let (mut left, mut right) = (0, 0);
         for _ in 0..64 {
             let p = pool.alloc(24, 16) as usize;

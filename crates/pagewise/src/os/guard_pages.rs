@@ -1,17 +1,60 @@
 //! The guard pool's pages ([`crate::guard`]): one reservation that is
 //! inaccessible except for the slots handed out, each opened while its
 //! block lives and closed (made inaccessible) when it is freed. Linux only.
+//!
+//! Two ways, chosen once when the pool is reserved:
+//! - *guard regions* (`MADV_GUARD_INSTALL` and `MADV_GUARD_REMOVE`, Linux
+//!   6.13 and later): the reservation is one writable mapping whose
+//!   inaccessible pages are markers in the page tables. Opening or closing
+//!   a slot changes no mapping, so it is cheaper and the pool stays one
+//!   mapping however many slots it has (`mprotect` of one page in the
+//!   middle of a mapping splits it in three, and a process may hold only
+//!   `vm.max_map_count` of them, 65,530 by default). Closing a slot gives
+//!   its page back.
+//! - `mprotect`, where the kernel does not know guard regions (or an
+//!   emulator does not pass them on): the reservation is inaccessible, and a
+//!   slot is made readable and writable while its block lives. A closed
+//!   slot's page stays resident (at most one per slot).
+
+const MADV_GUARD_INSTALL: libc::c_int = 102;
+const MADV_GUARD_REMOVE: libc::c_int = 103;
+
+/// How a reservation makes its pages inaccessible.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// Guard regions in the page tables (Linux 6.13 and later).
+    Regions,
+    /// `mprotect`.
+    Protect,
+}
 
 /// Reserves `len` bytes of inaccessible address space (no memory is
-/// committed); `None` if the OS refuses.
-pub fn reserve(len: usize) -> Option<usize> {
+/// committed), with guard regions where the kernel has them (unless
+/// `protect` asks for `mprotect`); `None` if the OS refuses.
+pub fn reserve(len: usize, protect: bool) -> Option<(usize, Mode)> {
+    let p = map(len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_NORESERVE)?;
+    // SAFETY: our fresh mapping, nothing in it yet.
+    if !protect && unsafe { libc::madvise(p as *mut libc::c_void, len, MADV_GUARD_INSTALL) } == 0 {
+        return Some((p, Mode::Regions));
+    }
+    // SAFETY: as above.
+    if unsafe { libc::mprotect(p as *mut libc::c_void, len, libc::PROT_NONE) } == 0 {
+        return Some((p, Mode::Protect));
+    }
+    // SAFETY: our mapping, unused.
+    unsafe { libc::munmap(p as *mut libc::c_void, len) };
+    None
+}
+
+/// A fresh private anonymous mapping.
+fn map(len: usize, prot: libc::c_int, flags: libc::c_int) -> Option<usize> {
     // SAFETY: a fresh anonymous mapping; no existing memory is touched.
     let p = unsafe {
         libc::mmap(
             core::ptr::null_mut(),
             len,
-            libc::PROT_NONE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+            prot,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | flags,
             -1,
             0,
         )
@@ -22,43 +65,39 @@ pub fn reserve(len: usize) -> Option<usize> {
 /// Maps `len` bytes of zeroed, writable memory for the pool's own records
 /// (never reachable from a block: it is a mapping of its own).
 pub fn map_records(len: usize) -> Option<usize> {
-    // SAFETY: a fresh anonymous mapping.
-    let p = unsafe {
-        libc::mmap(
-            core::ptr::null_mut(),
-            len,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-            -1,
-            0,
-        )
-    };
-    (p != libc::MAP_FAILED).then_some(p as usize)
+    map(len, libc::PROT_READ | libc::PROT_WRITE, 0)
 }
 
 /// Makes the slot `addr..addr+len` readable and writable.
 ///
 /// # Safety
-/// A page-aligned range of the reservation, whose slot nobody else holds.
-pub unsafe fn open(addr: usize, len: usize) -> bool {
+/// A page-aligned range of a reservation made in `mode`, whose slot
+/// nobody else holds.
+pub unsafe fn open(addr: usize, len: usize, mode: Mode) -> bool {
+    let a = addr as *mut libc::c_void;
     // SAFETY: per the caller.
     unsafe {
-        libc::mprotect(
-            addr as *mut libc::c_void,
-            len,
-            libc::PROT_READ | libc::PROT_WRITE,
-        ) == 0
+        if mode == Mode::Regions {
+            libc::madvise(a, len, MADV_GUARD_REMOVE) == 0
+        } else {
+            libc::mprotect(a, len, libc::PROT_READ | libc::PROT_WRITE) == 0
+        }
     }
 }
 
-/// Makes the slot `addr..addr+len` inaccessible. Its memory stays
-/// resident (at most the pool's slots): emptying it too would cost a
-/// system call and a page fault at each reuse, a fifth of a guarded
-/// block's cost, for a few pages.
+/// Makes the slot `addr..addr+len` inaccessible (with guard regions, its
+/// page also goes back to the OS).
 ///
 /// # Safety
 /// As [`open`]; the block in the slot is no longer live.
-pub unsafe fn close(addr: usize, len: usize) -> bool {
+pub unsafe fn close(addr: usize, len: usize, mode: Mode) -> bool {
+    let a = addr as *mut libc::c_void;
     // SAFETY: per the caller.
-    unsafe { libc::mprotect(addr as *mut libc::c_void, len, libc::PROT_NONE) == 0 }
+    unsafe {
+        if mode == Mode::Regions {
+            libc::madvise(a, len, MADV_GUARD_INSTALL) == 0
+        } else {
+            libc::mprotect(a, len, libc::PROT_NONE) == 0
+        }
+    }
 }
