@@ -106,6 +106,27 @@ fn child_entry() {
             release(p, 48);
         }
         "behaves" => behaves(),
+        "fork" => {
+            // A block freed before the fork is still guarded in the child,
+            // and the child's own blocks are guarded too.
+            let p = right_aligned(32);
+            release(p, 32);
+            // SAFETY: the child only allocates, reads and exits.
+            let pid = unsafe { libc::fork() };
+            if pid == 0 {
+                let q = right_aligned(32);
+                release(q, 32);
+                black_box(read_after_free(p));
+                // SAFETY: plain exit of the child (not reached).
+                unsafe { libc::_exit(0) };
+            }
+            let mut status = 0;
+            // SAFETY: our child.
+            unsafe { libc::waitpid(pid, &mut status, 0) };
+            assert!(libc::WIFSIGNALED(status), "status {status}");
+            assert_eq!(libc::WTERMSIG(status), libc::SIGSEGV);
+            eprintln!("fork: ok");
+        }
         _ => panic!("unknown case {case}"),
     }
 }
@@ -239,6 +260,22 @@ fn a_use_after_free_in_rust_names_the_free() {
         "{}",
         r.stderr
     );
+}
+
+#[test]
+fn a_forked_child_keeps_the_guards() {
+    if reexec::emulated() {
+        return; // qemu-user: see the stress tests' forks
+    }
+    let r = run_case("fork", "1");
+    assert!(r.success, "{}", r.stderr);
+    assert!(
+        r.stderr
+            .contains("pagewise: heap-use-after-free: read 3 bytes into the 32-byte block"),
+        "{}",
+        r.stderr
+    );
+    assert!(r.stderr.contains("fork: ok"), "{}", r.stderr);
 }
 
 #[test]
