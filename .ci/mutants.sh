@@ -63,7 +63,8 @@ for f in $FILES; do file_args+=(--file "$f"); done
 
 # The tests that see these files fail, and nothing slower: the unit tests
 # (the thread cache, the free-slot keys, lookup_page's offset check), the
-# misuse aborts (double frees on every path), the hollow pages, the thread
+# misuse aborts (double frees on every path), the guard pool's frees and
+# usable sizes, the hollow pages, the thread
 # cache and transfer cache counts, turnover's syscall counts, the heap on
 # the fake page source, stats() over pending remote frees, and the stress
 # at reduced work (no forks, 5,000 operations per thread; its test of many
@@ -75,7 +76,7 @@ for f in $FILES; do file_args+=(--file "$f"); done
 # a caught mutant usually costs a build and the unit tests; a missed one
 # costs all of them (about 15 s).
 targets=(--lib --test misuse --test hollow --test cache --test transfer
-    --test turnover --test miri_heap --test pending_remote --test stress)
+    --test turnover --test miri_heap --test pending_remote --test stress --test guard)
 cargo_args=()
 for t in "${targets[@]}"; do cargo_args+=("--cargo-arg=$t"); done
 export PAGEWISE_STRESS_OPS=${PAGEWISE_STRESS_OPS:-5000} PAGEWISE_STRESS_FORKS=0
