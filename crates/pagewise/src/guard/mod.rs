@@ -3,7 +3,7 @@
 //!
 //! With `PAGEWISE_GUARD_SAMPLE=N`, about one allocation in `N` of at most
 //! an OS page (by the global allocator and `libpagewise.so`) goes to a small
-//! pool of slots ([`pool`]), each an OS page between two inaccessible ones:
+//! pool of slots, each an OS page between two inaccessible ones:
 //! the block sits against the end of its slot, or one time in two against
 //! its start, and its slot is made inaccessible when it is freed and reused
 //! last. A bug in such a block stops the program where it happens, with
