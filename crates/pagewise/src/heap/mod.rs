@@ -212,6 +212,11 @@ pub struct HeapCore {
     /// Bytes purged inside such pages so far (cumulative; page lists held).
     pub hollowed: Counter,
     source: *const dyn PageSource,
+    /// The transfer cache a global heap passes batches through (the
+    /// process's [`GLOBAL`](crate::memory::transfer::GLOBAL); null for an
+    /// owned heap, whose slots never leave it). A field, not the static
+    /// named in place, so a test can run heaps on a cache of its own.
+    transfer: *const crate::memory::transfer::Transfer,
     reservations: *const Locked<Reservations>,
     budget: *const Budget,
     /// Retention policy (changeable at run time: `options::set`).
@@ -275,6 +280,11 @@ impl HeapCore {
             hollow_bytes: Counter::zero(),
             hollowed: Counter::zero(),
             source,
+            transfer: if global {
+                &crate::memory::transfer::GLOBAL
+            } else {
+                core::ptr::null()
+            },
             reservations,
             budget,
             config: LiveConfig::new(config),
