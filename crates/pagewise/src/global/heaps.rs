@@ -29,7 +29,7 @@ use crate::heap::hollow::Hollow;
 use crate::heap::{Access, HeapCore, Local};
 use crate::memory::reservation::Reservations;
 use crate::os::source::{PageSource, SystemPages};
-use crate::sync::lock::Locked;
+use crate::sync::lock::{Flag, Locked};
 use crate::sync::word::Word;
 use core::ptr::null_mut;
 use core::sync::atomic::{AtomicPtr, AtomicU8, Ordering::*};
@@ -111,20 +111,59 @@ pub fn thread_id() -> usize {
 /// A heap for the calling thread: an abandoned one adopted whole, else a
 /// new one. Null only when out of memory. The caller owns it.
 pub fn take_heap() -> *mut HeapCore {
-    match pop_abandoned() {
-        Some(h) => {
-            adopt(h);
-            h
-        }
-        None => create().unwrap_or(null_mut()),
-    }
+    let adopted = adopt_abandoned(
+        &ABANDONED_LIST,
+        // SAFETY: abandoned heaps are live (never freed) and linked
+        // through `next_abandoned`, read under the list's lock.
+        |h: *mut HeapCore| unsafe { (*h).next_abandoned.load(Relaxed) },
+        // SAFETY: heaps are never freed.
+        |h| unsafe { &(*h).owner },
+        thread_id(),
+    );
+    adopted.unwrap_or_else(|| create().unwrap_or(null_mut()))
 }
 
-/// Makes an abandoned heap, just taken off the list, the calling thread's,
-/// waiting out a visit in progress.
-fn adopt(h: *mut HeapCore) {
-    // SAFETY: heaps are never freed.
-    claim_for_owner(unsafe { &(*h).owner }, thread_id());
+/// Takes the most recently abandoned heap off `list` (the head's address,
+/// 0 for none; `next` reads a heap's link, under the list's lock) and
+/// makes it `me`'s: its `owner` word goes from [`ABANDONED`] to `me`,
+/// waiting out a visit in progress. Generic over the lock's flag and the
+/// owner word, so the loom model at the end of this file runs it.
+pub(crate) fn adopt_abandoned<'h, T: 'h, F: Flag, W: Word + 'h>(
+    list: &Locked<usize, F>,
+    next: impl FnOnce(*mut T) -> *mut T,
+    owner: impl FnOnce(*mut T) -> &'h W,
+    me: usize,
+) -> Option<*mut T> {
+    let h = {
+        let mut head = list.lock();
+        let h = *head as *mut T;
+        if h.is_null() {
+            return None;
+        }
+        *head = next(h) as usize;
+        h
+    };
+    claim_for_owner(owner(h), me);
+    Some(h)
+}
+
+/// The owner's hand-over of a heap it gives up, after its last act on the
+/// heap's owner-only state: the owner word goes to [`ABANDONED`] (Release:
+/// those last writes are visible to whoever claims the heap next, an
+/// adopter or a visitor, both with Acquire), then the heap goes on `list`
+/// (`link(h, head)` writes its link, under the list's lock), where the
+/// next thread to start finds it. Generic as [`adopt_abandoned`].
+pub(crate) fn hand_on<T, F: Flag, W: Word>(
+    owner: &W,
+    list: &Locked<usize, F>,
+    h: *mut T,
+    link: impl FnOnce(*mut T, *mut T),
+) {
+    owner.store(ABANDONED, Release);
+    crate::sync::perturb::point();
+    let mut head = list.lock();
+    link(h, *head as *mut T);
+    *head = h as usize;
 }
 
 /// Takes an `owner` word from [`ABANDONED`] to `me`, waiting while a
@@ -161,25 +200,16 @@ pub(crate) fn end_visit<W: Word>(owner: &W) {
 /// # Safety
 /// The calling thread owns `h` and does not use it afterwards.
 pub unsafe fn abandon(h: *mut HeapCore) {
-    // SAFETY: per the caller; `abandon` ends with the owner set to ABANDONED.
-    unsafe { (*h).abandon() };
-    crate::sync::perturb::point();
-    let mut head = ABANDONED_LIST.lock();
-    // SAFETY: `h` is not on the list (its owner just let it go); the list
-    // lock serialises the link.
-    unsafe { (*h).next_abandoned.store(*head as *mut HeapCore, Relaxed) };
-    *head = h as usize;
-}
-
-fn pop_abandoned() -> Option<*mut HeapCore> {
-    let mut head = ABANDONED_LIST.lock();
-    let h = *head as *mut HeapCore;
-    if h.is_null() {
-        return None;
+    // SAFETY: per the caller; the heap's owner-only state is done with
+    // after `abandon`, and `h` is never freed.
+    unsafe {
+        (*h).abandon();
+        hand_on(&(*h).owner, &ABANDONED_LIST, h, |h, head| {
+            // `h` is not on the list (its owner just let it go); the list
+            // lock serialises the link.
+            (*h).next_abandoned.store(head, Relaxed)
+        });
     }
-    // SAFETY: abandoned heaps are live and linked through `next_abandoned`.
-    *head = unsafe { (*h).next_abandoned.load(Relaxed) } as usize;
-    Some(h)
 }
 
 fn create() -> Option<*mut HeapCore> {
@@ -367,10 +397,15 @@ pub fn visit_all(
 mod loom_model {
     //! The claim protocol under every interleaving loom finds: an adopter
     //! and visitors never hold a heap at once, and the adopter always gets
-    //! it. The heap's owner-only state is a loom cell, so loom reports any
-    //! overlap as a data race.
+    //! it; and a thread's exit handing its heap on (`hand_on`, as
+    //! `abandon` does) to a thread starting meanwhile (`adopt_abandoned`,
+    //! as `take_heap` does) past a visitor, on the allocator's functions
+    //! and list lock. The heap's owner-only state and its list link are
+    //! loom cells, so loom reports any overlap, or a write of the exiting
+    //! owner not visible to the next holder, as a data race.
     use super::*;
     use loom::cell::UnsafeCell;
+    use crate::sync::lock::ModelFlag;
     use loom::sync::atomic::AtomicUsize;
     use loom::sync::Arc;
 
@@ -407,6 +442,111 @@ mod loom_model {
             assert_eq!(h.owner.load(Relaxed), 7, "the adopter owns it");
             let s = h.state.with(|s| unsafe { *s });
             assert_eq!(s % 10, 1, "the adopter ran once: {s}");
+        });
+    }
+
+    /// A heap of the list: its owner word, its link on the abandoned list
+    /// and its owner-only state.
+    struct Listed {
+        owner: AtomicUsize,
+        next: UnsafeCell<*mut Listed>,
+        state: UnsafeCell<usize>,
+    }
+
+    struct World {
+        list: Locked<usize, ModelFlag>,
+        heap: Listed,
+    }
+
+    // SAFETY: the raw link is the heap's identity, followed only through
+    // loom's cells under the list's lock.
+    unsafe impl Send for World {}
+    // SAFETY: as above.
+    unsafe impl Sync for World {}
+
+    impl World {
+        fn heap_ptr(&self) -> *mut Listed {
+            &self.heap as *const Listed as *mut Listed
+        }
+
+        /// The heap's thread writes its state one last time and exits.
+        fn exit(&self) {
+            // SAFETY: loom checks the access; the thread owns the heap.
+            self.heap.state.with_mut(|s| unsafe { *s += 1 });
+            hand_on(&self.heap.owner, &self.list, self.heap_ptr(), |h, head| {
+                // SAFETY: loom checks the access (`h` is `self.heap`).
+                unsafe { (*h).next.with_mut(|n| *n = head) }
+            });
+        }
+
+        /// A thread starts: adopts the abandoned heap if it is listed.
+        fn start(&self, me: usize) -> bool {
+            let got = adopt_abandoned(
+                &self.list,
+                // SAFETY: loom checks the access (`h` is `self.heap`).
+                |h: *mut Listed| unsafe { (*h).next.with(|n| *n) },
+                // SAFETY: `h` is `self.heap`.
+                |h| unsafe { &(*h).owner },
+                me,
+            );
+            if let Some(h) = got {
+                assert_eq!(h, self.heap_ptr());
+                // SAFETY: loom checks the access; adopted.
+                self.heap.state.with_mut(|s| unsafe { *s += 100 });
+            }
+            got.is_some()
+        }
+
+        /// A visit of an abandoned heap (the purger, `trim()`).
+        fn visit(&self) -> bool {
+            let claimed = claim_for_visit(&self.heap.owner);
+            if claimed {
+                // SAFETY: loom checks the access; claimed.
+                self.heap.state.with_mut(|s| unsafe { *s += 10 });
+                end_visit(&self.heap.owner);
+            }
+            claimed
+        }
+    }
+
+    /// A heap's thread exits while a thread starts and a visitor passes:
+    /// the heap goes to the starting thread if it was listed by then, the
+    /// visitor sees it only between the two, and each sees every write of
+    /// the one before. (The weakened orderings the models catch are listed
+    /// in docs/testing.md.)
+    #[test]
+    fn an_exiting_thread_hands_its_heap_to_a_starting_one_past_a_visitor() {
+        loom::model(|| {
+            let w = Arc::new(World {
+                list: Locked::new_model(0),
+                heap: Listed {
+                    owner: AtomicUsize::new(5),
+                    next: UnsafeCell::new(null_mut()),
+                    state: UnsafeCell::new(0),
+                },
+            });
+            let exiting = {
+                let w = w.clone();
+                loom::thread::spawn(move || w.exit())
+            };
+            let visitor = {
+                let w = w.clone();
+                loom::thread::spawn(move || w.visit())
+            };
+            let adopted = w.start(7);
+            exiting.join().unwrap();
+            let visited = visitor.join().unwrap();
+            let owner = w.heap.owner.load(Relaxed);
+            // SAFETY: loom checks the access; every thread is joined.
+            let state = w.heap.state.with(|s| unsafe { *s });
+            let listed = *w.list.lock() != 0;
+            if adopted {
+                assert_eq!((owner, listed), (7, false), "the starting thread's");
+            } else {
+                assert_eq!((owner, listed), (ABANDONED, true), "left listed");
+            }
+            let want = 1 + 100 * adopted as usize + 10 * visited as usize;
+            assert_eq!(state, want);
         });
     }
 }

@@ -178,10 +178,11 @@ impl HeapCore {
     }
 
     /// Prepares the heap to be left without an owner (its thread exited):
-    /// empty pages go back to the span pool, to be purged by decay.
+    /// empty pages go back to the span pool, to be purged by decay. The
+    /// caller then hands the heap on (`global::heaps::abandon`).
     ///
     /// # Safety
-    /// Owner only, as its last act.
+    /// Owner only, as its last act on the heap's owner-only state.
     pub unsafe fn abandon(&self) {
         {
             let mut l = self.lock_local();
@@ -199,7 +200,6 @@ impl HeapCore {
                 self.release_empty_pages(&mut l, Access::Owner, Hollow::Never);
             }
         }
-        self.owner.store(crate::global::heaps::ABANDONED, Release);
     }
 
     /// Checks every slot in the thread caches, changing nothing: aborts on
