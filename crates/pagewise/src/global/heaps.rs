@@ -372,25 +372,38 @@ pub fn visit_all(
 ) {
     let _pass = VISITS.lock();
     for_each_heap(|h| {
-        if core::ptr::eq(h, skip) {
-            return;
-        }
-        if claim_for_visit(&h.owner) {
-            f(h, &mut h.lock_local(), Access::Owner);
-            end_visit(&h.owner);
-            return;
-        }
-        // Alive, or being adopted: either way its thread owns the current
-        // pages and caches, and a visitor's rights are a subset of an
-        // owner's whatever happens to the owner word meanwhile.
-        let lists = match busy {
-            Busy::Wait => Some(h.lock_local()),
-            Busy::Skip => h.try_lock_local(),
-        };
-        if let Some(mut l) = lists {
-            f(h, &mut l, Access::Visitor);
+        if !core::ptr::eq(h, skip) {
+            visit_one(&h.owner, h.local_lock(), busy, |l, who| f(h, l, who));
         }
     });
+}
+
+/// The visit of one heap, whose owner word is `owner` and page lists
+/// `lists`: an abandoned heap claimed as its owner (`Access::Owner`), a
+/// heap whose thread is alive with its page lists only (`Access::Visitor`),
+/// waited for or skipped as `busy` says. Generic over the owner word and
+/// the lock's flag, so the loom model of `heap/current.rs` runs it.
+pub(crate) fn visit_one<L, F: Flag, W: Word>(
+    owner: &W,
+    lists: &Locked<L, F>,
+    busy: Busy,
+    f: impl FnOnce(&mut L, Access),
+) {
+    if claim_for_visit(owner) {
+        f(&mut lists.lock(), Access::Owner);
+        end_visit(owner);
+        return;
+    }
+    // Alive, or being adopted: either way its thread owns the current
+    // pages and caches, and a visitor's rights are a subset of an owner's
+    // whatever happens to the owner word meanwhile.
+    let held = match busy {
+        Busy::Wait => Some(lists.lock()),
+        Busy::Skip => lists.try_lock(),
+    };
+    if let Some(mut l) = held {
+        f(&mut l, Access::Visitor);
+    }
 }
 
 #[cfg(all(test, loom))]
@@ -404,8 +417,8 @@ mod loom_model {
     //! loom cells, so loom reports any overlap, or a write of the exiting
     //! owner not visible to the next holder, as a data race.
     use super::*;
-    use loom::cell::UnsafeCell;
     use crate::sync::lock::ModelFlag;
+    use loom::cell::UnsafeCell;
     use loom::sync::atomic::AtomicUsize;
     use loom::sync::Arc;
 

@@ -141,7 +141,7 @@ impl HeapCore {
             if self.class(class).sample_due() {
                 return self.alloc_sampled(class, size, align);
             }
-            let page = self.direct.get_unchecked(class).load(Relaxed);
+            let page: *mut Page = self.direct.get_unchecked(class);
             if (*page).has_free() {
                 return self.pop(page, class, size);
             }

@@ -132,7 +132,7 @@ impl HeapCore {
                 let mut p = l.queues[class].head;
                 while !p.is_null() {
                     let next = (*p).next;
-                    if (who == Access::Owner || !self.is_current(p))
+                    if self.direct.may_touch(who, class, p)
                         && !self.collect_and_release_if_empty(l, p)
                     {
                         self.hollow_and_uncharge(p, hollow);
@@ -274,90 +274,5 @@ impl HeapCore {
         self.publish(&mut spans, now);
         self.next_deadline.store(next.unwrap_or(u64::MAX), Relaxed);
         true
-    }
-}
-
-#[cfg(all(test, loom))]
-mod loom_model {
-    //! Visiting a live heap, under every interleaving loom finds: the owner
-    //! touches its current page without a lock (the fast paths) and changes
-    //! which page is current only with its page lists held (the slow
-    //! paths); a visitor holds the page lists and touches only the pages
-    //! that are not current. Pages are loom cells, so loom reports any
-    //! access of the owner's fast path and a visitor to one page that no
-    //! lock orders as a data race. The page lists' lock is the allocator's
-    //! `Locked` (`sync/lock.rs`) on loom's atomics; the fast path, the slow
-    //! path and the visit are models of `HeapCore`'s (which needs a whole
-    //! heap), reduced to which page each touches.
-    use crate::sync::lock::{Locked, ModelFlag};
-    use core::sync::atomic::Ordering::*;
-    use loom::cell::UnsafeCell;
-    use loom::sync::atomic::AtomicUsize;
-    use loom::sync::Arc;
-
-    struct Heap {
-        lists: Locked<(), ModelFlag>,
-        current: AtomicUsize,
-        pages: [UnsafeCell<u32>; 2],
-    }
-
-    impl Heap {
-        /// The fast path: the current page, no lock.
-        fn fast(&self) {
-            let c = self.current.load(Relaxed);
-            // SAFETY: the current page is the owner's alone.
-            self.pages[c].with_mut(|v| unsafe { *v += 1 });
-        }
-        /// A slow path: a new current page, the old one touched (queued).
-        fn slow(&self) {
-            let _lists = self.lists.lock();
-            let old = self.current.load(Relaxed);
-            // SAFETY: the owner, with the page lists held.
-            self.pages[old].with_mut(|v| unsafe { *v += 100 });
-            self.current.store(1 - old, Relaxed);
-        }
-        /// A visit: every page but the current one.
-        fn visit(&self, wait: bool) {
-            let _lists = if wait {
-                self.lists.lock()
-            } else {
-                match self.lists.try_lock() {
-                    Some(g) => g,
-                    None => return,
-                }
-            };
-            let other = 1 - self.current.load(Relaxed);
-            // SAFETY: with the lists held, a page not current is no one
-            // else's.
-            self.pages[other].with_mut(|v| unsafe { *v += 10 });
-        }
-    }
-
-    fn model(wait: bool) {
-        loom::model(move || {
-            let h = Arc::new(Heap {
-                lists: Locked::new_model(()),
-                current: AtomicUsize::new(0),
-                pages: [UnsafeCell::new(0), UnsafeCell::new(0)],
-            });
-            let visitor = {
-                let h = h.clone();
-                loom::thread::spawn(move || h.visit(wait))
-            };
-            h.fast();
-            h.slow();
-            h.fast();
-            visitor.join().unwrap();
-        });
-    }
-
-    #[test]
-    fn a_purger_visit_never_meets_the_owner_on_a_page() {
-        model(false);
-    }
-
-    #[test]
-    fn a_trim_visit_never_meets_the_owner_on_a_page() {
-        model(true);
     }
 }

@@ -13,10 +13,12 @@
 //! The files of this folder, by direction of travel: `alloc.rs`, `free.rs`,
 //! `remote.rs` (frees across threads), `large.rs` (large and huge objects,
 //! realloc), `maintenance.rs` (maintenance, trim, abandon), `hollow.rs`
-//! (free OS pages inside pages in use), `cache.rs` (the thread cache).
+//! (free OS pages inside pages in use), `cache.rs` (the thread cache),
+//! `current.rs` (the current pages, and who may touch a page).
 
 pub(crate) mod alloc;
 pub(crate) mod cache;
+pub(crate) mod current;
 pub(crate) mod free;
 pub(crate) mod hollow;
 pub(crate) mod large;
@@ -179,9 +181,10 @@ impl PageCounts {
 /// One heap. Lives in memory from the page source (never the global
 /// allocator) at a fixed address: pages point back to it.
 pub struct HeapCore {
-    /// The current page of each class. Atomic only so that `stats()` can
-    /// read it from another thread; the owner uses plain loads and stores.
-    direct: [AtomicPtr<Page>; CLASSES],
+    /// The current page of each class (`current.rs`). Atomic only so that
+    /// `stats()` can read it from another thread; the owner uses plain
+    /// loads and stores.
+    direct: current::CurrentPages<AtomicPtr<Page>, CLASSES>,
     /// The page lists, and with them every page but the current ones.
     local: Locked<Local>,
     /// Frees from other threads into pages on the full list.
@@ -261,7 +264,7 @@ impl HeapCore {
         // Before any slot of any heap can be freed.
         crate::memory::block::init_secret();
         let heap = HeapCore {
-            direct: [const { AtomicPtr::new(null_mut()) }; CLASSES],
+            direct: current::CurrentPages::new([const { AtomicPtr::new(null_mut()) }; CLASSES]),
             local: Locked::new(Local {
                 queues: [Queue::EMPTY; CLASSES],
                 full: Queue::EMPTY,
@@ -297,8 +300,8 @@ impl HeapCore {
             // SAFETY: the source outlives the heap (the caller's contract).
             shuffle_carving: unsafe { (*source).sharing().is_some() },
         };
-        for d in &heap.direct {
-            d.store(empty_page(), Relaxed);
+        for class in 0..CLASSES {
+            heap.direct.set(class, empty_page());
         }
         // SAFETY: per the caller.
         unsafe {
@@ -320,12 +323,12 @@ impl HeapCore {
 
     #[inline]
     fn current_page(&self, class: usize) -> *mut Page {
-        self.direct[class].load(Relaxed)
+        self.direct.get(class)
     }
 
     #[inline]
     fn set_current_page(&self, class: usize, page: *mut Page) {
-        self.direct[class].store(page, Relaxed);
+        self.direct.set(class, page);
     }
 
     /// Per class: 1 if the class's current page holds no live slot.
@@ -385,7 +388,8 @@ impl HeapCore {
         self.local.try_lock()
     }
 
-    /// The page lists' lock itself, for the fork handlers.
+    /// The page lists' lock itself, for the fork handlers and a visit
+    /// (`global::heaps::visit_one`).
     pub(crate) fn local_lock(&self) -> &Locked<Local> {
         &self.local
     }

@@ -60,7 +60,7 @@ impl HeapCore {
                 |b| {
                     let seg = &*Segment::of(crate::memory::layout::segment_base(b as usize));
                     let page = lookup_page(seg, b as usize);
-                    if who == Access::Visitor && self.is_current(page) {
+                    if !self.direct.may_touch(who, (*page).class as usize, page) {
                         self.push_delayed(b);
                     } else {
                         let _ = self.free_local(l, page, b);
@@ -68,15 +68,6 @@ impl HeapCore {
                 },
             )
         }
-    }
-
-    /// Whether `page` is its class's current page in this heap.
-    ///
-    /// # Safety
-    /// `page` is a slab page of this heap.
-    pub(super) unsafe fn is_current(&self, page: *mut Page) -> bool {
-        // SAFETY: per the caller.
-        self.current_page(unsafe { (*page).class } as usize) == page
     }
 
     /// Takes in every slot other threads freed into this heap's pages (the
@@ -91,7 +82,7 @@ impl HeapCore {
             for class in 0..CLASSES {
                 let mut p = l.queues[class].head;
                 while !p.is_null() {
-                    if who == Access::Owner || !self.is_current(p) {
+                    if self.direct.may_touch(who, class, p) {
                         let n = (*p).collect_thread_free();
                         self.class(class).returned.add(n as u64);
                     }

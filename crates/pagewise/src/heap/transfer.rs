@@ -78,11 +78,11 @@ mod tests {
     //! enough for Miri (`cargo +nightly miri test -p pagewise --lib
     //! transfer`): two thread heaps of the global allocator's kind (global,
     //! shared reservations) on a transfer cache of their own, through
-    //! `HeapCore`'s allocation and free paths. Each operation retags a
-    //! segment header, about a second under Miri: the test is a few dozen.
+    //! `HeapCore`'s allocation and free paths. Kept to a dozen operations
+    //! (a few seconds under Miri).
     use super::*;
-    use crate::heap::cache::LIMITS;
     use crate::config::Config;
+    use crate::heap::cache::LIMITS;
     use crate::memory::budget::Budget;
     use crate::memory::layout::SEGMENT;
     use crate::memory::reservation::Reservations;

@@ -1,7 +1,8 @@
 //! The atomic operations the cross-thread protocols use, as traits, so the
 //! same protocol functions run on `core`'s atomics in the allocator and on
 //! loom's in the model checker (`--cfg loom`, see `memory/remote_word.rs`,
-//! `memory/delayed.rs`, `global/heaps.rs` and `sync/lock.rs`). Every method
+//! `memory/delayed.rs`, `global/heaps.rs`, `heap/current.rs` and
+//! `sync/lock.rs`). Every method
 //! is `#[inline(always)]` and forwards to the atomic's own method, so the
 //! allocator's code is what it would be without the traits.
 
@@ -65,10 +66,13 @@ word_impl!(AtomicUsize);
 #[cfg(loom)]
 word_impl!(loom::sync::atomic::AtomicUsize);
 
-/// An atomic pointer (the delayed-free list, `memory/delayed.rs`).
+/// An atomic pointer (the delayed-free list, `memory/delayed.rs`; the
+/// current pages, `heap/current.rs`).
 pub trait PtrWord<T> {
     /// `load`.
     fn load(&self, order: Ordering) -> *mut T;
+    /// `store`.
+    fn store(&self, value: *mut T, order: Ordering);
     /// `swap`.
     fn swap(&self, value: *mut T, order: Ordering) -> *mut T;
     /// `compare_exchange_weak`.
@@ -87,6 +91,10 @@ macro_rules! ptr_word_impl {
             #[inline(always)]
             fn load(&self, order: Ordering) -> *mut T {
                 $t::load(self, order)
+            }
+            #[inline(always)]
+            fn store(&self, value: *mut T, order: Ordering) {
+                $t::store(self, value, order)
             }
             #[inline(always)]
             fn swap(&self, value: *mut T, order: Ordering) -> *mut T {
