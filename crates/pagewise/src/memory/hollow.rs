@@ -134,9 +134,12 @@ impl Page {
 
     /// Slots overlapping OS page `k` of the page (`k` < `carved_os_pages`).
     pub(crate) fn slots_on(&self, k: usize) -> (usize, usize) {
-        let slot = self.slot_size as usize;
-        let last = (((k + 1) * os_page() - 1) / slot).min(self.capacity() as usize - 1);
-        (k * os_page() / slot, last)
+        slots_on(
+            k,
+            self.slot_size as usize,
+            self.capacity() as usize,
+            os_page(),
+        )
     }
 
     /// OS pages (first index in the segment, count) slot `i` overlaps.
@@ -187,20 +190,17 @@ impl Page {
         // SAFETY: a slab page lies in a registered, mapped segment.
         let seg = unsafe { &*Segment::of(segment_base(self.start)) };
         let base = seg.os_page(self.start);
-        let mut purged = 0;
-        let mut k = 0;
-        let end = self.carved_os_pages();
-        while k < end {
-            let run = k;
-            while k < end && self.can_hollow(seg, &set, base + k, k) {
-                k += 1;
-            }
-            if k > run && purge(self.start + run * os_page(), (k - run) * os_page()) {
-                seg.clear_committed(base + run, k - run);
-                purged += k - run;
-            }
-            k += 1;
-        }
+        let purged = purge_runs(
+            self.carved_os_pages(),
+            |k| self.can_hollow(seg, &set, base + k, k),
+            |run, n| {
+                let done = purge(self.start + run * os_page(), n * os_page());
+                if done {
+                    seg.clear_committed(base + run, n);
+                }
+                done
+            },
+        );
         if purged > 0 {
             self.relink_without_hollow(seg, &set);
             self.hollow_pages += purged as u32;
@@ -220,9 +220,9 @@ impl Page {
         let (first, last) = self.slots_on(k);
         seg.count_committed(os_page, 1) == 1
             && !seg.is_meshed(os_page)
-            && (set.contains_all(first, last)
-                || self.withheld_slots > 0
-                    && (first..=last).all(|i| set.contains(i) || self.is_withheld(i)))
+            && all_free(set, first, last, self.withheld_slots > 0, |i| {
+                self.is_withheld(i)
+            })
     }
 
     /// The free list as a set, checked (see [`Page::hollow`]).
@@ -340,6 +340,49 @@ impl Page {
     }
 }
 
+/// Slots (first, last) of a page of `capacity` slots of `slot` bytes
+/// that overlap its OS page `k` (of `os_page` bytes).
+pub(crate) fn slots_on(k: usize, slot: usize, capacity: usize, os_page: usize) -> (usize, usize) {
+    let last = (((k + 1) * os_page - 1) / slot).min(capacity - 1);
+    (k * os_page / slot, last)
+}
+
+/// Whether every slot of `first..=last` is free (in `set`) or, if the page
+/// has withheld slots (`withholds`), withheld.
+fn all_free(
+    set: &SlotSet,
+    first: usize,
+    last: usize,
+    withholds: bool,
+    withheld: impl Fn(usize) -> bool,
+) -> bool {
+    set.contains_all(first, last)
+        || withholds && (first..=last).all(|i| set.contains(i) || withheld(i))
+}
+
+/// Offers each run of the OS pages `0..end` of a page that `can_go`
+/// allows, longest first from the left, to `purge(first, count)`, which
+/// says whether it purged them; returns the OS pages purged.
+fn purge_runs(
+    end: usize,
+    mut can_go: impl FnMut(usize) -> bool,
+    mut purge: impl FnMut(usize, usize) -> bool,
+) -> usize {
+    let mut purged = 0;
+    let mut k = 0;
+    while k < end {
+        let run = k;
+        while k < end && can_go(k) {
+            k += 1;
+        }
+        if k > run && purge(run, k - run) {
+            purged += k - run;
+        }
+        k += 1;
+    }
+    purged
+}
+
 /// Appends `b` to the list `head..tail` (its link is written: the slot is
 /// the caller's to write).
 ///
@@ -356,4 +399,131 @@ pub(crate) unsafe fn link_after(head: &mut *mut Block, tail: &mut *mut Block, b:
         }
     }
     *tail = b;
+}
+
+#[cfg(all(test, loom))]
+mod loom_model {
+    //! Hollowing a page against a remote free of a slot on it, under every
+    //! interleaving loom finds: the remote free is the allocator's
+    //! (`memory/remote_word.rs` on loom's atomics), and which OS pages go
+    //! is decided by the functions `Page::hollow` decides it with
+    //! ([`SlotSet`], [`slots_on`], `all_free`, `purge_runs`). The holder of
+    //! the page lists collects the page's remote frees (as
+    //! `collect_and_release_if_empty` does before `hollow_page`), then
+    //! purges the OS pages whose slots are all free; a purge zeroes the
+    //! slots on it, as `MADV_DONTNEED` would. Slots are loom cells, so a
+    //! purge of a slot the freeing thread still writes, or wrote with no
+    //! ordering that reaches the purge, is reported as a data race.
+    use super::*;
+    use crate::memory::remote_word;
+    use loom::cell::UnsafeCell;
+    use loom::sync::atomic::AtomicUsize;
+    use loom::sync::Arc;
+
+    /// The model's OS page, and a slot of half of one: four slots on two
+    /// OS pages.
+    const OS_PAGE: usize = 4096;
+    const SLOT: usize = 2048;
+    const SLOTS: usize = 4;
+
+    struct Page {
+        thread_free: AtomicUsize,
+        /// Each slot's first word: the object's, then its link (the next
+        /// slot + 1, 0: none) once freed.
+        slots: [UnsafeCell<usize>; SLOTS],
+    }
+
+    impl Page {
+        /// Another thread's free of slot `i`, whose object it last wrote.
+        fn free_remote(&self, i: usize) {
+            // SAFETY: loom checks the access; the slot is the thread's.
+            self.slots[i].with_mut(|v| unsafe { *v = 0xab });
+            remote_word::push(&self.thread_free, i, 1, |old| {
+                // SAFETY: as above.
+                self.slots[i].with_mut(|v| unsafe { *v = old.map_or(0, |l| l.first + 1) })
+            });
+        }
+
+        /// The page-lists holder's collect: the remote frees join `free`.
+        fn collect(&self, free: &mut SlotSet) {
+            let Some(list) = remote_word::take(&self.thread_free) else {
+                return;
+            };
+            let mut i = list.first;
+            for n in 0..list.count {
+                free.insert(i);
+                if n + 1 < list.count {
+                    // SAFETY: loom checks the access; collected.
+                    i = self.slots[i].with(|v| unsafe { *v }) - 1;
+                }
+            }
+        }
+
+        /// Purges what `free` allows; returns the OS pages purged.
+        fn hollow(&self, free: &SlotSet) -> usize {
+            let slots_on = |k| slots_on(k, SLOT, SLOTS, OS_PAGE);
+            purge_runs(
+                SLOTS * SLOT / OS_PAGE,
+                |k| {
+                    let (first, last) = slots_on(k);
+                    all_free(free, first, last, false, |_| false)
+                },
+                |run, n| {
+                    for k in run..run + n {
+                        let (first, last) = slots_on(k);
+                        for slot in &self.slots[first..=last] {
+                            // SAFETY: loom checks the access.
+                            slot.with_mut(|v| unsafe { *v = 0 });
+                        }
+                    }
+                    true
+                },
+            )
+        }
+    }
+
+    /// Slot 0 is live (the page's survivor), slots 1 and 3 are free, slot
+    /// 2 is another thread's, which frees it while the page is visited:
+    /// its OS page (slots 2 and 3) goes only once it is collected, after
+    /// its free; the survivor's never does. With `late`, the visit waits
+    /// until the free is pending (loom follows one access per atomic back,
+    /// so the freeing thread's own load would hide the visit's, and the
+    /// schedule where the free comes first would go unexplored).
+    fn model(late: bool) {
+        loom::model(move || {
+            let p = Arc::new(Page {
+                thread_free: AtomicUsize::new(0),
+                slots: [0; SLOTS].map(UnsafeCell::new),
+            });
+            let freer = {
+                let p = p.clone();
+                loom::thread::spawn(move || p.free_remote(2))
+            };
+            while late && !remote_word::pending(&p.thread_free) {
+                loom::thread::yield_now();
+            }
+            let mut free = SlotSet::new();
+            free.insert(1);
+            free.insert(3);
+            p.collect(&mut free);
+            let collected = free.contains(2);
+            let purged = p.hollow(&free);
+            assert_eq!(purged, collected as usize, "the second OS page alone");
+            freer.join().unwrap();
+            // The next visit takes in what came late.
+            p.collect(&mut free);
+            assert!(free.contains(2));
+            assert_eq!(free.len(), 3);
+        });
+    }
+
+    #[test]
+    fn hollowing_races_a_remote_free_on_the_page() {
+        model(false);
+    }
+
+    #[test]
+    fn hollowing_after_a_remote_free_on_the_page() {
+        model(true);
+    }
 }
