@@ -220,9 +220,9 @@ impl Page {
         let (first, last) = self.slots_on(k);
         seg.count_committed(os_page, 1) == 1
             && !seg.is_meshed(os_page)
-            && all_free(set, first, last, self.withheld_slots > 0, |i| {
-                self.is_withheld(i)
-            })
+            && (set.contains_all(first, last)
+                || self.withheld_slots > 0
+                    && (first..=last).all(|i| set.contains(i) || self.is_withheld(i)))
     }
 
     /// The free list as a set, checked (see [`Page::hollow`]).
@@ -347,19 +347,6 @@ pub(crate) fn slots_on(k: usize, slot: usize, capacity: usize, os_page: usize) -
     (k * os_page / slot, last)
 }
 
-/// Whether every slot of `first..=last` is free (in `set`) or, if the page
-/// has withheld slots (`withholds`), withheld.
-fn all_free(
-    set: &SlotSet,
-    first: usize,
-    last: usize,
-    withholds: bool,
-    withheld: impl Fn(usize) -> bool,
-) -> bool {
-    set.contains_all(first, last)
-        || withholds && (first..=last).all(|i| set.contains(i) || withheld(i))
-}
-
 /// Offers each run of the OS pages `0..end` of a page that `can_go`
 /// allows, longest first from the left, to `purge(first, count)`, which
 /// says whether it purged them; returns the OS pages purged.
@@ -407,7 +394,8 @@ mod loom_model {
     //! interleaving loom finds: the remote free is the allocator's
     //! (`memory/remote_word.rs` on loom's atomics), and which OS pages go
     //! is decided by the functions `Page::hollow` decides it with
-    //! ([`SlotSet`], [`slots_on`], `all_free`, `purge_runs`). The holder of
+    //! ([`SlotSet`], [`slots_on`], `purge_runs`, and `can_hollow`'s test
+    //! for a page with no slot withheld, `SlotSet::contains_all`). The holder of
     //! the page lists collects the page's remote frees (as
     //! `collect_and_release_if_empty` does before `hollow_page`), then
     //! purges the OS pages whose slots are all free; a purge zeroes the
@@ -465,8 +453,10 @@ mod loom_model {
             purge_runs(
                 SLOTS * SLOT / OS_PAGE,
                 |k| {
+                    // `Page::can_hollow` on a page with no slot withheld
+                    // (no meshing) and every OS page resident.
                     let (first, last) = slots_on(k);
-                    all_free(free, first, last, false, |_| false)
+                    free.contains_all(first, last)
                 },
                 |run, n| {
                     for k in run..run + n {
