@@ -93,34 +93,69 @@ mod tests {
     /// Room for a heap in a static: Miri reports leaks not reachable from
     /// one.
     struct Spot(UnsafeCell<MaybeUninit<HeapCore>>);
-    // SAFETY: each spot is initialised once, by the one test below, and
-    // then used as a `HeapCore` (which is `Sync`).
+    // SAFETY: each spot is initialised once, by the one test that uses it,
+    // and then used as a `HeapCore` (which is `Sync`).
     unsafe impl Sync for Spot {}
 
-    static SRC: FakePages = FakePages::new();
-    static RESERVATIONS: Locked<Reservations> = Locked::new(Reservations::new());
-    static BUDGET: Budget = Budget::new();
-    static TRANSFER: Transfer = Transfer::new();
-    static HEAPS: [Spot; 2] = [const { Spot(UnsafeCell::new(MaybeUninit::uninit())) }; 2];
+    /// What one test's two heaps share (each test has its own: tests run
+    /// at once).
+    struct World {
+        src: FakePages,
+        reservations: Locked<Reservations>,
+        budget: Budget,
+        transfer: Transfer,
+        heaps: [Spot; 2],
+    }
 
-    /// Heap `i`, a global heap on the fake source whose transfer cache is
-    /// [`TRANSFER`].
-    fn heap(i: usize) -> &'static HeapCore {
-        let config = Config {
-            // One segment per reservation keeps the fake mappings small.
-            reservation_bytes: SEGMENT,
-            decay_ms: 10,
-            ..Config::DEFAULT
-        };
-        let at = HEAPS[i].0.get() as *mut HeapCore;
-        // SAFETY: the spot is static, aligned memory for a heap, used by
-        // no one yet; the source, reservations, budget and transfer cache
-        // are statics.
-        unsafe {
-            HeapCore::init_at(at, &SRC, &RESERVATIONS, &BUDGET, config, true);
-            (*at).transfer = &TRANSFER;
-            &*at
+    impl World {
+        const fn new() -> World {
+            World {
+                src: FakePages::new(),
+                reservations: Locked::new(Reservations::new()),
+                budget: Budget::new(),
+                transfer: Transfer::new(),
+                heaps: [const { Spot(UnsafeCell::new(MaybeUninit::uninit())) }; 2],
+            }
         }
+
+        /// Heap `i` (made once), a global heap on this world's fake source
+        /// whose transfer cache is this world's.
+        fn heap(&'static self, i: usize) -> &'static HeapCore {
+            let config = Config {
+                // One segment per reservation keeps the fake mappings small.
+                reservation_bytes: SEGMENT,
+                decay_ms: 10,
+                ..Config::DEFAULT
+            };
+            let at = self.heaps[i].0.get() as *mut HeapCore;
+            // SAFETY: the spot is static, aligned memory for a heap, used
+            // by no one yet (each test makes its heaps once); the source,
+            // reservations, budget and transfer cache are in the same
+            // static.
+            unsafe {
+                HeapCore::init_at(
+                    at,
+                    &self.src,
+                    &self.reservations,
+                    &self.budget,
+                    config,
+                    true,
+                );
+                (*at).transfer = &self.transfer;
+                &*at
+            }
+        }
+    }
+
+    static ONE: World = World::new();
+    static TWO: World = World::new();
+
+    /// The class of 64 KiB slots, whose cache holds two: the third free
+    /// overflows. Its slot size.
+    fn class_and_size() -> (usize, usize) {
+        let class = crate::size_class::class_of(64 << 10);
+        assert_eq!(LIMITS[class], 2);
+        (class, SLOT_SIZE[class] as usize)
     }
 
     /// A heap whose class cache overflows passes its older slots to the
@@ -129,11 +164,9 @@ mod tests {
     /// to the first heap's page, which then empties and is released.
     #[test]
     fn a_heap_allocates_the_slots_another_passed_to_the_transfer_cache() {
-        // A class whose cache holds two slots: the third free overflows.
-        let class = crate::size_class::class_of(64 << 10);
-        assert_eq!(LIMITS[class], 2);
-        let size = SLOT_SIZE[class] as usize;
-        let (a, b) = (heap(0), heap(1));
+        let (class, size) = class_and_size();
+        let w = &ONE;
+        let (a, b) = (w.heap(0), w.heap(1));
         // SAFETY: each heap is used by this thread alone, as its owner;
         // every block is live until its free, freed once.
         unsafe {
@@ -147,10 +180,10 @@ mod tests {
             }
             // The cache held two; the third free passed the older one on.
             assert_eq!(a.class(class).cached(), 2);
-            assert_eq!(TRANSFER.slots(class), 1, "the older half, as a batch");
+            assert_eq!(w.transfer.slots(class), 1, "the older half, as a batch");
             let q = b.alloc(size, 16);
             assert_eq!(q, slots[0], "the slot the other heap passed on");
-            assert_eq!(TRANSFER.slots(class), 0);
+            assert_eq!(w.transfer.slots(class), 0);
             assert_eq!(b.page_counts[class].pages.get(), 0, "no page carved");
             // Past the cache's two words, the first heap's thread's bytes.
             assert_eq!(q.add(size - 1).read(), 1);
@@ -166,5 +199,56 @@ mod tests {
             assert_eq!(a.class(class).cached() + b.class(class).cached(), 0);
             assert_eq!(a.slab_committed.get() + b.slab_committed.get(), 0);
         }
+    }
+
+    /// The same on two threads at once: one heap's thread overflows its
+    /// cache into the transfer cache while another heap's thread
+    /// allocates, uses and frees a slot, taken from there or carved anew
+    /// as the race goes (Miri checks every access to the slots across the
+    /// threads: the class lock must order them). Whatever the transfer
+    /// cache still holds then goes home as the purger's drain sends it, and
+    /// both heaps end with no page.
+    #[test]
+    fn threads_hand_slots_over_through_the_transfer_cache() {
+        let (class, size) = class_and_size();
+        let w = &TWO;
+        let (a, b) = (w.heap(0), w.heap(1));
+        // SAFETY (both threads): each heap is used by one thread at a time
+        // as its owner (the main thread after the joins); every block is
+        // live until its free, freed once.
+        let freer = std::thread::spawn(move || unsafe {
+            let slots: Vec<usize> = (0..3).map(|_| a.alloc(size, 16) as usize).collect();
+            for &p in &slots {
+                (p as *mut u8).write_bytes(7, size);
+            }
+            for &p in &slots {
+                HeapCore::free_any(p as *mut u8, a);
+            }
+            slots
+        });
+        let taker = std::thread::spawn(move || unsafe {
+            let q = b.alloc(size, 16);
+            assert!(!q.is_null());
+            q.write_bytes(9, size);
+            HeapCore::free_any(q, b);
+            b.trim();
+            q as usize
+        });
+        let slots = freer.join().unwrap();
+        let q = taker.join().unwrap();
+        let taken = slots.contains(&q);
+        assert_eq!(w.transfer.slots(class), !taken as usize);
+        w.transfer.drain(u64::MAX, true, |_, batch| {
+            // SAFETY: a batch taken off the transfer cache: cached slots
+            // no one else holds, of the first heap's page.
+            unsafe { send_home(None, batch.head, batch.count) }
+        });
+        // SAFETY: the first heap's thread has ended (joined).
+        unsafe { a.trim() };
+        assert_eq!(
+            a.page_counts[class].pages.get() + b.page_counts[class].pages.get(),
+            0
+        );
+        assert_eq!(a.slab_committed.get() + b.slab_committed.get(), 0);
     }
 }
