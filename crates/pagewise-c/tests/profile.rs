@@ -142,3 +142,68 @@ fn call_site_shares_from_c_without_frame_pointers_and_the_leak_at_exit() {
         "freed before exit: {exit:?}"
     );
 }
+
+/// The maps lines of a profile: (start, end, path) of each mapping.
+fn maps(text: &str) -> Vec<(u64, u64, String)> {
+    text.lines()
+        .skip_while(|l| *l != "maps")
+        .skip(1)
+        .filter_map(|l| {
+            let mut w = l.split_whitespace();
+            let (lo, hi) = w.next()?.split_once('-')?;
+            let path = w.nth(4).unwrap_or("").to_owned();
+            Some((
+                u64::from_str_radix(lo, 16).ok()?,
+                u64::from_str_radix(hi, 16).ok()?,
+                path,
+            ))
+        })
+        .collect()
+}
+
+#[test]
+fn debians_python3_without_frame_pointers_is_unwound_from_the_allocation_to_libc() {
+    // Debian builds python3 with -O2 and without frame pointers: its stacks
+    // come from the unwind tables alone. A sampled allocation's stack must
+    // go through the interpreter (python3's code) down to libc's start.
+    let Some(py) = debian_program("python3", "python3") else {
+        return;
+    };
+    let dir = scratch("prof-python");
+    let file = dir.join("py.prof");
+    let o = preloaded({
+        let mut c = command(&py);
+        c.args([
+            "-c",
+            "x = [{'k%d' % i: [i] * 20} for i in range(200000)]; print(len(x))",
+        ])
+        .env("PAGEWISE_PROF", "1")
+        .env("PAGEWISE_PROF_SAMPLE", "65536")
+        .env("PAGEWISE_PROF_FILE", &file);
+        c
+    });
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let text = std::fs::read_to_string(&file).unwrap();
+    let sites = sites(&text);
+    let maps = maps(&text);
+    let object = |ip: u64| {
+        maps.iter()
+            .find(|(lo, hi, _)| (*lo..*hi).contains(&ip))
+            .map_or("", |(_, _, p)| p.as_str())
+    };
+    assert!(sites.len() >= 10, "{} sites", sites.len());
+    let deep = sites
+        .iter()
+        .filter(|s| {
+            let objects: Vec<&str> = s.frames.iter().map(|&ip| object(ip)).collect();
+            objects.iter().any(|p| p.contains("python3"))
+                && objects.iter().any(|p| p.contains("libc.so"))
+                && s.frames.len() >= 8
+        })
+        .count();
+    assert!(
+        deep * 2 >= sites.len(),
+        "{deep} of {} sites unwound through python3 to libc",
+        sites.len()
+    );
+}
