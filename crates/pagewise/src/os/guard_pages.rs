@@ -12,7 +12,8 @@
 //!   `vm.max_map_count` of them, 65,530 by default). Closing a slot gives
 //!   its page back.
 //! - `mprotect`, where the kernel does not know guard regions (or an
-//!   emulator does not pass them on): the reservation is inaccessible, and a
+//!   emulator accepts them without making anything inaccessible: checked
+//!   once, through a pipe): the reservation is inaccessible, and a
 //!   slot is made readable and writable while its block lives. A closed
 //!   slot's page stays resident (at most one per slot).
 
@@ -34,7 +35,10 @@ pub enum Mode {
 pub fn reserve(len: usize, protect: bool) -> Option<(usize, Mode)> {
     let p = map(len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_NORESERVE)?;
     // SAFETY: our fresh mapping, nothing in it yet.
-    if !protect && unsafe { libc::madvise(p as *mut libc::c_void, len, MADV_GUARD_INSTALL) } == 0 {
+    if !protect
+        && unsafe { libc::madvise(p as *mut libc::c_void, len, MADV_GUARD_INSTALL) } == 0
+        && !kernel_can_read(p)
+    {
         return Some((p, Mode::Regions));
     }
     // SAFETY: as above.
@@ -44,6 +48,24 @@ pub fn reserve(len: usize, protect: bool) -> Option<(usize, Mode)> {
     // SAFETY: our mapping, unused.
     unsafe { libc::munmap(p as *mut libc::c_void, len) };
     None
+}
+
+/// Whether the kernel can read the byte at `addr`: a write of it into a
+/// pipe, which fails with EFAULT if the page is inaccessible (and faults
+/// nothing). An emulator that accepts `MADV_GUARD_INSTALL` as a mere hint
+/// (qemu-user does) leaves the page readable: then `mprotect` is used.
+fn kernel_can_read(addr: usize) -> bool {
+    let mut fds = [0; 2];
+    // SAFETY: plain system calls on a pipe of our own, closed here.
+    unsafe {
+        if libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) != 0 {
+            return true; // cannot tell: take the sure way
+        }
+        let n = libc::write(fds[1], addr as *const libc::c_void, 1);
+        libc::close(fds[0]);
+        libc::close(fds[1]);
+        n == 1
+    }
 }
 
 /// A fresh private anonymous mapping.
