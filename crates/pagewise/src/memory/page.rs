@@ -519,6 +519,18 @@ mod tests {
         Box::new(Buf([0; 2 * MAX_OS_PAGE / 8]))
     }
 
+    #[test]
+    fn a_page_refills_only_hollow_slots_that_are_not_withheld() {
+        let mut p = Page::empty();
+        assert!(!p.can_refill_hollow(), "no hollow slot");
+        p.hollow_slots = 3;
+        assert!(p.can_refill_hollow());
+        p.withheld_slots = 3;
+        assert!(!p.can_refill_hollow(), "every one withheld for meshing");
+        p.withheld_slots = 2;
+        assert!(p.can_refill_hollow(), "one not withheld");
+    }
+
     /// Takes `N` slots off the free list by hand, as allocations would.
     ///
     /// # Safety
