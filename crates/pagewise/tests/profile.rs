@@ -49,6 +49,23 @@ fn site_leaking() {
     }
 }
 
+/// 64 MiB of 64-byte objects, of which every tenth is kept: their pages
+/// stay committed (no OS page of them empties), holding 6.4 MiB live.
+#[inline(never)]
+#[allow(clippy::vec_box)] // each object its own 64-byte allocation
+fn site_sparse() -> Vec<Box<[u8; 64]>> {
+    let all: Vec<Box<[u8; 64]>> = (0..1 << 20)
+        .map(|_| black_box(Box::new([6u8; 64])))
+        .collect();
+    all.into_iter().step_by(10).collect()
+}
+
+/// 48 MiB of 1 MiB buffers.
+#[inline(never)]
+fn site_late() -> Vec<Vec<u8>> {
+    (0..48).map(|_| black_box(vec![7u8; 1 << 20])).collect()
+}
+
 /// Short-lived allocations (freed at once): allocated, never live.
 #[inline(never)]
 fn site_churn() {
@@ -83,6 +100,8 @@ fn live_by_site(which: fn(&pagewise::profile::Site<'_>) -> u64) -> Vec<(String, 
             "site_c_large",
             "site_leaking",
             "site_churn",
+            "site_sparse",
+            "site_late",
         ]
         .into_iter()
         .find(|f| names.iter().any(|n| n.contains(f)))
@@ -160,12 +179,30 @@ fn child_entry() {
                 .unwrap();
             assert_eq!(top.0, "site_leaking", "{by:?}");
             assert!(leak as f64 > LEAK_BYTES as f64 * 0.5, "{by:?}");
-            // The peak figures are those of the highest live total.
+            // The peak figures are those of the highest committed total
+            // (here also the highest live one).
             let peak = live_by_site(|s| s.peak.bytes);
             assert!(
                 get(&peak, "site_a_small") as f64 > A_BYTES as f64 * 0.7,
                 "{peak:?}"
             );
+        }
+        "committed-peak" => {
+            // Live bytes peak in site_sparse's first phase (64 MiB), but
+            // the process commits most later: site_sparse's pages still
+            // held, and site_late's 48 MiB on top. The peak profile is that
+            // later moment's: site_late's 48 MiB, site_sparse's 6.4.
+            let sparse = site_sparse();
+            let late = site_late();
+            let peak = live_by_site(|s| s.peak.bytes);
+            let (s, l) = (get(&peak, "site_sparse"), get(&peak, "site_late"));
+            println!("peak: site_sparse {s}, site_late {l}");
+            assert!(l as f64 > (48 << 20) as f64 * 0.7, "{peak:?}");
+            assert!(
+                s < l / 2,
+                "site_sparse's first phase is not the peak: {peak:?}"
+            );
+            drop((sparse, late));
         }
         "threads" => {
             let workers: Vec<_> = (0..8)
@@ -335,6 +372,12 @@ fn run_case(case: &str, file: Option<&std::path::Path>) -> std::process::Output 
 #[test]
 fn live_shares_by_call_site_are_within_ten_percent_and_the_leak_is_named() {
     let out = run_case("shares", None);
+    println!("{}", String::from_utf8_lossy(&out.stdout));
+}
+
+#[test]
+fn the_peak_profile_is_taken_at_the_committed_peak_not_the_live_one() {
+    let out = run_case("committed-peak", None);
     println!("{}", String::from_utf8_lossy(&out.stdout));
 }
 

@@ -8,7 +8,7 @@ use super::{Figures, Profile, Site};
 /// Which figure of each site a flamegraph shows.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum View {
-    /// Live at the peak of the live total.
+    /// Live at the peak of the process's committed memory.
     Peak,
     /// Live when the profile was written (at exit: the leaks).
     Live,

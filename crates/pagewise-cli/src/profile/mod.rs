@@ -22,7 +22,7 @@ pub struct Figures {
 pub struct Site {
     /// Live at the time the profile was written (at exit: the leaks).
     pub live: Figures,
-    /// Live when the process's live total was highest.
+    /// Live when the process's committed memory was highest.
     pub peak: Figures,
     /// Allocated over the process's life.
     pub allocated: Figures,

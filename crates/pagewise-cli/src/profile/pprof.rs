@@ -4,7 +4,7 @@
 //! `proto/profile.proto`), so no build script or `protoc` is needed; the
 //! values are those of Go's heap profiles (`inuse_space` is the default
 //! sample type; `peak_*` are pagewise's own, the in-use figures when the
-//! live total was highest).
+//! process's committed memory was highest).
 
 use super::symbols::Symbolizer;
 use super::Profile;

@@ -92,9 +92,10 @@ pub struct Sites {
     len: AtomicUsize,
     /// Taken to add a site or to copy the live figures to the peak ones.
     lock: Locked<()>,
-    /// Estimated live bytes of every site together, and that sum when the
-    /// peak figures were last copied.
+    /// Estimated live bytes of every site together.
     live_total: AtomicU64,
+    /// The process's committed bytes when the live figures were last
+    /// copied to the peak ones.
     peak_total: AtomicU64,
 }
 
@@ -189,18 +190,22 @@ impl Sites {
     }
 
     /// Counts a sampled allocation at `site`, and copies the live figures
-    /// to the peak ones when the live total has grown by a sixteenth since
-    /// they were last copied (so the peak profile is taken within 6 % of
-    /// the highest live total, at a cost that does not grow with it).
+    /// to the peak ones when the process's committed bytes have grown by a
+    /// sixteenth since they were last copied (so the peak profile is the
+    /// in-use profile at a moment within 6 % of the committed peak, at a
+    /// cost that does not grow with it). Committed bytes are the global
+    /// heaps' charge (`memory/budget.rs`: what they committed, headers
+    /// included, exact at every moment); only global heaps sample.
     pub fn allocated(&self, site: u32, f: Figures) {
         let Some(e) = self.entry(site) else { return };
         e.allocated.add(f);
         e.live.add(f);
-        let total = self.live_total.fetch_add(f.bytes, Relaxed) + f.bytes;
+        self.live_total.fetch_add(f.bytes, Relaxed);
+        let committed = crate::memory::budget::GLOBAL.charged() as u64;
         let peak = self.peak_total.load(Relaxed);
-        if total > peak + peak / 16 {
+        if committed > peak + peak / 16 {
             if let Some(_g) = self.lock.try_lock() {
-                self.copy_to_peak(total);
+                self.copy_to_peak(committed);
             }
         }
     }
