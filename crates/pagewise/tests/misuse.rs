@@ -58,6 +58,17 @@ fn child_entry() {
                 a.dealloc(p, l);
                 a.dealloc(p, l);
             }
+            "big-slot-double-between" => {
+                // The same with another free between: the first copy went
+                // on to the transfer cache, the second stays cached, and
+                // the program ends: the check at exit meets both.
+                let l = Layout::from_size_align(200_000, 8).unwrap();
+                let p = a.alloc(l);
+                let q = a.alloc(l);
+                a.dealloc(p, l);
+                a.dealloc(q, l);
+                a.dealloc(p, l);
+            }
             "huge-double" => {
                 let huge = Layout::from_size_align(64 << 20, 8).unwrap();
                 let p = a.alloc(huge);
@@ -332,6 +343,11 @@ fn double_free_in_a_class_cached_one_slot_at_a_time_aborts_at_the_second_free() 
     // Once passed the slot on to the transfer cache and cached it again:
     // the process then ended normally with the slot in both.
     expect_abort("big-slot-double", "pagewise: double free");
+}
+
+#[test]
+fn a_last_double_free_whose_first_copy_went_to_the_transfer_cache_aborts_at_exit() {
+    expect_abort("big-slot-double-between", "pagewise: double free");
 }
 
 #[test]

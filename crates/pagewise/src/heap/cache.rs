@@ -305,28 +305,34 @@ impl ClassState {
     /// # Safety
     /// Owner only.
     pub unsafe fn verify(&self) {
-        let n = self.cached();
-        // SAFETY: owner only (caller): the list is ours. The first walk
-        // moves each slot's key to the page key, so that a slot met twice
-        // fails the check; the second walk puts the cache keys back.
+        // SAFETY: forwarded (owner only).
         unsafe {
-            let (mut b, mut prev) = (*self.head.get(), null_mut::<Block>());
-            for _ in 0..n {
-                if b.is_null() {
-                    // Shorter than counted: a slot was freed twice.
-                    misuse(Misuse::DoubleFree, prev as usize);
-                }
-                if !Block::cached_to_page(b) {
-                    misuse(Misuse::DoubleFree, b as usize);
-                }
-                (prev, b) = (b, (*b).next);
-            }
-            let mut b = *self.head.get();
-            for _ in 0..n {
-                Block::mark_cached(b);
-                b = (*b).next;
-            }
+            self.keys_to_page();
+            self.keys_to_cache();
         }
+    }
+
+    /// The first half of [`ClassState::verify`]: moves each cached slot's
+    /// key to the page key, so that a slot met twice, here or in another
+    /// list checked the same way before [`ClassState::keys_to_cache`],
+    /// fails the check (aborts).
+    ///
+    /// # Safety
+    /// Owner only; `keys_to_cache` follows before any other use of the
+    /// cache.
+    pub unsafe fn keys_to_page(&self) {
+        let n = self.cached();
+        // SAFETY: owner only (caller): the list is ours.
+        unsafe { walk_to_page(*self.head.get(), n) }
+    }
+
+    /// Puts the cache keys back after [`ClassState::keys_to_page`].
+    ///
+    /// # Safety
+    /// Owner only, after `keys_to_page`.
+    pub unsafe fn keys_to_cache(&self) {
+        // SAFETY: owner only (caller): the list holds `cached()` slots.
+        unsafe { walk_to_cache(*self.head.get(), self.cached()) }
     }
 
     /// Counts an allocation of `size` bytes served from a page (and samples
@@ -336,6 +342,46 @@ impl ClassState {
         self.left.store(self.left() - 1, Relaxed);
         self.requested.add(size as u64);
         self.sampled.add(1);
+    }
+}
+
+/// Moves the keys of the `n` cached slots of the chain at `head` to the
+/// page key, aborting on a slot that does not hold the cache key (freed
+/// twice: met already in this walk or in another one made before the keys
+/// go back) or a chain shorter than counted.
+///
+/// # Safety
+/// The chain holds `n` cached slots that nobody else uses meanwhile.
+pub unsafe fn walk_to_page(head: *mut Block, n: u32) {
+    let (mut b, mut prev) = (head, null_mut::<Block>());
+    for _ in 0..n {
+        if b.is_null() {
+            // Shorter than counted: a slot was freed twice.
+            misuse(Misuse::DoubleFree, prev as usize);
+        }
+        // SAFETY: a slot of the chain (caller).
+        unsafe {
+            if !Block::cached_to_page(b) {
+                misuse(Misuse::DoubleFree, b as usize);
+            }
+            (prev, b) = (b, (*b).next);
+        }
+    }
+}
+
+/// Puts the cache key back in the `n` slots of the chain at `head`, after
+/// [`walk_to_page`].
+///
+/// # Safety
+/// As `walk_to_page`, which went over this chain.
+pub unsafe fn walk_to_cache(head: *mut Block, n: u32) {
+    let mut b = head;
+    for _ in 0..n {
+        // SAFETY: a slot of the chain (caller).
+        unsafe {
+            Block::mark_cached(b);
+            b = (*b).next;
+        }
     }
 }
 

@@ -7,6 +7,7 @@
 //! `trim_shared` and `purge_expired` touch only the span pool, under its
 //! lock, and may run on any thread.
 
+use super::cache::{walk_to_cache, walk_to_page};
 use super::hollow::Hollow;
 use super::*;
 
@@ -202,17 +203,36 @@ impl HeapCore {
         }
     }
 
-    /// Checks every slot in the thread caches, changing nothing: aborts on
-    /// a slot freed twice into them, or whose other copy went to its page
-    /// or was handed out (what the next allocation or flush would catch).
-    /// For the process's exit, where no flush comes.
+    /// Checks every slot in the thread caches, and for a global heap in
+    /// the transfer cache too, changing nothing: aborts on a slot freed
+    /// twice into them (in one list twice, or in the cache and a batch),
+    /// or whose other copy went to its page or was handed out (what the
+    /// next allocation or flush would catch). For the process's exit,
+    /// where no flush comes. A class whose transfer stack another thread
+    /// holds is checked in the cache alone.
     ///
     /// # Safety
     /// Owner only, between operations.
     pub unsafe fn verify_caches(&self) {
         for class in 0..CLASSES {
-            // SAFETY: owner only (caller).
-            unsafe { self.class(class).verify() };
+            let state = self.class(class);
+            // SAFETY: owner only (caller); the batches are walked and their
+            // keys put back with their stack's lock held, so nobody takes
+            // one meanwhile, and the cache's keys go back before it is used.
+            unsafe {
+                state.keys_to_page();
+                if self.global {
+                    self.transfer().with_batches(class, |batches| {
+                        for b in batches {
+                            walk_to_page(b.head, b.count);
+                        }
+                        for b in batches {
+                            walk_to_cache(b.head, b.count);
+                        }
+                    });
+                }
+                state.keys_to_cache();
+            }
         }
     }
 

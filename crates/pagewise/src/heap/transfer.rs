@@ -9,7 +9,7 @@ use crate::memory::transfer::{Batch, Transfer, GLOBAL};
 
 impl HeapCore {
     /// The transfer cache this heap passes batches through.
-    fn transfer(&self) -> &Transfer {
+    pub(super) fn transfer(&self) -> &Transfer {
         debug_assert!(!self.transfer.is_null(), "a global heap");
         // SAFETY: a global heap's transfer cache is a static (`init_at`),
         // or in a test one that outlives its heaps.
@@ -224,19 +224,21 @@ mod tests {
             for &p in &slots {
                 HeapCore::free_any(p as *mut u8, a);
             }
-            slots
         });
         let taker = std::thread::spawn(move || unsafe {
             let q = b.alloc(size, 16);
             assert!(!q.is_null());
+            // Carved from a page of its own, or taken from the transfer
+            // cache (its address alone cannot tell: a page this heap
+            // released may be the freer's next).
+            let carved = b.page_counts[class].pages.get() > 0;
             q.write_bytes(9, size);
             HeapCore::free_any(q, b);
             b.trim();
-            q as usize
+            !carved
         });
-        let slots = freer.join().unwrap();
-        let q = taker.join().unwrap();
-        let taken = slots.contains(&q);
+        freer.join().unwrap();
+        let taken = taker.join().unwrap();
         assert_eq!(w.transfer.slots(class), !taken as usize);
         w.transfer.drain(u64::MAX, true, |_, batch| {
             // SAFETY: a batch taken off the transfer cache: cached slots

@@ -174,6 +174,17 @@ impl<F: Flag, const N: usize> Transfer<F, N> {
         }
     }
 
+    /// Calls `f` with every batch of `class`, the class's lock held
+    /// throughout (so no batch is taken meanwhile); false if the lock was
+    /// busy (then `f` is not called).
+    pub fn with_batches(&self, class: usize, f: impl FnOnce(&[Batch])) -> bool {
+        let Some(s) = self.classes[class].try_lock() else {
+            return false;
+        };
+        f(&s.batches[..s.len]);
+        true
+    }
+
     /// Slots held for `class`.
     pub fn slots(&self, class: usize) -> usize {
         self.classes[class].lock().slots
