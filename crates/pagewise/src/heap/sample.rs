@@ -223,7 +223,7 @@ impl HeapCore {
     unsafe fn serve_profiled(&self, class: usize, size: usize) -> *mut u8 {
         let mean = self.sample_mean();
         let slot = SLOT_SIZE[class] as usize;
-        let sample = Sample::take(size, gap::inverse_probability(slot, mean), 2);
+        let sample = Sample::take(size, gap::inverse_probability(slot, mean));
         if !sample.is_some() {
             return null_mut();
         }
@@ -257,7 +257,7 @@ impl HeapCore {
         if s.in_sampler.swap(true, Relaxed) {
             return Sample::NONE;
         }
-        let sample = Sample::take(size, gap::inverse_probability(size, mean), 2);
+        let sample = Sample::take(size, gap::inverse_probability(size, mean));
         s.in_sampler.store(false, Relaxed);
         sample
     }

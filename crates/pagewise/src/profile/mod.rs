@@ -87,12 +87,20 @@ impl Sample {
         self.site != 0
     }
 
-    /// Takes the calling stack (less its `skip` innermost frames) as the
-    /// site of an allocation of `size` bytes that stands for `weight`
-    /// allocations, and counts it. `NONE` if the sites cannot be mapped.
-    pub(crate) fn take(size: usize, weight: f64, skip: usize) -> Sample {
+    /// Takes the calling stack as the site of an allocation of `size`
+    /// bytes that stands for `weight` allocations, and counts it. `NONE` if
+    /// the sites cannot be mapped.
+    ///
+    /// Only this function's own frame is left out, which is why it is
+    /// never inlined: how many of the allocator's frames lie above the
+    /// program's depends on what the optimizer inlined or turned into tail
+    /// calls, so leaving out a fixed number more would, in some builds, cut
+    /// the program's innermost frames instead. Readers drop the allocator's
+    /// frames by name (the `pagewise` command does).
+    #[inline(never)]
+    pub(crate) fn take(size: usize, weight: f64) -> Sample {
         let mut frames = [0usize; unwind::DEPTH];
-        let n = unwind::capture(&mut frames, skip + 1);
+        let n = unwind::capture(&mut frames, 1);
         let Some(site) = sites::SITES.intern(&frames[..n]) else {
             return Sample::NONE;
         };
