@@ -1,4 +1,4 @@
-//! `pagewise run [--json FILE] [--plot FILE.svg] -- CMD ARGS...`
+//! `pagewise run [--json FILE] [--plot FILE.svg] [--secure] -- CMD ARGS...`
 //!
 //! Runs CMD with libpagewise.so preloaded (found next to this binary),
 //! asks the library for a JSON report at exit (`PAGEWISE_STATS_FILE`) and
@@ -37,6 +37,11 @@ pub struct RunArgs {
     /// at exit and allocated (DIR/PID.{peak,leaks,alloc}.{folded,svg}).
     #[arg(long, value_name = "DIR")]
     pub profile: Option<PathBuf>,
+    /// Run on the hardened library, libpagewise_secure.so: writes past a
+    /// block's end, double frees and writes after free are reported and
+    /// stop the program (docs/hardening.md).
+    #[arg(long)]
+    pub secure: bool,
     /// Sampling period for the plot, in milliseconds.
     #[arg(long, value_name = "MS", default_value_t = 20)]
     pub interval_ms: u64,
@@ -51,8 +56,14 @@ pub struct RunArgs {
 }
 
 /// Where the library is looked for: `$PAGEWISE_LIB`, else next to this
-/// binary (cargo puts both in `target/<profile>/`), else `../lib/`.
-pub fn find_library() -> Result<PathBuf, String> {
+/// binary (cargo puts both in `target/<profile>/`), else `../lib/`; the
+/// hardened one if `secure`.
+pub fn find_library(secure: bool) -> Result<PathBuf, String> {
+    let (name, package) = if secure {
+        ("libpagewise_secure.so", "pagewise-c-secure")
+    } else {
+        ("libpagewise.so", "pagewise-c")
+    };
     if let Some(p) = std::env::var_os("PAGEWISE_LIB") {
         let p = PathBuf::from(p);
         return if p.is_file() {
@@ -63,21 +74,18 @@ pub fn find_library() -> Result<PathBuf, String> {
     }
     let exe = std::env::current_exe().map_err(|e| format!("cannot locate this binary: {e}"))?;
     let dir = exe.parent().unwrap_or(Path::new("."));
-    let candidates = [
-        dir.join("libpagewise.so"),
-        dir.join("../lib/libpagewise.so"),
-    ];
+    let candidates = [dir.join(name), dir.join("../lib").join(name)];
     if let Some(p) = candidates.iter().find(|p| p.is_file()) {
         return Ok(p.clone());
     }
     let release = dir.file_name().is_some_and(|n| n == "release");
     let build = if release {
-        "cargo build --release -p pagewise-c"
+        format!("cargo build --release -p {package}")
     } else {
-        "cargo build -p pagewise-c"
+        format!("cargo build -p {package}")
     };
     Err(format!(
-        "libpagewise.so not found next to {} (looked for {}).\nBuild it with: {build}",
+        "{name} not found next to {} (looked for {}).\nBuild it with: {build}",
         exe.display(),
         candidates[0].display()
     ))
@@ -95,7 +103,7 @@ pub fn main(args: RunArgs) -> i32 {
 }
 
 fn run(args: &RunArgs) -> Result<i32, String> {
-    let lib = find_library()?;
+    let lib = find_library(args.secure)?;
     let lib = lib.canonicalize().unwrap_or(lib);
     let work = std::env::temp_dir().join(format!("pagewise-run-{}", std::process::id()));
     std::fs::create_dir_all(&work).map_err(|e| format!("{}: {e}", work.display()))?;

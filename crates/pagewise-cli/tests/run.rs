@@ -19,8 +19,16 @@ fn build_library(profile_dir: &Path) {
         .to_owned();
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let mut cmd = Command::new(cargo);
-    cmd.args(["build", "--quiet", "-p", "pagewise-c", "--target-dir"])
-        .arg(profile_dir.parent().unwrap());
+    cmd.args([
+        "build",
+        "--quiet",
+        "-p",
+        "pagewise-c",
+        "-p",
+        "pagewise-c-secure",
+    ])
+    .arg("--target-dir")
+    .arg(profile_dir.parent().unwrap());
     match profile.as_str() {
         "debug" => {}
         "release" => {
@@ -33,7 +41,7 @@ fn build_library(profile_dir: &Path) {
     let o = cmd.output().expect("running cargo");
     assert!(
         o.status.success(),
-        "cargo build -p pagewise-c failed:\n{}",
+        "cargo build -p pagewise-c -p pagewise-c-secure failed:\n{}",
         String::from_utf8_lossy(&o.stderr)
     );
 }
@@ -48,9 +56,14 @@ fn installed() -> &'static Path {
         let profile = exe.parent().unwrap();
         build_library(profile);
         let lib = profile.join("libpagewise.so");
+        let secure = profile.join("libpagewise_secure.so");
         let dir = profile.join("pagewise-cli-installed");
         std::fs::create_dir_all(&dir).unwrap();
-        for (from, name) in [(exe, "pagewise"), (lib.as_path(), "libpagewise.so")] {
+        for (from, name) in [
+            (exe, "pagewise"),
+            (lib.as_path(), "libpagewise.so"),
+            (secure.as_path(), "libpagewise_secure.so"),
+        ] {
             let to = dir.join(name);
             let _ = std::fs::remove_file(&to);
             std::fs::hard_link(from, &to).unwrap();
@@ -462,4 +475,38 @@ fn the_report_has_no_negative_lines_and_a_breakdown_at_the_peak() {
     );
     assert!(peak["rss"].as_u64().unwrap() >= 64 << 20, "{peak}");
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn run_secure_stops_a_program_that_writes_past_a_block() {
+    let Some(py) = python() else { return };
+    // 16 bytes asked for, 8 written past them, then freed.
+    let script = "import ctypes\n\
+        libc = ctypes.CDLL(None)\n\
+        libc.malloc.restype = ctypes.c_void_p\n\
+        libc.free.argtypes = [ctypes.c_void_p]\n\
+        p = libc.malloc(16)\n\
+        ctypes.memset(p + 16, 1, 8)\n\
+        libc.free(p)\n\
+        print('still running')\n";
+    for secure in [false, true] {
+        let mut c = pagewise();
+        c.arg("run");
+        if secure {
+            c.arg("--secure");
+        }
+        let out = c.args(["--", py, "-c", script]).output().unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        if secure {
+            assert!(
+                !stdout.contains("still running")
+                    && stderr.contains("pagewise: heap buffer overflow")
+                    && !out.status.success(),
+                "{stdout}{stderr}"
+            );
+        } else {
+            assert!(stdout.contains("still running"), "{stdout}{stderr}");
+        }
+    }
 }

@@ -45,6 +45,10 @@ pub enum Misuse {
     DoubleFree,
     /// Belongs to a different `Heap`.
     WrongHeap,
+    /// Bytes past the end of the block were written (the hardened build).
+    Overflow,
+    /// Freed memory was written (the hardened build).
+    WriteAfterFree,
 }
 
 impl Misuse {
@@ -54,6 +58,8 @@ impl Misuse {
             Misuse::Misaligned => b"free of a pointer that is not the start of an allocation",
             Misuse::DoubleFree => b"double free (the memory is already free)",
             Misuse::WrongHeap => b"free of a pointer that belongs to another pagewise heap",
+            Misuse::Overflow => b"heap buffer overflow (written past the end of the block)",
+            Misuse::WriteAfterFree => b"write after free (freed memory was written)",
         }
     }
 }

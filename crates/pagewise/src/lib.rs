@@ -66,6 +66,8 @@ mod os;
 mod owned_heap;
 pub mod profile;
 mod runtime;
+#[cfg(feature = "secure")]
+mod secure;
 pub mod stats;
 pub(crate) mod sync;
 

@@ -23,12 +23,30 @@ pub fn profile_dir() -> PathBuf {
 /// (cargo releases its build lock while tests run, so this does not block.)
 pub fn build_library() {
     static BUILT: OnceLock<()> = OnceLock::new();
-    BUILT.get_or_init(|| {
+    BUILT.get_or_init(|| build_package("pagewise-c"));
+}
+
+/// [`build_library`] for the hardened library (`libpagewise_secure.so`).
+pub fn build_secure_library() {
+    static BUILT: OnceLock<()> = OnceLock::new();
+    BUILT.get_or_init(|| build_package("pagewise-c-secure"));
+}
+
+/// The current `libpagewise_secure.so`, built.
+pub fn secure_lib_so() -> PathBuf {
+    build_secure_library();
+    let p = profile_dir().join("libpagewise_secure.so");
+    assert!(p.is_file(), "{} was not built", p.display());
+    p
+}
+
+fn build_package(package: &str) {
+    {
         let dir = profile_dir();
         let profile = dir.file_name().unwrap().to_str().unwrap().to_owned();
         let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
         let mut cmd = Command::new(cargo);
-        cmd.args(["build", "--quiet", "-p", "pagewise-c", "--target-dir"])
+        cmd.args(["build", "--quiet", "-p", package, "--target-dir"])
             .arg(dir.parent().unwrap());
         match profile.as_str() {
             "debug" => {}
@@ -42,10 +60,10 @@ pub fn build_library() {
         let o = cmd.output().expect("running cargo");
         assert!(
             o.status.success(),
-            "cargo build -p pagewise-c failed:\n{}",
+            "cargo build -p {package} failed:\n{}",
             String::from_utf8_lossy(&o.stderr)
         );
-    });
+    }
 }
 
 /// The current `libpagewise.so`.

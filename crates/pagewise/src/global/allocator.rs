@@ -31,41 +31,118 @@ pub struct Pagewise;
 unsafe impl GlobalAlloc for Pagewise {
     #[inline]
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        let heap = thread::current_or_null();
-        if heap.is_null() {
-            // A tail call, so the fast path below saves no registers.
-            return first_alloc(layout);
+        #[cfg(feature = "secure")]
+        // SAFETY: `alloc_plain` returns null or a live block of the size.
+        return unsafe {
+            crate::secure::alloc(layout.size(), layout.align(), |n, a| alloc_plain(n, a))
+        };
+        #[cfg(not(feature = "secure"))]
+        // SAFETY: forwarded.
+        unsafe {
+            alloc_plain(layout.size(), layout.align())
         }
-        // SAFETY: `heap` is the calling thread's own heap.
-        unsafe { (*heap).alloc(layout.size(), layout.align()) }
     }
 
     #[inline]
     unsafe fn dealloc(&self, ptr: *mut u8, _layout: Layout) {
-        let current = thread::current_or_null();
-        // SAFETY: the caller gives back a live allocation; the current heap
-        // (possibly null) is the calling thread's.
-        if unsafe { HeapCore::free_to_cache(ptr, current) } {
-            return;
+        #[cfg(feature = "secure")]
+        // SAFETY: forwarded; `dealloc_plain` frees a live block.
+        return unsafe { crate::secure::free(ptr, |p| dealloc_plain(p)) };
+        #[cfg(not(feature = "secure"))]
+        // SAFETY: forwarded.
+        unsafe {
+            dealloc_plain(ptr)
         }
-        // SAFETY: as above. A tail call, so the fast path saves no registers.
-        unsafe { dealloc_uncached(ptr, current) }
     }
 
     #[inline]
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        // SAFETY: `with_heap` lends the calling thread's own heap.
-        thread::with_heap(|h| unsafe { h.alloc_zeroed(layout.size(), layout.align()) })
-            .unwrap_or(core::ptr::null_mut())
+        #[cfg(feature = "secure")]
+        // SAFETY: as for `alloc`.
+        return unsafe {
+            crate::secure::alloc(layout.size(), layout.align(), |n, a| {
+                alloc_zeroed_plain(n, a)
+            })
+        };
+        #[cfg(not(feature = "secure"))]
+        // SAFETY: forwarded.
+        unsafe {
+            alloc_zeroed_plain(layout.size(), layout.align())
+        }
     }
 
     #[inline]
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        // SAFETY: `with_heap` lends the calling thread's own heap; `ptr` is
-        // live with `layout` (caller).
-        thread::with_heap(|h| unsafe { h.realloc(ptr, layout.size(), layout.align(), new_size, h) })
-            .unwrap_or(core::ptr::null_mut())
+        #[cfg(feature = "secure")]
+        // SAFETY: forwarded. Below the hardened layer the block's size is
+        // its usable size, all of which the move preserves.
+        return unsafe {
+            crate::secure::realloc(ptr, new_size, |p, n| {
+                realloc_plain(p, HeapCore::usable_size(p), layout.align(), n)
+            })
+        };
+        #[cfg(not(feature = "secure"))]
+        // SAFETY: forwarded.
+        unsafe {
+            realloc_plain(ptr, layout.size(), layout.align(), new_size)
+        }
     }
+}
+
+/// `GlobalAlloc::alloc` below the hardened layer.
+///
+/// # Safety
+/// As `GlobalAlloc::alloc` (`align` a power of two).
+#[inline(always)]
+unsafe fn alloc_plain(size: usize, align: usize) -> *mut u8 {
+    {
+        let heap = thread::current_or_null();
+        if heap.is_null() {
+            // A tail call, so the fast path below saves no registers.
+            return first_alloc(size, align);
+        }
+        // SAFETY: `heap` is the calling thread's own heap.
+        unsafe { (*heap).alloc(size, align) }
+    }
+}
+
+/// `GlobalAlloc::dealloc` below the hardened layer.
+///
+/// # Safety
+/// As `GlobalAlloc::dealloc`.
+#[inline(always)]
+unsafe fn dealloc_plain(ptr: *mut u8) {
+    let current = thread::current_or_null();
+    // SAFETY: the caller gives back a live allocation; the current heap
+    // (possibly null) is the calling thread's.
+    if unsafe { HeapCore::free_to_cache(ptr, current) } {
+        return;
+    }
+    // SAFETY: as above. A tail call, so the fast path saves no registers.
+    unsafe { dealloc_uncached(ptr, current) }
+}
+
+/// `GlobalAlloc::alloc_zeroed` below the hardened layer.
+///
+/// # Safety
+/// As `GlobalAlloc::alloc_zeroed`.
+#[inline(always)]
+unsafe fn alloc_zeroed_plain(size: usize, align: usize) -> *mut u8 {
+    // SAFETY: `with_heap` lends the calling thread's own heap.
+    thread::with_heap(|h| unsafe { h.alloc_zeroed(size, align) }).unwrap_or(core::ptr::null_mut())
+}
+
+/// `GlobalAlloc::realloc` below the hardened layer: `old` is the size to
+/// preserve.
+///
+/// # Safety
+/// As `GlobalAlloc::realloc`.
+#[inline(always)]
+unsafe fn realloc_plain(ptr: *mut u8, old: usize, align: usize, new_size: usize) -> *mut u8 {
+    // SAFETY: `with_heap` lends the calling thread's own heap; `ptr` is
+    // live with `old` bytes to keep (caller).
+    thread::with_heap(|h| unsafe { h.realloc(ptr, old, align, new_size, h) })
+        .unwrap_or(core::ptr::null_mut())
 }
 
 /// A free the thread cache did not take.
@@ -86,11 +163,10 @@ unsafe fn dealloc_uncached(ptr: *mut u8, current: *mut HeapCore) {
 /// The calling thread's first allocation: makes or adopts its heap.
 #[cold]
 #[inline(never)]
-fn first_alloc(layout: Layout) -> *mut u8 {
+fn first_alloc(size: usize, align: usize) -> *mut u8 {
     crate::global::purger::allow_start_from_free();
     // SAFETY: `with_heap` lends the calling thread's own heap.
-    thread::with_heap(|h| unsafe { h.alloc(layout.size(), layout.align()) })
-        .unwrap_or(core::ptr::null_mut())
+    thread::with_heap(|h| unsafe { h.alloc(size, align) }).unwrap_or(core::ptr::null_mut())
 }
 
 /// Usable size of a live allocation made by the global allocator (or any
@@ -110,8 +186,14 @@ fn first_alloc(layout: Layout) -> *mut u8 {
 /// }
 /// ```
 pub unsafe fn usable_size(ptr: *const u8) -> usize {
+    #[cfg(feature = "secure")]
     // SAFETY: forwarded.
-    unsafe { HeapCore::usable_size(ptr) }
+    return unsafe { crate::secure::usable_size(ptr) };
+    #[cfg(not(feature = "secure"))]
+    // SAFETY: forwarded.
+    unsafe {
+        HeapCore::usable_size(ptr)
+    }
 }
 
 /// Gives back to the OS everything the global allocator retains: every

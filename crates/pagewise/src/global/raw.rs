@@ -56,6 +56,12 @@ pub unsafe fn malloc(size: usize, align: usize) -> *mut u8 {
 /// ```
 #[inline(always)]
 pub unsafe fn malloc_cached(size: usize, align: usize) -> *mut u8 {
+    // The hardened build has no path that skips its checks.
+    #[cfg(feature = "secure")]
+    if true {
+        let _ = (size, align);
+        return core::ptr::null_mut();
+    }
     let heap = thread::current_or_null();
     if heap.is_null() || align > 16 || crate::global::purger::poll_pending() {
         return core::ptr::null_mut();
@@ -82,6 +88,21 @@ pub unsafe fn malloc_cached(size: usize, align: usize) -> *mut u8 {
 #[inline(never)]
 pub unsafe fn malloc_uncached(size: usize, align: usize) -> *mut u8 {
     crate::global::purger::poll();
+    #[cfg(feature = "secure")]
+    // SAFETY: `malloc_plain` returns null or a live block of the size.
+    return unsafe { crate::secure::alloc(size, align, |n, a| malloc_plain(n, a)) };
+    #[cfg(not(feature = "secure"))]
+    // SAFETY: forwarded.
+    unsafe {
+        malloc_plain(size, align)
+    }
+}
+
+/// [`malloc_uncached`] below the hardened layer.
+///
+/// # Safety
+/// As [`malloc`].
+unsafe fn malloc_plain(size: usize, align: usize) -> *mut u8 {
     // SAFETY: `with_heap` lends the calling thread's own heap.
     thread::with_heap(|h| unsafe { h.alloc(size.max(1), align) }).unwrap_or(core::ptr::null_mut())
 }
@@ -105,6 +126,22 @@ pub unsafe fn free(ptr: *mut u8) {
     if ptr.is_null() {
         return;
     }
+    #[cfg(feature = "secure")]
+    // SAFETY: forwarded; `free_plain` frees a live block.
+    return unsafe { crate::secure::free(ptr, |p| free_plain(p)) };
+    #[cfg(not(feature = "secure"))]
+    // SAFETY: forwarded.
+    unsafe {
+        free_plain(ptr)
+    }
+}
+
+/// [`free`] below the hardened layer, of a block that is not null.
+///
+/// # Safety
+/// As [`free`].
+#[inline(always)]
+unsafe fn free_plain(ptr: *mut u8) {
     let current = thread::current_or_null();
     // SAFETY: forwarded; the current heap is the calling thread's.
     if unsafe { HeapCore::free_to_cache(ptr, current) } {
@@ -143,6 +180,21 @@ unsafe fn free_uncached(ptr: *mut u8, current: *mut HeapCore) {
 /// ```
 pub unsafe fn calloc(size: usize, align: usize) -> *mut u8 {
     crate::global::purger::poll();
+    #[cfg(feature = "secure")]
+    // SAFETY: `calloc_plain` returns null or a live block of the size.
+    return unsafe { crate::secure::alloc(size, align, |n, a| calloc_plain(n, a)) };
+    #[cfg(not(feature = "secure"))]
+    // SAFETY: forwarded.
+    unsafe {
+        calloc_plain(size, align)
+    }
+}
+
+/// [`calloc`] below the hardened layer.
+///
+/// # Safety
+/// As [`calloc`].
+unsafe fn calloc_plain(size: usize, align: usize) -> *mut u8 {
     // SAFETY: `with_heap` lends the calling thread's own heap.
     thread::with_heap(|h| unsafe { h.alloc_zeroed(size.max(1), align) })
         .unwrap_or(core::ptr::null_mut())
@@ -171,6 +223,21 @@ pub unsafe fn realloc(ptr: *mut u8, new_size: usize, align: usize) -> *mut u8 {
         return unsafe { malloc(new_size, align) };
     }
     crate::global::purger::poll();
+    #[cfg(feature = "secure")]
+    // SAFETY: forwarded; `realloc_plain` is `realloc` on live blocks.
+    return unsafe { crate::secure::realloc(ptr, new_size, |p, n| realloc_plain(p, n, align)) };
+    #[cfg(not(feature = "secure"))]
+    // SAFETY: forwarded.
+    unsafe {
+        realloc_plain(ptr, new_size, align)
+    }
+}
+
+/// [`realloc`] below the hardened layer, of a block that is not null.
+///
+/// # Safety
+/// As [`realloc`].
+unsafe fn realloc_plain(ptr: *mut u8, new_size: usize, align: usize) -> *mut u8 {
     // SAFETY: `with_heap` lends the calling thread's own heap; `ptr` is
     // live (caller); the usable size bounds what the caller may have
     // written, so it is the size to preserve.
@@ -196,8 +263,14 @@ pub unsafe fn realloc(ptr: *mut u8, new_size: usize, align: usize) -> *mut u8 {
 /// ```
 #[inline]
 pub unsafe fn usable_size(ptr: *const u8) -> usize {
+    #[cfg(feature = "secure")]
     // SAFETY: forwarded.
-    unsafe { HeapCore::usable_size(ptr) }
+    return unsafe { crate::secure::usable_size(ptr) };
+    #[cfg(not(feature = "secure"))]
+    // SAFETY: forwarded.
+    unsafe {
+        HeapCore::usable_size(ptr)
+    }
 }
 
 /// Whether `ptr` lies in memory pagewise manages (it may still be free).

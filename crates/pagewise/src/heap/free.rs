@@ -331,6 +331,56 @@ impl HeapCore {
     }
 }
 
+#[cfg(feature = "secure")]
+impl HeapCore {
+    /// [`HeapCore::usable_size`] of a pointer the program hands back, which
+    /// is checked first as a free checks it: aborts unless it is the start
+    /// of a live block (the hardened build reads the block's end next).
+    ///
+    /// # Safety
+    /// None beyond `ptr` being what the program passed.
+    pub unsafe fn usable_size_checked(ptr: *const u8) -> usize {
+        let addr = ptr as usize;
+        let Some(base) = registry::header_of(addr) else {
+            return usable_size_outside_segments(addr);
+        };
+        // SAFETY: registered segments are mapped and headed by a `Segment`.
+        let seg = unsafe { &*Segment::of(base) };
+        // SAFETY: the heap of a segment outlives its segments; `global` is
+        // fixed at its creation. Only the global heaps' blocks are hardened.
+        if !unsafe { (*(seg.heap as *const HeapCore)).global } {
+            misuse(Misuse::WrongHeap, addr);
+        }
+        if seg.huge {
+            // SAFETY: the header of a huge run is fixed while it is mapped.
+            let st = unsafe { *seg.huge_state() };
+            if addr != base + st.offset {
+                misuse(Misuse::Misaligned, addr);
+            }
+            return st.size;
+        }
+        let p = lookup_page(seg, addr);
+        // SAFETY: a descriptor of this segment; only fields fixed while the
+        // span is in use are read (as `free_uncached` does).
+        unsafe {
+            match (*p).kind() {
+                Kind::Slab => {
+                    let Some(index) = (*p).slot_index(addr) else {
+                        misuse(Misuse::Misaligned, addr);
+                    };
+                    if !(*p).carved(index) {
+                        misuse(Misuse::DoubleFree, addr);
+                    }
+                    (*p).slot_size as usize
+                }
+                Kind::Large if addr == (*p).start => (*p).large_size,
+                Kind::Large => misuse(Misuse::Misaligned, addr),
+                _ => misuse(Misuse::DoubleFree, addr),
+            }
+        }
+    }
+}
+
 /// A free of an address in no segment: a guarded block's
 /// ([`crate::guard`]), or misuse.
 #[cold]

@@ -46,6 +46,15 @@ pub fn init_secret() {
     let _ = SECRET.compare_exchange(0, random_word() | 1, Relaxed, Relaxed);
 }
 
+/// The per-process secret (0 before the first heap is made), for other
+/// values that must not be guessable from the program's side: the hardened
+/// build's canaries (`crate::secure`).
+#[cfg(feature = "secure")]
+pub fn secret() -> usize {
+    init_secret();
+    SECRET.load(Relaxed)
+}
+
 #[cfg(not(miri))]
 fn random_word() -> usize {
     crate::os::random::random_word()
@@ -157,6 +166,19 @@ impl Block {
     pub unsafe fn mark_in_page(block: *mut Block) {
         // SAFETY: per the caller.
         unsafe { (*block).key = page_key(block as usize) };
+    }
+
+    /// Whether a slot holds either free key: it is free, in a thread cache
+    /// or in its page's lists (a block handed to `free` that answers true
+    /// was freed already).
+    ///
+    /// # Safety
+    /// As [`Block::is_cached`].
+    #[cfg(feature = "secure")]
+    #[inline(always)]
+    pub unsafe fn is_free(block: *const Block) -> bool {
+        // SAFETY: per the caller.
+        unsafe { Block::is_cached(block) || Block::is_in_page(block) }
     }
 
     /// Marks a slot live (about to be handed out).

@@ -1,0 +1,66 @@
+/* One kind of heap misuse per run, at one size, then a line saying the
+ * program is still running: `misuse KIND SIZE`. Run under each allocator
+ * (tests/secure.rs), the line shows which of them let the program go on. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* The compiler must not see through the misuse and drop it. */
+static void *volatile sink;
+
+int main(int argc, char **argv) {
+    if (argc != 3)
+        return 2;
+    const char *kind = argv[1];
+    size_t n = strtoul(argv[2], 0, 10);
+    char *p = malloc(n);
+    sink = p;
+    memset(p, 'a', n);
+    if (!strcmp(kind, "overflow-1")) {
+        p[n] = 0;
+        free(p);
+    } else if (!strcmp(kind, "overflow-32")) {
+        memset(p + n, 'x', 32);
+        free(p);
+    } else if (!strcmp(kind, "overflow-memcpy")) {
+        char src[64];
+        memset(src, 'y', sizeof src);
+        memcpy(p + n - 8, src, 24);
+        free(p);
+    } else if (!strcmp(kind, "underflow-1")) {
+        /* The byte before the block: the previous block's end, or the
+         * allocator's own bytes. */
+        char *q = malloc(n);
+        sink = q;
+        q[-1] = 0;
+        free(q);
+        free(p);
+    } else if (!strcmp(kind, "double-free")) {
+        free(p);
+        free(p);
+    } else if (!strcmp(kind, "double-free-later")) {
+        char *q = malloc(n);
+        sink = q;
+        free(p);
+        free(q);
+        free(p);
+    } else if (!strcmp(kind, "write-after-free")) {
+        free(p);
+        p[n / 2] = 'w';
+        sink = malloc(n);
+        sink = malloc(n);
+    } else if (!strcmp(kind, "read-after-free")) {
+        free(p);
+        char *q = malloc(n);
+        sink = q;
+        /* The last owner's bytes seen by the next owner. */
+        if (q == p && n > 32 && q[n - 9] == 'a')
+            printf("stale data\n");
+    } else if (!strcmp(kind, "invalid-free")) {
+        free(p + 8);
+    } else {
+        return 2;
+    }
+    printf("still running\n");
+    return 0;
+}

@@ -1,0 +1,135 @@
+//! The hardened library, `libpagewise_secure.so`, against the default one
+//! and glibc: one C program per kind of heap misuse and size range (tiny,
+//! page-sized, large, huge), preloaded into each. The hardened library must
+//! stop each one it claims to with its one-line report; the table of what
+//! each allocator does is printed (docs/hardening.md keeps it).
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+
+/// `tests/c/misuse.c`, built; None without a C compiler.
+fn misuse_program() -> Option<&'static Path> {
+    common::c_compiler()?;
+    static P: OnceLock<PathBuf> = OnceLock::new();
+    Some(P.get_or_init(|| {
+        let out = common::scratch("cc-misuse").join("misuse");
+        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/misuse.c");
+        let o = Command::new("cc")
+            .args(["-O0", "-fno-builtin", "-o"])
+            .arg(&out)
+            .arg(src)
+            .output()
+            .expect("running cc");
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        out
+    }))
+}
+
+/// What a run did: `Ok(report)` if it stopped (with the allocator's line,
+/// if any), `Err(stdout)` if it went on.
+fn run(program: &Path, preload: Option<&Path>, kind: &str, size: usize) -> Result<String, String> {
+    let mut c = Command::new(program);
+    c.args([kind, &size.to_string()]);
+    if let Some(lib) = preload {
+        c.env("LD_PRELOAD", lib);
+    }
+    let out = c.output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    if stdout.contains("still running") && out.status.success() {
+        return Err(stdout);
+    }
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    Ok(stderr.lines().next().unwrap_or("(signal)").to_owned())
+}
+
+const SIZES: [usize; 4] = [8, 4000, 1 << 20, 64 << 20];
+
+/// The kinds the hardened library stops at every size, and its report.
+const STOPPED: [(&str, &str); 6] = [
+    ("overflow-1", "heap buffer overflow"),
+    ("overflow-32", "heap buffer overflow"),
+    ("overflow-memcpy", "heap buffer overflow"),
+    ("double-free", "double free"),
+    ("double-free-later", "double free"),
+    ("invalid-free", "not the start of an allocation"),
+];
+
+#[test]
+fn the_hardened_library_stops_each_misuse_with_its_report() {
+    let Some(program) = misuse_program() else {
+        return;
+    };
+    let secure = common::secure_lib_so();
+    for (kind, report) in STOPPED {
+        for size in SIZES {
+            match run(program, Some(&secure), kind, size) {
+                Ok(line) => assert!(
+                    line.starts_with("pagewise: ") && line.contains(report),
+                    "{kind} at {size}: {line}"
+                ),
+                Err(out) => panic!("{kind} at {size}: went on: {out}"),
+            }
+        }
+    }
+    // Writes after free are seen where the wipe reaches (blocks up to
+    // 4 KiB); stale data is never seen there.
+    for size in [8, 64, 4000] {
+        let r = run(program, Some(&secure), "write-after-free", size);
+        if size > 16 {
+            assert!(
+                r.as_ref().is_ok_and(|l| l.contains("write after free")),
+                "write-after-free at {size}: {r:?}"
+            );
+        }
+        let r = run(program, Some(&secure), "read-after-free", size);
+        assert!(
+            !r.as_ref().is_err_and(|o| o.contains("stale data")),
+            "read-after-free at {size}: {r:?}"
+        );
+    }
+}
+
+/// Prints what glibc, libpagewise.so and libpagewise_secure.so do with
+/// each program (`cargo test -p pagewise-c --test secure -- --nocapture`).
+#[test]
+fn table_of_what_each_allocator_catches() {
+    let Some(program) = misuse_program() else {
+        return;
+    };
+    common::build_library();
+    let libs = [
+        ("glibc", None),
+        ("libpagewise.so", Some(common::lib_so())),
+        ("libpagewise_secure.so", Some(common::secure_lib_so())),
+    ];
+    let kinds = [
+        "overflow-1",
+        "overflow-32",
+        "overflow-memcpy",
+        "underflow-1",
+        "double-free",
+        "double-free-later",
+        "write-after-free",
+        "read-after-free",
+        "invalid-free",
+    ];
+    for kind in kinds {
+        for size in SIZES {
+            let row: Vec<String> = libs
+                .iter()
+                .map(|(name, lib)| {
+                    let r = match run(program, lib.as_deref(), kind, size) {
+                        Ok(line) => format!("stopped: {line}"),
+                        Err(out) if out.contains("stale data") => "went on, stale data".into(),
+                        Err(_) => "went on".into(),
+                    };
+                    format!("{name}: {r}")
+                })
+                .collect();
+            println!("{kind} {size}: {}", row.join(" | "));
+        }
+    }
+}

@@ -1,0 +1,183 @@
+//! The hardened build (the `secure` feature; the `pagewise-secure` package
+//! runs this file): each kind of heap misuse, at a tiny, a page-sized, a
+//! large and a huge block, is reported when it happens or at the free that
+//! follows, and the program goes no further. Each case runs in a child
+//! process (this binary re-executed); the child prints "still running" if
+//! it gets past the misuse, and the parent checks that it never does.
+#![cfg(feature = "secure")]
+
+mod reexec;
+
+use std::alloc::{GlobalAlloc, Layout};
+use std::hint::black_box;
+
+#[global_allocator]
+static A: pagewise::Pagewise = pagewise::Pagewise;
+
+const CASE: &str = "PAGEWISE_SECURE_CASE";
+
+/// A small (one 16-byte slot), a page-sized, a slab-class, a large and a
+/// huge request.
+const SIZES: [usize; 5] = [8, 4000, 200_000, 1 << 20, 64 << 20];
+
+fn layout(size: usize) -> Layout {
+    Layout::from_size_align(size, 8).unwrap()
+}
+
+/// Runs one case in the child; does nothing in a normal test run.
+#[test]
+fn child_entry() {
+    let Ok(case) = std::env::var(CASE) else {
+        return;
+    };
+    let (kind, size) = case.split_once(':').unwrap();
+    let size: usize = size.parse().unwrap();
+    let l = layout(size);
+    // SAFETY: deliberately wrong calls, each expected to abort.
+    unsafe {
+        let p = black_box(A.alloc(l));
+        match kind {
+            "overflow-1" => p.add(size).write(0),
+            "overflow-32" => p.add(size).write_bytes(b'x', 32),
+            "double" => {
+                A.dealloc(p, l);
+                A.dealloc(p, l);
+            }
+            "double-other-thread" => {
+                // The thread is running (its own allocations made) before
+                // the first free, so that nothing takes the block between.
+                let q = p as usize;
+                let (go, wait) = std::sync::mpsc::channel::<()>();
+                let t = std::thread::spawn(move || {
+                    wait.recv().unwrap();
+                    A.dealloc(q as *mut u8, l)
+                });
+                A.dealloc(p, l);
+                go.send(()).unwrap();
+                t.join().unwrap();
+            }
+            "write-after-free" => {
+                A.dealloc(p, l);
+                p.add(size / 2 + 8).write(1);
+                // The slot comes straight back from the thread cache.
+                let q = A.alloc(l);
+                println!("reused: {}", q == p);
+            }
+            _ => unreachable!("{kind}"),
+        }
+        A.dealloc(p, l);
+    }
+    println!("still running");
+    std::process::exit(0);
+}
+
+fn run_case(case: &str) -> (bool, String, String) {
+    let out = reexec::this_binary()
+        .args(["--exact", "child_entry", "--nocapture", "--test-threads=1"])
+        .env(CASE, case)
+        .output()
+        .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn expect_report(kind: &str, sizes: &[usize], message: &str) {
+    for &size in sizes {
+        let case = format!("{kind}:{size}");
+        let (ok, stdout, stderr) = run_case(&case);
+        assert!(
+            !ok && !stdout.contains("still running"),
+            "{case}: the child went on: {stdout}{stderr}"
+        );
+        assert!(
+            stderr.contains(message),
+            "{case}: no {message:?} in {stderr:?}"
+        );
+    }
+}
+
+#[test]
+fn a_one_byte_overflow_is_reported_at_the_free() {
+    expect_report("overflow-1", &SIZES, "pagewise: heap buffer overflow");
+}
+
+#[test]
+fn a_32_byte_overflow_is_reported_at_the_free() {
+    expect_report("overflow-32", &SIZES, "pagewise: heap buffer overflow");
+}
+
+#[test]
+fn a_double_free_is_reported_at_the_second_free() {
+    expect_report("double", &SIZES, "pagewise: double free");
+}
+
+#[test]
+fn a_double_free_by_another_thread_is_reported_at_the_second_free() {
+    expect_report("double-other-thread", &SIZES, "pagewise: double free");
+}
+
+#[test]
+fn a_write_after_free_is_reported_when_the_slot_is_handed_out_again() {
+    // The wiped part of a block: all of one up to 4 KiB.
+    expect_report(
+        "write-after-free",
+        &[64, 4000],
+        "pagewise: write after free",
+    );
+}
+
+#[test]
+fn the_usable_size_is_the_request_and_realloc_keeps_the_bytes() {
+    // SAFETY: live blocks, each freed once.
+    unsafe {
+        for size in [1, 8, 100, 4000, 200_000, 1 << 20] {
+            let p = A.alloc(layout(size));
+            assert_eq!(pagewise::usable_size(p), size);
+            p.write_bytes(0x5a, size);
+            let q = A.realloc(p, layout(size), size * 2 + 3);
+            assert_eq!(pagewise::usable_size(q), size * 2 + 3);
+            assert!((0..size).all(|i| *q.add(i) == 0x5a), "{size}");
+            // Shrunk: the bytes kept, the new end checked at the free.
+            let r = A.realloc(q, layout(size * 2 + 3), size.div_ceil(2));
+            assert_eq!(pagewise::usable_size(r), size.div_ceil(2));
+            assert!((0..size.div_ceil(2)).all(|i| *r.add(i) == 0x5a));
+            A.dealloc(r, layout(size.div_ceil(2)));
+        }
+    }
+}
+
+#[test]
+fn a_freed_block_is_wiped_before_it_is_handed_out_again() {
+    // SAFETY: live blocks, each freed once.
+    unsafe {
+        for size in [24, 64, 1000, 4000] {
+            let l = layout(size);
+            let p = A.alloc(l);
+            p.write_bytes(0xaa, size);
+            A.dealloc(p, l);
+            let q = A.alloc(l);
+            assert_eq!(q, p, "{size}: the slot comes back from the cache");
+            assert!(
+                (0..size).all(|i| *q.add(i) == 0),
+                "{size}: the last owner's bytes (or the free list's) are seen"
+            );
+            A.dealloc(q, l);
+        }
+    }
+}
+
+#[test]
+fn zeroed_blocks_are_zero_and_checked_too() {
+    // SAFETY: live blocks, each freed once.
+    unsafe {
+        for size in [8, 4000, 1 << 20] {
+            let l = layout(size);
+            let p = A.alloc_zeroed(l);
+            assert!((0..size).all(|i| *p.add(i) == 0));
+            A.dealloc(p, l);
+        }
+    }
+}
