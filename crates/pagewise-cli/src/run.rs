@@ -38,8 +38,8 @@ pub struct RunArgs {
     #[arg(long, value_name = "DIR")]
     pub profile: Option<PathBuf>,
     /// Run on the hardened library, libpagewise_secure.so: writes past a
-    /// block's end, double frees and writes after free are reported and
-    /// stop the program (docs/hardening.md).
+    /// block's end and double frees are reported and stop the program, and
+    /// freed blocks are wiped (docs/hardening.md).
     #[arg(long)]
     pub secure: bool,
     /// Sampling period for the plot, in milliseconds.

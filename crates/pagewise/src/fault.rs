@@ -47,8 +47,6 @@ pub enum Misuse {
     WrongHeap,
     /// Bytes past the end of the block were written (the hardened build).
     Overflow,
-    /// Freed memory was written (the hardened build).
-    WriteAfterFree,
 }
 
 impl Misuse {
@@ -59,7 +57,6 @@ impl Misuse {
             Misuse::DoubleFree => b"double free (the memory is already free)",
             Misuse::WrongHeap => b"free of a pointer that belongs to another pagewise heap",
             Misuse::Overflow => b"heap buffer overflow (written past the end of the block)",
-            Misuse::WriteAfterFree => b"write after free (freed memory was written)",
         }
     }
 }

@@ -74,12 +74,15 @@ unsafe impl GlobalAlloc for Pagewise {
     #[inline]
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
         #[cfg(feature = "secure")]
-        // SAFETY: forwarded. Below the hardened layer the block's size is
-        // its usable size, all of which the move preserves.
+        // SAFETY: forwarded; the closures allocate and free live blocks.
         return unsafe {
-            crate::secure::realloc(ptr, new_size, |p, n| {
-                realloc_plain(p, HeapCore::usable_size(p), layout.align(), n)
-            })
+            crate::secure::realloc(
+                ptr,
+                new_size,
+                layout.align(),
+                |n, a| alloc_plain(n, a),
+                |p| dealloc_plain(p),
+            )
         };
         #[cfg(not(feature = "secure"))]
         // SAFETY: forwarded.
@@ -137,6 +140,7 @@ unsafe fn alloc_zeroed_plain(size: usize, align: usize) -> *mut u8 {
 ///
 /// # Safety
 /// As `GlobalAlloc::realloc`.
+#[cfg(not(feature = "secure"))]
 #[inline(always)]
 unsafe fn realloc_plain(ptr: *mut u8, old: usize, align: usize, new_size: usize) -> *mut u8 {
     // SAFETY: `with_heap` lends the calling thread's own heap; `ptr` is

@@ -224,8 +224,16 @@ pub unsafe fn realloc(ptr: *mut u8, new_size: usize, align: usize) -> *mut u8 {
     }
     crate::global::purger::poll();
     #[cfg(feature = "secure")]
-    // SAFETY: forwarded; `realloc_plain` is `realloc` on live blocks.
-    return unsafe { crate::secure::realloc(ptr, new_size, |p, n| realloc_plain(p, n, align)) };
+    // SAFETY: forwarded; the closures allocate and free live blocks.
+    return unsafe {
+        crate::secure::realloc(
+            ptr,
+            new_size,
+            align,
+            |n, a| malloc_plain(n, a),
+            |p| free_plain(p),
+        )
+    };
     #[cfg(not(feature = "secure"))]
     // SAFETY: forwarded.
     unsafe {
@@ -237,6 +245,7 @@ pub unsafe fn realloc(ptr: *mut u8, new_size: usize, align: usize) -> *mut u8 {
 ///
 /// # Safety
 /// As [`realloc`].
+#[cfg(not(feature = "secure"))]
 unsafe fn realloc_plain(ptr: *mut u8, new_size: usize, align: usize) -> *mut u8 {
     // SAFETY: `with_heap` lends the calling thread's own heap; `ptr` is
     // live (caller); the usable size bounds what the caller may have
@@ -302,6 +311,13 @@ pub fn owns(ptr: *const u8) -> bool {
 /// }
 /// ```
 pub fn good_size(size: usize, align: usize) -> usize {
+    // The hardened build's blocks are exactly the request (the rest is
+    // the canary's).
+    #[cfg(feature = "secure")]
+    if true {
+        let _ = align;
+        return size;
+    }
     use crate::memory::layout::{align_up, os_page, LARGE_ALIGN_MAX, LARGE_MAX, SLICE};
     use crate::memory::size_class::{class_for, class_of, SLOT_SIZE, SMALL_MAX};
     let size = size.max(1);

@@ -9,8 +9,8 @@
 //! tail hold a canary. A free or realloc checks both, so a write past the
 //! end, of one byte or many, is reported at the latest when the block is
 //! freed. A free then wipes the block (`wipe.rs`): the next owner never sees
-//! the last one's data, a second free of the block is told apart from an
-//! overflow, and the next allocation of the slot reports a write after free.
+//! the last one's data, and a second free of the block is told apart from
+//! an overflow.
 //!
 //! A slot freed twice is reported at its second free: it still holds its
 //! free key (`memory/block.rs`), or its tail word is the zero the first
@@ -34,8 +34,7 @@ use core::ptr::null_mut;
 pub const TAIL: usize = 8;
 
 /// Allocates `size` bytes at `align` through `inner` (which takes the
-/// longer size), checks that a slot the hardened free wiped was not written
-/// since, and arms the canary. Null if `inner` fails or the size overflows.
+/// longer size), clears the heap's words in it, and arms the canary. Null if `inner` fails or the size overflows.
 ///
 /// # Safety
 /// `inner` returns null or a live block of at least the size it is given,
@@ -54,7 +53,7 @@ pub unsafe fn alloc(
         // SAFETY: a live block of `u >= n` bytes, just handed out.
         unsafe {
             let u = HeapCore::usable_size(p);
-            wipe::check_unwritten(p, u);
+            wipe::clear_links(p, u);
             canary::arm(p, size, u);
         }
     }
@@ -97,31 +96,37 @@ pub unsafe fn free(p: *mut u8, inner: impl FnOnce(*mut u8)) {
     inner(p)
 }
 
-/// Resizes `p` to `size` bytes through `inner` (which takes the longer
-/// size), after checking it; null (and `p` unchanged) on failure.
+/// Resizes `p` to `size` bytes at `align`: in place if the block has room
+/// (the canary moves), else into a block from `alloc` (checked as
+/// [`alloc`] checks it) with `p` wiped and freed through `free`. Null (and
+/// `p` unchanged) on failure. The move is made here, not by the heap's
+/// realloc, so that no block leaves or enters use without the checks.
 ///
 /// # Safety
-/// `p` is not null; `inner` behaves as `realloc` on live blocks.
+/// `p` is not null; `alloc` and `free` are as for [`alloc`] and [`free`].
 pub unsafe fn realloc(
     p: *mut u8,
     size: usize,
-    inner: impl FnOnce(*mut u8, usize) -> *mut u8,
+    align: usize,
+    alloc_inner: impl FnOnce(usize, usize) -> *mut u8,
+    free_inner: impl FnOnce(*mut u8),
 ) -> *mut u8 {
-    // SAFETY: `check` aborts unless `p` is live; the canary is cleared
-    // before the copy (so no secret-derived byte reaches the program's
-    // part of the new block) and rearmed on both outcomes.
+    // SAFETY: `check` aborts unless `p` is live, with `u` usable bytes;
+    // the new block is a live one of at least `size` bytes.
     unsafe {
         let (old, u) = check(p);
-        let Some(n) = size.checked_add(TAIL) else {
-            return null_mut();
-        };
-        canary::disarm(p, old, u);
-        let q = inner(p, n);
+        if size.checked_add(TAIL).is_some_and(|n| n <= u) && (p as usize) % align == 0 {
+            canary::disarm(p, old, u);
+            canary::arm(p, size, u);
+            return p;
+        }
+        let q = alloc(size, align, alloc_inner);
         if q.is_null() {
-            canary::arm(p, old, u);
             return null_mut();
         }
-        canary::arm(q, size, HeapCore::usable_size(q));
+        core::ptr::copy_nonoverlapping(p, q, old.min(size));
+        wipe::wipe(p, u);
+        free_inner(p);
         q
     }
 }
