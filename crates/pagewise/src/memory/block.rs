@@ -49,20 +49,21 @@ pub fn init_secret() {
 /// The per-process secret (0 before the first heap is made), for other
 /// values that must not be guessable from the program's side: the hardened
 /// build's canaries (`crate::secure`).
-#[cfg(feature = "secure")]
+#[cfg(any(test, feature = "secure"))]
 pub fn secret() -> usize {
     init_secret();
     SECRET.load(Relaxed)
 }
 
-#[cfg(not(miri))]
+/// The kernel's random bytes; under Miri, a fixed word (an interpreter
+/// run is meant to be repeatable). One function for both, so that a
+/// mutation of it is always one the tests can see.
 fn random_word() -> usize {
-    crate::os::random::random_word()
-}
-
-#[cfg(miri)]
-fn random_word() -> usize {
-    0x9e37_79b9_7f4a_7c15
+    #[cfg(miri)]
+    let word = 0x9e37_79b9_7f4a_7c15;
+    #[cfg(not(miri))]
+    let word = crate::os::random::random_word();
+    word
 }
 
 /// Told apart from the cache key in the page key: flips a bit the
@@ -195,11 +196,6 @@ impl Block {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn secret() -> usize {
-        init_secret();
-        SECRET.load(Relaxed)
-    }
 
     /// Slots of a test-local buffer, two words each, 16-byte aligned.
     #[repr(C, align(16))]
