@@ -84,3 +84,9 @@ pub use owned_heap::Heap;
 pub use source::SharedPages;
 pub use source::{FakePages, PageSource, Purge, SyscallCounts, SystemPages};
 pub use stats::{ClassStats, ObjectStats, Stats};
+
+/// The schedule-perturbation build's hook into the free fast path's
+/// window (`sync/perturb.rs`): tests only, in that build only.
+#[cfg(pagewise_perturb)]
+#[doc(hidden)]
+pub use sync::perturb::set_window_hook;

@@ -188,6 +188,7 @@ impl Stats {
             mapped_bytes: 0,
             peak_mapped_bytes: 0,
             purged_bytes: 0,
+            barriers: 0,
         },
         reserved_bytes: 0,
         committed_bytes: 0,

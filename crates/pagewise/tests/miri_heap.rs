@@ -118,6 +118,9 @@ fn a_hollowed_page_keeps_its_survivor_and_refills() {
     heap.trim();
     let s = heap.stats();
     assert_eq!(s.hollow_bytes as usize, (n - 1) * page, "{s:?}");
+    // Before its free list was checked and purged, the page stopped taking
+    // frees into thread caches, and every thread passed a barrier: once.
+    assert_eq!(src.syscalls().barriers, 1);
     // SAFETY: the survivor is live; the fake source zeroes what it purges.
     let survivor = unsafe { std::slice::from_raw_parts(slots[0].as_ptr(), page) };
     assert!(survivor.iter().all(|&b| b == 0xa5), "the survivor's bytes");
@@ -143,4 +146,6 @@ fn a_hollowed_page_keeps_its_survivor_and_refills() {
     heap.trim();
     let s = heap.stats();
     assert_eq!((s.live_bytes, s.committed_bytes), (0, 0));
+    // An empty page is released, not hollowed: no barrier.
+    assert_eq!(src.syscalls().barriers, 1);
 }

@@ -8,6 +8,7 @@
 
 use super::remote::free_remote;
 use super::*;
+use crate::memory::cache_handshake;
 use crate::memory::segment::STATE_SHIFT;
 
 impl HeapCore {
@@ -60,7 +61,8 @@ impl HeapCore {
     pub(super) unsafe fn cache_free(&self, addr: usize) -> bool {
         // SAFETY: registered segments are mapped and headed by a `Segment`.
         let seg = unsafe { &*Segment::of(crate::memory::layout::segment_base(addr)) };
-        let (state_at, offset) = seg.slab_entry(addr);
+        let word = seg.slab_word(addr);
+        let (state_at, offset) = seg.split_slab_word(word, addr);
         // SAFETY: slab-table entries are 0 or `(class + 1) << STATE_SHIFT`
         // (`mark_slab`), the byte offset of a state in `states` (CLASSES + 1
         // states of `1 << STATE_SHIFT` bytes). Entry 0 (no slab page) finds
@@ -71,13 +73,21 @@ impl HeapCore {
             return false; // not a slot start: the uncached path says so
         }
         let block = addr as *mut Block;
+        crate::sync::perturb::window();
         // SAFETY: owner only (caller); `addr` starts a slot (of two words at
         // least) of the class `entry - 1` (slab table) in a live slab page.
         // The key is stored blind: loading it would wait for a line another
         // core may have written last; a slot freed twice is caught when it
-        // leaves the cache (`ClassState::pop`, `flush_cache`).
+        // leaves the cache (`ClassState::pop`, `flush_cache`). If the page
+        // stopped taking cached frees between the two reads of its word
+        // (it is being hollowed), the key goes and the free takes the
+        // checked path (`memory/cache_handshake.rs`).
         unsafe {
             Block::mark_cached(block);
+            if !cache_handshake::still_cacheable(|| seg.slab_word(addr), word) {
+                Block::mark_live(block);
+                return false;
+            }
             if !state.push(block) {
                 self.cache_full((state_at >> STATE_SHIFT) - 1, block);
             }

@@ -48,9 +48,10 @@ impl HeapCore {
         // SAFETY: per the caller; `purge` is given runs of this page's OS
         // pages whose slots are all free, mapped and page-aligned.
         let pages = unsafe {
-            page.hollow(|addr, bytes| {
-                source.purge(NonNull::new_unchecked(addr as *mut u8), bytes, how)
-            })
+            page.hollow(
+                || source.serialize_threads(),
+                |addr, bytes| source.purge(NonNull::new_unchecked(addr as *mut u8), bytes, how),
+            )
         };
         if pages > 0 {
             let bytes = (pages * os_page()) as u64;

@@ -27,6 +27,7 @@
 //! purge never touches what the heap needs to find the page again.
 
 use crate::fault::{misuse, Misuse};
+use crate::memory::cache_handshake;
 use crate::memory::layout::{os_page, segment_base, SLICE};
 use crate::memory::page::{Block, Page};
 use crate::memory::segment::Segment;
@@ -165,7 +166,11 @@ impl Page {
     /// any thread's current page. Remote frees not yet collected count as
     /// slots in use (`used`), so their slots, which other threads may be
     /// linking into the remote list, are never on a purged OS page.
-    pub unsafe fn hollow(&mut self, mut purge: impl FnMut(usize, usize) -> bool) -> usize {
+    pub unsafe fn hollow(
+        &mut self,
+        serialize: impl FnOnce() -> bool,
+        mut purge: impl FnMut(usize, usize) -> bool,
+    ) -> usize {
         let slot = self.slot_size as usize;
         let Some(free) = self
             .capacity()
@@ -180,11 +185,12 @@ impl Page {
             return 0;
         }
         self.hollow_seen_used = self.used();
-        // Frees stop going into thread caches before any OS page is
-        // purged (a cache's store into a purged slot is unchecked); the
-        // count set below, or the same count if nothing was purged, lets
-        // them again if the page ends with no hollow slot.
-        self.set_cacheable(false);
+        // Frees stop going into thread caches before the free list is
+        // checked and any OS page purged (a cache's store into a purged
+        // slot is unchecked); the count set below, or the same count if
+        // nothing was purged, lets them again if the page ends with no
+        // hollow slot.
+        self.stop_caching(serialize);
         // SAFETY: per the caller.
         let set = unsafe { self.free_set(free as usize) };
         // SAFETY: a slab page lies in a registered, mapped segment.
@@ -208,6 +214,17 @@ impl Page {
             self.set_hollow_slots(self.hollow_slots());
         }
         purged
+    }
+
+    /// Makes frees of this page's slots stop going into thread caches,
+    /// before its free list is checked: a free under way that read the page
+    /// as cacheable either sees the change or has stored its key where the
+    /// check finds it (`memory/cache_handshake.rs`). `serialize` is the
+    /// page source's; a page that was not cacheable needs none.
+    fn stop_caching(&self, serialize: impl FnOnce() -> bool) {
+        if self.hollow_slots() == 0 {
+            cache_handshake::stop_caching(|| self.set_cacheable(false), serialize);
+        }
     }
 
     /// Whether OS page `k` of the page (`os_page` in the segment) is

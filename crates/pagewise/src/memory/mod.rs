@@ -5,6 +5,7 @@
 
 pub(crate) mod block;
 pub mod budget;
+pub(crate) mod cache_handshake;
 pub(crate) mod delayed;
 pub(crate) mod hollow;
 pub mod layout;

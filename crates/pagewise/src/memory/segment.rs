@@ -264,14 +264,22 @@ impl Segment {
         self.page(e >> SLICE_SHIFT)
     }
 
-    /// For the slice holding `addr`: `(class + 1) << STATE_SHIFT` of the
-    /// slab page there (0 if none), and `addr`'s offset from the start of
-    /// that page (meaningless for 0). The free fast path's lookup: any
-    /// thread may ask, it reads only the read-mostly slab table.
+    /// For the slice holding `addr`: the raw slab-table word (which
+    /// [`Segment::split_slab_word`] takes apart), read again by the free
+    /// fast path to see whether it changed (`memory/cache_handshake.rs`).
+    /// Any thread may ask; it reads only the read-mostly slab table.
     #[inline]
-    pub fn slab_entry(&self, addr: usize) -> (usize, usize) {
+    pub fn slab_word(&self, addr: usize) -> usize {
+        self.slab_table_entry(addr - self.base())
+    }
+
+    /// Of the slab word `e` of the slice holding `addr`:
+    /// `(class + 1) << STATE_SHIFT` of the slab page there (0 if none, or
+    /// if its frees may not be cached), and `addr`'s offset from the start
+    /// of that page (meaningless for 0).
+    #[inline]
+    pub fn split_slab_word(&self, e: usize, addr: usize) -> (usize, usize) {
         let offset = addr - self.base();
-        let e = self.slab_table_entry(offset);
         (e & SLAB_STATE_MASK, offset - (e & !SLAB_STATE_MASK))
     }
 

@@ -5,6 +5,8 @@
 pub(crate) mod barrier;
 #[cfg(target_os = "linux")]
 pub(crate) mod guard_pages;
+#[cfg(target_os = "linux")]
+pub(crate) mod membarrier;
 pub(crate) mod protect;
 pub(crate) mod random;
 #[cfg(target_os = "linux")]

@@ -861,6 +861,14 @@ unsafe impl PageSource for SharedPages {
     fn sharing(&self) -> Option<&dyn SharePages> {
         Some(self)
     }
+
+    fn serialize_threads(&self) -> bool {
+        let ok = crate::os::source::serialize_with_os();
+        if ok {
+            self.counters.barriers.fetch_add(1, Relaxed);
+        }
+        ok
+    }
 }
 
 // SAFETY: `share` and `join` copy before they remap, and only the bytes the

@@ -56,6 +56,10 @@ pub struct SyscallCounts {
     pub peak_mapped_bytes: u64,
     /// Total bytes passed to `madvise` for purging.
     pub purged_bytes: u64,
+    /// Calls that made every thread of the process pass a memory barrier
+    /// (`membarrier`), one each time a slab page stops taking frees into
+    /// thread caches before its free OS pages are given back.
+    pub barriers: u64,
 }
 
 /// The counters behind [`SyscallCounts`], shared by every source.
@@ -67,6 +71,7 @@ pub struct SyscallCounters {
     pub(crate) mapped: AtomicU64,
     pub(crate) peak_mapped: AtomicU64,
     pub(crate) purged: AtomicU64,
+    pub(crate) barriers: AtomicU64,
 }
 
 impl SyscallCounters {
@@ -79,6 +84,7 @@ impl SyscallCounters {
             mapped: AtomicU64::new(0),
             peak_mapped: AtomicU64::new(0),
             purged: AtomicU64::new(0),
+            barriers: AtomicU64::new(0),
         }
     }
     pub(crate) fn mapped(&self, bytes: usize) {
@@ -97,6 +103,7 @@ impl SyscallCounters {
             mapped_bytes: self.mapped.load(Relaxed),
             peak_mapped_bytes: self.peak_mapped.load(Relaxed),
             purged_bytes: self.purged.load(Relaxed),
+            barriers: self.barriers.load(Relaxed),
         }
     }
 }
@@ -133,6 +140,25 @@ pub unsafe trait PageSource: Sync {
     fn now_ms(&self) -> u64;
     /// The counts of calls made so far.
     fn syscalls(&self) -> SyscallCounts;
+    /// The rare side of [the asymmetric fence](crate::sync::asymmetric):
+    /// makes every other running thread of the process execute a full
+    /// memory barrier, so that a store this thread made before the call
+    /// and a load it makes after pair with the compiler-only fences of the
+    /// free fast path. Returns false if it could not (the kernel lacks
+    /// `membarrier`); then a free racing the purge of its own slot's OS
+    /// page may go unreported (design.md, "A hollow slot never enters a
+    /// thread cache"). By default the kernel's `membarrier` on Linux, and
+    /// nothing elsewhere.
+    ///
+    /// ```
+    /// use pagewise::PageSource;
+    /// let s = pagewise::SystemPages::new();
+    /// let ordered = s.serialize_threads();
+    /// assert_eq!(s.syscalls().barriers, ordered as u64);
+    /// ```
+    fn serialize_threads(&self) -> bool {
+        serialize_with_os()
+    }
     /// Whether OS pages of this source can share physical pages, and how
     /// (meshing: `SharedPages`, on Linux).
     /// None by default.
@@ -255,6 +281,17 @@ unsafe impl<T: PageSource + ?Sized> PageSource for &'static T {
     fn sharing(&self) -> Option<&dyn SharePages> {
         (**self).sharing()
     }
+    fn serialize_threads(&self) -> bool {
+        (**self).serialize_threads()
+    }
+}
+
+/// The kernel's `membarrier` where there is one.
+pub(crate) fn serialize_with_os() -> bool {
+    #[cfg(all(target_os = "linux", not(miri)))]
+    return crate::os::membarrier::serialize_threads();
+    #[cfg(not(all(target_os = "linux", not(miri))))]
+    false
 }
 
 /// The real page source: anonymous private mappings from the kernel.
@@ -527,6 +564,14 @@ unsafe impl PageSource for SystemPages {
     fn syscalls(&self) -> SyscallCounts {
         self.counters.snapshot()
     }
+
+    fn serialize_threads(&self) -> bool {
+        let ok = serialize_with_os();
+        if ok {
+            self.counters.barriers.fetch_add(1, Relaxed);
+        }
+        ok
+    }
 }
 
 /// The one alignment every fake mapping gets (the segment size); larger
@@ -620,5 +665,17 @@ unsafe impl PageSource for FakePages {
 
     fn syscalls(&self) -> SyscallCounts {
         self.counters.snapshot()
+    }
+
+    /// Counted as the real source counts it; the kernel's `membarrier`
+    /// where there is one (the fake's memory is real memory that real
+    /// threads share), and under Miri, which runs no system call, a
+    /// `SeqCst` fence.
+    fn serialize_threads(&self) -> bool {
+        self.counters.barriers.fetch_add(1, Relaxed);
+        if !serialize_with_os() {
+            core::sync::atomic::fence(core::sync::atomic::Ordering::SeqCst);
+        }
+        true
     }
 }

@@ -74,6 +74,32 @@ mod imp {
     }
 }
 
+#[cfg(pagewise_perturb)]
+mod window {
+    use core::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+
+    /// The test's hook (a `fn()`), or 0.
+    static HOOK: AtomicUsize = AtomicUsize::new(0);
+
+    /// Sets (or clears) the function every [`super::window`] calls.
+    pub fn set_window_hook(hook: Option<fn()>) {
+        HOOK.store(hook.map_or(0, |f| f as usize), Relaxed);
+    }
+
+    pub fn window() {
+        super::point();
+        let h = HOOK.load(Relaxed);
+        if h != 0 {
+            // SAFETY: only `set_window_hook` stores, and only a `fn()`.
+            let f: fn() = unsafe { core::mem::transmute::<usize, fn()>(h) };
+            f();
+        }
+    }
+}
+
+#[cfg(pagewise_perturb)]
+pub use window::set_window_hook;
+
 #[cfg(not(pagewise_perturb))]
 mod imp {
     #[inline(always)]
@@ -84,4 +110,16 @@ mod imp {
 #[inline(always)]
 pub fn point() {
     imp::point()
+}
+
+/// A point inside a window two threads' steps must not both fall into
+/// unseen (the free fast path between reading a page's slab word and
+/// storing the slot's key). In the perturbation build a test can make
+/// another step happen exactly there ([`set_window_hook`]), so that the
+/// protocol closing the window is tested on the allocator's own code; in
+/// every other build it is empty.
+#[inline(always)]
+pub fn window() {
+    #[cfg(pagewise_perturb)]
+    window::window();
 }
