@@ -34,26 +34,29 @@ FILES=${MUTANTS_FILES:-"
     crates/pagewise/src/heap/remote.rs
     crates/pagewise/src/heap/cache.rs
     crates/pagewise/src/memory/block.rs
+    crates/pagewise/src/memory/cache_handshake.rs
     crates/pagewise/src/memory/hollow.rs
     crates/pagewise/src/memory/page.rs
     crates/pagewise/src/memory/segment.rs
 "}
 # Which of their mutants (to keep the step near 15 minutes on 2 cores): all
-# of free.rs, remote.rs and block.rs (the free and double-free checks, the
-# remote-free counts, the free-slot keys); cache.rs's accounting and its
+# of free.rs, remote.rs, block.rs and cache_handshake.rs (the free and
+# double-free checks, the remote-free counts, the free-slot keys, the
+# cached free's second look at its page); cache.rs's accounting and its
 # cacheability test (`frees`, `cached`, `count_alloc`, `starts_slot`), not
 # its compile-time tables (`ClassState::all`, `build_limits`) nor the
 # requested-bytes estimate behind stats(); in hollow.rs, page.rs and segment.rs the
-# decisions about hollow slots and cacheability only, not the slot-set and
+# decisions about hollow slots and cacheability, and the collection of
+# remote frees with its hollow-slot check, only, not the slot-set and
 # OS-page arithmetic (docs/testing.md, "Mutation testing", says what is
 # left out). With MUTANTS_FILES set, every mutant of those files.
 P=crates/pagewise/src
 select=()
 if [ -z "${MUTANTS_FILES:-}" ]; then
     select=(
-        --re "^$P/(heap/(free|remote|cache)|memory/block)\\.rs:"
-        --re "^$P/memory/hollow\\.rs:.*[ :]Page::(is_hollow_slot|can_refill_hollow|hollow_pages|can_hollow|relink_without_hollow|back_in_use)( |\$)"
-        --re "^$P/memory/page\\.rs:.*[ :]Page::(hollow_slots|set_hollow_slots|set_cacheable)( |\$)"
+        --re "^$P/(heap/(free|remote|cache)|memory/(block|cache_handshake))\\.rs:"
+        --re "^$P/memory/hollow\\.rs:.*[ :]Page::(is_hollow_slot|can_refill_hollow|hollow_pages|can_hollow|stop_caching|relink_without_hollow|back_in_use)( |\$)"
+        --re "^$P/memory/page\\.rs:.*[ :]Page::(hollow_slots|set_hollow_slots|set_cacheable|collect_thread_free)( |\$)"
         --re "^$P/memory/segment\\.rs:.*[ :]Segment::set_cacheable( |\$)"
         --exclude-re "^$P/heap/cache\\.rs:.*(ClassState::all|ClassState::requested_estimate|build_limits)( |\$)"
     )

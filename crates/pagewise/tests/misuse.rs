@@ -203,7 +203,8 @@ fn child_entry() {
             "double-after-its-os-page-was-purged" => {
                 // The page keeps one live block; trim() purges the OS pages
                 // of its free slots (they leave the free list); then one of
-                // them is freed again and goes home with the next flush.
+                // them is freed again: the page takes no cached frees while
+                // it has hollow slots, so the free is checked at once.
                 let (l, n, kept, p) = hollowed_page_and_a_freed_slot();
                 a.dealloc(p, l);
                 pagewise::trim();
