@@ -18,7 +18,6 @@
 //! `exec` has no reporter (it still writes its exit report); a child that
 //! execs starts its own at load.
 
-use crate::out::{expand_path, FdWriter};
 use core::ffi::c_int;
 use core::sync::atomic::{AtomicBool, AtomicU64, Ordering::*};
 
@@ -39,7 +38,7 @@ fn parse_signal(v: &[u8]) -> Option<c_int> {
         b"USR2" => libc::SIGUSR2,
         b"HUP" => libc::SIGHUP,
         _ => {
-            let n = pw::config::parse_u64(name)? as c_int;
+            let n = crate::config::parse_u64(name)? as c_int;
             let realtime = (libc::SIGRTMIN()..=libc::SIGRTMAX()).contains(&n);
             let allowed = [libc::SIGUSR1, libc::SIGUSR2, libc::SIGHUP].contains(&n);
             if !(realtime || allowed) {
@@ -58,28 +57,30 @@ extern "C" fn on_signal(_: c_int) {
 
 /// Reads the two variables (at load) and starts the reporter if either is
 /// set.
-pub fn start_from_env() {
+pub(crate) fn start_from_env() {
     let mut wanted = false;
-    if let Some(v) = crate::getenv(c"PAGEWISE_STATS_SIGNAL").filter(|v| !v.is_empty()) {
+    if let Some(v) = crate::config::getenv(b"PAGEWISE_STATS_SIGNAL\0").filter(|v| !v.is_empty()) {
         match parse_signal(v) {
             Some(sig) => {
                 install_handler(sig);
                 wanted = true;
             }
-            None => crate::malformed(
+            None => malformed(
                 b"PAGEWISE_STATS_SIGNAL",
                 v,
                 b" (expected SIGUSR1, SIGUSR2, SIGHUP or a real-time signal number)\n",
             ),
         }
     }
-    if let Some(v) = crate::getenv(c"PAGEWISE_STATS_INTERVAL_MS").filter(|v| !v.is_empty()) {
-        match pw::config::parse_u64(v).filter(|&ms| ms > 0) {
+    if let Some(v) =
+        crate::config::getenv(b"PAGEWISE_STATS_INTERVAL_MS\0").filter(|v| !v.is_empty())
+    {
+        match crate::config::parse_u64(v).filter(|&ms| ms > 0) {
             Some(ms) => {
                 INTERVAL_MS.store(ms, Relaxed);
                 wanted = true;
             }
-            None => crate::malformed(
+            None => malformed(
                 b"PAGEWISE_STATS_INTERVAL_MS",
                 v,
                 b" (expected milliseconds, more than 0)\n",
@@ -121,7 +122,7 @@ extern "C" fn run(_: *mut libc::c_void) -> *mut libc::c_void {
     // This thread does not need the program's signals (the one asked for
     // stays deliverable to the program's threads, whose handler is ours).
     let interval = INTERVAL_MS.load(Relaxed);
-    let mut next = crate::sampler::now_ms().saturating_add(interval);
+    let mut next = super::now_ms().saturating_add(interval);
     let ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: (POLL_MS.min(interval.max(1)) * 1_000_000) as _,
@@ -129,59 +130,32 @@ extern "C" fn run(_: *mut libc::c_void) -> *mut libc::c_void {
     loop {
         // SAFETY: a valid timespec; an early wake-up only shortens a period.
         unsafe { libc::nanosleep(&ts, core::ptr::null_mut()) };
-        let now = crate::sampler::now_ms();
+        let now = super::now_ms();
         let periodic = interval > 0 && now >= next;
         if periodic {
             next = now.saturating_add(interval);
         }
         if REQUESTED.swap(false, Relaxed) || periodic {
             write_report();
-            pw::profile::dump();
+            crate::profile::dump();
         }
     }
 }
 
 /// Writes one report where the variables say (module docs).
 fn write_report() {
-    let Some(path) = crate::getenv(c"PAGEWISE_STATS_FILE").filter(|p| !p.is_empty()) else {
-        crate::pagewise_stats_print(2);
-        return;
-    };
-    let mut name = [0u8; 4096];
-    let mut tmp = [0u8; 4096];
-    if !expand_path(path, &mut name) || !with_suffix(&name, b".tmp", &mut tmp) {
-        return; // the exit report says so once
-    }
-    let flags = libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC | libc::O_CLOEXEC;
-    // SAFETY: `tmp` is NUL-terminated.
-    let fd = unsafe { libc::open(tmp.as_ptr().cast(), flags, 0o644 as libc::c_uint) };
-    if fd < 0 {
-        return;
-    }
-    let (s, os) = crate::snapshot();
-    {
-        let mut w = FdWriter::new(fd);
-        let _ = crate::report::json(&mut w, &s, &os);
-        let _ = core::fmt::Write::write_str(&mut w, "\n");
-    }
-    // SAFETY: our descriptor; both paths NUL-terminated.
-    unsafe {
-        libc::close(fd);
-        libc::rename(tmp.as_ptr().cast(), name.as_ptr().cast());
+    match super::exit::stats_file() {
+        // A path that cannot be written: the exit report says so once.
+        Some(path) => {
+            let _ = super::exit::write_file(path, true);
+        }
+        None => super::exit::print(2),
     }
 }
 
-/// `path` (NUL-terminated) with `suffix` appended into `out`; false if it
-/// does not fit.
-fn with_suffix(path: &[u8; 4096], suffix: &[u8], out: &mut [u8; 4096]) -> bool {
-    let len = path.iter().position(|&b| b == 0).unwrap_or(path.len());
-    if len + suffix.len() + 1 > out.len() {
-        return false;
-    }
-    out[..len].copy_from_slice(&path[..len]);
-    out[len..len + suffix.len()].copy_from_slice(suffix);
-    out[len + suffix.len()] = 0;
-    true
+/// Warns about a malformed variable on one line of stderr.
+fn malformed(name: &[u8], value: &[u8], what: &[u8]) {
+    crate::fault::write_stderr(&[b"pagewise: ignoring malformed ", name, b"=", value, what]);
 }
 
 #[cfg(test)]
@@ -198,16 +172,5 @@ mod tests {
         assert_eq!(parse_signal(b"9"), None);
         assert_eq!(parse_signal(b"11"), None, "SIGSEGV is the program's");
         assert!(parse_signal(libc::SIGRTMIN().to_string().as_bytes()).is_some());
-    }
-
-    #[test]
-    fn suffix_fits_or_refuses() {
-        let mut p = [0u8; 4096];
-        p[..5].copy_from_slice(b"/a/b\0");
-        let mut out = [0u8; 4096];
-        assert!(with_suffix(&p, b".tmp", &mut out));
-        assert_eq!(&out[..9], b"/a/b.tmp\0");
-        let long = [b'x'; 4096];
-        assert!(!with_suffix(&long, b".tmp", &mut out));
     }
 }
