@@ -224,6 +224,7 @@ fn read_smaps(m: &mut Smaps) {
 
 /// Resident bytes now and, of them, the file-backed and shared ones
 /// (`RssFile + RssShmem`), from /proc/self/statm: cheap, for sampling.
+#[cfg(all(target_os = "linux", not(miri)))]
 pub(crate) fn statm() -> (u64, u64) {
     let mut buf = [0u8; 128];
     let Some(n) = read_file(b"/proc/self/statm\0", &mut buf) else {
@@ -311,6 +312,7 @@ Anonymous:             0 kB
         assert_eq!(m.out.file_rss, (188 + 1008) * 1024);
     }
 
+    #[cfg(target_os = "linux")]
     #[test]
     fn reads_this_process() {
         let m = os_memory();

@@ -53,6 +53,7 @@ pub(crate) mod sampler;
 
 pub use crate::os::proc::OsMemory;
 pub use json::JSON_VERSION;
+#[cfg(all(target_os = "linux", not(miri)))]
 pub(crate) use writer::expand_path;
 pub use writer::{Bytes, FdWriter, SliceWriter};
 
