@@ -4,6 +4,7 @@
 //! (`global/thread.rs`), after the program's own `atexit` handlers.
 
 use super::{expand_path, report, FdWriter};
+use crate::config::Variable;
 use core::fmt::Write;
 
 /// Stops the sampler (after its last line) and writes the exit report.
@@ -19,22 +20,14 @@ pub(crate) fn at_exit() {
         }
         return;
     }
-    if let Some(v) = crate::config::getenv(b"PAGEWISE_STATS\0").filter(|v| !v.is_empty()) {
-        match crate::config::parse_bool(v) {
-            Some(true) => print(2),
-            Some(false) => {}
-            None => crate::fault::write_stderr(&[
-                b"pagewise: ignoring malformed PAGEWISE_STATS=",
-                v,
-                b" (expected 1 or 0)\n",
-            ]),
-        }
+    if Variable::Stats.number() == Some(1) {
+        print(2);
     }
 }
 
-/// `PAGEWISE_STATS_FILE`, if set and not empty.
+/// `PAGEWISE_STATS_FILE`, if set.
 pub(crate) fn stats_file() -> Option<&'static [u8]> {
-    crate::config::getenv(b"PAGEWISE_STATS_FILE\0").filter(|p| !p.is_empty())
+    Variable::StatsFile.text()
 }
 
 /// Writes the text report to `fd`.

@@ -18,6 +18,7 @@
 //! `exec` has no reporter (it still writes its exit report); a child that
 //! execs starts its own at load.
 
+use crate::config::Variable;
 use core::ffi::c_int;
 use core::sync::atomic::{AtomicBool, AtomicU64, Ordering::*};
 
@@ -28,28 +29,6 @@ static INTERVAL_MS: AtomicU64 = AtomicU64::new(0);
 /// How often the reporter looks at the flag.
 const POLL_MS: u64 = 50;
 
-/// Signals a report may be tied to: those a program sends on purpose and
-/// whose default action is to end it (so nothing relies on them otherwise);
-/// the real-time signals too.
-fn parse_signal(v: &[u8]) -> Option<c_int> {
-    let name = v.strip_prefix(b"SIG").unwrap_or(v);
-    let sig = match name {
-        b"USR1" => libc::SIGUSR1,
-        b"USR2" => libc::SIGUSR2,
-        b"HUP" => libc::SIGHUP,
-        _ => {
-            let n = crate::config::parse_u64(name)? as c_int;
-            let realtime = (libc::SIGRTMIN()..=libc::SIGRTMAX()).contains(&n);
-            let allowed = [libc::SIGUSR1, libc::SIGUSR2, libc::SIGHUP].contains(&n);
-            if !(realtime || allowed) {
-                return None;
-            }
-            n
-        }
-    };
-    Some(sig)
-}
-
 extern "C" fn on_signal(_: c_int) {
     // Async-signal-safe: one atomic store; the reporter does the rest.
     REQUESTED.store(true, Relaxed);
@@ -59,33 +38,13 @@ extern "C" fn on_signal(_: c_int) {
 /// set.
 pub(crate) fn start_from_env() {
     let mut wanted = false;
-    if let Some(v) = crate::config::getenv(b"PAGEWISE_STATS_SIGNAL\0").filter(|v| !v.is_empty()) {
-        match parse_signal(v) {
-            Some(sig) => {
-                install_handler(sig);
-                wanted = true;
-            }
-            None => malformed(
-                b"PAGEWISE_STATS_SIGNAL",
-                v,
-                b" (expected SIGUSR1, SIGUSR2, SIGHUP or a real-time signal number)\n",
-            ),
-        }
+    if let Some(sig) = Variable::StatsSignal.number() {
+        install_handler(sig as c_int);
+        wanted = true;
     }
-    if let Some(v) =
-        crate::config::getenv(b"PAGEWISE_STATS_INTERVAL_MS\0").filter(|v| !v.is_empty())
-    {
-        match crate::config::parse_u64(v).filter(|&ms| ms > 0) {
-            Some(ms) => {
-                INTERVAL_MS.store(ms, Relaxed);
-                wanted = true;
-            }
-            None => malformed(
-                b"PAGEWISE_STATS_INTERVAL_MS",
-                v,
-                b" (expected milliseconds, more than 0)\n",
-            ),
-        }
+    if let Some(ms) = Variable::StatsIntervalMs.number() {
+        INTERVAL_MS.store(ms, Relaxed);
+        wanted = true;
     }
     if wanted {
         spawn();
@@ -150,27 +109,5 @@ fn write_report() {
             let _ = super::exit::write_file(path, true);
         }
         None => super::exit::print(2),
-    }
-}
-
-/// Warns about a malformed variable on one line of stderr.
-fn malformed(name: &[u8], value: &[u8], what: &[u8]) {
-    crate::fault::write_stderr(&[b"pagewise: ignoring malformed ", name, b"=", value, what]);
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn signals_by_name_and_number() {
-        assert_eq!(parse_signal(b"SIGUSR2"), Some(libc::SIGUSR2));
-        assert_eq!(parse_signal(b"USR1"), Some(libc::SIGUSR1));
-        assert_eq!(parse_signal(b"HUP"), Some(libc::SIGHUP));
-        assert_eq!(parse_signal(b"12"), Some(libc::SIGUSR2));
-        assert_eq!(parse_signal(b"SIGKILL"), None);
-        assert_eq!(parse_signal(b"9"), None);
-        assert_eq!(parse_signal(b"11"), None, "SIGSEGV is the program's");
-        assert!(parse_signal(libc::SIGRTMIN().to_string().as_bytes()).is_some());
     }
 }

@@ -15,6 +15,7 @@
 //! neither allocates nor holds a lock between samples.
 
 use super::{expand_path, now_ms, FdWriter};
+use crate::config::Variable;
 use core::fmt::Write;
 use core::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering::*};
 
@@ -27,31 +28,21 @@ static STOPPED: AtomicBool = AtomicBool::new(false);
 /// parent is that pid: `pagewise run` samples the program it started, not
 /// every descendant that inherits the environment.
 pub(crate) fn start_from_env() {
-    let Some(path) = crate::config::getenv(b"PAGEWISE_SAMPLE_FILE\0").filter(|p| !p.is_empty())
-    else {
+    let Some(path) = Variable::SampleFile.text() else {
         return;
     };
-    if let Some(v) = crate::config::getenv(b"PAGEWISE_SAMPLE_PARENT\0") {
+    if Variable::SampleParent.raw().is_some() {
         // SAFETY: getppid has no preconditions.
         let parent = unsafe { libc::getppid() } as u64;
-        match crate::config::parse_u64(v) {
-            Some(p) if p == parent => {}
-            Some(_) => return,
-            None => {
-                malformed(b"PAGEWISE_SAMPLE_PARENT", v, b" (expected a pid)\n");
-                return;
-            }
+        if Variable::SampleParent.number() != Some(parent) {
+            return;
         }
     }
-    if let Some(v) = crate::config::getenv(b"PAGEWISE_SAMPLE_MS\0") {
-        match crate::config::parse_u64(v).filter(|&ms| ms > 0) {
-            Some(ms) => INTERVAL_MS.store(ms, Relaxed),
-            None => malformed(b"PAGEWISE_SAMPLE_MS", v, b" (using 50)\n"),
-        }
+    if let Some(ms) = Variable::SampleMs.number() {
+        INTERVAL_MS.store(ms, Relaxed);
     }
     let mut name = [0u8; 4096];
     if !expand_path(path, &mut name) {
-        malformed(b"PAGEWISE_SAMPLE_FILE", path, b" (path too long)\n");
         return;
     }
     let flags = libc::O_WRONLY | libc::O_CREAT | libc::O_APPEND | libc::O_CLOEXEC;
@@ -133,9 +124,4 @@ pub(crate) fn after_fork_child() {
         // SAFETY: our descriptor; the parent keeps its own copy.
         unsafe { libc::close(fd) };
     }
-}
-
-/// Warns about a malformed variable on one line of stderr.
-fn malformed(name: &[u8], value: &[u8], what: &[u8]) {
-    crate::fault::write_stderr(&[b"pagewise: ignoring malformed ", name, b"=", value, what]);
 }
