@@ -2,7 +2,7 @@
 //! its name, its default, what it accepts, what it does, and the parser of
 //! its value. The policy settings ([`Setting`]), the reports, the profiler,
 //! the guard pages, the sampler of `pagewise run` and the testing aids all
-//! go through it, and so do the warnings ([`super::warn`]): a malformed
+//! go through it, and so do the warnings (`warn.rs`): a malformed
 //! value, or a `PAGEWISE_*` variable that is not in the table, gets one
 //! line on stderr, once per process. The header `include/pagewise.h` and
 //! the README list the same variables (`tests/documented_variables.rs`
@@ -92,7 +92,7 @@ pub enum Variable {
 pub enum Group {
     /// The retention policy ([`super::Config`]; also `PAGEWISE_CONF` keys).
     Policy,
-    /// Reports ([`crate::report`]).
+    /// Reports ([`mod@crate::report`]).
     Report,
     /// The heap profiler ([`crate::profile`]).
     Profile,
