@@ -6,7 +6,7 @@
 # built-in peer of `pagewise bench`, preloaded from libtcmalloc_minimal.so.4)
 # and redis-server (its real-program workload, under each allocator);
 # golang-go's `go tool pprof` reads the heap profiles.
-# Called from .ci/run before `cargo test`; with PAGEWISE_CI=1 a test whose
+# Called from .ci/run before `cargo test`; with PAGEWISE_TEST_CI=1 a test whose
 # program is missing fails instead of skipping.
 set -euo pipefail
 export DEBIAN_FRONTEND=noninteractive

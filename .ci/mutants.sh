@@ -82,7 +82,7 @@ targets=(--lib --test misuse --test hollow --test cache --test transfer
     --test turnover --test miri_heap --test pending_remote --test stress --test guard)
 cargo_args=()
 for t in "${targets[@]}"; do cargo_args+=("--cargo-arg=$t"); done
-export PAGEWISE_STRESS_OPS=${PAGEWISE_STRESS_OPS:-5000} PAGEWISE_STRESS_FORKS=0
+export PAGEWISE_TEST_STRESS_OPS=${PAGEWISE_TEST_STRESS_OPS:-5000} PAGEWISE_TEST_STRESS_FORKS=0
 # No debug info: each mutant links the test binaries again, twice as fast
 # without it (a failing test still names its file and line).
 export CARGO_PROFILE_DEV_DEBUG=0

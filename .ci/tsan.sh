@@ -7,7 +7,7 @@
 # std type is reported as one). See docs/stress-and-tsan.md.
 #
 #   bash .ci/tsan.sh                     # the default run (a few minutes)
-#   PAGEWISE_STRESS_OPS=200000 bash .ci/tsan.sh    # a longer one
+#   PAGEWISE_TEST_STRESS_OPS=200000 bash .ci/tsan.sh    # a longer one
 #
 # Exit status: non-zero if a test fails or TSan reports a race
 # (TSAN_OPTIONS exitcode). Reports go to stderr and, one file per
@@ -42,12 +42,12 @@ export TSAN_OPTIONS="${TSAN_OPTIONS:-halt_on_error=0 exitcode=66 second_deadlock
 # process (its own runtime threads and locks are not fork-safe; the child
 # may deadlock inside TSan or die). The fork tests run uninstrumented in
 # `cargo test`.
-export PAGEWISE_STRESS_FORKS=0
+export PAGEWISE_TEST_STRESS_FORKS=0
 # Less work, fewer threads, a smaller live cap (TSan keeps shadow memory
 # for every byte the test touches).
-export PAGEWISE_STRESS_OPS="${PAGEWISE_STRESS_OPS:-100000}"
-export PAGEWISE_STRESS_THREADS="${PAGEWISE_STRESS_THREADS:-12}"
-export PAGEWISE_STRESS_LIVE_MAX="${PAGEWISE_STRESS_LIVE_MAX:-192M}"
+export PAGEWISE_TEST_STRESS_OPS="${PAGEWISE_TEST_STRESS_OPS:-100000}"
+export PAGEWISE_TEST_STRESS_THREADS="${PAGEWISE_TEST_STRESS_THREADS:-12}"
+export PAGEWISE_TEST_STRESS_LIVE_MAX="${PAGEWISE_TEST_STRESS_LIVE_MAX:-192M}"
 
 cargo_test() {
     cargo +nightly test -Zbuild-std --target "$target" -p pagewise "$@"
@@ -61,7 +61,7 @@ status=0
 # decay delay), and the reproducers of races between threads. The
 # single-threaded reproducers (stale zeroed blocks, purges past a huge run,
 # the reservation limit) say nothing about races and are left out.
-echo "== stress.rs under TSan (ops $PAGEWISE_STRESS_OPS, threads $PAGEWISE_STRESS_THREADS)"
+echo "== stress.rs under TSan (ops $PAGEWISE_TEST_STRESS_OPS, threads $PAGEWISE_TEST_STRESS_THREADS)"
 cargo_test --test stress -- --exact --nocapture \
     stress_global_allocator \
     stress_small_reservations_no_decay \

@@ -30,25 +30,53 @@
  * problem and the address ("pagewise: double free ...: 0x..."). Continuing
  * after a corrupting free turns a clear bug into a mysterious one.
  *
- * Environment (read once, at the first allocation or when the library loads;
- * a malformed value prints one line on stderr and the default is used):
+ * Environment (read once, when the library loads; an empty value is no
+ * value; booleans are 1, true, yes, on or 0, false, no, off; sizes accept
+ * 64M, 64MB, 64MiB, 1.5G). A malformed value, an unknown PAGEWISE_CONF key
+ * and a PAGEWISE_* variable that is not below (a misspelling) each print
+ * one line on stderr naming it and what is accepted, once per process, and
+ * the default is used. Names starting with PAGEWISE_TEST_ are not checked.
+ *
+ * Policy (also as PAGEWISE_CONF keys, and pagewise_option_get/set names):
  *   PAGEWISE_CONF=decay_ms:500,retain_max:32M   all settings in one string
+ *                              (keys: decay_ms, retain_max, limit, purge,
+ *                              background, reserve, mesh)
  *   PAGEWISE_DECAY_MS=1000     ms a freed span stays committed before purging
- *                              (-1: never); sizes accept 64M, 64MiB, 1.5G
- *   PAGEWISE_RETAIN_MAX=64M    committed free bytes a thread heap may keep
+ *                              (-1: never)
+ *   PAGEWISE_RETAIN_MAX=64M    committed free bytes the whole process keeps
+ *                              (all threads together; default: as demand
+ *                              says, no fixed ceiling)
+ *   PAGEWISE_LIMIT=512M        hard limit on committed bytes (all threads
+ *                              together): an allocation past it returns NULL
+ *                              with errno = ENOMEM; the first one refused
+ *                              prints one line (the limit, what is committed)
  *   PAGEWISE_PURGE=dontneed    or "free" (MADV_FREE)
  *   PAGEWISE_BACKGROUND=1      a background thread purges idle memory
- *   PAGEWISE_RESERVE=1G        address space mapped at a time
+ *   PAGEWISE_RESERVE=1G        address space mapped at a time (at least 32M)
+ *   PAGEWISE_MESH=0            1: mesh sparse pages (Linux; opt-in)
+ * Reports:
  *   PAGEWISE_STATS=1           print pagewise_stats_print(2) at exit
  *   PAGEWISE_STATS_FILE=path   write the JSON report there at exit instead
  *                              ("%p" in the path is replaced by the pid)
+ *   PAGEWISE_STATS_SIGNAL=SIGUSR2  also a report each time the signal comes
+ *                              (SIGUSR1, SIGUSR2, SIGHUP, a real-time number)
+ *   PAGEWISE_STATS_INTERVAL_MS=1000  also a report every N ms
+ * Heap profile and guard pages:
  *   PAGEWISE_PROF=1            sample allocations by call site (heap profile)
  *   PAGEWISE_PROF_SAMPLE=512K  mean bytes between samples (0: off)
  *   PAGEWISE_PROF_FILE=path    write the heap profile there at exit and on
  *                              PAGEWISE_STATS_SIGNAL ("%p": the pid)
+ *   PAGEWISE_GUARD_SAMPLE=0    about 1 allocation in N (of at most a page)
+ *                              between guard pages (0: off)
+ *   PAGEWISE_GUARD_SLOTS=64    guarded blocks alive at once (1 to 16384)
+ * Used by `pagewise run`:
  *   PAGEWISE_SAMPLE_FILE=path  append "ms rss live committed" lines while the
  *   PAGEWISE_SAMPLE_MS=50      program runs (used by `pagewise run --plot`)
  *   PAGEWISE_SAMPLE_PARENT=pid only sample in a process whose parent is pid
+ *   PAGEWISE_LIB=path          the library `pagewise run` preloads
+ * Testing aids:
+ *   PAGEWISE_OS_PAGE=16K       treat 16K or 64K as the OS page
+ *   PAGEWISE_PERTURB=64        the perturbation build's rate (at least 8)
  */
 #ifndef PAGEWISE_H
 #define PAGEWISE_H
@@ -107,10 +135,10 @@ void pagewise_stats_print(int fd);
 size_t pagewise_stats_json(char *buf, size_t len);
 
 /* Options at run time: decay_ms, retain_max, limit, reserve (changeable),
- * purge, background (fixed at start). get returns -1 for none/never (and -1
- * with errno = EINVAL for an unknown name); set parses value as the
+ * purge, background, mesh (fixed at start). get returns -1 for none/never
+ * (and -1 with errno = EINVAL for an unknown name); set parses value as the
  * PAGEWISE_* variable and returns 0, EINVAL (unknown, malformed, refused)
- * or EPERM (fixed at start). */
+ * or EPERM (fixed at start); it prints nothing. */
 long long pagewise_option_get(const char *name);
 int pagewise_option_set(const char *name, const char *value);
 

@@ -471,12 +471,12 @@ impl Live {
     }
 }
 
-/// Whether `PAGEWISE_FUZZ_TRACE` is set: the targets then print each
+/// Whether `PAGEWISE_TEST_FUZZ_TRACE` is set: the targets then print each
 /// operation to stderr (to read what a reproducer does).
 pub fn tracing() -> bool {
     use std::sync::OnceLock;
     static ON: OnceLock<bool> = OnceLock::new();
-    *ON.get_or_init(|| std::env::var_os("PAGEWISE_FUZZ_TRACE").is_some())
+    *ON.get_or_init(|| std::env::var_os("PAGEWISE_TEST_FUZZ_TRACE").is_some())
 }
 
 /// Prints to stderr when tracing.

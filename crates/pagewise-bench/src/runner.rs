@@ -418,7 +418,7 @@ fn worker_dir(args: &BenchArgs) -> Result<PathBuf> {
     if let Some(d) = &args.worker_dir {
         return Ok(d.clone());
     }
-    if let Some(d) = std::env::var_os("PAGEWISE_BENCH_WORKER_DIR") {
+    if let Some(d) = std::env::var_os("PAGEWISE_TEST_BENCH_WORKER_DIR") {
         return Ok(PathBuf::from(d));
     }
     let exe = std::env::current_exe().context("cannot locate the running executable")?;
@@ -615,7 +615,7 @@ fn run_worker(
         .stderr(Stdio::piped());
     if let Some(so) = &spec.preload {
         cmd.env("LD_PRELOAD", so);
-        cmd.env("PAGEWISE_BENCH_PRELOAD", so);
+        cmd.env("PAGEWISE_TEST_BENCH_PRELOAD", so);
     }
     for (k, v) in &spec.env {
         cmd.env(k, v);

@@ -259,7 +259,7 @@ fn parse_args() -> Result<Args, String> {
 /// If the runner asked for a preloaded allocator, checks that the dynamic
 /// loader really mapped it (ld.so only warns and goes on without it).
 fn check_preload() -> Result<(), String> {
-    let Ok(want) = std::env::var("PAGEWISE_BENCH_PRELOAD") else {
+    let Ok(want) = std::env::var("PAGEWISE_TEST_BENCH_PRELOAD") else {
         return Ok(());
     };
     let maps = std::fs::read_to_string("/proc/self/maps").map_err(|e| e.to_string())?;
@@ -390,7 +390,7 @@ fn worker(name: &str, source: SyscallSource) -> Result<WorkerResult, String> {
     drop(survivors);
 
     let (syscalls, syscall_source) = match source {
-        SyscallSource::None(_) if std::env::var_os("PAGEWISE_BENCH_PRELOAD").is_some() => (
+        SyscallSource::None(_) if std::env::var_os("PAGEWISE_TEST_BENCH_PRELOAD").is_some() => (
             None,
             "n/a: preloaded library (glibc-internal and raw calls are not countable in-process)"
                 .to_string(),

@@ -12,8 +12,8 @@ fn name_of<'a>(p: *const c_char) -> Option<&'a str> {
 }
 
 /// The current value of option `name` (`decay_ms`, `retain_max`, `limit`,
-/// `reserve`, `purge`, `background`): `-1` for none or never; an unknown
-/// name returns `-1` with `errno = EINVAL`.
+/// `reserve`, `purge`, `background`, `mesh`): `-1` for none or never; an
+/// unknown name returns `-1` with `errno = EINVAL`.
 ///
 /// # Safety
 /// `name` is null or a NUL-terminated string.
@@ -29,9 +29,10 @@ pub unsafe extern "C" fn pagewise_option_get(name: *const c_char) -> i64 {
 }
 
 /// Sets option `name` to `value` (parsed as its `PAGEWISE_*` variable:
-/// `500`, `32M`, `1.5G`, `-1`). Returns 0; `EINVAL` for an unknown name or a
-/// malformed or refused value; `EPERM` for an option fixed at start-up
-/// (`purge`, `background`). Prints nothing.
+/// `500`, `32M`, `1.5G`, `-1`; the same parser). Returns 0; `EINVAL` for an
+/// unknown name or a malformed or refused value; `EPERM` for an option
+/// fixed at start-up (`purge`, `background`, `mesh`). Prints nothing: the
+/// caller has the error.
 ///
 /// # Safety
 /// `name` and `value` are null or NUL-terminated strings.

@@ -5,17 +5,19 @@
 //! |---|---|---|---|
 //! | `PAGEWISE_DECAY_MS` | [`Config::decay_ms`] | 1000 | ms a freed span stays committed before it is purged |
 //! | `PAGEWISE_RETAIN_MAX` | [`Config::retain_max_bytes`] | none | ceiling on the committed free bytes kept by the whole process (every thread heap together; an owned `Heap` alone); below it, retention follows demand ([`crate::budget`]) |
-//! | `PAGEWISE_LIMIT` | [`Config::limit_bytes`] | none | hard limit on committed bytes and segment headers (every thread heap together; an owned `Heap` alone), reserved before they are committed, so never passed: an allocation that would pass it first purges everything retained it can reach, then fails (null, `ENOMEM` in C) |
+//! | `PAGEWISE_LIMIT` | [`Config::limit_bytes`] | none | hard limit on committed bytes and segment headers (every thread heap together; an owned `Heap` alone), reserved before they are committed, so never passed: an allocation that would pass it first purges everything retained it can reach, then fails (null, `ENOMEM` in C; the first refusal of the global allocator prints one line saying so) |
 //! | `PAGEWISE_PURGE` | [`Config::purge`] | `dontneed` | `dontneed` (RSS drops at once) or `free` (MADV_FREE) |
 //! | `PAGEWISE_BACKGROUND` | [`Config::background`] | `1` | a background thread purges expired memory of idle threads |
 //! | `PAGEWISE_RESERVE` | [`Config::reservation_bytes`] | 1G | address space mapped at a time (at least 32 MiB) |
 //! | `PAGEWISE_MESH` | [`Config::mesh`] | `0` | the global allocator meshes sparse pages (Linux; docs/design.md, "Meshing") |
 //!
 //! Sizes accept `64M`, `64MB`, `64MiB`, `1.5G` (binary units, [`parse`]);
-//! `-1` means none for sizes and never for `PAGEWISE_DECAY_MS`. A malformed
-//! value, or one that would make pagewise misbehave (`PAGEWISE_RESERVE`
-//! below one 32 MiB segment, `PAGEWISE_LIMIT=0`), prints one line on stderr
-//! saying what is accepted, and is ignored.
+//! `-1` means none for sizes and never for `PAGEWISE_DECAY_MS`; booleans
+//! are `1`, `true`, `yes`, `on` or `0`, `false`, `no`, `off`
+//! ([`parse_bool`]); an empty value is no value. A malformed value, or one
+//! that would make pagewise misbehave (`PAGEWISE_RESERVE` below one 32 MiB
+//! segment, `PAGEWISE_LIMIT=0`), prints one line on stderr saying what is
+//! accepted, and is ignored.
 //!
 //! The same settings can be given as one string, `key:value` entries
 //! separated by commas, with the short names of [`Setting`] (`decay_ms`,
@@ -24,17 +26,24 @@
 //! `const char *pagewise_conf` ([`pagewise_conf`]). Precedence, lowest first:
 //! the defaults, the embedded string, `PAGEWISE_CONF`, the separate
 //! `PAGEWISE_*` variables. [`crate::options`] reads and changes them at
-//! run time.
+//! run time, through the same parser.
 //!
-//! One more variable is read the same way but is not a policy setting:
-//! `PAGEWISE_OS_PAGE`, a testing aid that makes pagewise treat 16 or 64 KiB
-//! as the OS page ([`crate::layout::os_page`]); it is fixed before the first
-//! segment is made, so it is not part of `PAGEWISE_CONF` or `options`.
+//! Every variable pagewise reads, these and the others (reports, the
+//! profiler, guard pages, `pagewise run`'s sampler, testing aids such as
+//! `PAGEWISE_OS_PAGE`), is in one table, [`Variable`], with its parser:
+//! when the configuration is first read, a set variable whose value is
+//! malformed, and a `PAGEWISE_*` variable the table does not know (a
+//! misspelling: `PAGEWISE_DECAYMS`), each print one line naming it and
+//! what is accepted, once per process. Names starting with
+//! `PAGEWISE_TEST_` are left to test harnesses.
 
 pub mod parse;
+pub mod variables;
+pub(crate) mod warn;
 
 use crate::os::source::Purge;
 pub use parse::{apply_conf, parse_bool, parse_size, parse_u64, ConfError, Setting};
+pub use variables::{Group, Value, Variable, BOOL_ACCEPTED};
 
 /// Defaults a program embeds, as a `key:value,...` string (jemalloc's
 /// `malloc_conf` is the precedent): a C program that links libpagewise.so
@@ -183,60 +192,21 @@ impl Config {
         if !embedded.is_null() {
             // SAFETY: a NUL-terminated string (the symbol's contract).
             let text = unsafe { core::ffi::CStr::from_ptr(embedded) }.to_bytes();
-            apply_conf(&mut c, text, |e| report_conf(b"pagewise_conf", e));
+            warn::apply_conf_once(&mut c, text, None);
         }
-        if let Some(text) = getenv(b"PAGEWISE_CONF\0") {
-            apply_conf(&mut c, text, |e| report_conf(b"PAGEWISE_CONF", e));
+        if let Some(text) = Variable::Conf.raw() {
+            warn::apply_conf_once(&mut c, text, Some(Variable::Conf));
         }
         for setting in Setting::ALL {
-            let name = setting.variable();
-            if let Some(value) = getenv(name) {
+            let var = setting.variable();
+            if let Some(value) = var.raw() {
                 if let Err(accepted) = setting.apply(&mut c, value) {
-                    crate::fault::write_stderr(&[
-                        b"pagewise: ignoring malformed ",
-                        &name[..name.len() - 1],
-                        b"=",
-                        value,
-                        b" (expected ",
-                        accepted.as_bytes(),
-                        b")\n",
-                    ]);
+                    warn::malformed(var, value, accepted);
                 }
             }
         }
+        warn::check_environment();
         c
-    }
-}
-
-/// Reports a bad entry of a `key:value,...` string on one line of stderr.
-fn report_conf(source: &[u8], e: ConfError<'_>) {
-    let w = crate::fault::write_stderr;
-    match e {
-        ConfError::Unknown(key) => w(&[
-            b"pagewise: ignoring unknown setting ",
-            key,
-            b" in ",
-            source,
-            b" (known: decay_ms, retain_max, limit, purge, background, reserve)\n",
-        ]),
-        ConfError::Malformed(entry) => w(&[
-            b"pagewise: ignoring malformed ",
-            entry,
-            b" in ",
-            source,
-            b" (expected key:value entries separated by commas)\n",
-        ]),
-        ConfError::Value(setting, value, accepted) => w(&[
-            b"pagewise: ignoring malformed ",
-            setting.name().as_bytes(),
-            b":",
-            value,
-            b" in ",
-            source,
-            b" (expected ",
-            accepted.as_bytes(),
-            b")\n",
-        ]),
     }
 }
 

@@ -65,6 +65,7 @@ pub mod options;
 mod os;
 mod owned_heap;
 pub mod profile;
+pub mod report;
 mod runtime;
 #[cfg(feature = "secure")]
 mod secure;
@@ -75,6 +76,7 @@ pub use global::allocator::{mesh, stats, trim, usable_size, Pagewise};
 pub use global::{purger, raw, thread};
 pub use memory::{budget, layout, size_class};
 pub use os::source;
+pub use report::report;
 pub use runtime::{arena, pool};
 
 pub use arena::Arena;

@@ -10,15 +10,18 @@
 //! | `reserve` | `PAGEWISE_RESERVE` | yes (the next reservations) | bytes, at least 32 MiB |
 //! | `purge` | `PAGEWISE_PURGE` | no: fixed at start | `0` dontneed, `1` free |
 //! | `background` | `PAGEWISE_BACKGROUND` | no: fixed at start | `0` or `1` |
+//! | `mesh` | `PAGEWISE_MESH` | no: fixed at start | `0` or `1` |
 //!
 //! `purge` is fixed because pagewise trusts purged pages to read as zero
 //! after `MADV_DONTNEED` (a `calloc` does not write them): pages purged
 //! with `MADV_FREE` before a switch would break that. `background` is fixed
-//! because the purger thread is started (or not) once.
+//! because the purger thread is started (or not) once, `mesh` because the
+//! heap's memory is mapped one way or the other before the first allocation.
 //!
 //! A change applies to every thread heap at once (each heap keeps its
-//! settings in atomics) and to heaps made later. Values
-//! are parsed as in the environment ([`crate::config::Setting::apply`]).
+//! settings in atomics) and to heaps made later. Values are parsed by the
+//! same parser as the environment's and `PAGEWISE_CONF`'s
+//! ([`crate::config::Setting::apply`]), booleans included.
 
 use crate::config::{Config, Setting};
 use crate::os::source::Purge;
@@ -121,12 +124,26 @@ pub enum OptionError {
     FixedAtStart,
 }
 
+/// What [`set`] and [`get`] said, in a line: an unknown name lists the
+/// known ones.
+///
+/// ```
+/// let e = pagewise::options::set("colour", "blue").unwrap_err();
+/// assert_eq!(
+///     e.to_string(),
+///     "unknown option (decay_ms, retain_max, limit, purge, background, reserve, mesh)"
+/// );
+/// ```
 impl core::fmt::Display for OptionError {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         match self {
-            OptionError::Unknown => f.write_str(
-                "unknown option (decay_ms, retain_max, limit, reserve, purge, background)",
-            ),
+            OptionError::Unknown => {
+                f.write_str("unknown option (")?;
+                for (i, s) in Setting::ALL.iter().enumerate() {
+                    write!(f, "{}{}", if i > 0 { ", " } else { "" }, s.name())?;
+                }
+                f.write_str(")")
+            }
             OptionError::Value(accepted) => write!(f, "bad value: expected {accepted}"),
             OptionError::FixedAtStart => f.write_str("fixed at start-up"),
         }

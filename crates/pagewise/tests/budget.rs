@@ -19,7 +19,7 @@ use std::hint::black_box;
 use std::ptr::NonNull;
 
 const MIB: usize = 1 << 20;
-const CHILD: &str = "PAGEWISE_BUDGET_CHILD";
+const CHILD: &str = "PAGEWISE_TEST_BUDGET_CHILD";
 
 fn layout(size: usize) -> Layout {
     Layout::from_size_align(size, 8).unwrap()

@@ -14,7 +14,7 @@ use std::os::unix::process::ExitStatusExt;
 #[global_allocator]
 static A: pagewise::Pagewise = pagewise::Pagewise;
 
-const CASE: &str = "PAGEWISE_GUARD_CASE";
+const CASE: &str = "PAGEWISE_TEST_GUARD_CASE";
 
 struct Run {
     stderr: String,

@@ -20,7 +20,7 @@ use std::alloc::{GlobalAlloc, Layout};
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 
-const CHILD: &str = "PAGEWISE_HOLLOW_RACE_CHILD";
+const CHILD: &str = "PAGEWISE_TEST_HOLLOW_RACE_CHILD";
 
 static ARMED: AtomicBool = AtomicBool::new(false);
 

@@ -16,7 +16,7 @@ mod reexec;
 
 use std::hint::black_box;
 
-const CHILD: &str = "PAGEWISE_IDLE_RETURN_CHILD";
+const CHILD: &str = "PAGEWISE_TEST_IDLE_RETURN_CHILD";
 const MIB: u64 = 1 << 20;
 /// Resident bytes a quiet program may keep above its starting point: the
 /// current pages and thread caches of the threads still alive.

@@ -35,7 +35,7 @@ use std::sync::Barrier;
 
 const MIB: usize = 1 << 20;
 const LIMIT: usize = 64 * MIB;
-const CHILD: &str = "PAGEWISE_LIMIT_CHILD";
+const CHILD: &str = "PAGEWISE_TEST_LIMIT_CHILD";
 /// What the resident set may grow by beyond the limit: memory that is not
 /// the heap's (the registry's pages, the monitor's reads of
 /// `/proc/self/statm`, the threads' stacks beyond what they touched before
@@ -121,7 +121,7 @@ fn touch_stack() {
 }
 
 fn at_the_limit(threads: usize) {
-    let slab_only = std::env::var("PAGEWISE_LIMIT_SIZES").as_deref() == Ok("slab");
+    let slab_only = std::env::var("PAGEWISE_TEST_LIMIT_SIZES").as_deref() == Ok("slab");
     let ready = Barrier::new(threads + 1);
     let go = Barrier::new(threads + 1);
     let stop = AtomicBool::new(false);
@@ -309,12 +309,12 @@ fn one_thread_at_the_limit_stays_within_it() {
 
 #[test]
 fn thirty_two_threads_of_slab_objects_at_the_limit_stay_within_it() {
-    check(32, &[("PAGEWISE_LIMIT_SIZES", "slab")]);
+    check(32, &[("PAGEWISE_TEST_LIMIT_SIZES", "slab")]);
 }
 
 #[test]
 fn eight_threads_of_slab_objects_at_the_limit_stay_within_it() {
-    check(8, &[("PAGEWISE_LIMIT_SIZES", "slab")]);
+    check(8, &[("PAGEWISE_TEST_LIMIT_SIZES", "slab")]);
 }
 
 /// An owned heap with `Config::limit_bytes`: objects of every size class

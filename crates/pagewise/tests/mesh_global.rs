@@ -16,7 +16,7 @@ mod reexec;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::Arc;
 
-const CHILD: &str = "PAGEWISE_MESH_GLOBAL_CHILD";
+const CHILD: &str = "PAGEWISE_TEST_MESH_GLOBAL_CHILD";
 
 fn os_page() -> usize {
     pagewise::layout::os_page()

@@ -6,7 +6,7 @@ mod reexec;
 
 use std::alloc::{GlobalAlloc, Layout};
 
-const CASE: &str = "PAGEWISE_MISUSE_CASE";
+const CASE: &str = "PAGEWISE_TEST_MISUSE_CASE";
 
 fn run_case(case: &str) -> (bool, String) {
     let out = reexec::this_binary()

@@ -23,7 +23,7 @@ use std::hint::black_box;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 
-const CHILD: &str = "PAGEWISE_PAGE_SIZE_CHILD";
+const CHILD: &str = "PAGEWISE_TEST_PAGE_SIZE_CHILD";
 
 /// The page the tests expect pagewise to use: `PAGEWISE_OS_PAGE` (as
 /// `16K`, `64K` or bytes) when set and larger than the system's, else the
@@ -31,7 +31,7 @@ const CHILD: &str = "PAGEWISE_PAGE_SIZE_CHILD";
 fn expected_page() -> usize {
     // SAFETY: sysconf reads a constant.
     let real = unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as usize;
-    if std::env::var_os("PAGEWISE_PAGE_SIZE_EXPECT_SYSTEM").is_some() {
+    if std::env::var_os("PAGEWISE_TEST_PAGE_SIZE_EXPECT_SYSTEM").is_some() {
         return real; // a bad override: refused
     }
     let Ok(v) = std::env::var("PAGEWISE_OS_PAGE") else {
@@ -297,7 +297,7 @@ fn a_bad_override_is_refused_in_one_line() {
             .args(["at_the_page_in_force_an_owned_heap", "--test-threads=1"])
             .env(CHILD, "1")
             .env("PAGEWISE_OS_PAGE", setting)
-            .env("PAGEWISE_PAGE_SIZE_EXPECT_SYSTEM", "1")
+            .env("PAGEWISE_TEST_PAGE_SIZE_EXPECT_SYSTEM", "1")
             .output()
             .unwrap();
         let stdout = String::from_utf8_lossy(&out.stdout);

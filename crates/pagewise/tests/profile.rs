@@ -11,7 +11,7 @@ use std::hint::black_box;
 #[global_allocator]
 static A: pagewise::Pagewise = pagewise::Pagewise;
 
-const CASE: &str = "PAGEWISE_PROFILE_CASE";
+const CASE: &str = "PAGEWISE_TEST_PROFILE_CASE";
 
 // Each site function passes its result through `black_box`, so that its
 // call of `collect` is not a tail call: an optimized build would otherwise

@@ -15,7 +15,7 @@ mod reexec;
 
 use std::hint::black_box;
 
-const CHILD: &str = "PAGEWISE_QUIET_CHILD";
+const CHILD: &str = "PAGEWISE_TEST_QUIET_CHILD";
 /// Bytes the child frees before going quiet.
 const FREED: u64 = 8 << 20;
 

@@ -14,7 +14,7 @@ use std::hint::black_box;
 #[global_allocator]
 static A: pagewise::Pagewise = pagewise::Pagewise;
 
-const CASE: &str = "PAGEWISE_SECURE_CASE";
+const CASE: &str = "PAGEWISE_TEST_SECURE_CASE";
 
 /// A small (one 16-byte slot), a page-sized, a slab-class, a large and a
 /// huge request.

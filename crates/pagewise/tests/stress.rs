@@ -3,9 +3,9 @@
 //! (`RUSTFLAGS="--cfg pagewise_perturb"`) and under ThreadSanitizer
 //! (`.ci/tsan.sh`). See `docs/stress-and-tsan.md`.
 //!
-//! Worker threads (`PAGEWISE_STRESS_THREADS`, default 12) run a bounded
-//! amount of work (`PAGEWISE_STRESS_OPS` operations in all) chosen by a
-//! seeded PRNG (`PAGEWISE_STRESS_SEED`, printed at the start): allocations
+//! Worker threads (`PAGEWISE_TEST_STRESS_THREADS`, default 12) run a bounded
+//! amount of work (`PAGEWISE_TEST_STRESS_OPS` operations in all) chosen by a
+//! seeded PRNG (`PAGEWISE_TEST_STRESS_SEED`, printed at the start): allocations
 //! of 1 B to 64 MiB (log-uniform, mostly small) at alignments of 1 B to
 //! 2 MiB through `std::alloc` and `pagewise::raw`, `realloc`, zeroed
 //! allocations checked for zero every time, blocks handed to other threads
@@ -99,15 +99,15 @@ impl Params {
     fn from_env() -> Params {
         let max_size = if disabled("huge") { 16 * MIB } else { 64 * MIB };
         Params {
-            threads: env_u64("PAGEWISE_STRESS_THREADS", 12).clamp(1, 256) as usize,
-            ops: env_u64("PAGEWISE_STRESS_OPS", default_ops()).max(1),
-            seed: env_u64("PAGEWISE_STRESS_SEED", 0x5EED_0F9A_6E77_715E),
+            threads: env_u64("PAGEWISE_TEST_STRESS_THREADS", 12).clamp(1, 256) as usize,
+            ops: env_u64("PAGEWISE_TEST_STRESS_OPS", default_ops()).max(1),
+            seed: env_u64("PAGEWISE_TEST_STRESS_SEED", 0x5EED_0F9A_6E77_715E),
             forks: if disabled("fork") {
                 0
             } else {
-                env_u64("PAGEWISE_STRESS_FORKS", 6)
+                env_u64("PAGEWISE_TEST_STRESS_FORKS", 6)
             },
-            live_max: env_u64("PAGEWISE_STRESS_LIVE_MAX", 512 << 20) as usize,
+            live_max: env_u64("PAGEWISE_TEST_STRESS_LIVE_MAX", 512 << 20) as usize,
             max_size: if disabled("large") {
                 256 * KIB
             } else {
@@ -122,7 +122,7 @@ impl Params {
             stats: !disabled("stats"),
             align: !disabled("align"),
             yields: !disabled("yield"),
-            heap_slack: env_u64("PAGEWISE_STRESS_HEAP_SLACK", 0),
+            heap_slack: env_u64("PAGEWISE_TEST_STRESS_HEAP_SLACK", 0),
         }
     }
 }
@@ -1038,7 +1038,7 @@ fn watchdog(sh: &Shared) {
 /// Runs the whole stress with `p`; returns the failures.
 fn run_stress(p: Params) -> Vec<String> {
     say(&format!(
-        "stress: seed {:#x} (replay: PAGEWISE_STRESS_SEED={:#x}), {} threads, {} ops, {} forks, live cap {} MiB, sizes up to {} MiB",
+        "stress: seed {:#x} (replay: PAGEWISE_TEST_STRESS_SEED={:#x}), {} threads, {} ops, {} forks, live cap {} MiB, sizes up to {} MiB",
         p.seed,
         p.seed,
         p.threads,
@@ -1247,7 +1247,7 @@ fn finish(failures: Vec<String>, seed: u64) {
         let n = failures.len();
         let shown: Vec<String> = failures.into_iter().take(10).collect();
         panic!(
-            "{n} failure(s) with seed {seed:#x} (replay: PAGEWISE_STRESS_SEED={seed:#x}):\n{}",
+            "{n} failure(s) with seed {seed:#x} (replay: PAGEWISE_TEST_STRESS_SEED={seed:#x}):\n{}",
             shown.join("\n")
         );
     }
@@ -1262,13 +1262,13 @@ fn stress_global_allocator() {
 }
 
 /// Runs test `name` of this binary in a child process with `envs` set
-/// (and `PAGEWISE_STRESS_CHILD=name`); relays its output; Err with the
+/// (and `PAGEWISE_TEST_STRESS_CHILD=name`); relays its output; Err with the
 /// tail of it if the child failed (a failed test, an abort, a signal, or
 /// exit code 66: a ThreadSanitizer report).
 fn run_child(name: &str, envs: &[(&str, String)]) -> Result<(), String> {
     let mut cmd = reexec::this_binary();
     cmd.args(["--exact", name, "--nocapture", "--test-threads", "1"])
-        .env("PAGEWISE_STRESS_CHILD", name);
+        .env("PAGEWISE_TEST_STRESS_CHILD", name);
     for (k, v) in envs {
         cmd.env(k, v);
     }
@@ -1300,7 +1300,7 @@ fn isolated(name: &str) -> bool {
 
 /// [`isolated`], with these environment variables in the child.
 fn isolated_with(name: &str, envs: &[(&str, String)]) -> bool {
-    if std::env::var("PAGEWISE_STRESS_CHILD").as_deref() == Ok(name) {
+    if std::env::var("PAGEWISE_TEST_STRESS_CHILD").as_deref() == Ok(name) {
         return true;
     }
     if let Err(e) = run_child(name, envs) {
@@ -1317,11 +1317,11 @@ fn isolated_with(name: &str, envs: &[(&str, String)]) -> bool {
 #[test]
 fn stress_small_reservations_no_decay() {
     let _serial = serial();
-    let ops = env_u64("PAGEWISE_STRESS_OPS", default_ops()) / 2;
+    let ops = env_u64("PAGEWISE_TEST_STRESS_OPS", default_ops()) / 2;
     let envs = [
         ("PAGEWISE_RESERVE", "32M".to_string()),
         ("PAGEWISE_DECAY_MS", "0".to_string()),
-        ("PAGEWISE_STRESS_OPS", ops.max(1).to_string()),
+        ("PAGEWISE_TEST_STRESS_OPS", ops.max(1).to_string()),
     ];
     if let Err(e) = run_child("stress_global_allocator", &envs) {
         panic!("with PAGEWISE_RESERVE=32M PAGEWISE_DECAY_MS=0: {e}");
@@ -1526,7 +1526,7 @@ fn large_free_racing_slab_page_creation() {
     if !isolated("large_free_racing_slab_page_creation") {
         return;
     }
-    let iterations = env_u64("PAGEWISE_STRESS_RACE_ITERATIONS", 500);
+    let iterations = env_u64("PAGEWISE_TEST_STRESS_RACE_ITERATIONS", 500);
     const SLICE: usize = 64 * KIB;
     // The smallest class whose slab page is longer than `r`.
     let class = (0..PAGE_SLICES.len())
@@ -1552,7 +1552,7 @@ fn large_free_racing_slab_page_creation() {
                     thread::yield_now();
                     continue;
                 }
-                let spins = rng.below(env_u64("PAGEWISE_STRESS_RACE_SPIN", 4000));
+                let spins = rng.below(env_u64("PAGEWISE_TEST_STRESS_RACE_SPIN", 4000));
                 for _ in 0..spins {
                     std::hint::spin_loop();
                 }
@@ -1651,7 +1651,7 @@ fn heaps_are_reused_while_stats_and_trim_run() {
     if !isolated("heaps_are_reused_while_stats_and_trim_run") {
         return;
     }
-    let threads = env_u64("PAGEWISE_STRESS_HEAP_THREADS", 300);
+    let threads = env_u64("PAGEWISE_TEST_STRESS_HEAP_THREADS", 300);
     let before = pagewise::stats().heaps;
     let stop = Arc::new(AtomicBool::new(false));
     let looper = {
@@ -1697,7 +1697,7 @@ fn many_live_huge_blocks() {
     if !isolated("many_live_huge_blocks") {
         return;
     }
-    let n = env_u64("PAGEWISE_STRESS_HUGE_BLOCKS", 8448) as usize;
+    let n = env_u64("PAGEWISE_TEST_STRESS_HUGE_BLOCKS", 8448) as usize;
     let size = 16 * MIB + 1;
     let mut held = Vec::with_capacity(n);
     let mut failed_at = None;

@@ -7,7 +7,7 @@
 //! global allocator must be just as safe to fork. A child that hangs (a
 //! spin lock copied in the locked state from a thread that does not exist
 //! in the child) is killed after `FORK_TIMEOUT_MS` and reported with the
-//! step it hung in. Skipped when `PAGEWISE_STRESS_FORKS=0` (ThreadSanitizer
+//! step it hung in. Skipped when `PAGEWISE_TEST_STRESS_FORKS=0` (ThreadSanitizer
 //! runs: TSan does not support `fork()` from a multi-threaded process).
 
 #[global_allocator]
@@ -31,7 +31,7 @@ fn serial() -> MutexGuard<'static, ()> {
 const FORK_TIMEOUT_MS: u64 = 20_000;
 
 fn forks() -> u64 {
-    env_u64("PAGEWISE_STRESS_FORKS", 12)
+    env_u64("PAGEWISE_TEST_STRESS_FORKS", 12)
 }
 
 /// Forks `forks()` times while `busy` threads run `work`; returns the

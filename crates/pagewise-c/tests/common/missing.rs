@@ -2,11 +2,11 @@
 //! shared by the test crates of pagewise-c, pagewise-bench and pagewise-cli
 //! (included by path).
 
-/// Whether the tests run in CI (`PAGEWISE_CI=1`, exported by `.ci/run`),
+/// Whether the tests run in CI (`PAGEWISE_TEST_CI=1`, exported by `.ci/run`),
 /// where `.ci/clib-deps.sh` has installed every program and library they
 /// use.
 fn in_ci() -> bool {
-    std::env::var_os("PAGEWISE_CI").is_some_and(|v| v == "1")
+    std::env::var_os("PAGEWISE_TEST_CI").is_some_and(|v| v == "1")
 }
 
 /// Something the running test needs (`what`, from Debian's `package`) is
@@ -19,7 +19,7 @@ pub fn missing(what: &str, package: &str) {
     let test = thread.name().unwrap_or("?");
     if in_ci() {
         panic!(
-            "{test}: {what} not installed, and PAGEWISE_CI=1 says it must be \
+            "{test}: {what} not installed, and PAGEWISE_TEST_CI=1 says it must be \
              (apt-get install {package}; .ci/clib-deps.sh does)"
         );
     }

@@ -8,7 +8,7 @@
 //! (`64M`, `64MB`, `64MiB` and `67108864` are the same size; `1.5G` is
 //! 1536 MiB). Case does not matter.
 
-use super::Config;
+use super::{Config, Variable};
 use crate::os::source::Purge;
 
 /// Parses a decimal integer.
@@ -85,12 +85,25 @@ pub fn parse_size(s: &[u8]) -> Option<u64> {
     whole.checked_add(part as u64)
 }
 
-/// Parses a boolean (`1/0`, `true/false`, `on/off`, `yes/no`).
+/// Parses a boolean: `1`, `true`, `yes` or `on`, and `0`, `false`, `no`
+/// or `off`, in any case: the one set of spellings every boolean setting
+/// accepts ([`super::BOOL_ACCEPTED`]).
+///
+/// ```
+/// use pagewise::config::parse_bool;
+/// assert_eq!(parse_bool(b"Yes"), Some(true));
+/// assert_eq!(parse_bool(b"off"), Some(false));
+/// assert_eq!(parse_bool(b"2"), None);
+/// ```
 pub fn parse_bool(s: &[u8]) -> Option<bool> {
-    match s {
-        b"1" | b"true" | b"on" | b"yes" => Some(true),
-        b"0" | b"false" | b"off" | b"no" => Some(false),
-        _ => None,
+    const TRUE: [&[u8]; 4] = [b"1", b"true", b"yes", b"on"];
+    const FALSE: [&[u8]; 4] = [b"0", b"false", b"no", b"off"];
+    if TRUE.iter().any(|t| t.eq_ignore_ascii_case(s)) {
+        Some(true)
+    } else if FALSE.iter().any(|f| f.eq_ignore_ascii_case(s)) {
+        Some(false)
+    } else {
+        None
     }
 }
 
@@ -155,16 +168,21 @@ impl Setting {
         }
     }
 
-    /// Its environment variable, NUL-terminated.
-    pub const fn variable(self) -> &'static [u8] {
+    /// Its environment variable.
+    ///
+    /// ```
+    /// use pagewise::config::{Setting, Variable};
+    /// assert_eq!(Setting::Limit.variable(), Variable::Limit);
+    /// ```
+    pub const fn variable(self) -> Variable {
         match self {
-            Setting::DecayMs => b"PAGEWISE_DECAY_MS\0",
-            Setting::RetainMax => b"PAGEWISE_RETAIN_MAX\0",
-            Setting::Limit => b"PAGEWISE_LIMIT\0",
-            Setting::Purge => b"PAGEWISE_PURGE\0",
-            Setting::Background => b"PAGEWISE_BACKGROUND\0",
-            Setting::Reserve => b"PAGEWISE_RESERVE\0",
-            Setting::Mesh => b"PAGEWISE_MESH\0",
+            Setting::DecayMs => Variable::DecayMs,
+            Setting::RetainMax => Variable::RetainMax,
+            Setting::Limit => Variable::Limit,
+            Setting::Purge => Variable::Purge,
+            Setting::Background => Variable::Background,
+            Setting::Reserve => Variable::Reserve,
+            Setting::Mesh => Variable::Mesh,
         }
     }
 
@@ -188,9 +206,9 @@ impl Setting {
             Setting::RetainMax => "a size such as 64M, 64MB, 64MiB or 1.5G, or -1 for none",
             Setting::Limit => "a size above 0 such as 512M, 512MiB or 1.5G, or -1 for none",
             Setting::Purge => "dontneed or free",
-            Setting::Background => "1 or 0",
+            Setting::Background => super::BOOL_ACCEPTED,
             Setting::Reserve => "a size of at least 32M (a segment) such as 1G or 256MiB",
-            Setting::Mesh => "1 or 0",
+            Setting::Mesh => super::BOOL_ACCEPTED,
         }
     }
 

@@ -5,9 +5,9 @@
 //! (parent) or reset (child) them after.
 //!
 //! [`register`] installs them with `pthread_atfork`, once per process,
-//! whoever asks first: the first heap the global allocator makes (so every
-//! Rust program using `#[global_allocator]` is covered, with no call of its
-//! own) or `libpagewise.so` when it is loaded. `pthread_atfork` is called
+//! whoever asks first: the constructor run at load (Linux: a Rust program
+//! using `#[global_allocator]` or `libpagewise.so`, with no call of its
+//! own) or the first heap the global allocator makes. `pthread_atfork` is called
 //! with no allocator lock held and, in glibc, takes no memory of its own for
 //! the first 48 handlers of the process.
 //!
@@ -106,4 +106,8 @@ extern "C" fn child() {
         VISITS.reset_after_fork();
     }
     crate::global::purger::after_fork_child();
+    // The sampler's thread is not in the child either: the child does not
+    // sample (one that execs starts its own sampler at load).
+    #[cfg(all(target_os = "linux", not(miri)))]
+    crate::report::sampler::after_fork_child();
 }

@@ -245,15 +245,37 @@ extern "C" fn on_thread_exit(value: *mut libc::c_void) {
     unsafe { heaps::abandon(heap) };
 }
 
-// ----- process exit --------------------------------------------------------
+// ----- process start and exit -----------------------------------------------
 
-/// At `exit()`: checks the exiting thread's caches. A slot freed twice into
+/// When the program (or `libpagewise.so`) is loaded: registers the fork
+/// handlers, reads the configuration now, while the process is
+/// single-threaded (so a malformed value is reported once and early), and
+/// starts the sampler and the reporter if their variables ask for them
+/// (`crate::report`). In a Rust program this runs before `main`; in the C
+/// library, when it is preloaded, linked or dlopened.
+#[cfg(all(target_os = "linux", not(miri)))]
+extern "C" fn on_process_start() {
+    register_fork_handlers();
+    let _ = config();
+    crate::report::start();
+}
+
+/// Runs [`on_process_start`] at load (an ELF `.init_array` entry: no
+/// registration, so no allocation).
+#[cfg(all(target_os = "linux", not(miri)))]
+#[used]
+#[link_section = ".init_array"]
+static ON_PROCESS_START: extern "C" fn() = on_process_start;
+
+/// At `exit()`: checks the exiting thread's caches, writes the exit report
+/// (`PAGEWISE_STATS`, `PAGEWISE_STATS_FILE`, the sampler's last line) and
+/// the heap profile (`PAGEWISE_PROF_FILE`). A slot freed twice into
 /// a thread cache is caught when it leaves the cache (the next allocation
 /// of its class, a flush, the thread's exit), but the thread that calls
 /// `exit()` has no exit of its own: a program whose last act is a double
 /// free would otherwise end normally. Linux only (an ELF `.fini_array`
 /// entry, below); elsewhere such a double free is caught only if the
-/// program allocates again.
+/// program allocates again, and there is no exit report.
 #[cfg(all(target_os = "linux", not(miri)))]
 extern "C" fn on_process_exit() {
     let heap = tls::current_heap();
@@ -262,11 +284,13 @@ extern "C" fn on_process_exit() {
         // its allocator calls.
         unsafe { (*heap).verify_caches() };
     }
+    crate::report::exit::at_exit();
     crate::profile::dump();
 }
 
-/// Runs [`on_process_exit`] at `exit()`, with the other destructors (no
-/// registration, so no allocation).
+/// Runs [`on_process_exit`] at `exit()`, after the program's own `atexit`
+/// handlers, with the other destructors (no registration, so no
+/// allocation).
 #[cfg(all(target_os = "linux", not(miri)))]
 #[used]
 #[link_section = ".fini_array"]

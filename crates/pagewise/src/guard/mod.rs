@@ -55,9 +55,9 @@ pub fn sample_rate() -> usize {
         return r;
     }
     let r = if cfg!(target_os = "linux") {
-        crate::config::getenv(b"PAGEWISE_GUARD_SAMPLE\0")
-            .and_then(crate::config::parse_u64)
-            .map_or(0, |v| v.min(1 << 40) as usize)
+        crate::config::Variable::GuardSample
+            .number()
+            .map_or(0, |v| v as usize)
     } else {
         0
     };
@@ -70,8 +70,8 @@ pub fn sample_rate() -> usize {
 /// lives). Read when the pool is made.
 #[cfg(target_os = "linux")]
 fn slots() -> usize {
-    crate::config::getenv(b"PAGEWISE_GUARD_SLOTS\0")
-        .and_then(crate::config::parse_u64)
+    crate::config::Variable::GuardSlots
+        .number()
         .map_or(pool::SLOTS, |v| (v as usize).clamp(1, pool::MAX_SLOTS))
 }
 

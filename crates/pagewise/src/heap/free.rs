@@ -435,7 +435,7 @@ mod tests {
     use crate::memory::layout::SLICE;
     use crate::memory::segment::{Segment, HEADER_SLICES};
 
-    const CHILD: &str = "PAGEWISE_LOOKUP_OFFSET";
+    const CHILD: &str = "PAGEWISE_TEST_LOOKUP_OFFSET";
     /// The slice the pointer is in: a few past the header.
     const IDX: usize = HEADER_SLICES + 3;
 

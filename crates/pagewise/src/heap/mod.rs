@@ -504,7 +504,11 @@ impl HeapCore {
             return true;
         }
         self.purge_for_limit();
-        budget.charge(bytes, self.config.limit_bytes())
+        let charged = budget.charge(bytes, self.config.limit_bytes());
+        if !charged {
+            self.refused_by_limit();
+        }
+        charged
     }
 
     /// Runs `take` on the span pool; if it failed because the limit
@@ -523,12 +527,27 @@ impl HeapCore {
             }
             let over = core::mem::take(&mut spans.over_limit);
             drop(spans);
-            if !over || retry {
+            if !over {
+                break;
+            }
+            if retry {
+                self.refused_by_limit();
                 break;
             }
             self.purge_for_limit();
         }
         None
+    }
+
+    /// The limit refused an allocation, after the purge and the retry:
+    /// the global allocator says so once (`PAGEWISE_LIMIT`); an owned heap's
+    /// caller has the `Err` and its own configuration.
+    #[cold]
+    fn refused_by_limit(&self) {
+        let budget = self.budget();
+        if core::ptr::eq(budget, &crate::memory::budget::GLOBAL) {
+            crate::config::warn::limit_refused(self.config.limit_bytes(), budget.charged());
+        }
     }
 
     /// A charge was refused: purges this heap's retained memory (its span

@@ -106,18 +106,13 @@ pub fn os_pages_per_segment() -> usize {
 #[cold]
 fn init_os_page() -> usize {
     let real = system_page();
-    let over = crate::config::getenv(b"PAGEWISE_OS_PAGE\0");
+    let var = crate::config::Variable::OsPage;
+    let over = var.raw();
     let mut buf = [0u8; 20];
     let page = match choose_os_page(real, over) {
         Ok(page) => page,
         Err(PageRefusal::Override(page)) => {
-            crate::fault::write_stderr(&[
-                b"pagewise: ignoring malformed PAGEWISE_OS_PAGE=",
-                over.unwrap_or_default(),
-                b" (expected a power of two, a multiple of the OS page of ",
-                decimal(page, &mut buf),
-                b" bytes, at most 64K)\n",
-            ]);
+            crate::config::warn::malformed(var, over.unwrap_or_default(), var.accepted());
             page
         }
         Err(PageRefusal::System) => {
@@ -183,7 +178,7 @@ pub fn choose_os_page(real: usize, over: Option<&[u8]>) -> Result<usize, PageRef
 
 /// The system's page size.
 #[cfg(not(miri))]
-fn system_page() -> usize {
+pub(crate) fn system_page() -> usize {
     // SAFETY: sysconf reads a constant of the system; it does not allocate.
     let n = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
     if n <= 0 {
@@ -195,7 +190,7 @@ fn system_page() -> usize {
 
 /// Under Miri (no `sysconf`): the common 4 KiB.
 #[cfg(miri)]
-fn system_page() -> usize {
+pub(crate) fn system_page() -> usize {
     MIN_OS_PAGE
 }
 

@@ -7,6 +7,7 @@ pub(crate) mod barrier;
 pub(crate) mod guard_pages;
 #[cfg(target_os = "linux")]
 pub(crate) mod membarrier;
+pub(crate) mod proc;
 pub(crate) mod protect;
 pub(crate) mod random;
 #[cfg(target_os = "linux")]

@@ -50,12 +50,11 @@ pub fn sample_bytes() -> usize {
     if s != usize::MAX {
         return s;
     }
-    let on = crate::config::getenv(b"PAGEWISE_PROF\0")
-        .and_then(crate::config::parse_bool)
-        .unwrap_or(false);
-    let mean = crate::config::getenv(b"PAGEWISE_PROF_SAMPLE\0")
-        .and_then(crate::config::parse_size)
-        .map_or(DEFAULT_SAMPLE, |v| v.min(1 << 40) as usize);
+    use crate::config::Variable;
+    let on = Variable::Prof.number() == Some(1);
+    let mean = Variable::ProfSample
+        .number()
+        .map_or(DEFAULT_SAMPLE, |v| v as usize);
     let s = if on { mean } else { 0 };
     SAMPLE.store(s, Relaxed);
     s

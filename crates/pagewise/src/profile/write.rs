@@ -161,7 +161,7 @@ fn copy_maps(out: &mut Out) {
 /// assert!(!pagewise::profile::dump());
 /// ```
 pub fn dump() -> bool {
-    let Some(template) = crate::config::getenv(b"PAGEWISE_PROF_FILE\0") else {
+    let Some(template) = crate::config::Variable::ProfFile.text() else {
         return false;
     };
     if super::sample_bytes() == 0 || template.is_empty() {

@@ -11,7 +11,8 @@
 //! ```
 //!
 //! `PAGEWISE_PERTURB=N` (read once, at the first point) sets how often a
-//! point acts: one point in N yields, one in N/8 spins (default 64).
+//! point acts: one point in N yields, one in N/8 spins (default 64, at
+//! least 8).
 
 #[cfg(pagewise_perturb)]
 mod imp {
@@ -32,16 +33,7 @@ mod imp {
         if r != 0 {
             return r;
         }
-        // SAFETY: a NUL-terminated name; the result is read at once.
-        let v = unsafe { libc::getenv(c"PAGEWISE_PERTURB".as_ptr()) };
-        let mut n = 64u64;
-        if !v.is_null() {
-            // SAFETY: getenv returns a C string.
-            let s = unsafe { core::ffi::CStr::from_ptr(v) };
-            if let Some(x) = s.to_str().ok().and_then(|s| s.parse::<u64>().ok()) {
-                n = x.max(8);
-            }
-        }
+        let n = crate::config::Variable::Perturb.number().unwrap_or(64);
         RATE.store(n, Relaxed);
         n
     }

@@ -11,7 +11,7 @@
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-const CHILD: &str = "PAGEWISE_SOLO_TEST";
+const CHILD: &str = "PAGEWISE_TEST_SOLO";
 
 /// Waits until libtest's main thread sleeps, waiting for this test to end:
 /// it allocates a few small blocks (its channel's waker) after starting the

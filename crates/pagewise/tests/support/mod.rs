@@ -83,9 +83,9 @@ fn parse_u64(v: &str) -> Option<u64> {
         .checked_mul(1 << shift)
 }
 
-/// Whether `PAGEWISE_STRESS_DISABLE` (a comma-separated list) names `what`.
+/// Whether `PAGEWISE_TEST_STRESS_DISABLE` (a comma-separated list) names `what`.
 pub fn disabled(what: &str) -> bool {
-    std::env::var("PAGEWISE_STRESS_DISABLE")
+    std::env::var("PAGEWISE_TEST_STRESS_DISABLE")
         .map(|v| v.split(',').any(|w| w.trim() == what))
         .unwrap_or(false)
 }

@@ -1,5 +1,7 @@
 //! The operating system's own view of the process, read from /proc without
-//! allocating, to check pagewise's accounting against it.
+//! allocating, to check pagewise's accounting against it (the reports of
+//! `crate::report`). Off Linux the files do not exist and every figure
+//! reads zero.
 
 /// Where pagewise maps its memory: the core's page source places its
 /// mappings at aligned hints that start at 2 TiB and climb (`source.rs`:
@@ -9,9 +11,16 @@
 /// 0x5555_5555_4000, i.e. 85 TiB, plus randomisation); pagewise would need
 /// 78 TiB of address space to reach it. Unnamed anonymous mappings that
 /// start here, or that hold a registered pagewise segment, are pagewise's.
-pub const PAGEWISE_RANGE: core::ops::Range<usize> = pw::source::HINT_START..pw::source::HINT_END;
+pub(crate) const PAGEWISE_RANGE: core::ops::Range<usize> =
+    crate::os::source::HINT_START..crate::os::source::HINT_END;
 
 /// Resident memory as the kernel reports it, in bytes.
+///
+/// ```
+/// let os = pagewise::report::OsMemory::now();
+/// # #[cfg(target_os = "linux")]
+/// assert!(os.vm_rss > 0 && os.vm_hwm >= os.vm_rss);
+/// ```
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct OsMemory {
     /// `VmRSS` (/proc/self/status): resident set size now.
@@ -112,8 +121,8 @@ impl Smaps {
     fn line(&mut self, line: &[u8]) {
         if let Some((start, unnamed)) = mapping_start(line) {
             self.end_mapping();
-            self.in_pagewise =
-                unnamed && (PAGEWISE_RANGE.contains(&start) || pw::raw::owns(start as *const u8));
+            self.in_pagewise = unnamed
+                && (PAGEWISE_RANGE.contains(&start) || crate::raw::owns(start as *const u8));
         } else if let Some(v) = kb_field(line, b"Rss:") {
             self.rss = v;
         } else if let Some(v) = kb_field(line, b"Anonymous:") {
@@ -134,9 +143,22 @@ impl Smaps {
     }
 }
 
-/// Reads /proc/self/status and /proc/self/smaps. Fields that cannot be read
-/// stay zero.
-pub fn os_memory() -> OsMemory {
+impl OsMemory {
+    /// Reads /proc/self/status and /proc/self/smaps now (a few hundred
+    /// microseconds: smaps lists every mapping). Fields that cannot be read
+    /// stay zero. Allocates nothing.
+    ///
+    /// ```
+    /// let os = pagewise::report::OsMemory::now();
+    /// assert!(os.pagewise_rss <= os.vm_rss.max(os.pagewise_rss));
+    /// ```
+    pub fn now() -> OsMemory {
+        os_memory()
+    }
+}
+
+/// [`OsMemory::now`].
+fn os_memory() -> OsMemory {
     let mut m = Smaps::default();
     read_smaps(&mut m);
     let mut out = m.out;
@@ -200,14 +222,10 @@ fn read_smaps(m: &mut Smaps) {
     unsafe { libc::close(fd) };
 }
 
-/// Resident set size now, from /proc/self/statm (cheap: for sampling).
-pub fn rss_now() -> u64 {
-    statm().0
-}
-
 /// Resident bytes now and, of them, the file-backed and shared ones
 /// (`RssFile + RssShmem`), from /proc/self/statm: cheap, for sampling.
-pub fn statm() -> (u64, u64) {
+#[cfg(all(target_os = "linux", not(miri)))]
+pub(crate) fn statm() -> (u64, u64) {
     let mut buf = [0u8; 128];
     let Some(n) = read_file(b"/proc/self/statm\0", &mut buf) else {
         return (0, 0);
@@ -231,7 +249,7 @@ pub fn statm() -> (u64, u64) {
 
 /// The process's name (`/proc/self/comm`, at most 15 bytes, without its
 /// newline) copied into `buf`; empty if it cannot be read.
-pub fn comm(buf: &mut [u8; 64]) -> &[u8] {
+pub(crate) fn comm(buf: &mut [u8; 64]) -> &[u8] {
     let n = read_file(b"/proc/self/comm\0", buf).unwrap_or(0);
     let mut s = &buf[..n];
     while let [rest @ .., b'\n'] = s {
@@ -294,6 +312,7 @@ Anonymous:             0 kB
         assert_eq!(m.out.file_rss, (188 + 1008) * 1024);
     }
 
+    #[cfg(target_os = "linux")]
     #[test]
     fn reads_this_process() {
         let m = os_memory();
@@ -301,7 +320,6 @@ Anonymous:             0 kB
         let smaps_total = m.pagewise_rss + m.other_anon_rss + m.file_rss;
         // The two views are read a moment apart; they agree closely.
         assert!(smaps_total.abs_diff(m.vm_rss) < m.vm_rss / 10 + (1 << 20));
-        assert!(rss_now() > 0);
         let (rss, shared) = statm();
         assert!(rss > 0 && shared <= rss);
         let mut buf = [0u8; 64];

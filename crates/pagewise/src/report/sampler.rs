@@ -14,7 +14,8 @@
 //! line up on one time axis in the same file. A raw pthread with no Rust runtime; its loop
 //! neither allocates nor holds a lock between samples.
 
-use crate::out::{expand_path, FdWriter};
+use super::{expand_path, now_ms, FdWriter};
+use crate::config::Variable;
 use core::fmt::Write;
 use core::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering::*};
 
@@ -22,53 +23,33 @@ static FD: AtomicI32 = AtomicI32::new(-1);
 static INTERVAL_MS: AtomicU64 = AtomicU64::new(50);
 static STOPPED: AtomicBool = AtomicBool::new(false);
 
-/// Milliseconds on `CLOCK_MONOTONIC` (the sample lines' time base).
-pub fn now_ms() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: a valid out-pointer.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1000 + ts.tv_nsec as u64 / 1_000_000
-}
-
 /// Starts the sampler if `PAGEWISE_SAMPLE_FILE` is set (called at load),
 /// and, if `PAGEWISE_SAMPLE_PARENT=pid` is set too, only in a process whose
 /// parent is that pid: `pagewise run` samples the program it started, not
 /// every descendant that inherits the environment.
-pub fn start_from_env() {
-    let Some(path) = crate::getenv(c"PAGEWISE_SAMPLE_FILE").filter(|p| !p.is_empty()) else {
+pub(crate) fn start_from_env() {
+    let Some(path) = Variable::SampleFile.text() else {
         return;
     };
-    if let Some(v) = crate::getenv(c"PAGEWISE_SAMPLE_PARENT") {
+    if Variable::SampleParent.raw().is_some() {
         // SAFETY: getppid has no preconditions.
         let parent = unsafe { libc::getppid() } as u64;
-        match pw::config::parse_u64(v) {
-            Some(p) if p == parent => {}
-            Some(_) => return,
-            None => {
-                crate::malformed(b"PAGEWISE_SAMPLE_PARENT", v, b" (expected a pid)\n");
-                return;
-            }
+        if Variable::SampleParent.number() != Some(parent) {
+            return;
         }
     }
-    if let Some(v) = crate::getenv(c"PAGEWISE_SAMPLE_MS") {
-        match pw::config::parse_u64(v).filter(|&ms| ms > 0) {
-            Some(ms) => INTERVAL_MS.store(ms, Relaxed),
-            None => crate::malformed(b"PAGEWISE_SAMPLE_MS", v, b" (using 50)\n"),
-        }
+    if let Some(ms) = Variable::SampleMs.number() {
+        INTERVAL_MS.store(ms, Relaxed);
     }
     let mut name = [0u8; 4096];
     if !expand_path(path, &mut name) {
-        crate::malformed(b"PAGEWISE_SAMPLE_FILE", path, b" (path too long)\n");
         return;
     }
     let flags = libc::O_WRONLY | libc::O_CREAT | libc::O_APPEND | libc::O_CLOEXEC;
     // SAFETY: `name` is NUL-terminated.
     let fd = unsafe { libc::open(name.as_ptr().cast(), flags, 0o644 as libc::c_uint) };
     if fd < 0 {
-        pw::fault::write_stderr(&[b"pagewise: cannot write PAGEWISE_SAMPLE_FILE=", path, b"\n"]);
+        crate::fault::write_stderr(&[b"pagewise: cannot write PAGEWISE_SAMPLE_FILE=", path, b"\n"]);
         return;
     }
     FD.store(fd, Release);
@@ -110,8 +91,8 @@ fn sample() {
     if fd < 0 {
         return;
     }
-    let s = pw::stats();
-    let (rss, file) = crate::proc::statm();
+    let s = crate::stats();
+    let (rss, file) = crate::os::proc::statm();
     let t = now_ms();
     let mut w = FdWriter::new(fd);
     let _ = writeln!(
@@ -127,7 +108,7 @@ fn sample() {
 }
 
 /// Stops the sampler after a last sample (at exit).
-pub fn stop() {
+pub(crate) fn stop() {
     if FD.load(Acquire) < 0 {
         return;
     }
@@ -137,7 +118,7 @@ pub fn stop() {
 
 /// In a forked child the sampler thread does not exist; the child does not
 /// sample (a child that execs starts its own sampler at load).
-pub fn after_fork_child() {
+pub(crate) fn after_fork_child() {
     let fd = FD.swap(-1, AcqRel);
     if fd >= 0 {
         // SAFETY: our descriptor; the parent keeps its own copy.

@@ -1,28 +1,82 @@
-//! The library's own reports: a text summary and the JSON document that
-//! `pagewise run` reads. Both format a `Stats` snapshot (a plain `Copy`
-//! struct) and the OS figures through `core::fmt` into fixed buffers.
+//! The JSON documents: [`Stats::write_json`] (the allocator's figures) and
+//! [`Report::write_json`] (the process's document: the same figures with
+//! the pid, the process name and the kernel's view, as `PAGEWISE_STATS_FILE`
+//! and `pagewise run` use). Written through `core::fmt`, so into any
+//! fixed buffer, without the `serde` feature and without allocating.
 
-use crate::out::Bytes;
-use crate::proc::OsMemory;
+use super::Report;
+use crate::stats::Stats;
 use core::fmt::{self, Write};
-use pw::Stats;
 
-/// Version of the JSON document (bumped when a field changes meaning).
+/// Version of the process document (bumped when a field changes meaning).
+///
+/// ```
+/// assert_eq!(pagewise::report::JSON_VERSION, 1);
+/// ```
 pub const JSON_VERSION: u32 = 1;
 
-/// Writes the JSON document.
-pub fn json(w: &mut impl Write, s: &Stats, os: &OsMemory) -> fmt::Result {
-    // SAFETY: getpid has no preconditions.
-    let pid = unsafe { libc::getpid() };
-    // SAFETY: getppid has no preconditions.
-    let ppid = unsafe { libc::getppid() };
-    write!(
-        w,
-        "{{\"version\":{JSON_VERSION},\"pid\":{pid},\"ppid\":{ppid},\"comm\":"
-    )?;
-    let mut buf = [0u8; 64];
-    json_string(w, crate::proc::comm(&mut buf))?;
-    w.write_str(",")?;
+impl Stats {
+    /// Writes the figures as one JSON object: every counter of [`Stats`]
+    /// under its field name in the process document, and the size classes
+    /// that were ever used, as `"classes":[{"class":3,"slot_size":32,...}]`.
+    /// Allocates nothing, so it may be written from anywhere (a signal
+    /// reporter, an exit handler) into a fixed buffer.
+    ///
+    /// ```
+    /// let s = pagewise::stats();
+    /// let mut json = String::new();
+    /// s.write_json(&mut json).unwrap();
+    /// let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    /// assert_eq!(v["committed_bytes"], s.committed_bytes);
+    /// ```
+    pub fn write_json(&self, w: &mut impl Write) -> fmt::Result {
+        w.write_str("{")?;
+        write_fields(w, self)?;
+        w.write_str("}")
+    }
+}
+
+impl Report {
+    /// Writes the process document, the one `PAGEWISE_STATS_FILE` holds
+    /// and `pagewise run` reads: `version` ([`JSON_VERSION`]), `pid`,
+    /// `ppid`, `comm`, the fields of [`Stats::write_json`], and `os`, the
+    /// kernel's figures ([`OsMemory`](super::OsMemory)). Allocates nothing.
+    ///
+    /// ```
+    /// let r = pagewise::report();
+    /// let mut json = String::new();
+    /// r.write_json(&mut json).unwrap();
+    /// let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    /// assert_eq!(v["pid"], std::process::id());
+    /// assert_eq!(v["live_bytes"], r.stats.live_bytes);
+    /// ```
+    pub fn write_json(&self, w: &mut impl Write) -> fmt::Result {
+        write!(
+            w,
+            "{{\"version\":{JSON_VERSION},\"pid\":{},\"ppid\":{},\"comm\":",
+            self.pid, self.ppid
+        )?;
+        json_string(w, self.comm())?;
+        w.write_str(",")?;
+        write_fields(w, &self.stats)?;
+        let os = &self.os;
+        write!(
+            w,
+            ",\"os\":{{\"vm_rss\":{},\"vm_hwm\":{},\"rss_anon\":{},\"rss_file\":{},\"rss_shmem\":{},\"pagewise_rss\":{},\"other_anon_rss\":{},\"file_rss\":{}}}}}",
+            os.vm_rss,
+            os.vm_hwm,
+            os.rss_anon,
+            os.rss_file,
+            os.rss_shmem,
+            os.pagewise_rss,
+            os.other_anon_rss,
+            os.file_rss
+        )
+    }
+}
+
+/// The allocator's fields, without the braces around them.
+fn write_fields(w: &mut impl Write, s: &Stats) -> fmt::Result {
     let c = &s.syscalls;
     write!(
         w,
@@ -80,18 +134,7 @@ pub fn json(w: &mut impl Write, s: &Stats, os: &OsMemory) -> fmt::Result {
             k.live_requested_bytes
         )?;
     }
-    write!(
-        w,
-        "],\"os\":{{\"vm_rss\":{},\"vm_hwm\":{},\"rss_anon\":{},\"rss_file\":{},\"rss_shmem\":{},\"pagewise_rss\":{},\"other_anon_rss\":{},\"file_rss\":{}}}}}",
-        os.vm_rss,
-        os.vm_hwm,
-        os.rss_anon,
-        os.rss_file,
-        os.rss_shmem,
-        os.pagewise_rss,
-        os.other_anon_rss,
-        os.file_rss
-    )
+    w.write_str("]")
 }
 
 /// Writes `bytes` as a JSON string: UTF-8 kept, quotes, backslashes and
@@ -116,88 +159,10 @@ fn json_string(w: &mut impl Write, bytes: &[u8]) -> fmt::Result {
     w.write_str("\"")
 }
 
-/// Writes the text summary.
-pub fn text(w: &mut impl Write, s: &Stats, os: &OsMemory) -> fmt::Result {
-    // SAFETY: getpid has no preconditions.
-    let pid = unsafe { libc::getpid() };
-    let rounding = s.live_bytes.saturating_sub(s.live_requested_bytes);
-    let heap = s.committed_bytes + s.metadata_bytes;
-    writeln!(w, "pagewise report (pid {pid})")?;
-    writeln!(
-        w,
-        "  RSS {} (peak {}), pagewise mappings resident {}",
-        Bytes(os.vm_rss),
-        Bytes(os.vm_hwm),
-        Bytes(os.pagewise_rss)
-    )?;
-    writeln!(
-        w,
-        "  live {} in {} allocations ({} requested)",
-        Bytes(s.live_bytes),
-        s.live_allocations,
-        Bytes(s.live_requested_bytes)
-    )?;
-    writeln!(w, "  pagewise committed + metadata {}:", Bytes(heap))?;
-    let rows = [
-        ("live (requested)", s.live_requested_bytes),
-        ("internal rounding", rounding),
-        ("free slots in used pages", s.free_slot_bytes),
-        ("retained empty pages", s.retained_bytes),
-        ("metadata", s.metadata_bytes),
-    ];
-    for (name, v) in rows {
-        writeln!(w, "    {name:<26} {:>12}", Bytes(v))?;
-    }
-    if s.hollow_bytes > 0 {
-        writeln!(
-            w,
-            "  purged inside used pages {} (free OS pages of pages holding live objects; not resident)",
-            Bytes(s.hollow_bytes)
-        )?;
-    }
-    if s.meshed_bytes > 0 {
-        writeln!(
-            w,
-            "  meshed {} of OS pages sharing physical pages, {} saved, {} kernel mappings added (PAGEWISE_MESH; counted once in PSS, once per page in RSS)",
-            Bytes(s.meshed_bytes),
-            Bytes(s.mesh_saved_bytes),
-            s.mesh_mappings
-        )?;
-    }
-    writeln!(
-        w,
-        "  outside pagewise: anonymous {}, file-backed {}",
-        Bytes(os.other_anon_rss),
-        Bytes(os.file_rss)
-    )?;
-    let c = &s.syscalls;
-    writeln!(
-        w,
-        "  syscalls: mmap {} munmap {} madvise {}; mapped {} (peak {}), purged {}",
-        c.mmap,
-        c.munmap,
-        c.madvise,
-        Bytes(c.mapped_bytes),
-        Bytes(c.peak_mapped_bytes),
-        Bytes(c.purged_bytes)
-    )?;
-    writeln!(
-        w,
-        "  large objects {} ({}), huge objects {} ({}), heaps {}, segments {}",
-        s.large.count,
-        Bytes(s.large.bytes),
-        s.huge.count,
-        Bytes(s.huge.bytes),
-        s.heaps,
-        s.segments
-    )?;
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::out::SliceWriter;
+    use crate::report::{OsMemory, SliceWriter};
 
     #[test]
     fn json_is_complete_and_balanced() {
@@ -206,9 +171,10 @@ mod tests {
         s.classes[3].slot_size = 32;
         s.classes[3].cached_slots = 5;
         s.classes[3].total_frees = 6;
+        let r = Report::of(s, OsMemory::default());
         let mut buf = vec![0u8; 8192];
         let mut w = SliceWriter::new(&mut buf);
-        json(&mut w, &s, &OsMemory::default()).unwrap();
+        r.write_json(&mut w).unwrap();
         let text = core::str::from_utf8(w.written()).unwrap();
         assert!(text.contains("\"classes\":[{\"class\":3,\"slot_size\":32"));
         assert!(text.contains("\"cached_slots\":5,"), "{text}");
@@ -218,6 +184,14 @@ mod tests {
         let pid = std::process::id();
         assert!(text.starts_with(&format!("{{\"version\":1,\"pid\":{pid},\"ppid\":")));
         assert!(text.contains(",\"comm\":\""), "{text}");
+
+        let mut buf = vec![0u8; 8192];
+        let mut w = SliceWriter::new(&mut buf);
+        s.write_json(&mut w).unwrap();
+        let text = core::str::from_utf8(w.written()).unwrap();
+        assert!(text.starts_with("{\"syscalls\":{"), "{text}");
+        assert!(text.ends_with("}]}"), "{text}");
+        assert!(!text.contains("\"pid\""), "the allocator's figures only");
     }
 
     #[test]
