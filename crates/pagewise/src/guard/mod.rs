@@ -34,6 +34,8 @@ mod pool;
 #[cfg(target_os = "linux")]
 mod report;
 #[cfg(target_os = "linux")]
+mod report_stack;
+#[cfg(target_os = "linux")]
 mod symbol;
 
 use core::sync::atomic::{AtomicUsize, Ordering::*};

@@ -108,11 +108,25 @@ pub fn fault(pool: &Pool, addr: usize, access: Access, pc: usize) {
     if FAULT_REPORTED.swap(true, AcqRel) || !enter() {
         return;
     }
-    let mut out = Out::new();
-    let _ = fault_text(&mut out, pool, addr, access, pc);
-    out.flush();
+    // SAFETY: one reporter at a time (`enter`): the frames' buffer is ours.
+    let frames = unsafe { &mut *core::ptr::addr_of_mut!(FRAMES) };
+    // Captured here: the walk goes from this frame through the handler and
+    // the signal frame to the faulting code.
+    let n = unwind::capture(frames, 0);
+    let frames = &frames[..n];
+    let mut write = || {
+        let mut out = Out::new();
+        let _ = fault_text(&mut out, pool, addr, access, pc, frames);
+        out.flush();
+    };
+    // SAFETY: the reporter's turn is ours; writing the report cannot
+    // panic (formatting into a fixed buffer).
+    unsafe { super::report_stack::run(&mut write) };
     REPORTER.store(0, Release);
 }
+
+/// The stack captured at a fault (one report at a time).
+static mut FRAMES: [usize; unwind::DEPTH] = [0; unwind::DEPTH];
 
 /// Takes the reporter's turn: false if this thread is already reporting
 /// (a fault inside the report). Another thread's report ends the process
@@ -180,7 +194,14 @@ fn misuse_text(
     Ok(())
 }
 
-fn fault_text(out: &mut Out, pool: &Pool, addr: usize, access: Access, pc: usize) -> fmt::Result {
+fn fault_text(
+    out: &mut Out,
+    pool: &Pool,
+    addr: usize,
+    access: Access,
+    pc: usize,
+    frames: &[usize],
+) -> fmt::Result {
     let (kind, slot) = blame(pool, addr);
     write!(out, "pagewise: {}: {} ", kind.name(), access.name())?;
     match slot {
@@ -199,11 +220,10 @@ fn fault_text(out: &mut Out, pool: &Pool, addr: usize, access: Access, pc: usize
         None => write!(out, "at {addr:#x}, near no block of the guard pool")?,
     }
     writeln!(out, ", thread {}", thread_id())?;
-    let mut frames = [0usize; unwind::DEPTH];
-    let n = unwind::capture(&mut frames, 0);
-    // The walk goes through the handler and the signal frame: the access
+    let n = frames.len();
+    // The walk went through the handler and the signal frame: the access
     // is the frame at the faulting instruction.
-    match frames[..n]
+    match frames
         .iter()
         .position(|&f| pc != 0 && (f == pc || f == pc + 1))
     {
