@@ -312,7 +312,7 @@ Anonymous:             0 kB
         assert_eq!(m.out.file_rss, (188 + 1008) * 1024);
     }
 
-    #[cfg(target_os = "linux")]
+    #[cfg(all(target_os = "linux", not(miri)))]
     #[test]
     fn reads_this_process() {
         let m = os_memory();
