@@ -730,3 +730,93 @@ fn forty_short_lived_processes_give_a_bounded_report() {
     // The short-lived ones are one line, not forty.
     assert!(stderr.contains("40 × true"), "{stderr}");
 }
+
+/// Stops, signals, threads and exec as a program sees them: a child stops
+/// itself and its parent sees it stopped (WUNTRACED), and still stopped a
+/// while later, before continuing it;
+/// a signal reaches its handler; a thread forks and waits for a child; a
+/// thread execs `echo`. Its output must be the same with and without
+/// `pagewise run` following the tree.
+const BEHAVIOUR: &str = r#"
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <sys/wait.h>
+#include <unistd.h>
+static volatile sig_atomic_t got;
+static void on_usr1(int s) { (void)s; got = 1; }
+static void *fork_in_thread(void *a) {
+    (void)a;
+    pid_t p = fork();
+    if (p == 0) {
+        execlp("true", "true", (char *)0);
+        _exit(9);
+    }
+    int st;
+    waitpid(p, &st, 0);
+    printf("thread's child %d\n", WEXITSTATUS(st));
+    return 0;
+}
+static void *exec_in_thread(void *a) {
+    (void)a;
+    execlp("echo", "echo", "exec from a thread", (char *)0);
+    return 0;
+}
+int main(void) {
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+        raise(SIGSTOP);
+        printf("child resumed\n");
+        fflush(stdout);
+        _exit(4);
+    }
+    int st;
+    waitpid(pid, &st, WUNTRACED);
+    printf("stopped %d by %d\n", WIFSTOPPED(st), WIFSTOPPED(st) ? WSTOPSIG(st) : 0);
+    usleep(100 * 1000);
+    printf("still stopped %d\n", waitpid(pid, &st, WNOHANG) == 0);
+    fflush(stdout);
+    kill(pid, SIGCONT);
+    waitpid(pid, &st, 0);
+    printf("child %d\n", WEXITSTATUS(st));
+    signal(SIGUSR1, on_usr1);
+    kill(getpid(), SIGUSR1);
+    printf("handler %d\n", got);
+    pthread_t t;
+    pthread_create(&t, 0, fork_in_thread, 0);
+    pthread_join(t, 0);
+    fflush(stdout);
+    pthread_create(&t, 0, exec_in_thread, 0);
+    pause();
+    return 1;
+}
+"#;
+
+#[test]
+fn following_the_tree_changes_nothing_the_program_sees() {
+    let dir = scratch("behaviour");
+    let Some(prog) = compile(&dir, "behaviour", BEHAVIOUR, &["-O1", "-pthread"]) else {
+        return;
+    };
+    let alone = Command::new(&prog).output().unwrap();
+    let expected = "stopped 1 by 19\nstill stopped 1\nchild resumed\nchild 4\n\
+                    handler 1\nthread's child 0\nexec from a thread\n";
+    assert_eq!(String::from_utf8_lossy(&alone.stdout), expected);
+    let (v, stderr, stdout) = run_json("behaviour-run", &[prog.as_os_str()], 0);
+    assert_eq!(stdout, expected, "{stderr}");
+    // The top process became echo; the stopped child and the thread's
+    // child are its children.
+    let procs = v["processes"].as_array().unwrap();
+    assert_eq!(procs.len(), 3, "{stderr}");
+    assert_eq!(procs[0]["name"], "echo", "{stderr}");
+    let top = v["pid"].as_u64();
+    assert!(
+        procs[1..].iter().all(|p| p["ppid"].as_u64() == top),
+        "{stderr}"
+    );
+    assert!(procs
+        .iter()
+        .any(|p| p["ending"] == "ended by _exit(4): no report"));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
