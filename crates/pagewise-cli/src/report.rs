@@ -262,16 +262,17 @@ pub struct RunReport {
     pub signal: Option<i32>,
     /// Wall time until the top process exited.
     pub elapsed_ms: u64,
-    /// The highest peak RSS of any one process of the tree (getrusage of
-    /// the children pagewise waited for: the top process and its
-    /// descendants).
+    /// The highest peak RSS of any one process of the tree (the largest
+    /// of the processes' `peak_rss_bytes`; without `traced`, getrusage of
+    /// the children pagewise waited for).
     pub peak_rss_bytes: u64,
     /// The top process's library report (as in `processes[0]`).
     pub allocator: Option<AllocatorReport>,
     /// The top process's samples (as in `processes[0]`).
     pub samples: Vec<Sample>,
-    /// Every process that reported: the top one first, then its
-    /// descendants, parents before children.
+    /// Every process of the tree (with `traced`; else every one that left
+    /// a report or samples): the top one first, then its descendants,
+    /// parents before children.
     #[serde(default)]
     pub processes: Vec<ProcessReport>,
     /// Why the top process sent no report, if it did not.

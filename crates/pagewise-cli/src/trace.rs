@@ -22,6 +22,12 @@
 //! What it cannot hide: a traced program cannot be traced by another
 //! debugger, and a set-user-ID program runs without its privileges unless
 //! pagewise runs as root. `pagewise run --no-trace` runs without it.
+//!
+//! Why ptrace: the other ways to see every process miss some. The kernel's
+//! process-events connector needs CAP_NET_ADMIN; polling /proc misses a
+//! process shorter than the period; the library's own handlers (even an
+//! interposed `_exit`) never run in a process killed by a signal or in a
+//! static program.
 
 use std::collections::HashMap;
 use std::ffi::{CString, OsStr, OsString};
