@@ -1,5 +1,5 @@
-//! Issue 11's other side: a program busy re-using large buffers must keep
-//! the memory it is about to need again. Twenty buffers of 5-25 MiB stay
+//! The other side of idle programs: a program busy re-using large
+//! buffers must keep the memory it is about to need again. Twenty buffers of 5-25 MiB stay
 //! live; one at a time, at random, is replaced by a new buffer of a new
 //! size, whose every page is written (the first touch is what costs a page
 //! fault when the allocator gave the pages back in between). The figures

@@ -25,7 +25,7 @@ pub struct PurgeRule {
 pub const IDLE_MARGIN_MS: u64 = 2000;
 
 /// The default idle period with `--quick`: twice pagewise's default decay,
-/// the point at which issue 11 wants the memory back. Shorter than
+/// the point by which an idle program should have its memory back. Shorter than
 /// jemalloc's decay, which the report then says.
 pub const QUICK_IDLE_MS: u64 = 2000;
 

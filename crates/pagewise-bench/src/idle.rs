@@ -1,4 +1,4 @@
-//! Issue 11's scenarios: memory is freed, the program goes quiet, and the
+//! Idle programs: memory is freed, the program goes quiet, and the
 //! figure is what RSS is after the idle period (the worker waits it after
 //! the workload returns). Every object is freed before the workload
 //! returns, so the live bytes are zero and whatever RSS stays is memory the

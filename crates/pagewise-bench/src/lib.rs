@@ -1,5 +1,7 @@
-//! `pagewise bench`: the seeds' workloads, side by side with glibc, jemalloc,
-//! mimalloc and tcmalloc.
+//! `pagewise bench`: allocation workloads modelled on real programs (a
+//! language runtime's arena, a garbage collector's blocks, a server's
+//! threads, idle programs), side by side with glibc, jemalloc, mimalloc and
+//! tcmalloc.
 //!
 //! The runner ([`run`]) spawns one worker process per (workload, allocator,
 //! repetition), interleaving allocators (A B C A B C …) so drift in the
@@ -30,9 +32,12 @@ pub mod delays;
 mod idle;
 mod plot;
 mod progress;
+mod published;
 mod redis;
+mod render;
 mod report;
 mod runner;
+mod text;
 pub mod util;
 pub mod worker;
 pub mod workloads;

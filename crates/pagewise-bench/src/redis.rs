@@ -1,4 +1,4 @@
-//! A real program: `redis-server` under each allocator (issue 12's
+//! A real program: `redis-server` under each allocator (a long-lived
 //! key-value server), when it is installed (`apt-get install
 //! redis-server`).
 //!
@@ -355,6 +355,7 @@ pub fn run(
         live_objects: (PASSES.len() * keys - deletes.len()) as u64,
         floor_pages: None,
         syscalls: None,
+        syscalls_workload: None,
         syscall_source: "n/a: another process".into(),
         syscalls_interposed: None,
         minor_faults: 0,

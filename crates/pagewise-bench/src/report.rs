@@ -4,7 +4,6 @@ use crate::runner::{Plan, RunRecord};
 use crate::util::PAGE;
 use crate::worker::{Syscalls, WorkerResult};
 use serde::Serialize;
-use std::fmt::Write as _;
 use std::path::Path;
 use std::time::Duration;
 
@@ -85,7 +84,15 @@ pub struct Cell {
     pub utilization_idle_pss: Option<f64>,
     /// live / (pages holding a live byte × page size).
     pub page_floor: Option<f64>,
+    /// mmap/munmap/madvise from the workload's start to the end of the
+    /// idle period (medians of all runs).
     pub syscalls: Option<Syscalls>,
+    /// Those made during the workload, the idle period not counted.
+    #[serde(default)]
+    pub syscalls_workload: Option<Syscalls>,
+    /// Those made during the idle period (runs that waited it).
+    #[serde(default)]
+    pub syscalls_idle: Option<Syscalls>,
     pub syscall_source: String,
     pub minor_faults: Option<f64>,
     pub parts: Vec<PartSummary>,
@@ -116,6 +123,20 @@ fn med(v: impl Iterator<Item = f64>) -> Option<f64> {
 
 fn ratio(live: f64, rss: f64) -> Option<f64> {
     (live > 0.0 && rss > 0.0).then(|| live / rss)
+}
+
+/// Medians of each count, if every run has them (and there is a run).
+fn median_syscalls(runs: impl Iterator<Item = Option<Syscalls>>) -> Option<Syscalls> {
+    let runs: Vec<Syscalls> = runs.collect::<Option<_>>()?;
+    if runs.is_empty() {
+        return None;
+    }
+    let m = |f: fn(&Syscalls) -> u64| med(runs.iter().map(|s| f(s) as f64)).unwrap_or(0.0) as u64;
+    Some(Syscalls {
+        mmap: m(|s| s.mmap),
+        munmap: m(|s| s.munmap),
+        madvise: m(|s| s.madvise),
+    })
 }
 
 pub(crate) fn summarize(plan: &Plan, records: &[RunRecord]) -> Summary {
@@ -185,6 +206,15 @@ pub(crate) fn summarize(plan: &Plan, records: &[RunRecord]) -> Summary {
             } else {
                 None
             };
+            let syscalls_workload = median_syscalls(ok.iter().map(|r| r.syscalls_workload));
+            let syscalls_idle = median_syscalls(idled.iter().map(|r| {
+                let (all, work) = (r.syscalls?, r.syscalls_workload?);
+                Some(Syscalls {
+                    mmap: all.mmap.saturating_sub(work.mmap),
+                    munmap: all.munmap.saturating_sub(work.munmap),
+                    madvise: all.madvise.saturating_sub(work.madvise),
+                })
+            }));
             let syscall_source = ok
                 .first()
                 .map(|r| r.syscall_source.clone())
@@ -275,6 +305,8 @@ pub(crate) fn summarize(plan: &Plan, records: &[RunRecord]) -> Summary {
                 utilization_idle_pss: util_idle_pss,
                 page_floor: floor,
                 syscalls,
+                syscalls_workload,
+                syscalls_idle,
                 syscall_source,
                 minor_faults: minor,
                 parts,
@@ -283,116 +315,6 @@ pub(crate) fn summarize(plan: &Plan, records: &[RunRecord]) -> Summary {
         }
     }
     Summary { cells }
-}
-
-fn rate(v: f64) -> String {
-    if v >= 1e9 {
-        format!("{:.2} G/s", v / 1e9)
-    } else if v >= 1e6 {
-        format!("{:.2} M/s", v / 1e6)
-    } else if v >= 1e3 {
-        format!("{:.1} k/s", v / 1e3)
-    } else {
-        format!("{v:.0} /s")
-    }
-}
-
-fn short(v: f64) -> String {
-    if v >= 1e9 {
-        format!("{:.2}G", v / 1e9)
-    } else if v >= 1e6 {
-        format!("{:.2}M", v / 1e6)
-    } else if v >= 1e3 {
-        format!("{:.1}k", v / 1e3)
-    } else {
-        format!("{v:.0}")
-    }
-}
-
-/// An extra figure: small ones (ratios) with two decimals.
-fn extra_figure(v: f64) -> String {
-    if v.abs() < 100.0 && v.fract() != 0.0 {
-        format!("{v:.2}")
-    } else {
-        short(v)
-    }
-}
-
-fn mib(v: f64) -> String {
-    format!("{:.1} MiB", v / (1024.0 * 1024.0))
-}
-
-fn pct(v: Option<f64>) -> String {
-    v.map(|x| format!("{:.0}%", x * 100.0))
-        .unwrap_or_else(|| "—".into())
-}
-
-fn count(v: u64) -> String {
-    short(v as f64)
-}
-
-/// A part figure: factors to 3 decimals, MiB to 1, counts and bytes exact
-/// (digits grouped by three, as in the docs).
-fn figure(name: &str, v: f64) -> String {
-    if name == "factor" {
-        return format!("{v:.3}");
-    }
-    if name.ends_with("MiB") {
-        return format!("{v:.1}");
-    }
-    let digits = format!("{}", v.round() as i64);
-    let mut out = String::new();
-    for (i, ch) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i) % 3 == 0 && ch.is_ascii_digit() {
-            out.push(' ');
-        }
-        out.push(ch);
-    }
-    out
-}
-
-/// A markdown table with aligned columns.
-fn table(out: &mut String, head: &[&str], rows: &[Vec<String>]) {
-    let n = head.len();
-    let mut w: Vec<usize> = head.iter().map(|h| h.chars().count()).collect();
-    for r in rows {
-        for (i, c) in r.iter().enumerate().take(n) {
-            w[i] = w[i].max(c.chars().count());
-        }
-    }
-    let line = |out: &mut String, cells: &[String]| {
-        out.push('|');
-        for (i, c) in cells.iter().enumerate() {
-            let pad = w[i] - c.chars().count();
-            if i == 0 {
-                let _ = write!(out, " {c}{} |", " ".repeat(pad));
-            } else {
-                let _ = write!(out, " {}{c} |", " ".repeat(pad));
-            }
-        }
-        out.push('\n');
-    };
-    line(out, &head.iter().map(|s| s.to_string()).collect::<Vec<_>>());
-    out.push('|');
-    for (i, wi) in w.iter().enumerate() {
-        if i == 0 {
-            let _ = write!(out, "{}|", "-".repeat(wi + 2));
-        } else {
-            let _ = write!(out, "{}:|", "-".repeat(wi + 1));
-        }
-    }
-    out.push('\n');
-    for r in rows {
-        line(out, r);
-    }
-}
-
-fn idle_label(ms: u64) -> String {
-    if ms % 1000 == 0 {
-        format!("{} s", ms / 1000)
-    } else {
-        format!("{ms} ms")
-    }
 }
 
 pub(crate) fn machine() -> (usize, String, String) {
@@ -412,314 +334,6 @@ pub(crate) fn machine() -> (usize, String, String) {
         .map(|s| s.trim().to_string())
         .unwrap_or_else(|_| "unknown".into());
     (nproc, cpu, kernel)
-}
-
-/// Which runs waited the idle period, and what each allocator does with
-/// free memory meanwhile: an idle figure means little without both.
-fn idle_rules(plan: &Plan) -> String {
-    let mut out = String::new();
-    if plan.idle_ms == 0 {
-        out.push_str(
-            "No idle period (--idle-ms 0): \"RSS after idle\" is read right after the frees.\n",
-        );
-        return out;
-    }
-    let which = if plan.idle_all {
-        "every workload"
-    } else {
-        "the idle workloads only (--quick)"
-    };
-    let _ = writeln!(
-        out,
-        "Idle period: {} after the workload's last free, waited by the first {} run(s) of {which}, the process calling no allocator meanwhile; the idle column and util are from those runs, the other columns medians of all runs. Each allocator's own rule for free memory (default settings):",
-        idle_label(plan.idle_ms),
-        plan.idle_runs
-    );
-    for a in &plan.allocs {
-        let Some(r) = crate::delays::purge_rule(a) else {
-            let _ = writeln!(out, "- {}: not known (a library given by path)", a.label);
-            continue;
-        };
-        let late = match r.delay_ms {
-            Some(d) if d >= plan.idle_ms => {
-                format!(
-                    " LONGER than this idle period ({}): its idle figure is not final.",
-                    idle_label(d)
-                )
-            }
-            _ => String::new(),
-        };
-        let _ = writeln!(out, "- {}: {} [{}]{late}", a.label, r.rule, r.source);
-    }
-    out
-}
-
-pub(crate) fn render(plan: &Plan, s: &Summary, wall: Duration) -> String {
-    let mut out = String::new();
-    let (nproc, cpu, kernel) = machine();
-    let _ = writeln!(
-        out,
-        "pagewise bench: scale {}, {} run(s) per allocator and workload, {:.0} s; {nproc} CPUs, {cpu}, Linux {kernel}",
-        plan.scale.name(),
-        plan.reps,
-        wall.as_secs_f64()
-    );
-    let _ = writeln!(
-        out,
-        "RSS is net of the worker's RSS before the workload; idle = {}; util = live / RSS, and live / memory (what the process costs the machine: PSS with memfd files by their blocks; RSS misses a meshed page until it is touched); floor = live / (pages holding a live byte × 4 KiB).",
-        idle_label(plan.idle_ms)
-    );
-    out.push_str(&idle_rules(plan));
-    for w in &plan.workloads {
-        let _ = writeln!(out, "\n## {w}: {}\n", crate::workloads::describe(w));
-        if crate::workloads::allocator_independent(w) {
-            let ran: Vec<&str> = plan
-                .allocs_for(w)
-                .into_iter()
-                .map(|i| plan.allocs[i].label.as_str())
-                .collect();
-            let _ = writeln!(
-                out,
-                "Allocator-independent: the pools map their own pages and the figures are their accounting, so this runs once, under {}; the other allocators' columns would repeat the same figures.\n",
-                ran.join(", ")
-            );
-        }
-        let mut rows = Vec::new();
-        for a in &plan.allocs {
-            let Some(c) = s.cell(w, &a.label) else {
-                continue;
-            };
-            let Some(ops) = c.ops_per_s else {
-                rows.push(vec![
-                    a.label.clone(),
-                    format!("FAILED: {}", c.errors.first().cloned().unwrap_or_default()),
-                ]);
-                continue;
-            };
-            let sys = match c.syscalls {
-                Some(x) => format!("{}/{}/{}", count(x.mmap), count(x.munmap), count(x.madvise)),
-                None => "n/a".into(),
-            };
-            let failed = if c.errors.is_empty() {
-                String::new()
-            } else {
-                format!(" ({} failed)", c.errors.len())
-            };
-            rows.push(vec![
-                format!("{}{failed}", a.label),
-                rate(ops.median),
-                format!("{}–{}", short(ops.min), short(ops.max)),
-                format!("{:.1}", c.ns_per_op.unwrap_or(0.0)),
-                mib(c.peak_rss_net.map(|x| x.median).unwrap_or(0.0)),
-                mib(c.rss_after_free_net.map(|x| x.median).unwrap_or(0.0)),
-                c.rss_idle_net
-                    .map(|x| mib(x.median))
-                    .unwrap_or_else(|| "—".into()),
-                c.memory_idle_net
-                    .map(|x| mib(x.median))
-                    .unwrap_or_else(|| "—".into()),
-                c.live_bytes
-                    .filter(|&l| l > 0.0)
-                    .map(mib)
-                    .unwrap_or_else(|| "0".into()),
-                format!(
-                    "{} / {} / {}",
-                    pct(c.utilization_after_free),
-                    pct(c.utilization_idle),
-                    pct(c.utilization_idle_pss)
-                ),
-                pct(c.page_floor),
-                sys,
-                short(c.minor_faults.unwrap_or(0.0)),
-            ]);
-        }
-        let idle_head = format!("RSS +{} idle", idle_label(plan.idle_ms));
-        table(
-            &mut out,
-            &[
-                "allocator",
-                "ops/s",
-                "min–max",
-                "ns/op",
-                "peak RSS",
-                "RSS after frees",
-                &idle_head,
-                "memory after idle",
-                "live",
-                "util (after / idle / idle memory)",
-                "floor",
-                "mmap/munmap/madvise",
-                "minor faults",
-            ],
-            &rows,
-        );
-        // Sub-parts.
-        let cells: Vec<&Cell> = plan
-            .allocs
-            .iter()
-            .filter_map(|a| s.cell(w, &a.label))
-            .collect();
-        let with_peak = cells
-            .iter()
-            .any(|c| c.parts.iter().any(|p| p.peak_rss_net.is_some()));
-        let mut prow = Vec::new();
-        for c in &cells {
-            for p in &c.parts {
-                let mut row = vec![
-                    c.allocator.clone(),
-                    p.name.clone(),
-                    rate(p.ops_per_s.median),
-                    rate(p.ops_per_s.p75),
-                    format!("{:.1}", 1e9 / p.ops_per_s.median.max(1e-9)),
-                ];
-                if with_peak {
-                    row.push(p.peak_rss_net.map(mib).unwrap_or_else(|| "—".into()));
-                }
-                row.extend([
-                    p.rss_net.map(mib).unwrap_or_else(|| "—".into()),
-                    p.live_bytes.map(mib).unwrap_or_else(|| "—".into()),
-                    pct(p.utilization),
-                    pct(p.floor),
-                ]);
-                prow.push(row);
-            }
-            for (k, v) in &c.extra {
-                let mut row = vec![c.allocator.clone(), k.clone(), extra_figure(*v)];
-                row.resize(if with_peak { 10 } else { 9 }, String::new());
-                prow.push(row);
-            }
-        }
-        if prow.len() > cells.len() {
-            out.push('\n');
-            let mut head = vec!["allocator", "part", "ops/s", "ops/s p75", "ns/op"];
-            if with_peak {
-                head.push("peak RSS");
-            }
-            head.extend(["RSS at end", "live", "util", "floor"]);
-            table(&mut out, &head, &prow);
-        }
-        // Named figures of the parts, one column per figure.
-        let mut names: Vec<&str> = Vec::new();
-        for c in &cells {
-            for p in &c.parts {
-                for (k, _) in &p.figures {
-                    if !names.contains(&k.as_str()) {
-                        names.push(k);
-                    }
-                }
-            }
-        }
-        if !names.is_empty() {
-            let mut frows = Vec::new();
-            for c in &cells {
-                for p in c.parts.iter().filter(|p| !p.figures.is_empty()) {
-                    let mut row = vec![c.allocator.clone(), p.name.clone()];
-                    for n in &names {
-                        row.push(
-                            p.figures
-                                .iter()
-                                .find(|(k, _)| k == n)
-                                .map(|(_, v)| figure(n, *v))
-                                .unwrap_or_else(|| "—".into()),
-                        );
-                    }
-                    frows.push(row);
-                }
-            }
-            let mut head = vec!["allocator", "part"];
-            head.extend(names.iter().copied());
-            out.push('\n');
-            table(&mut out, &head, &frows);
-        }
-    }
-    // Summary: each allocator against the best *other* allocator.
-    let _ = writeln!(
-        out,
-        "\n## Summary: ratio to the best other allocator\n\nops/s: own / fastest other (> 1: faster than every other). RSS and memory: own / leanest other (< 1: leaner than every other); under 1 MiB counts as 1 MiB, so tiny footprints do not make huge ratios. Memory is what the process costs the machine: its proportional set size with memfd files counted by their blocks (RSS misses a page meshing remapped until it is touched again). Allocator-independent workloads ({}) are left out.\n",
-        crate::workloads::ALLOCATOR_INDEPENDENT.join(", ")
-    );
-    let mut head: Vec<String> = vec!["workload".into(), "figure".into()];
-    head.extend(plan.allocs.iter().map(|a| a.label.clone()));
-    let mut rows = Vec::new();
-    const MIB: f64 = 1024.0 * 1024.0;
-    type Getter = fn(&Cell) -> Option<f64>;
-    let figures: [(&str, Getter, bool); 4] = [
-        ("ops/s", |c| c.ops_per_s.map(|x| x.median), true),
-        (
-            "peak RSS",
-            |c| c.peak_rss_net.map(|x| x.median.max(MIB)),
-            false,
-        ),
-        (
-            "RSS after idle",
-            |c| c.rss_idle_net.map(|x| x.median.max(MIB)),
-            false,
-        ),
-        (
-            "memory after idle",
-            |c| c.memory_idle_net.map(|x| x.median.max(MIB)),
-            false,
-        ),
-    ];
-    for w in plan
-        .workloads
-        .iter()
-        .filter(|w| !crate::workloads::allocator_independent(w))
-    {
-        for (fig, f, best_high) in figures {
-            if fig.ends_with("after idle") && !plan.idles(w) {
-                continue;
-            }
-            let mut row = vec![w.clone(), fig.to_string()];
-            for a in &plan.allocs {
-                let own = s.cell(w, &a.label).and_then(f);
-                let others = plan
-                    .allocs
-                    .iter()
-                    .filter(|b| b.label != a.label)
-                    .filter_map(|b| s.cell(w, &b.label).and_then(f));
-                let best = if best_high {
-                    others.fold(None, |m: Option<f64>, x| Some(m.map_or(x, |m| m.max(x))))
-                } else {
-                    others.fold(None, |m: Option<f64>, x| Some(m.map_or(x, |m| m.min(x))))
-                };
-                row.push(match (own, best) {
-                    (Some(o), Some(b)) if b > 0.0 => format!("{:.2}", o / b),
-                    (Some(_), _) => "—".into(),
-                    // Ran, but without this figure (no idle run succeeded).
-                    (None, _) if s.cell(w, &a.label).is_some_and(|c| c.runs_ok > 0) => "—".into(),
-                    // Not run: the workload cannot run under it (redis
-                    // under glibc).
-                    (None, _) if s.cell(w, &a.label).is_none() => "n/a".into(),
-                    _ => "fail".into(),
-                });
-            }
-            rows.push(row);
-        }
-    }
-    let head_ref: Vec<&str> = head.iter().map(|s| s.as_str()).collect();
-    table(&mut out, &head_ref, &rows);
-    let failed: usize = s.cells.iter().map(|c| c.errors.len()).sum();
-    if failed > 0 {
-        let _ = writeln!(out, "\n{failed} run(s) FAILED:");
-        for c in &s.cells {
-            for e in &c.errors {
-                let _ = writeln!(out, "- {} under {}: {e}", c.workload, c.allocator);
-            }
-        }
-    }
-    let sources: Vec<String> = plan
-        .allocs
-        .iter()
-        .filter_map(|a| {
-            s.cells
-                .iter()
-                .find(|c| c.allocator == a.label && !c.syscall_source.is_empty())
-                .map(|c| format!("{}: {}", a.label, c.syscall_source))
-        })
-        .collect();
-    let _ = writeln!(out, "\nsyscall counts: {}", sources.join("; "));
-    out
 }
 
 #[derive(Serialize)]

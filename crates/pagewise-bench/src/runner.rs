@@ -28,10 +28,12 @@ pub struct BenchArgs {
     pub alloc: Vec<String>,
 
     /// Workloads to run, comma-separated (default: all): churn,
-    /// arena-on-malloc, block-cohorts, phases, threads, mixed, arena-churn,
-    /// jit-pools (allocator-independent: run under one allocator only),
-    /// issue 11's idle-one-thread, idle-threads-exit, idle-handoff,
-    /// idle-handoff-blocked, idle-thread-rounds, and big-buffers.
+    /// arena-on-malloc, block-cohorts, phases, survivors-clustered,
+    /// survivors-sparse, threads, mixed, arena-churn, jit-pools
+    /// (allocator-independent: run under one allocator only), the idle
+    /// workloads idle-one-thread, idle-threads-exit, idle-handoff,
+    /// idle-handoff-blocked and idle-thread-rounds, big-buffers, and redis
+    /// (if redis-server is installed).
     #[arg(long, value_delimiter = ',')]
     pub only: Vec<String>,
 
@@ -39,6 +41,12 @@ pub struct BenchArgs {
     /// waited only by the idle workloads: about 90 s on 2 cores.
     #[arg(long)]
     pub quick: bool,
+
+    /// Print every column of the per-workload tables (min–max, ns/op,
+    /// memory after idle, page floor, the idle period's system calls),
+    /// however wide; without it every line fits 120 columns.
+    #[arg(long)]
+    pub wide: bool,
 
     /// Write every raw run (and the medians) to this JSON file.
     #[arg(long, value_name = "FILE")]
@@ -747,7 +755,7 @@ pub fn run(args: &BenchArgs) -> Result<i32> {
     progress.finish();
     let wall = started.elapsed();
     let summary = crate::report::summarize(&plan, &records);
-    let text = crate::report::render(&plan, &summary, wall);
+    let text = crate::render::render(&plan, &summary, wall, args.wide);
     println!("{text}");
     if let Some(path) = &args.json {
         crate::report::write_json(path, &plan, &records, &summary, wall)

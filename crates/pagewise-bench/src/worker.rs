@@ -202,6 +202,10 @@ pub struct WorkerResult {
     /// Memory syscalls from the start of the workload to the end of the idle
     /// period; None where they cannot be counted in-process.
     pub syscalls: Option<Syscalls>,
+    /// Of those, the ones made before the idle period (the workload's own;
+    /// absent from results of older workers).
+    #[serde(default)]
+    pub syscalls_workload: Option<Syscalls>,
     /// Where `syscalls` comes from, or why it is missing.
     pub syscall_source: String,
     /// Interposed counts, when the binary interposes too (a cross-check of
@@ -370,6 +374,7 @@ fn worker(name: &str, source: SyscallSource) -> Result<WorkerResult, String> {
     } else {
         Some(pages_touched(survivors.as_slice()))
     };
+    let sys_mid = syscalls_now(source);
     let t_idle = Instant::now();
     std::thread::sleep(Duration::from_millis(args.idle_ms));
     let rss_idle = proc.rss();
@@ -389,6 +394,12 @@ fn worker(name: &str, source: SyscallSource) -> Result<WorkerResult, String> {
     }
     drop(survivors);
 
+    let counted = matches!(source, SyscallSource::Pagewise)
+        || matches!(source, SyscallSource::Interposed) && interposing;
+    let syscalls_workload = sys_mid
+        .zip(sys0)
+        .map(|(a, b)| a.since(b))
+        .filter(|_| counted);
     let (syscalls, syscall_source) = match source {
         SyscallSource::None(_) if std::env::var_os("PAGEWISE_TEST_BENCH_PRELOAD").is_some() => (
             None,
@@ -425,6 +436,7 @@ fn worker(name: &str, source: SyscallSource) -> Result<WorkerResult, String> {
         start_ms,
         floor_pages,
         syscalls,
+        syscalls_workload,
         syscall_source,
         syscalls_interposed: interposing.then(|| int1.since(int0)),
         minor_faults: minor,

@@ -1,4 +1,4 @@
-//! The workload suite, written from the seeds in `shared/seeds`.
+//! The workload suite: allocation patterns of real programs.
 //!
 //! Every workload allocates through the global allocator (whichever the
 //! worker binary installed) and keeps its own bookkeeping in [`MmapVec`]s
@@ -34,8 +34,8 @@ pub const WORKLOADS: &[&str] = &[
     "redis",
 ];
 
-/// Workloads whose figure is the RSS after the idle period (issue 11's
-/// scenarios): with `--quick` only these wait the idle period, and the
+/// Workloads whose figure is the RSS after the idle period (programs that
+/// free memory and go quiet): with `--quick` only these wait the idle period, and the
 /// RSS charts show their idle tail.
 pub const IDLE_FOCUSED: &[&str] = &[
     "idle-one-thread",
@@ -560,7 +560,7 @@ fn phases(scale: Scale, rng: &mut Rng, rec: &mut Rec) -> MmapVec<Obj> {
 }
 
 /// One of `phases`' phases alone, its survivors kept through the idle
-/// period (issue 12's clustered and sparse survivor workloads): what the
+/// period (the clustered and sparse survivor workloads): what the
 /// allocator keeps resident around them once the program is quiet.
 fn survivors(phase: &str, scale: Scale, rng: &mut Rng, rec: &mut Rec) -> MmapVec<Obj> {
     let n: usize = scale.pick(20_000, 300_000, 2_000_000);
@@ -1023,8 +1023,10 @@ const JIT_CONFIGS: &[(&str, usize, usize, pagewise::pool::Fit)] = &[
     ("first fit", 64, 4, pagewise::pool::Fit::First),
     ("best fit", 64, 4, pagewise::pool::Fit::Best),
     ("worst fit", 64, 4, pagewise::pool::Fit::Worst),
+    // Small pools, one open at a time: the configuration a JIT would
+    // start from, against which the three fits above are set.
     (
-        "seed before: 16K, 1 open",
+        "first fit, 16K pools, 1 open",
         16,
         1,
         pagewise::pool::Fit::First,

@@ -594,3 +594,41 @@ fn redis_runs_under_pagewise_with_and_without_meshing() {
         assert!(res["rss_idle"].as_u64().unwrap() > 0);
     }
 }
+
+/// A `--quick` run's text, on the smallest set that prints every kind of
+/// table (two allocators; churn's parts, jit-pools' named figures,
+/// idle-one-thread's idle column): the summary first, no line wider than
+/// 120 characters, a line saying that its ratios are not comparable with
+/// the published ones, and a syscall legend that says whether the idle
+/// period is counted. About 3 s of workers in a debug build.
+#[test]
+fn a_quick_runs_text_fits_120_columns_summary_first() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_pagewise-bench"))
+        .args(["--quick", "--runs", "1", "--idle-ms", "100"])
+        .args(["--alloc", "pagewise,system"])
+        .args(["--only", "churn,jit-pools,idle-one-thread"])
+        .arg("--worker-dir")
+        .arg(worker_dir())
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("runner starts");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{text}");
+    let wide: Vec<&str> = text.lines().filter(|l| l.chars().count() > 120).collect();
+    assert!(
+        wide.is_empty(),
+        "lines over 120 columns:\n{}",
+        wide.join("\n")
+    );
+    let at = |s: &str| {
+        text.find(s)
+            .unwrap_or_else(|| panic!("no {s:?} in:\n{text}"))
+    };
+    assert!(at("Summary") < at("### churn"), "{text}");
+    assert!(at("NOT COMPARABLE with the published figures") < at("| workload"));
+    at("the idle period is NOT counted");
+    // Every kind of table: the parts, the named figures, the idle column.
+    at("| part");
+    at("asked_for");
+    at("after idle");
+}

@@ -7,7 +7,11 @@ mod elf;
 mod plot;
 mod profile;
 mod report;
+mod rss_sampler;
 mod run;
+mod trace;
+mod tree;
+mod tree_text;
 
 use clap::{Parser, Subcommand};
 

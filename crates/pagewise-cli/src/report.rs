@@ -175,16 +175,56 @@ pub struct Sample {
     pub detailed: bool,
 }
 
-/// One process of the program's tree, as its library reported it.
+/// One process of the program's tree: what pagewise saw of it (its parent,
+/// its command, how it ended, its peak RSS) and, if it ran pagewise's exit
+/// handler, its library's report.
 #[derive(Clone, Debug, Default, Deserialize, Serialize)]
 pub struct ProcessReport {
     /// Process id.
     pub pid: u32,
-    /// Its parent when it exited (0 if unknown).
+    /// The process that started it (0 for the program itself, or if
+    /// unknown).
     pub ppid: u32,
-    /// Its name: `/proc/<pid>/comm` as the process saw it, or the command
-    /// as typed for the top process if it sent no report.
+    /// Its name: `/proc/<pid>/comm` when it ended, or the command as typed
+    /// for the top process if nothing else is known.
     pub name: String,
+    /// Its command line (its last image's; a forked child that did not
+    /// exec has its parent's).
+    #[serde(default)]
+    pub command_line: String,
+    /// Its peak RSS: `VmHWM` read when it exited (the highest of its
+    /// images), else the kernel's `ru_maxrss` at its end (which includes
+    /// its children's), else the library's `VmHWM`, else the highest sample.
+    #[serde(default)]
+    pub peak_rss_bytes: u64,
+    /// Its RSS when it exited, if known.
+    #[serde(default)]
+    pub final_rss_bytes: Option<u64>,
+    /// Its exit code, if it exited.
+    #[serde(default)]
+    pub exit_code: Option<i32>,
+    /// The signal that killed it, if one did.
+    #[serde(default)]
+    pub signal: Option<i32>,
+    /// How it ended, and why it has no library report if it has none
+    /// (`exit 0`, `ended by _exit(0): no report`, `killed by SIGKILL`,
+    /// `exit 0; not using pagewise: static binary`).
+    #[serde(default)]
+    pub ending: String,
+    /// Whether libpagewise was loaded in it when it ended (None: unknown).
+    #[serde(default)]
+    pub uses_pagewise: Option<bool>,
+    /// When it started and ended, in ms since the run's start (as far as
+    /// pagewise saw: the end is None if it was still running).
+    #[serde(default)]
+    pub start_ms: u64,
+    /// See `start_ms`.
+    #[serde(default)]
+    pub end_ms: Option<u64>,
+    /// Its RSS as `pagewise run` read it from /proc while it ran:
+    /// `[ms since the start, bytes]` (every process, library or not).
+    #[serde(default)]
+    pub rss_samples: Vec<(u64, u64)>,
     /// The library's report (absent if it did not run exit handlers, or the
     /// library never loaded in it).
     pub allocator: Option<AllocatorReport>,
@@ -222,16 +262,17 @@ pub struct RunReport {
     pub signal: Option<i32>,
     /// Wall time until the top process exited.
     pub elapsed_ms: u64,
-    /// The highest peak RSS of any one process of the tree (getrusage of
-    /// the children pagewise waited for: the top process and its
-    /// descendants).
+    /// The highest peak RSS of any one process of the tree (the largest
+    /// of the processes' `peak_rss_bytes`; without `traced`, getrusage of
+    /// the children pagewise waited for).
     pub peak_rss_bytes: u64,
     /// The top process's library report (as in `processes[0]`).
     pub allocator: Option<AllocatorReport>,
     /// The top process's samples (as in `processes[0]`).
     pub samples: Vec<Sample>,
-    /// Every process that reported: the top one first, then its
-    /// descendants, parents before children.
+    /// Every process of the tree (with `traced`; else every one that left
+    /// a report or samples): the top one first, then its descendants,
+    /// parents before children.
     #[serde(default)]
     pub processes: Vec<ProcessReport>,
     /// Why the top process sent no report, if it did not.
@@ -244,6 +285,14 @@ pub struct RunReport {
     /// parent's exit (it is their subreaper).
     #[serde(default)]
     pub pagewise_pid: u32,
+    /// Whether pagewise followed the whole tree (ptrace): every process is
+    /// then in `processes`, however it ended. If not, only those that left
+    /// a report or samples are.
+    #[serde(default)]
+    pub traced: bool,
+    /// Why it could not follow the tree, if it could not.
+    #[serde(default)]
+    pub trace_error: Option<String>,
 }
 
 /// A category of resident memory.
@@ -391,10 +440,6 @@ fn pct(part: u64, whole: u64) -> f64 {
     part as f64 * 100.0 / whole.max(1) as f64
 }
 
-/// Processes shown in full; the others get a line of the table (and all
-/// are in `--json`).
-const DETAILED: usize = 6;
-
 /// The text report.
 pub fn render(r: &RunReport) -> String {
     let mut s = String::new();
@@ -439,115 +484,67 @@ fn render_into(s: &mut String, r: &RunReport) -> std::fmt::Result {
     } else {
         &r.processes
     };
-    let several = procs.len() > 1;
-    if several {
-        writeln!(s)?;
-        writeln!(
-            s,
-            "Processes: {} reported (each figure is the process's own; (s): sampled)",
-            procs.len()
-        )?;
-        writeln!(
-            s,
-            "  {:>8} {:>8}  {:<16} {:>11} {:>13} {:>19}",
-            "pid", "parent", "name", "peak RSS", "live at exit", "allocations so far"
-        )?;
-        for p in procs {
-            let (hwm, live, allocs) = match &p.allocator {
-                Some(a) => (
-                    human(a.os.vm_hwm),
-                    human(a.live_bytes),
-                    total_allocs(a).to_string(),
-                ),
-                None => (
-                    p.samples
-                        .iter()
-                        .map(|x| x.rss)
-                        .max()
-                        .map_or("-".into(), |rss| format!("{} (s)", human(rss))),
-                    "-".into(),
-                    "no report".into(),
-                ),
-            };
-            let parent = if p.pid == r.pid || p.ppid == 0 {
-                "-".to_string()
-            } else {
-                p.ppid.to_string()
-            };
-            writeln!(
-                s,
-                "  {:>8} {:>8}  {:<16} {:>11} {:>13} {:>19}",
-                p.pid, parent, p.name, hwm, live, allocs
-            )?;
-        }
-        writeln!(
-            s,
-            "  largest peak RSS of any one process: {} (getrusage)",
-            human(r.peak_rss_bytes)
-        )?;
+    if procs.len() == 1 {
+        return render_process(s, r, &procs[0]);
     }
-    // The top process, then the others with the highest peak RSS.
-    let mut shown: Vec<&ProcessReport> = procs.iter().skip(1).collect();
-    shown.sort_by_key(|p| std::cmp::Reverse(p.allocator.as_ref().map_or(0, |a| a.os.vm_hwm)));
-    shown.truncate(DETAILED - 1);
-    shown.sort_by_key(|p| procs.iter().position(|q| q.pid == p.pid));
-    for p in procs.first().into_iter().chain(shown) {
-        if several {
-            writeln!(s)?;
-            let parent = if p.pid == r.pid {
-                "the command".to_string()
-            } else if procs.iter().any(|q| q.pid == p.ppid) {
-                format!("child of {}", p.ppid)
-            } else if p.ppid == r.pagewise_pid && p.ppid != 0 {
-                "orphaned: its parent exited first".to_string()
-            } else {
-                format!("child of {}, which left no report", p.ppid)
-            };
-            writeln!(s, "== `{}` (pid {}, {parent}) ==", p.name, p.pid)?;
-        }
+    let detailed = crate::tree_text::detailed(procs);
+    crate::tree_text::summary(s, r, procs)?;
+    crate::tree_text::table(s, r, procs, &detailed)?;
+    for &i in &detailed {
+        let p = &procs[i];
+        writeln!(s)?;
+        let parent = if p.pid == r.pid {
+            "the command".to_string()
+        } else if p.ppid == 0 {
+            "parent unknown".to_string()
+        } else {
+            format!("child of {}", p.ppid)
+        };
+        writeln!(s, "== `{}` (pid {}, {parent}) ==", p.name, p.pid)?;
         render_process(s, r, p)?;
     }
-    if procs.len() > DETAILED {
+    let reported = procs.iter().filter(|p| p.allocator.is_some()).count();
+    if reported > detailed.len() {
         writeln!(s)?;
         writeln!(
             s,
-            "({} more processes are in the table only; --json has every report)",
-            procs.len() - DETAILED
+            "({} more reports are in the table only: their heaps were small; --json has every report)",
+            reported - detailed.len()
         )?;
     }
     Ok(())
 }
 
-/// Allocations served since start, in every size class.
-fn total_allocs(a: &AllocatorReport) -> u64 {
-    a.classes.iter().map(|c| c.total_allocs).sum()
-}
+use crate::tree_text::total_allocs;
 
 fn render_process(s: &mut String, r: &RunReport, p: &ProcessReport) -> std::fmt::Result {
     let top = p.pid == r.pid;
     let Some(a) = &p.allocator else {
-        if top {
-            if let Some(rss) = p.samples.iter().map(|x| x.rss).max() {
-                writeln!(s, "  peak RSS {} (sampled: this process alone)", human(rss))?;
-            } else {
-                writeln!(
-                    s,
-                    "  peak RSS {} (of it or of a descendant it waited for: wait4)",
-                    human(r.peak_rss_bytes)
-                )?;
-            }
-            match &r.no_report {
-                Some(why) => writeln!(s, "  {why}")?,
-                None => writeln!(
-                    s,
-                    "  no allocator report: the program ended without running exit handlers\n  (it was killed, or it left through _exit)"
-                )?,
-            }
-        } else {
+        let sampled = p.samples.iter().map(|x| x.rss).max();
+        if r.traced && p.peak_rss_bytes > 0 {
             writeln!(
                 s,
-                "  no allocator report (it was killed, or it left through _exit)"
+                "  peak RSS {} (this process alone)",
+                human(p.peak_rss_bytes)
             )?;
+        } else if let Some(rss) = sampled {
+            writeln!(s, "  peak RSS {} (sampled: this process alone)", human(rss))?;
+        } else if top {
+            writeln!(
+                s,
+                "  peak RSS {} (of it or of a descendant it waited for: wait4)",
+                human(r.peak_rss_bytes)
+            )?;
+        }
+        match &r.no_report {
+            Some(why) if top => writeln!(s, "  {why}")?,
+            _ if r.traced && !p.ending.is_empty() => {
+                writeln!(s, "  no allocator report: {}", p.ending)?
+            }
+            _ => writeln!(
+                s,
+                "  no allocator report: the program ended without running exit handlers\n  (it was killed, or it left through _exit)"
+            )?,
         }
         return Ok(());
     };

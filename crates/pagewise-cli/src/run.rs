@@ -7,20 +7,24 @@
 //!
 //! Children inherit the environment, so every process of CMD's tree that
 //! loads the library writes its own report and samples (`%p` in both paths
-//! is the pid). pagewise becomes a child subreaper, so that descendants
-//! orphaned by CMD's exit are reparented to it; after CMD exits it waits for
-//! all of them, as a shell waits for a whole pipeline, and then reads every
-//! report: the report therefore comes after every process's output. ^C
-//! while only descendants remain stops the waiting (their reports are then
-//! left out, and the report says so).
+//! is the pid). pagewise follows the tree itself (src/trace.rs: ptrace, at
+//! fork, exec and exit only) and reads every process's RSS while it runs
+//! (src/rss_sampler.rs), so that a process that leaves no report (`_exit`,
+//! a signal, a static program) is still in the report, with how it ended
+//! and its peak RSS. It is also a child subreaper, so that descendants
+//! orphaned by CMD's exit are reparented to it; after CMD exits it waits
+//! for all of them, as a shell waits for a whole pipeline, and then reads
+//! every report: the report therefore comes after every process's output.
+//! ^C while only descendants remain stops the waiting (their reports are
+//! then left out, and the report says so).
 
-use crate::report::{AllocatorReport, ProcessReport, RunReport, Sample};
+use crate::report::{ProcessReport, RunReport};
+use crate::rss_sampler::RssSampler;
+use crate::trace;
 use clap::Args;
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
-use std::process::Command;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Instant;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 /// Arguments of `pagewise run`.
 #[derive(Args, Debug)]
@@ -45,6 +49,13 @@ pub struct RunArgs {
     /// Sampling period for the plot, in milliseconds.
     #[arg(long, value_name = "MS", default_value_t = 20)]
     pub interval_ms: u64,
+    /// Do not follow the process tree with ptrace. Needed for a program
+    /// that is itself a debugger or traces its children, or a
+    /// set-user-ID program run by a user other than root (a traced one
+    /// runs without its privileges); processes that leave no report
+    /// (`_exit`, killed, static) are then missing from the report.
+    #[arg(long)]
+    pub no_trace: bool,
     /// The program and its arguments (after `--`).
     #[arg(
         required = true,
@@ -113,52 +124,52 @@ fn run(args: &RunArgs) -> Result<i32, String> {
 }
 
 fn run_in(args: &RunArgs, lib: &Path, work: &Path) -> Result<i32, String> {
-    let mut preload = OsString::from(lib);
-    if let Some(old) = std::env::var_os("LD_PRELOAD").filter(|v| !v.is_empty()) {
-        preload.push(":");
-        preload.push(old);
-    }
-    let mut cmd = Command::new(&args.command[0]);
-    cmd.args(&args.command[1..])
-        .env("LD_PRELOAD", preload)
-        .env("PAGEWISE_STATS_FILE", work.join("stats.%p.json"))
-        .env("PAGEWISE_SAMPLE_FILE", work.join("samples.%p.txt"))
-        .env("PAGEWISE_SAMPLE_MS", args.interval_ms.max(1).to_string())
-        // Every process of the tree samples, each into its own file.
-        .env_remove("PAGEWISE_SAMPLE_PARENT")
-        .env_remove("PAGEWISE_STATS");
-    if let Some(dir) = &args.profile {
-        std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-        cmd.env("PAGEWISE_PROF", "1")
-            .env("PAGEWISE_PROF_FILE", dir.join("%p.prof"));
-    }
+    let env = child_env(args, lib, work)?;
     // Orphaned descendants come to us, so that we can wait for them.
     // SAFETY: prctl with integer arguments; failure only means orphans go
     // to init and are not waited for.
     unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) };
-    let started = Instant::now();
     let started_ms = monotonic_ms();
-    let child = match cmd.spawn() {
-        Ok(c) => c,
-        Err(e) => {
-            // The shell's conventions: 127 not found, 126 not executable.
-            eprintln!(
-                "pagewise: cannot run {}: {e}",
-                args.command[0].to_string_lossy()
-            );
-            return Ok(if e.kind() == std::io::ErrorKind::NotFound {
-                127
-            } else {
-                126
-            });
-        }
+    START_MS.store(started_ms, Ordering::Relaxed);
+    let mut child = trace::fork_child(&args.command, &env).map_err(|e| format!("fork: {e}"))?;
+    let pid = child.pid;
+    let trace_error = if args.no_trace {
+        Some("--no-trace".to_string())
+    } else {
+        child.seize().err().map(|e| format!("ptrace: {e}"))
     };
-    let pid = child.id() as libc::pid_t;
+    child.release();
     // The program gets ^C; we stay to report.
     catch_interrupts();
-    let status = wait(pid)?;
-    let elapsed = started.elapsed();
-    let stopped_waiting = wait_descendants();
+    let (tree, readings) = if trace_error.is_none() {
+        let sampler = RssSampler::start(args.interval_ms, run_ms);
+        let tree = trace::follow(&child, &|pid, alive| sampler.watch(pid, alive), &run_ms);
+        (tree, sampler.finish())
+    } else {
+        let status = wait(pid)?;
+        let elapsed_ms = run_ms();
+        let stopped_waiting = wait_descendants();
+        let tree = trace::Tree {
+            status,
+            elapsed_ms,
+            stopped_waiting,
+            ..Default::default()
+        };
+        (tree, Vec::new())
+    };
+    if let Some(e) = child.exec_error() {
+        // The shell's conventions: 127 not found, 126 not executable.
+        eprintln!(
+            "pagewise: cannot run {}: {e}",
+            args.command[0].to_string_lossy()
+        );
+        return Ok(if e.kind() == std::io::ErrorKind::NotFound {
+            127
+        } else {
+            126
+        });
+    }
+    let status = tree.status;
     let code = if libc::WIFEXITED(status) {
         libc::WEXITSTATUS(status)
     } else if libc::WIFSIGNALED(status) {
@@ -167,16 +178,30 @@ fn run_in(args: &RunArgs, lib: &Path, work: &Path) -> Result<i32, String> {
         1
     };
 
-    let processes = read_processes(work, pid as u32, &args.command[0], started_ms);
+    let processes = crate::tree::processes(
+        work,
+        pid as u32,
+        &args.command[0],
+        &tree.processes,
+        &readings,
+        started_ms,
+    );
     let top = &processes[0];
-    let command_line = shell_line(&args.command);
-    let no_report = if top.allocator.is_some() {
+    let no_report = if top.allocator.is_some() || !top.samples.is_empty() {
         None
-    } else if top.samples.is_empty() {
+    } else {
         let shown = format!("`{}`", shell_word(&args.command[0].to_string_lossy()));
         Some(crate::elf::never_loaded(&args.command[0], &shown))
+    };
+    let traced = trace_error.is_none();
+    let peak_rss_bytes = if traced {
+        processes
+            .iter()
+            .map(|p| p.peak_rss_bytes)
+            .max()
+            .unwrap_or(0)
     } else {
-        None
+        children_maxrss()
     };
     let report = RunReport {
         command: args
@@ -184,18 +209,20 @@ fn run_in(args: &RunArgs, lib: &Path, work: &Path) -> Result<i32, String> {
             .iter()
             .map(|a| a.to_string_lossy().into_owned())
             .collect(),
-        command_line,
+        command_line: shell_line(&args.command),
         pid: pid as u32,
         exit_code: code,
         signal: libc::WIFSIGNALED(status).then(|| libc::WTERMSIG(status)),
-        elapsed_ms: elapsed.as_millis() as u64,
-        peak_rss_bytes: children_maxrss(),
+        elapsed_ms: tree.elapsed_ms,
+        peak_rss_bytes,
         allocator: top.allocator.clone(),
         samples: top.samples.clone(),
-        processes,
         no_report,
-        stopped_waiting,
+        stopped_waiting: tree.stopped_waiting,
         pagewise_pid: std::process::id(),
+        traced,
+        trace_error: trace_error.filter(|e| e != "--no-trace"),
+        processes,
     };
     eprint!("{}", crate::report::render(&report));
     if let Some(dir) = &args.profile {
@@ -210,6 +237,52 @@ fn run_in(args: &RunArgs, lib: &Path, work: &Path) -> Result<i32, String> {
         eprintln!("plot written to {}", path.display());
     }
     Ok(code)
+}
+
+/// The program's environment: ours, with the library preloaded and told
+/// where to write each process's report and samples (`%p`: its pid).
+fn child_env(args: &RunArgs, lib: &Path, work: &Path) -> Result<Vec<(OsString, OsString)>, String> {
+    let mut preload = OsString::from(lib);
+    if let Some(old) = std::env::var_os("LD_PRELOAD").filter(|v| !v.is_empty()) {
+        preload.push(":");
+        preload.push(old);
+    }
+    let mut set: Vec<(OsString, OsString)> = vec![
+        ("LD_PRELOAD".into(), preload),
+        (
+            "PAGEWISE_STATS_FILE".into(),
+            work.join("stats.%p.json").into(),
+        ),
+        (
+            "PAGEWISE_SAMPLE_FILE".into(),
+            work.join("samples.%p.txt").into(),
+        ),
+        (
+            "PAGEWISE_SAMPLE_MS".into(),
+            args.interval_ms.max(1).to_string().into(),
+        ),
+    ];
+    if let Some(dir) = &args.profile {
+        std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        set.push(("PAGEWISE_PROF".into(), "1".into()));
+        set.push(("PAGEWISE_PROF_FILE".into(), dir.join("%p.prof").into()));
+    }
+    // Every process of the tree samples, each into its own file; the text
+    // report is ours, not each process's.
+    let removed = ["PAGEWISE_SAMPLE_PARENT", "PAGEWISE_STATS"];
+    let mut env: Vec<(OsString, OsString)> = std::env::vars_os()
+        .filter(|(k, _)| !removed.iter().any(|r| k == r) && !set.iter().any(|(s, _)| s == k))
+        .collect();
+    env.extend(set);
+    Ok(env)
+}
+
+/// The run's start on `CLOCK_MONOTONIC`, in ms.
+static START_MS: AtomicU64 = AtomicU64::new(0);
+
+/// Milliseconds since the run started.
+fn run_ms() -> u64 {
+    monotonic_ms().saturating_sub(START_MS.load(Ordering::Relaxed))
 }
 
 /// Converts the heap profile each process of the run wrote into `dir`,
@@ -236,7 +309,12 @@ fn profiles_in(dir: &Path, processes: &[ProcessReport]) -> String {
 }
 
 /// Set by ^C (SIGINT or SIGQUIT) while we wait.
-static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+pub static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+
+/// Whether ^C came while we waited.
+pub fn interrupted() -> bool {
+    INTERRUPTED.load(Ordering::Relaxed)
+}
 
 extern "C" fn on_interrupt(_: libc::c_int) {
     INTERRUPTED.store(true, Ordering::Relaxed);
@@ -307,93 +385,6 @@ fn children_maxrss() -> u64 {
     usage.ru_maxrss as u64 * 1024
 }
 
-/// Every process that left a report or samples in `work`: the top one
-/// (`top`, always present, even with neither) first, then the others in
-/// tree order (parents before children, siblings by pid).
-fn read_processes(
-    work: &Path,
-    top: u32,
-    command: &std::ffi::OsStr,
-    start_ms: u64,
-) -> Vec<ProcessReport> {
-    let mut pids = vec![top];
-    if let Ok(dir) = std::fs::read_dir(work) {
-        for e in dir.flatten() {
-            let name = e.file_name();
-            let name = name.to_string_lossy();
-            let pid = name
-                .strip_prefix("stats.")
-                .and_then(|n| n.strip_suffix(".json"))
-                .or_else(|| {
-                    name.strip_prefix("samples.")
-                        .and_then(|n| n.strip_suffix(".txt"))
-                })
-                .and_then(|n| n.parse::<u32>().ok());
-            if let Some(pid) = pid.filter(|p| !pids.contains(p)) {
-                pids.push(pid);
-            }
-        }
-    }
-    let mut procs: Vec<ProcessReport> = pids
-        .into_iter()
-        .map(|pid| {
-            let allocator = read_allocator_report(&work.join(format!("stats.{pid}.json")));
-            let samples = read_samples(&work.join(format!("samples.{pid}.txt")), start_ms);
-            let name = match &allocator {
-                Some(a) if !a.comm.is_empty() => a.comm.clone(),
-                _ if pid == top => Path::new(command)
-                    .file_name()
-                    .unwrap_or(command)
-                    .to_string_lossy()
-                    .into_owned(),
-                _ => "?".into(),
-            };
-            let mut p = ProcessReport {
-                pid,
-                ppid: allocator.as_ref().map_or(0, |a| a.ppid),
-                name,
-                allocator,
-                samples,
-                peak: None,
-            };
-            p.find_peak();
-            p
-        })
-        .collect();
-    // Tree order: the top first; then, repeatedly, the children of what is
-    // placed; then the rest (parents unknown, or reparented to us) by pid.
-    let mut rest = procs.split_off(1);
-    rest.sort_by_key(|p| p.pid);
-    let mut i = 0;
-    while i < procs.len() {
-        let parent = procs[i].pid;
-        let (kids, others): (Vec<_>, Vec<_>) = rest.into_iter().partition(|p| p.ppid == parent);
-        rest = others;
-        for (k, kid) in kids.into_iter().enumerate() {
-            procs.insert(i + 1 + k, kid);
-        }
-        i += 1;
-    }
-    procs.extend(rest);
-    procs
-}
-
-/// The library's report, or None if there is none (or it is unreadable:
-/// a process killed while writing it; said on stderr).
-fn read_allocator_report(path: &Path) -> Option<AllocatorReport> {
-    let text = std::fs::read_to_string(path).ok()?;
-    match serde_json::from_str(&text) {
-        Ok(a) => Some(a),
-        Err(e) => {
-            eprintln!(
-                "pagewise: ignoring malformed report {}: {e}",
-                path.display()
-            );
-            None
-        }
-    }
-}
-
 /// `word` as a POSIX shell would need it typed: as is if it holds only
 /// characters no shell treats specially, else in single quotes (a quote
 /// inside becoming `'\''`).
@@ -424,41 +415,6 @@ fn monotonic_ms() -> u64 {
     // SAFETY: a valid out-pointer.
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
     ts.tv_sec as u64 * 1000 + ts.tv_nsec as u64 / 1_000_000
-}
-
-/// Reads the sample lines, with times made relative to `start_ms`: four
-/// fields from every library, nine (the breakdown) from current ones.
-fn read_samples(path: &Path, start_ms: u64) -> Vec<Sample> {
-    let Ok(text) = std::fs::read_to_string(path) else {
-        return Vec::new();
-    };
-    let mut samples: Vec<Sample> = text
-        .lines()
-        .filter_map(|l| {
-            let f: Vec<u64> = l
-                .split(' ')
-                .map(|x| x.parse().ok())
-                .collect::<Option<_>>()?;
-            let detailed = f.len() >= 9;
-            let at = |i: usize| if detailed { f[i] } else { 0 };
-            (f.len() >= 4).then(|| Sample {
-                t_ms: f[0].saturating_sub(start_ms),
-                rss: f[1],
-                live: f[2],
-                committed: f[3],
-                live_requested: at(4),
-                free_slot: at(5),
-                retained: at(6),
-                metadata: at(7),
-                file_rss: at(8),
-                detailed,
-            })
-        })
-        .collect();
-    // Successive images of one pid append in time order; the exit sample
-    // may race the sampler thread's last line.
-    samples.sort_by_key(|s| s.t_ms);
-    samples
 }
 
 #[cfg(test)]

@@ -510,3 +510,313 @@ fn run_secure_stops_a_program_that_writes_past_a_block() {
         }
     }
 }
+
+/// The `pagewise run --json` document of `args` (after `--`), its text
+/// report and the command's stdout; asserts the command's exit status.
+fn run_json(
+    name: &str,
+    args: &[&std::ffi::OsStr],
+    code: i32,
+) -> (serde_json::Value, String, String) {
+    let dir = scratch(name);
+    let json = dir.join("report.json");
+    let o = pagewise()
+        .args(["run", "--json"])
+        .arg(&json)
+        .arg("--")
+        .args(args)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&o.stderr).into_owned();
+    assert_eq!(o.status.code(), Some(code), "{stderr}");
+    let text = std::fs::read_to_string(&json).unwrap_or_else(|e| panic!("{e}:\n{stderr}"));
+    let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    std::fs::remove_dir_all(&dir).unwrap();
+    (v, stderr, String::from_utf8_lossy(&o.stdout).into_owned())
+}
+
+/// The process of pid `pid` in the JSON document.
+fn process(v: &serde_json::Value, pid: u64, stderr: &str) -> serde_json::Value {
+    v["processes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["pid"].as_u64() == Some(pid))
+        .unwrap_or_else(|| panic!("process {pid} is not in the JSON:\n{stderr}"))
+        .clone()
+}
+
+/// The report's line for process `pid` (the first line naming it).
+fn line_of(stderr: &str, pid: u64) -> &str {
+    let pid = pid.to_string();
+    stderr
+        .lines()
+        .find(|l| l.split_whitespace().any(|w| w == pid))
+        .unwrap_or_else(|| panic!("no line names process {pid}:\n{stderr}"))
+}
+
+/// Three children of 20, 40 and 60 MiB (each written); the third leaves
+/// through `_exit`, which runs no exit handler, so the library writes no
+/// report for it. Prints `pid MiB` for each.
+const THREE_CHILDREN: &str = r#"
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+int main(void) {
+    size_t mib[3] = {20, 40, 60};
+    for (int i = 0; i < 3; i++) {
+        fflush(stdout);
+        pid_t pid = fork();
+        if (pid == 0) {
+            char *volatile p = malloc(mib[i] << 20);
+            memset(p, 1, mib[i] << 20);
+            if (i == 2)
+                _exit(0);
+            exit(0);
+        }
+        printf("%d %zu\n", (int)pid, mib[i]);
+    }
+    while (wait(NULL) > 0) {}
+    return 0;
+}
+"#;
+
+#[test]
+fn every_child_appears_with_its_size_even_one_that_leaves_through_exit() {
+    let dir = scratch("three-children");
+    let Some(prog) = compile(&dir, "three_children", THREE_CHILDREN, &["-O0"]) else {
+        return;
+    };
+    let (v, stderr, stdout) = run_json("three-children-run", &[prog.as_os_str()], 0);
+    assert_eq!(v["processes"].as_array().unwrap().len(), 4, "{stderr}");
+    for line in stdout.lines() {
+        let (pid, mib) = line.split_once(' ').unwrap();
+        let (pid, mib): (u64, u64) = (pid.parse().unwrap(), mib.parse().unwrap());
+        let p = process(&v, pid, &stderr);
+        let peak = p["peak_rss_bytes"].as_u64().unwrap();
+        assert!(
+            peak >= mib << 20 && peak < (mib + 24) << 20,
+            "child {pid} of {mib} MiB: peak {peak}\n{stderr}"
+        );
+        // The row's first figure is the peak RSS.
+        let row = line_of(&stderr, pid);
+        let words: Vec<&str> = row.split_whitespace().collect();
+        let at = words.iter().position(|w| *w == "MiB").unwrap();
+        let shown: f64 = words[at - 1].parse().unwrap();
+        assert!(
+            shown >= mib as f64 && shown < (mib + 24) as f64,
+            "{row}\n{stderr}"
+        );
+        if mib == 60 {
+            assert!(p["allocator"].is_null(), "{p}");
+            assert!(p["ending"].as_str().unwrap().contains("_exit"), "{p}");
+            assert!(row.contains("_exit"), "{row}\n{stderr}");
+        } else {
+            assert!(p["allocator"].is_object(), "{p}");
+        }
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// A child that writes 30 MiB and is killed by SIGKILL (no exit handler,
+/// and no stop at exit for a tracer either). Prints its pid.
+const KILLED_CHILD: &str = r#"
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+int main(void) {
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+        char *volatile p = malloc(30u << 20);
+        memset(p, 1, 30u << 20);
+        raise(SIGKILL);
+    }
+    printf("%d\n", (int)pid);
+    int status;
+    waitpid(pid, &status, 0);
+    return WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL ? 0 : 1;
+}
+"#;
+
+#[test]
+fn a_child_killed_by_a_signal_appears_as_such() {
+    let dir = scratch("killed-child");
+    let Some(prog) = compile(&dir, "killed_child", KILLED_CHILD, &["-O0"]) else {
+        return;
+    };
+    let (v, stderr, stdout) = run_json("killed-child-run", &[prog.as_os_str()], 0);
+    let pid: u64 = stdout.trim().parse().unwrap();
+    let p = process(&v, pid, &stderr);
+    assert_eq!(p["signal"].as_i64(), Some(9), "{p}");
+    assert!(p["peak_rss_bytes"].as_u64().unwrap() >= 30 << 20, "{p}");
+    assert!(
+        line_of(&stderr, pid).contains("killed by SIGKILL"),
+        "{stderr}"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn the_plot_of_a_pipeline_shows_its_biggest_process() {
+    let Some(py) = python() else { return };
+    let dir = scratch("pipeline-plot");
+    let svg = dir.join("plot.svg");
+    let json = dir.join("report.json");
+    let script = format!(
+        "seq 1 300000 | sort -r | {py} -c 'import sys; l = sys.stdin.readlines(); \
+         k = [x * 8 for x in l]; print(len(k))' | cat"
+    );
+    let o = pagewise()
+        .args(["run", "--json"])
+        .arg(&json)
+        .arg("--plot")
+        .arg(&svg)
+        .args(["--", "sh", "-c", &script])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "{stderr}");
+    assert_eq!(String::from_utf8_lossy(&o.stdout), "300000\n");
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let procs = v["processes"].as_array().unwrap();
+    // sh, seq, sort, python3 and cat.
+    assert_eq!(procs.len(), 5, "{stderr}");
+    let biggest = procs
+        .iter()
+        .max_by_key(|p| p["peak_rss_bytes"].as_u64().unwrap())
+        .unwrap();
+    assert!(
+        biggest["name"].as_str().unwrap().starts_with("python3"),
+        "{stderr}"
+    );
+    let plot = std::fs::read_to_string(&svg).unwrap();
+    // The whole tree, and the biggest process on a line of its own,
+    // each named in the legend.
+    assert!(plot.contains("whole tree"), "{plot}");
+    let label = format!("python3 (pid {})", biggest["pid"]);
+    assert!(plot.contains(&label), "no {label:?} in the plot");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn forty_short_lived_processes_give_a_bounded_report() {
+    let (v, stderr, _) = run_json(
+        "forty",
+        &[
+            "sh".as_ref(),
+            "-c".as_ref(),
+            "for i in $(seq 40); do /bin/true; done".as_ref(),
+        ],
+        0,
+    );
+    let procs = v["processes"].as_array().unwrap();
+    let trues = procs.iter().filter(|p| p["name"] == "true").count();
+    assert_eq!(trues, 40, "{stderr}");
+    let lines = stderr.lines().count();
+    assert!(lines <= 80, "{lines} lines:\n{stderr}");
+    // The summary comes first and counts every process.
+    let summary = stderr.lines().take(6).collect::<Vec<_>>().join("\n");
+    assert!(
+        summary.contains(&format!("{} processes", procs.len())),
+        "{stderr}"
+    );
+    // The short-lived ones are one line, not forty.
+    assert!(stderr.contains("40 × true"), "{stderr}");
+}
+
+/// Stops, signals, threads and exec as a program sees them: a child stops
+/// itself and its parent sees it stopped (WUNTRACED), and still stopped a
+/// while later, before continuing it;
+/// a signal reaches its handler; a thread forks and waits for a child; a
+/// thread execs `echo`. Its output must be the same with and without
+/// `pagewise run` following the tree.
+const BEHAVIOUR: &str = r#"
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <sys/wait.h>
+#include <unistd.h>
+static volatile sig_atomic_t got;
+static void on_usr1(int s) { (void)s; got = 1; }
+static void *fork_in_thread(void *a) {
+    (void)a;
+    pid_t p = fork();
+    if (p == 0) {
+        execlp("true", "true", (char *)0);
+        _exit(9);
+    }
+    int st;
+    waitpid(p, &st, 0);
+    printf("thread's child %d\n", WEXITSTATUS(st));
+    return 0;
+}
+static void *exec_in_thread(void *a) {
+    (void)a;
+    execlp("echo", "echo", "exec from a thread", (char *)0);
+    return 0;
+}
+int main(void) {
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+        raise(SIGSTOP);
+        printf("child resumed\n");
+        fflush(stdout);
+        _exit(4);
+    }
+    int st;
+    waitpid(pid, &st, WUNTRACED);
+    printf("stopped %d by %d\n", WIFSTOPPED(st), WIFSTOPPED(st) ? WSTOPSIG(st) : 0);
+    usleep(100 * 1000);
+    printf("still stopped %d\n", waitpid(pid, &st, WNOHANG) == 0);
+    fflush(stdout);
+    kill(pid, SIGCONT);
+    waitpid(pid, &st, 0);
+    printf("child %d\n", WEXITSTATUS(st));
+    signal(SIGUSR1, on_usr1);
+    kill(getpid(), SIGUSR1);
+    printf("handler %d\n", got);
+    pthread_t t;
+    pthread_create(&t, 0, fork_in_thread, 0);
+    pthread_join(t, 0);
+    fflush(stdout);
+    pthread_create(&t, 0, exec_in_thread, 0);
+    pause();
+    return 1;
+}
+"#;
+
+#[test]
+fn following_the_tree_changes_nothing_the_program_sees() {
+    let dir = scratch("behaviour");
+    let Some(prog) = compile(&dir, "behaviour", BEHAVIOUR, &["-O1", "-pthread"]) else {
+        return;
+    };
+    let alone = Command::new(&prog).output().unwrap();
+    let expected = "stopped 1 by 19\nstill stopped 1\nchild resumed\nchild 4\n\
+                    handler 1\nthread's child 0\nexec from a thread\n";
+    assert_eq!(String::from_utf8_lossy(&alone.stdout), expected);
+    let (v, stderr, stdout) = run_json("behaviour-run", &[prog.as_os_str()], 0);
+    assert_eq!(stdout, expected, "{stderr}");
+    // The top process became echo; the stopped child and the thread's
+    // child are its children.
+    let procs = v["processes"].as_array().unwrap();
+    assert_eq!(procs.len(), 3, "{stderr}");
+    assert_eq!(procs[0]["name"], "echo", "{stderr}");
+    let top = v["pid"].as_u64();
+    assert!(
+        procs[1..].iter().all(|p| p["ppid"].as_u64() == top),
+        "{stderr}"
+    );
+    assert!(procs
+        .iter()
+        .any(|p| p["ending"] == "ended by _exit(4): no report"));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
