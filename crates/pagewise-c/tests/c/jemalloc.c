@@ -290,7 +290,14 @@ static void allocx_family(void) {
     if (pagewise_mode) CHECK(after >= (2u << 20)); /* room after a fresh block */
     size_t shrunk = je_xallocx(l, 300 << 10, 0, 0);
     CHECK(shrunk == je_sallocx(l, 0) && shrunk >= (300u << 10) && l[0] == 0x5a);
+    if (pagewise_mode) CHECK(shrunk < after);
     je_dallocx(l, 0);
+    /* A huge block (above 32 MiB) keeps its size. */
+    void *big = je_mallocx(40 << 20, 0);
+    size_t big_old = je_sallocx(big, 0);
+    CHECK(je_xallocx(big, 48 << 20, 0, 0) == je_sallocx(big, 0));
+    if (pagewise_mode) CHECK(je_sallocx(big, 0) == big_old);
+    je_dallocx(big, 0);
 }
 
 /* malloc_stats_print's callback: collects the text (and allocates, which
