@@ -86,7 +86,7 @@ pub unsafe extern "C" fn rallocx(ptr: *mut c_void, size: usize, flags: c_int) ->
     };
     // SAFETY: live (caller).
     let old = unsafe { pw::raw::usable_size(ptr.cast()) };
-    let p: *mut c_void = if ptr as usize % align == 0 {
+    let p: *mut c_void = if (ptr as usize).is_multiple_of(align) {
         // SAFETY: live; a power of two.
         unsafe { pw::raw::realloc(ptr.cast(), size.max(1), align) }.cast()
     } else {
@@ -128,7 +128,7 @@ pub unsafe extern "C" fn xallocx(
     // SAFETY: live (caller).
     let old = unsafe { pw::raw::usable_size(ptr.cast()) };
     let most = size.saturating_add(extra);
-    let aligned = align_of(flags).is_some_and(|a| ptr as usize % a == 0);
+    let aligned = align_of(flags).is_some_and(|a| (ptr as usize).is_multiple_of(a));
     if !aligned || (size..=most).contains(&old) {
         return old;
     }
