@@ -23,9 +23,10 @@ fn assert_all_ok(o: &Output, what: &str) {
 
 /// Debian's jemalloc (a dependency of `redis-server`), or None.
 fn libjemalloc() -> Option<PathBuf> {
-    let p = Path::new("/usr/lib/x86_64-linux-gnu/libjemalloc.so.2");
-    if cfg!(target_arch = "x86_64") && p.is_file() {
-        Some(p.to_path_buf())
+    let dir = format!("/usr/lib/{}-linux-gnu", std::env::consts::ARCH);
+    let p = Path::new(&dir).join("libjemalloc.so.2");
+    if p.is_file() {
+        Some(p)
     } else {
         missing(&p.display().to_string(), "libjemalloc2");
         None
