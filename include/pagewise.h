@@ -108,9 +108,56 @@ int malloc_trim(size_t pad);
  * builds of the library: a larger size aborts). */
 void free_sized(void *ptr, size_t size);
 void free_aligned_sized(void *ptr, size_t align, size_t size);
-/* The usable size malloc(size) would get: its size class (jemalloc's
- * nallocx); malloc_usable_size(malloc(n)) == malloc_good_size(n). */
+/* The usable size malloc(size) would get: its size class;
+ * malloc_usable_size(malloc(n)) == malloc_good_size(n) == nallocx(n, 0). */
 size_t malloc_good_size(size_t size);
+
+/* jemalloc's interface, so that a program built for jemalloc (linked with
+ * libjemalloc, or calling these through dlsym) sees pagewise's figures
+ * (docs/c-library.md tables each name and figure). None of them allocates.
+ *
+ * mallctl: the names epoch, version, stats.allocated, stats.active,
+ * stats.metadata, stats.resident, stats.mapped, stats.retained,
+ * arenas.narenas (1), arenas.page, arenas.dirty_decay_ms (pagewise's
+ * decay_ms, read and written), opt.dirty_decay_ms, opt.background_thread,
+ * background_thread (pagewise's background: fixed at start, EPERM to change)
+ * and arena.<i>.purge (pagewise_trim), with jemalloc's convention: a value is
+ * read when oldp and oldlenp are both non-NULL (*oldlenp must be its size:
+ * EINVAL otherwise, with what fits copied and *oldlenp set to it), written
+ * when newp is non-NULL (newlen must be its size: EINVAL); EPERM to write a
+ * read-only name; ENOENT for every other name. The stats.* figures are
+ * those of the last write to epoch, as in jemalloc: write epoch first. */
+int mallctl(const char *name, void *oldp, size_t *oldlenp, void *newp, size_t newlen);
+int mallctlnametomib(const char *name, size_t *mibp, size_t *miblenp);
+int mallctlbymib(const size_t *mib, size_t miblen, void *oldp, size_t *oldlenp,
+                 void *newp, size_t newlen);
+/* pagewise's report (pagewise_stats_print's text; its JSON document when
+ * opts contains 'J') handed to write_cb(cbopaque, text) in NUL-terminated
+ * pieces of up to 1 KiB, or to stderr when write_cb is NULL. No pagewise
+ * lock is held while write_cb runs (it may allocate). */
+void malloc_stats_print(void (*write_cb)(void *, const char *), void *cbopaque,
+                        const char *opts);
+/* The allocation functions with flags: the alignment's base-2 logarithm in
+ * the low 6 bits (0: malloc's 16), MALLOCX_ZERO for zeroed memory; the
+ * thread-cache and arena bits are ignored. mallocx returns NULL with
+ * errno = ENOMEM on failure; rallocx too, leaving ptr untouched (with
+ * MALLOCX_ZERO the bytes past the old usable size are zero); xallocx
+ * resizes in place only, to between size and size + extra bytes when it can
+ * (blocks of 256 KiB to 32 MiB of the calling thread), and returns the usable
+ * size after; nallocx is the usable size mallocx(size, flags) would give,
+ * 0 for an impossible request; sallocx is malloc_usable_size. */
+#ifndef MALLOCX_ZERO
+#define MALLOCX_LG_ALIGN(la) ((int)(la))
+#define MALLOCX_ALIGN(a) ((int)(__builtin_ffsll((long long)(a)) - 1))
+#define MALLOCX_ZERO ((int)0x40)
+#endif
+void *mallocx(size_t size, int flags);
+void *rallocx(void *ptr, size_t size, int flags);
+size_t xallocx(void *ptr, size_t size, size_t extra, int flags);
+size_t sallocx(const void *ptr, int flags);
+void dallocx(void *ptr, int flags);
+void sdallocx(void *ptr, size_t size, int flags);
+size_t nallocx(size_t size, int flags);
 
 /* Gives back to the OS all the free memory pagewise retains: empty pages,
  * retained spans, cached huge blocks, wholly free segments. */

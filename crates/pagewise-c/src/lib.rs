@@ -4,7 +4,10 @@
 //! the core's `pw::c_malloc`, exported here under its C names by
 //! `pw::export_c_malloc!` (the same functions a Rust binary gets with the
 //! core's `override` feature); C++'s `operator new` and `delete` ([`cxx`]);
-//! glibc's introspection calls ([`introspect`]); and pagewise's own
+//! glibc's introspection calls ([`introspect`]); jemalloc's interface
+//! (`mallctl`, `malloc_stats_print`, `mallocx` and its family:
+//! [`jemalloc`]), so that programs built for jemalloc see pagewise's
+//! figures; and pagewise's own
 //! `pagewise_trim`, `pagewise_stats_print` and `pagewise_stats_json`. The C
 //! declarations are in `include/pagewise.h`.
 //!
@@ -38,6 +41,7 @@
 
 pub mod cxx;
 pub mod introspect;
+pub mod jemalloc;
 pub mod options;
 pub mod out;
 

@@ -114,6 +114,12 @@ pub fn c_compiler() -> Option<PathBuf> {
 }
 
 fn cc(out: &Path, extra: &[&str]) {
+    cc_source(&c_source(), out, extra)
+}
+
+/// Compiles `src` (a C file) to `out` as the test programs are: warnings
+/// are errors, `include/pagewise.h` on the include path.
+fn cc_source(src: &Path, out: &Path, extra: &[&str]) {
     let include = repo_root().join("include");
     let mut cmd = Command::new("cc");
     cmd.args([
@@ -127,7 +133,7 @@ fn cc(out: &Path, extra: &[&str]) {
     ])
     .arg("-I")
     .arg(&include)
-    .arg(c_source())
+    .arg(src)
     .arg("-o")
     .arg(out)
     .args(extra);
@@ -166,6 +172,20 @@ pub fn edge_embedded() -> Option<&'static Path> {
                 "-DEMBED_CONF=\"decay_ms:700,limit:1G,retain_max:16M\"",
             ],
         );
+        out
+    }))
+}
+
+/// The C test program of jemalloc's interface (`tests/c/jemalloc.c`),
+/// linked against glibc only (it finds the functions with `dlsym`); None
+/// without a C compiler.
+pub fn jemalloc_program() -> Option<&'static Path> {
+    c_compiler()?;
+    static PROGRAM: OnceLock<PathBuf> = OnceLock::new();
+    Some(PROGRAM.get_or_init(|| {
+        let out = scratch("cc-jemalloc").join("jemalloc");
+        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/jemalloc.c");
+        cc_source(&src, &out, &["-ldl"]);
         out
     }))
 }

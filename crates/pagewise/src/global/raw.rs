@@ -282,6 +282,40 @@ pub unsafe fn usable_size(ptr: *const u8) -> usize {
     }
 }
 
+/// Resizes a live block to hold at least `new_size` bytes without moving
+/// it, if it can: a large block (above 256 KiB, up to 32 MiB) of the
+/// calling thread's heap grows over the free slices after it or gives back
+/// its tail. Returns whether it did; the block is untouched when not (small
+/// and huge blocks, another thread's blocks, a sampled block, the hardened
+/// build's blocks). jemalloc's `xallocx` is built on it; [`usable_size`]
+/// tells the size after.
+///
+/// # Safety
+/// `ptr` is a live pagewise allocation.
+///
+/// ```
+/// // SAFETY: a live block, freed once.
+/// unsafe {
+///     let p = pagewise::raw::malloc(512 << 10, 16);
+///     if pagewise::raw::resize_in_place(p, 1 << 20) {
+///         assert!(pagewise::raw::usable_size(p) >= 1 << 20);
+///     }
+///     assert!(!pagewise::raw::resize_in_place(p, 64 << 20), "huge: never in place");
+///     pagewise::raw::free(p);
+/// }
+/// ```
+pub unsafe fn resize_in_place(ptr: *mut u8, new_size: usize) -> bool {
+    #[cfg(feature = "secure")]
+    if true {
+        // The hardened block's canary sits right after the request.
+        let _ = (ptr, new_size);
+        return false;
+    }
+    // SAFETY: `with_heap` lends the calling thread's own heap; `ptr` is
+    // live (caller), and only a block of that heap is resized.
+    thread::with_heap(|h| unsafe { h.resize_large_in_place(ptr, new_size) }).unwrap_or(false)
+}
+
 /// Whether `ptr` lies in memory pagewise manages (it may still be free).
 ///
 /// ```

@@ -231,7 +231,7 @@ impl HeapCore {
     }
 
     /// Grows or shrinks a large object of this heap in place.
-    pub(super) unsafe fn resize_large_in_place(&self, ptr: *mut u8, new_size: usize) -> bool {
+    pub(crate) unsafe fn resize_large_in_place(&self, ptr: *mut u8, new_size: usize) -> bool {
         let addr = ptr as usize;
         let Some(base) = registry::header_of(addr) else {
             return false;
