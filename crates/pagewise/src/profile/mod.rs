@@ -4,10 +4,11 @@
 //! bytes (one sample per `PAGEWISE_PROF_SAMPLE` bytes on average, 512 KiB
 //! by default; the gaps are exponential, [`gap`]), takes each sample's call
 //! stack ([`unwind`]) and counts what the samples stand for per call site
-//! ([`sites`]): live now, at the peak of the live total, and allocated in
-//! all. [`for_each_site`] hands the sites to a Rust program as data;
-//! [`write()`] writes them, with the process's module map, in a text form
-//! that `pagewise` (the command) turns into pprof, collapsed stacks and a
+//! ([`sites`]): live now, at the process's committed peak (when the bytes
+//! its heaps hold from the OS were highest), and allocated in all.
+//! [`for_each_site`] hands the sites to a Rust program as data; [`write()`]
+//! writes them, with the process's module map, in a text form that
+//! `pagewise` (the command) turns into pprof, collapsed stacks and a
 //! flamegraph; `PAGEWISE_PROF_FILE=path` writes it at `exit()` (`%p` in the
 //! path is the process id). Owned [`Heap`](crate::Heap)s are not sampled.
 //!
@@ -138,8 +139,9 @@ pub struct Site<'a> {
     pub frames: &'a [usize],
     /// Estimated live allocations (in [`COUNT_ONE`] units) and bytes now.
     pub live: Figures,
-    /// The same when the live total of every site was last at its highest
-    /// (within a sixteenth).
+    /// The same at the process's committed peak: when the bytes its heaps
+    /// hold from the OS were last at their highest (within a sixteenth),
+    /// which need not be when the live bytes were.
     pub peak: Figures,
     /// Estimated allocations and bytes since the process began.
     pub allocated: Figures,
