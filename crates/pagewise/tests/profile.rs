@@ -200,7 +200,10 @@ fn child_entry() {
             assert!(get(&by, "site_churn") < (4 << 20), "freed at once: {by:?}");
             let allocated = live_by_site(|s| s.allocated.bytes);
             // What the sites freed was counted off what they hold.
-            for (site, truth) in [("site_b_medium", 2 * B_BYTES), ("site_c_large", 3 * C_BYTES)] {
+            for (site, truth) in [
+                ("site_b_medium", 2 * B_BYTES),
+                ("site_c_large", 3 * C_BYTES),
+            ] {
                 let est = get(&allocated, site) as f64;
                 assert!(
                     (est / truth as f64 - 1.0).abs() < 0.25,
