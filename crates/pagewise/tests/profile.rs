@@ -155,11 +155,13 @@ fn child_entry() {
     let Ok(case) = std::env::var(CASE) else {
         return;
     };
-    assert_eq!(
-        pagewise::profile::sample_bytes(),
-        512 << 10,
-        "the default rate"
-    );
+    if case != "every" {
+        assert_eq!(
+            pagewise::profile::sample_bytes(),
+            512 << 10,
+            "the default rate"
+        );
+    }
     match case.as_str() {
         "shares" => {
             site_churn();
@@ -294,6 +296,45 @@ fn child_entry() {
         "exit-file" => {
             site_leaking();
         }
+        "every" => {
+            // PAGEWISE_PROF_SAMPLE=1: every allocation is sampled, and
+            // stands for exactly one (its weight is 1). A sampled object is
+            // what it would have been unsampled: its usable size is its
+            // class's slot, all of it can be written, and it is resized in
+            // place exactly where an unsampled one is.
+            assert_eq!(pagewise::profile::sample_bytes(), 1);
+            let live = pagewise::profile::live_bytes;
+            for size in [1, 24, 100, 1000, 5000, 70_000, 200_000] {
+                let before = live();
+                // SAFETY: live blocks only, written within their usable size.
+                unsafe {
+                    let p = pagewise::raw::malloc(size, 16);
+                    let usable = pagewise::raw::usable_size(p);
+                    assert_eq!(usable, pagewise::raw::good_size(size, 16), "size {size}");
+                    assert_eq!(live() - before, size as u64, "size {size}");
+                    p.write_bytes(1, usable);
+                    // Within the slot: in place, standing for what it did.
+                    let q = pagewise::raw::realloc(p, usable, 16);
+                    assert_eq!(q, p, "size {size} resized to its slot moved");
+                    assert_eq!(live() - before, size as u64, "size {size}");
+                    pagewise::raw::free(q);
+                }
+                assert_eq!(live(), before, "size {size}");
+            }
+            // A large object shrunk in place (as an unsampled one is) stands
+            // for its new size.
+            let before = live();
+            // SAFETY: live blocks only.
+            unsafe {
+                let p = pagewise::raw::malloc(2 << 20, 16);
+                assert_eq!(live() - before, 2 << 20);
+                let q = pagewise::raw::realloc(p, 600 << 10, 16);
+                assert_eq!(q, p, "a large object shrunk moved");
+                assert_eq!(live() - before, 600 << 10);
+                pagewise::raw::free(q);
+            }
+            assert_eq!(live(), before);
+        }
         "fork" => {
             // Threads sample (and add sites under the sites' lock) while
             // the main thread forks: each child must be able to sample too.
@@ -383,11 +424,23 @@ fn child_entry() {
 }
 
 fn run_case(case: &str, file: Option<&std::path::Path>) -> std::process::Output {
+    run_case_sampling(case, file, None)
+}
+
+/// [`run_case`] at `sample` bytes between samples (None: the default).
+fn run_case_sampling(
+    case: &str,
+    file: Option<&std::path::Path>,
+    sample: Option<&str>,
+) -> std::process::Output {
     let mut c = reexec::this_binary();
     c.args(["--exact", "child_entry", "--nocapture", "--test-threads=1"])
         .env(CASE, case)
         .env("PAGEWISE_PROF", "1")
         .env_remove("PAGEWISE_PROF_SAMPLE");
+    if let Some(s) = sample {
+        c.env("PAGEWISE_PROF_SAMPLE", s);
+    }
     if let Some(f) = file {
         c.env("PAGEWISE_PROF_FILE", f);
     }
@@ -485,4 +538,9 @@ fn forked_children_of_a_sampling_process_sample_too() {
 #[test]
 fn the_profile_can_be_written_from_a_signal_handler_while_sampling() {
     run_case("signal", None);
+}
+
+#[test]
+fn a_sampled_object_is_sized_and_resized_as_an_unsampled_one() {
+    run_case_sampling("every", None, Some("1"));
 }

@@ -121,12 +121,12 @@ impl<'a> Symbolizer<'a> {
 
     /// The stack of a site, outermost first, without the allocator's own
     /// frames (the innermost ones: pagewise, the malloc family, Rust's
-    /// allocation shims).
+    /// allocation shims, anything in libpagewise.so).
     pub fn stack(&mut self, frames: &[u64]) -> Vec<Frame> {
         let mut all: Vec<Frame> = frames.iter().flat_map(|&ip| self.frames(ip)).collect();
         let keep = all
             .iter()
-            .position(|f| !is_allocator(&f.function))
+            .position(|f| !is_allocator(&f.function) && !is_allocator_module(&f.module))
             .unwrap_or(all.len());
         all.drain(..keep);
         all.reverse();
@@ -153,13 +153,27 @@ pub fn is_allocator(function: &str) -> bool {
         "__libc_malloc",
     ];
     let f = function.trim_start_matches('<');
-    f.starts_with("pagewise::")
+    // glibc's internal names, which the C library exports too (a frame
+    // there may be named by either when the linker folds the two).
+    let libc_alias = f
+        .strip_prefix("__libc_")
+        .is_some_and(|rest| NAMES.contains(&rest));
+    libc_alias
+        || f == "cfree"
+        || f.starts_with("pagewise::")
         || f.starts_with("pw::")
         || f.starts_with("__rdl_")
         || f.starts_with("__rg_")
         || f.starts_with("operator new")
         || f.starts_with("_Unwind_")
         || NAMES.contains(&function)
+}
+
+/// Whether a module is pagewise's C library (`libpagewise.so`, the
+/// hardened `libpagewise_secure.so`): all its frames are the allocator's.
+pub fn is_allocator_module(path: &str) -> bool {
+    let name = path.rsplit('/').next().unwrap_or(path);
+    name.starts_with("libpagewise") && name.contains(".so")
 }
 
 fn load(path: &str) -> Module {
@@ -181,5 +195,31 @@ fn load(path: &str) -> Module {
     Module {
         loader: addr2line::Loader::new(path).ok(),
         segments,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_allocators_frames_are_told_by_name_and_module() {
+        for f in [
+            "malloc",
+            "__libc_calloc",
+            "__libc_malloc",
+            "cfree",
+            "pagewise::heap::x",
+            "__rust_alloc",
+        ] {
+            assert!(is_allocator(f), "{f}");
+        }
+        for f in ["main", "zmalloc", "__libc_start_main", "my_calloc"] {
+            assert!(!is_allocator(f), "{f}");
+        }
+        assert!(is_allocator_module("/opt/lib/libpagewise.so"));
+        assert!(is_allocator_module("/t/release/libpagewise_secure.so"));
+        assert!(!is_allocator_module("/usr/lib/x86_64-linux-gnu/libc.so.6"));
+        assert!(!is_allocator_module("/usr/bin/pagewise-user"));
     }
 }

@@ -66,8 +66,15 @@ pub fn sample_bytes() -> usize {
 /// until it is freed: its site and its weight (8 bytes: every descriptor
 /// has one). The figures are derived from the weight and the object's size
 /// at the allocation and again at the free, by the same arithmetic, so the
-/// free takes off exactly what the allocation added (a sampled object is
-/// never resized in place).
+/// free takes off exactly what the allocation added.
+///
+/// A sampled object is resized in place exactly when it would have been
+/// unsampled, so that a sample is kept or lost as the objects it stands
+/// for are: a small one within its class's slot (keeping the figures of
+/// its size at the allocation), a large one where its span can grow or
+/// shrink (its figures then follow the new size, [`Sample::resized`]).
+/// Otherwise it moves, and its new place is sampled or not as any new
+/// allocation is.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct Sample {
     /// Its site's index + 1 (0: not sampled).
@@ -126,6 +133,15 @@ impl Sample {
     pub(crate) fn release(self, size: usize) {
         if self.is_some() {
             sites::SITES.freed(self.site - 1, self.figures(size));
+        }
+    }
+
+    /// The sampled object of `old` bytes was resized in place to `new`:
+    /// its site holds what the new size stands for (not a new allocation).
+    pub(crate) fn resized(self, old: usize, new: usize) {
+        if self.is_some() {
+            sites::SITES.freed(self.site - 1, self.figures(old));
+            sites::SITES.resized(self.site - 1, self.figures(new));
         }
     }
 }
