@@ -371,3 +371,43 @@ fn run_profile_unwinds_redis_server_through_its_own_functions() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn run_profile_reads_lines_from_a_detached_debug_file() {
+    // The program's debug information moved to prof_sites.debug, named by
+    // its .gnu_debuglink (as distributions ship it): the report's sites
+    // still carry file and line.
+    let dir = scratch("profile-debuglink");
+    let Some(prog) = program(&dir) else { return };
+    if Command::new("objcopy").arg("--version").output().is_err() {
+        common::missing("objcopy", "binutils");
+        return;
+    }
+    let debug = dir.join("prof_sites.debug");
+    for args in [
+        vec!["--only-keep-debug".into(), prog.clone(), debug.clone()],
+        vec![
+            "--strip-debug".into(),
+            format!("--add-gnu-debuglink={}", debug.display()).into(),
+            prog.clone(),
+        ],
+    ] {
+        let o = Command::new("objcopy").args(args).output().unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    }
+    let o = run_profile(&dir.join("out"))
+        .arg(&prog)
+        .arg("--hold")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    let report = String::from_utf8_lossy(&o.stderr).into_owned();
+    assert!(o.status.success(), "{report}");
+    let leaks = top_sites(&report, "still in use at exit");
+    let top = leaks.first().map(String::as_str).unwrap_or_default();
+    assert!(
+        top.starts_with("site_leaking (") && top.contains("prof_sites.c:"),
+        "{top}\n{report}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
