@@ -19,6 +19,8 @@ command -v c++ >/dev/null 2>&1 || need+=(g++)
 [ -x /usr/bin/git ] || need+=(git)
 dpkg-query -W -f='${Status}' libtcmalloc-minimal4 2>/dev/null | grep -q 'ok installed' || need+=(libtcmalloc-minimal4)
 [ -x /usr/bin/redis-server ] || need+=(redis-server)
+# redis-cli drives the server the heap profiler's test profiles.
+[ -x /usr/bin/redis-cli ] || need+=(redis-tools)
 # `go tool pprof` reads the heap profiles of `pagewise run --profile`.
 [ -x /usr/bin/go ] || need+=(golang-go)
 # addr2line, for the C library's profiler test.

@@ -9,6 +9,8 @@
 #   bash .ci/mutants.sh                  # the CI set (below)
 #   MUTANTS_FILES="crates/pagewise/src/heap/large.rs" bash .ci/mutants.sh
 #   MUTANTS_JOBS=1 bash .ci/mutants.sh   # on a machine shared with others
+#   MUTANTS_TESTS="--test sampling" MUTANTS_FILES="..." bash .ci/mutants.sh
+#                                        # more test targets (besides those below)
 #
 # The set is fixed (every mutant of the files, in source order, minus the
 # triaged ones): no sampling, so two runs of one tree test the same mutants.
@@ -80,6 +82,10 @@ for f in $FILES; do file_args+=(--file "$f"); done
 # costs all of them (about 15 s).
 targets=(--lib --test misuse --test hollow --test cache --test transfer
     --test turnover --test miri_heap --test pending_remote --test stress --test guard)
+# MUTANTS_TESTS adds targets for files outside the CI set (the sampler's,
+# heap/sample.rs and profile/gap.rs, are seen by `--test sampling`).
+# shellcheck disable=SC2206
+targets+=(${MUTANTS_TESTS:-})
 cargo_args=()
 for t in "${targets[@]}"; do cargo_args+=("--cargo-arg=$t"); done
 export PAGEWISE_TEST_STRESS_OPS=${PAGEWISE_TEST_STRESS_OPS:-5000} PAGEWISE_TEST_STRESS_FORKS=0

@@ -17,3 +17,15 @@ pub fn go() -> Option<&'static str> {
         None
     }
 }
+
+/// Debian's program at `/usr/bin/<name>`, or None when it is not installed
+/// (see [`missing`]).
+pub fn debian_program(name: &str, package: &str) -> Option<std::path::PathBuf> {
+    let p = std::path::Path::new("/usr/bin").join(name);
+    if p.exists() {
+        Some(p)
+    } else {
+        missing(&p.display().to_string(), package);
+        None
+    }
+}

@@ -334,7 +334,7 @@ impl HeapCore {
         unsafe {
             match (*p).kind() {
                 Kind::Slab => (*p).slot_size as usize,
-                Kind::Large => (*p).large_size - (addr - (*p).start),
+                Kind::Large => large_usable(p) - (addr - (*p).start),
                 _ => misuse(Misuse::DoubleFree, addr),
             }
         }
@@ -383,10 +383,25 @@ impl HeapCore {
                     }
                     (*p).slot_size as usize
                 }
-                Kind::Large if addr == (*p).start => (*p).large_size,
+                Kind::Large if addr == (*p).start => large_usable(p),
                 Kind::Large => misuse(Misuse::Misaligned, addr),
                 _ => misuse(Misuse::DoubleFree, addr),
             }
+        }
+    }
+}
+
+/// Usable bytes of the large object of span `p` from its start: the span,
+/// or for a sampled small object its class's slot (`Page::slot_size`).
+///
+/// # Safety
+/// `p` is the descriptor of a live large object.
+unsafe fn large_usable(p: *const Page) -> usize {
+    // SAFETY: fields fixed while the object lives (caller).
+    unsafe {
+        match (*p).slot_size {
+            0 => (*p).large_size,
+            slot => slot as usize,
         }
     }
 }

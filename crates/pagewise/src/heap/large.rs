@@ -26,7 +26,7 @@ impl HeapCore {
             Sample::NONE
         };
         // SAFETY: forwarded.
-        let (p, zero) = unsafe { self.alloc_span_with(size, align, sample) };
+        let (p, zero) = unsafe { self.alloc_span_with(size, align, sample, 0) };
         if p.is_null() {
             sample.release(size);
         }
@@ -34,24 +34,34 @@ impl HeapCore {
     }
 
     /// A sampled small allocation served as a large object (null if it
-    /// cannot be had): only the OS pages its `size` bytes need are
-    /// committed, and its descriptor carries `sample`.
+    /// cannot be had). It is what it would have been unsampled, a `slot`
+    /// of its class (its usable size, so that a program that uses all of
+    /// it, or resizes it within it, sees no difference): only the OS pages
+    /// of the slot are committed, and its descriptor carries `sample`.
     ///
     /// # Safety
     /// Owner only.
     pub(super) unsafe fn alloc_span_sampled(
         &self,
         size: usize,
-        align: usize,
+        slot: usize,
         sample: Sample,
     ) -> *mut u8 {
-        debug_assert!(size <= SMALL_MAX && sample.is_some());
-        // SAFETY: forwarded.
-        unsafe { self.alloc_span_with(size, align, sample).0 }
+        debug_assert!(size <= slot && slot <= SMALL_MAX && sample.is_some());
+        // SAFETY: forwarded; the span starts on a slice, which is as far
+        // as any small class is aligned.
+        unsafe { self.alloc_span_with(size, 16, sample, slot).0 }
     }
 
-    /// [`HeapCore::alloc_span`] with its sample decided.
-    unsafe fn alloc_span_with(&self, size: usize, align: usize, sample: Sample) -> (*mut u8, bool) {
+    /// [`HeapCore::alloc_span`] with its sample decided; `slot`: 0, or the
+    /// slot of a sampled small object ([`HeapCore::alloc_span_sampled`]).
+    unsafe fn alloc_span_with(
+        &self,
+        size: usize,
+        align: usize,
+        sample: Sample,
+        slot: usize,
+    ) -> (*mut u8, bool) {
         if self.global {
             // As for a new slab page: the purger must be there before the
             // program goes quiet.
@@ -72,10 +82,10 @@ impl HeapCore {
         let taken = self.take_spans_within_limit(|ctx, spans| {
             let (page, dirty) = spans.take_large(ctx, n, align_slices)?;
             // A sampled small object alone on a span commits only the OS
-            // pages its bytes use (`alloc_span_sampled`).
-            let prefix = sample.is_some() && size <= SMALL_MAX;
+            // pages its slot uses (`alloc_span_sampled`).
+            let prefix = slot != 0;
             let cost = if prefix {
-                spans.uncommitted_prefix_bytes(page, size)
+                spans.uncommitted_prefix_bytes(page, slot)
             } else {
                 spans.uncommitted_bytes(page, dirty)
             };
@@ -88,11 +98,12 @@ impl HeapCore {
             let start = unsafe {
                 (*page).large_size = n * SLICE;
                 (*page).large_requested = size;
+                (*page).slot_size = slot as u32;
                 (*page).sample = sample;
                 (*page).start
             };
             let newly = if prefix {
-                spans.commit_prefix_of(page, size, dirty)
+                spans.commit_prefix_of(page, slot, dirty)
             } else {
                 spans.commit_whole_of(page, dirty)
             };
@@ -246,12 +257,17 @@ impl HeapCore {
         let ctx = self.ctx();
         let mut spans = self.spans.lock();
         // SAFETY: descriptor of this segment, read under the span lock.
-        let (kind, start, have) =
-            unsafe { ((*page).kind(), (*page).start, (*page).slice_count as usize) };
-        // SAFETY: as above.
-        if kind != Kind::Large || addr != start || unsafe { (*page).sample.is_some() } {
-            // A sampled object moves instead: its sample stands for the
-            // size it was allocated at (`profile::Sample`).
+        let (kind, start, have, slot) = unsafe {
+            (
+                (*page).kind(),
+                (*page).start,
+                (*page).slice_count as usize,
+                (*page).slot_size,
+            )
+        };
+        if kind != Kind::Large || addr != start || slot != 0 {
+            // A sampled small object is not resized past its slot: it
+            // moves, as it would have unsampled (`alloc_span_sampled`).
             return false;
         }
         let want = new_size.div_ceil(SLICE);
@@ -279,16 +295,20 @@ impl HeapCore {
         };
         if ok {
             // SAFETY: our live large span, under the lock.
-            unsafe {
+            let (old, sample) = unsafe {
+                let old = (*page).large_requested;
                 spans.counts.large_bytes =
                     spans.counts.large_bytes - (*page).large_size + want * SLICE;
-                spans.counts.large_requested =
-                    spans.counts.large_requested - (*page).large_requested + new_size;
+                spans.counts.large_requested = spans.counts.large_requested - old + new_size;
                 (*page).large_size = want * SLICE;
                 (*page).large_requested = new_size;
-            }
+                (old, (*page).sample)
+            };
             spans.commit_whole(page);
             self.after_span_change(&ctx, &mut spans, now);
+            // A sampled object stays one, as an unsampled object stays
+            // where it is: what it stands for is now of the new size.
+            sample.resized(old, new_size);
         }
         ok
     }

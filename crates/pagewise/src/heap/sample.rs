@@ -228,7 +228,7 @@ impl HeapCore {
             return null_mut();
         }
         // SAFETY: owner (caller).
-        let p = unsafe { self.alloc_span_sampled(size, 16, sample) };
+        let p = unsafe { self.alloc_span_sampled(size, slot, sample) };
         if p.is_null() {
             sample.release(size);
         }

@@ -50,7 +50,10 @@ pub struct Page {
     capacity: AtomicU32,
     /// Slots that fit in the page.
     pub reserved: u32,
-    /// Slot size (slab) in bytes.
+    /// Slot size (slab) in bytes. For a sampled small object served as a
+    /// large one (`HeapCore::alloc_span_sampled`): its class's slot, its
+    /// usable size (the first bytes of the span, the only ones committed);
+    /// 0 for any other large object.
     pub slot_size: u32,
     /// Address of the span's first byte.
     pub start: usize,

@@ -121,6 +121,26 @@ mod tests {
         }
     }
 
+    /// The reference outputs of splitmix64 from state 0: the gaps are
+    /// drawn from the generator the docs name, mixed as it mixes.
+    #[test]
+    fn the_generator_is_splitmix64() {
+        let mut s = 0;
+        assert_eq!(next_random(&mut s), 0xe220_a839_7b1d_cdaf);
+        assert_eq!(next_random(&mut s), 0x6e78_9e6a_a1b9_65f4);
+        assert_eq!(next_random(&mut s), 0x06c4_5d18_8009_454f);
+    }
+
+    /// The smallest word is a uniform of 0.5 / 2^53, never 0: its gap is
+    /// long but finite; the largest gives a gap near 0 but not below.
+    #[test]
+    fn every_word_gives_a_finite_gap() {
+        let g = exponential_gap(0, 1000);
+        assert!(g.is_finite() && g > 30_000.0, "{g}");
+        let g = exponential_gap(u64::MAX, 1000);
+        assert!((0.0..1e-9).contains(&g), "{g}");
+    }
+
     #[test]
     fn slots_until_rounds_up_and_is_never_zero() {
         assert_eq!(slots_until(0.1, 64), 1);

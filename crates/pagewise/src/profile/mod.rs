@@ -4,10 +4,11 @@
 //! bytes (one sample per `PAGEWISE_PROF_SAMPLE` bytes on average, 512 KiB
 //! by default; the gaps are exponential, [`gap`]), takes each sample's call
 //! stack ([`unwind`]) and counts what the samples stand for per call site
-//! ([`sites`]): live now, at the peak of the live total, and allocated in
-//! all. [`for_each_site`] hands the sites to a Rust program as data;
-//! [`write()`] writes them, with the process's module map, in a text form
-//! that `pagewise` (the command) turns into pprof, collapsed stacks and a
+//! ([`sites`]): live now, at the process's committed peak (when the bytes
+//! its heaps hold from the OS were highest), and allocated in all.
+//! [`for_each_site`] hands the sites to a Rust program as data; [`write()`]
+//! writes them, with the process's module map, in a text form that
+//! `pagewise` (the command) turns into pprof, collapsed stacks and a
 //! flamegraph; `PAGEWISE_PROF_FILE=path` writes it at `exit()` (`%p` in the
 //! path is the process id). Owned [`Heap`](crate::Heap)s are not sampled.
 //!
@@ -64,8 +65,15 @@ pub fn sample_bytes() -> usize {
 /// until it is freed: its site and its weight (8 bytes: every descriptor
 /// has one). The figures are derived from the weight and the object's size
 /// at the allocation and again at the free, by the same arithmetic, so the
-/// free takes off exactly what the allocation added (a sampled object is
-/// never resized in place).
+/// free takes off exactly what the allocation added.
+///
+/// A sampled object is resized in place exactly when it would have been
+/// unsampled, so that a sample is kept or lost as the objects it stands
+/// for are: a small one within its class's slot (keeping the figures of
+/// its size at the allocation), a large one where its span can grow or
+/// shrink (its figures then follow the new size, [`Sample::resized`]).
+/// Otherwise it moves, and its new place is sampled or not as any new
+/// allocation is.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct Sample {
     /// Its site's index + 1 (0: not sampled).
@@ -126,6 +134,15 @@ impl Sample {
             sites::SITES.freed(self.site - 1, self.figures(size));
         }
     }
+
+    /// The sampled object of `old` bytes was resized in place to `new`:
+    /// its site holds what the new size stands for (not a new allocation).
+    pub(crate) fn resized(self, old: usize, new: usize) {
+        if self.is_some() {
+            sites::SITES.freed(self.site - 1, self.figures(old));
+            sites::SITES.resized(self.site - 1, self.figures(new));
+        }
+    }
 }
 
 /// One call site of sampled allocations, as [`for_each_site`] shows it.
@@ -137,8 +154,9 @@ pub struct Site<'a> {
     pub frames: &'a [usize],
     /// Estimated live allocations (in [`COUNT_ONE`] units) and bytes now.
     pub live: Figures,
-    /// The same when the live total of every site was last at its highest
-    /// (within a sixteenth).
+    /// The same at the process's committed peak: when the bytes its heaps
+    /// hold from the OS were last at their highest (within a sixteenth),
+    /// which need not be when the live bytes were.
     pub peak: Figures,
     /// Estimated allocations and bytes since the process began.
     pub allocated: Figures,

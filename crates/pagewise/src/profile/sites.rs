@@ -210,6 +210,14 @@ impl Sites {
         }
     }
 
+    /// Counts a sampled object of `site` resized in place: its new figures
+    /// are live (its old ones were counted off as a free).
+    pub fn resized(&self, site: u32, f: Figures) {
+        let Some(e) = self.entry(site) else { return };
+        e.live.add(f);
+        self.live_total.fetch_add(f.bytes, Relaxed);
+    }
+
     /// Counts the free of a sampled allocation of `site`.
     pub fn freed(&self, site: u32, f: Figures) {
         let Some(e) = self.entry(site) else { return };
