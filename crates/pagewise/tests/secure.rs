@@ -113,6 +113,27 @@ fn a_double_free_by_another_thread_is_reported_at_the_second_free() {
 }
 
 #[test]
+fn the_c_fast_path_hands_out_armed_slots_from_the_thread_cache() {
+    // The checks ride on the thread cache's paths rather than leaving
+    // them: a slot freed is in the cache, and the cache-only allocation
+    // hands it out again, armed for the new request.
+    // SAFETY: 16 is a power of two; live blocks, each freed once.
+    unsafe {
+        let p = pagewise::raw::malloc(100, 16);
+        pagewise::raw::free(p);
+        let q = pagewise::raw::malloc_cached(104, 16);
+        assert_eq!(q, p, "the slot just freed, from the cache");
+        assert_eq!(pagewise::raw::usable_size(q), 104, "armed for its request");
+        q.write_bytes(1, 104);
+        pagewise::raw::free(q);
+        let r = pagewise::raw::malloc_cached(90, 16);
+        assert_eq!(r, p);
+        assert!((0..90).all(|i| *r.add(i) == 0), "wiped by the free");
+        pagewise::raw::free(r);
+    }
+}
+
+#[test]
 fn the_usable_size_is_the_request_and_realloc_keeps_the_bytes() {
     // SAFETY: live blocks, each freed once.
     unsafe {
@@ -156,10 +177,16 @@ fn a_freed_block_is_wiped_before_it_is_handed_out_again() {
 fn zeroed_blocks_are_zero_and_checked_too() {
     // SAFETY: live blocks, each freed once.
     unsafe {
-        for size in [8, 4000, 1 << 20] {
+        // Sizes that end inside a word too: the canary's first word holds
+        // the request's last bytes. Each block is used dirty first, so that
+        // its memory is not known to be zero.
+        for size in [8, 13, 4000, 4001, 1 << 20, (1 << 20) + 3] {
             let l = layout(size);
+            let p = A.alloc(l);
+            p.write_bytes(0xff, size);
+            A.dealloc(p, l);
             let p = A.alloc_zeroed(l);
-            assert!((0..size).all(|i| *p.add(i) == 0));
+            assert!((0..size).all(|i| *p.add(i) == 0), "{size}");
             A.dealloc(p, l);
         }
     }

@@ -56,18 +56,19 @@ pub unsafe fn malloc(size: usize, align: usize) -> *mut u8 {
 /// ```
 #[inline(always)]
 pub unsafe fn malloc_cached(size: usize, align: usize) -> *mut u8 {
-    // The hardened build has no path that skips its checks.
-    #[cfg(feature = "secure")]
-    if true {
-        let _ = (size, align);
-        return core::ptr::null_mut();
-    }
     let heap = thread::current_or_null();
     if heap.is_null() || align > 16 || crate::global::purger::poll_pending() {
         return core::ptr::null_mut();
     }
+    // The hardened build arms the slot on the way out.
+    #[cfg(feature = "secure")]
     // SAFETY: the calling thread's own heap.
-    unsafe { (*heap).alloc_cached16(size) }
+    return unsafe { crate::secure::alloc_cached(&*heap, size) };
+    #[cfg(not(feature = "secure"))]
+    // SAFETY: the calling thread's own heap.
+    unsafe {
+        (*heap).alloc_cached16(size)
+    }
 }
 
 /// [`malloc`] past the cache: starts the purger if a free asked for it,
@@ -127,8 +128,11 @@ pub unsafe fn free(ptr: *mut u8) {
         return;
     }
     #[cfg(feature = "secure")]
-    // SAFETY: forwarded; `free_plain` frees a live block.
-    return unsafe { crate::secure::free(ptr, |p| free_plain(p)) };
+    let current = thread::current_or_null();
+    #[cfg(feature = "secure")]
+    // SAFETY: forwarded; the current heap is the calling thread's, and
+    // `free_uncached` frees a live block.
+    return unsafe { crate::secure::free(ptr, current, |p| free_uncached(p, current)) };
     #[cfg(not(feature = "secure"))]
     // SAFETY: forwarded.
     unsafe {
@@ -141,6 +145,7 @@ pub unsafe fn free(ptr: *mut u8) {
 /// # Safety
 /// As [`free`].
 #[inline(always)]
+#[cfg_attr(feature = "secure", allow(dead_code))]
 unsafe fn free_plain(ptr: *mut u8) {
     let current = thread::current_or_null();
     // SAFETY: forwarded; the current heap is the calling thread's.
@@ -179,6 +184,17 @@ unsafe fn free_uncached(ptr: *mut u8, current: *mut HeapCore) {
 /// }
 /// ```
 pub unsafe fn calloc(size: usize, align: usize) -> *mut u8 {
+    #[cfg(feature = "secure")]
+    {
+        // SAFETY: `align` is a power of two (caller); the block holds `size`
+        // bytes.
+        let p = unsafe { malloc_cached(size, align) };
+        if !p.is_null() {
+            // SAFETY: as above.
+            unsafe { core::ptr::write_bytes(p, 0, size) };
+            return p;
+        }
+    }
     crate::global::purger::poll();
     #[cfg(feature = "secure")]
     // SAFETY: `calloc_plain` returns null or a live block of the size.
@@ -226,18 +242,26 @@ pub unsafe fn realloc(ptr: *mut u8, new_size: usize, align: usize) -> *mut u8 {
     #[cfg(feature = "secure")]
     // SAFETY: forwarded; the closures allocate and free live blocks.
     return unsafe {
-        crate::secure::realloc(
-            ptr,
-            new_size,
-            align,
-            |n, a| malloc_plain(n, a),
-            |p| free_plain(p),
-        )
+        crate::secure::realloc(ptr, new_size, align, |n, a| malloc(n, a), |p| free_below(p))
     };
     #[cfg(not(feature = "secure"))]
     // SAFETY: forwarded.
     unsafe {
         realloc_plain(ptr, new_size, align)
+    }
+}
+
+/// Frees a block below the hardened layer, checked and wiped already.
+///
+/// # Safety
+/// As [`free`].
+#[cfg(feature = "secure")]
+unsafe fn free_below(ptr: *mut u8) {
+    let current = thread::current_or_null();
+    // SAFETY: forwarded.
+    if !unsafe { HeapCore::free_to_cache(ptr, current) } {
+        // SAFETY: forwarded.
+        unsafe { free_uncached(ptr, current) }
     }
 }
 

@@ -46,12 +46,21 @@ pub fn init_secret() {
     let _ = SECRET.compare_exchange(0, random_word() | 1, Relaxed, Relaxed);
 }
 
-/// The per-process secret (0 before the first heap is made), for other
-/// values that must not be guessable from the program's side: the hardened
-/// build's canaries (`crate::secure`).
-#[cfg(any(test, feature = "secure"))]
+/// The per-process secret, drawn if it was not yet (the unit tests').
+#[cfg(test)]
 pub fn secret() -> usize {
     init_secret();
+    SECRET.load(Relaxed)
+}
+
+/// The per-process secret without drawing it (0 before the first heap is
+/// made), for other values that must not be guessable from the program's
+/// side: the hardened build's canaries (`crate::secure`). A load: the
+/// hardened paths only ever meet blocks a heap made, after the secret
+/// was drawn.
+#[cfg(feature = "secure")]
+#[inline(always)]
+pub fn secret_now() -> usize {
     SECRET.load(Relaxed)
 }
 

@@ -8,16 +8,19 @@
 //! encoded with the process's secret; the bytes between the request and the
 //! tail hold a canary. A free or realloc checks both, so a write past the
 //! end, of one byte or many, is reported at the latest when the block is
-//! freed. A free then wipes the block (`wipe.rs`): the next owner never sees
-//! the last one's data, and a second free of the block is told apart from
-//! an overflow.
+//! freed. A free then wipes what the block's owner wrote (`wipe.rs`): the
+//! next owner never sees the last one's data, and a second free of a large
+//! block is told apart from an overflow.
 //!
 //! A slot freed twice is reported at its second free: it still holds its
-//! free key (`memory/block.rs`), or its tail word is the zero the first
-//! free's wipe left (a slot whose OS page was purged meanwhile reads zero
-//! too).
+//! free key (`memory/block.rs`), which the hardened free loads (the default
+//! build stores it blind).
 //!
-//! The layer sits at the entry points (`global/allocator.rs`,
+//! The checks run on the fast paths: an allocation from the thread cache
+//! knows its slot's size from its class, and a free into the thread cache
+//! learns it from the slab table the cache consults anyway
+//! ([`HeapCore::free_to_cache_with`]); only the other paths look the block
+//! up. The layer sits at the entry points (`global/allocator.rs`,
 //! `global/raw.rs`); the heaps below it allocate the longer block and never
 //! see the canaries. Owned `Heap`s are not hardened.
 
@@ -27,19 +30,45 @@ mod wipe;
 use crate::fault::{misuse, Misuse};
 use crate::heap::HeapCore;
 use crate::memory::page::Block;
-use crate::memory::size_class::SMALL_MAX;
+use crate::memory::size_class::{class_of, SLOT_SIZE, SMALL_MAX};
 use core::ptr::null_mut;
 
 /// Bytes every block gets beyond its request: the tail word.
 pub const TAIL: usize = 8;
 
+/// The hardened allocation's fast path: a slot of `size + TAIL` bytes from
+/// the thread cache of `heap`, aligned to 16, cleared of the heap's words
+/// and armed. Null if the request is too big for the cache or its class's
+/// cache is empty (then take [`alloc`]).
+///
+/// # Safety
+/// `heap` is the calling thread's own heap.
+#[inline(always)]
+pub unsafe fn alloc_cached(heap: &HeapCore, size: usize) -> *mut u8 {
+    if size > crate::heap::alloc::CACHED_MAX - TAIL {
+        return null_mut();
+    }
+    let class = class_of(size + TAIL);
+    // SAFETY: our own heap (caller); `class_of` returns classes below
+    // CLASSES.
+    unsafe {
+        let p = heap.alloc_cached_of(class);
+        if !p.is_null() {
+            // A slot of the class, just handed out.
+            hand_out(p, size, *SLOT_SIZE.get_unchecked(class) as usize);
+        }
+        p
+    }
+}
+
 /// Allocates `size` bytes at `align` through `inner` (which takes the
-/// longer size), clears the heap's words in it, and arms the canary. Null if `inner` fails or the size overflows.
+/// longer size), clears the heap's words in it, and arms the canary. Null
+/// if `inner` fails or the size overflows.
 ///
 /// # Safety
 /// `inner` returns null or a live block of at least the size it is given,
 /// as [`HeapCore::usable_size`] measures it.
-#[inline]
+#[inline(never)]
 pub unsafe fn alloc(
     size: usize,
     align: usize,
@@ -51,13 +80,23 @@ pub unsafe fn alloc(
     let p = inner(n, align);
     if !p.is_null() {
         // SAFETY: a live block of `u >= n` bytes, just handed out.
-        unsafe {
-            let u = HeapCore::usable_size(p);
-            wipe::clear_links(p, u);
-            canary::arm(p, size, u);
-        }
+        unsafe { hand_out(p, size, HeapCore::usable_size(p)) };
     }
     p
+}
+
+/// Makes a block of `u` usable bytes just handed out a hardened block of
+/// `size` bytes.
+///
+/// # Safety
+/// `p` is a live block of `u >= size + TAIL` bytes, just handed out.
+#[inline(always)]
+unsafe fn hand_out(p: *mut u8, size: usize, u: usize) {
+    // SAFETY: per the caller.
+    unsafe {
+        wipe::clear_links(p, u);
+        canary::arm(p, size, u, false);
+    }
 }
 
 /// Checks a block handed back (to free, realloc or `malloc_usable_size`):
@@ -78,55 +117,121 @@ unsafe fn check(p: *mut u8) -> (usize, usize) {
         if u < TAIL || (u <= SMALL_MAX && Block::is_free(p as *const Block)) {
             misuse(Misuse::DoubleFree, p as usize);
         }
-        (canary::check(p, u), u)
+        (verified(p, u), u)
     }
 }
 
-/// Frees `p` through `inner` after checking and wiping it.
+/// The requested size of the block of `u` bytes at `p`, after checking
+/// its tail and canary (aborts if they were overwritten).
 ///
 /// # Safety
-/// `p` is not null; `inner` frees a live block.
-#[inline]
-pub unsafe fn free(p: *mut u8, inner: impl FnOnce(*mut u8)) {
+/// `p` is a live block of `u` bytes.
+#[inline(always)]
+unsafe fn verified(p: *mut u8, u: usize) -> usize {
+    // SAFETY: per the caller.
+    match unsafe { canary::verify(p, u) } {
+        Ok(size) => size,
+        Err((kind, at)) => misuse(kind, at),
+    }
+}
+
+/// The checks of a slot freed into a thread cache, before the heap marks
+/// and caches it: not free already (its key, loaded here), its end intact;
+/// then wiped.
+///
+/// # Safety
+/// `b` starts a slot of `class` in a live slab page of a thread heap.
+#[inline(always)]
+unsafe fn free_slot(b: *mut Block, class: usize) {
+    let p = b as *mut u8;
+    // SAFETY: classes of the slab table are below CLASSES.
+    let u = unsafe { *SLOT_SIZE.get_unchecked(class) } as usize;
+    // SAFETY: a slot of `u` bytes (caller), resident: the thread caches
+    // take only slots of pages with no purged OS page.
+    unsafe {
+        if Block::is_free(b) {
+            misuse(Misuse::DoubleFree, p as usize);
+        }
+        let size = verified(p, u);
+        wipe::wipe(p, size, u);
+    }
+}
+
+/// Frees `p`: into `current`'s cache if it can (checked and wiped on the
+/// way), else through `uncached` after checking and wiping it.
+///
+/// # Safety
+/// `p` is not null; `current` is the calling thread's heap or null;
+/// `uncached` frees a live block.
+#[inline(always)]
+pub unsafe fn free(p: *mut u8, current: *mut HeapCore, uncached: impl FnOnce(*mut u8)) {
+    // SAFETY: `free_to_cache_with` calls `free_slot` on a slot of a thread
+    // heap's live slab page, which returns only if it may be cached.
+    // (The closure is inlined, as the checks it calls are: the fast path
+    // then makes no call.)
+    if unsafe {
+        HeapCore::free_to_cache_with(
+            p,
+            current,
+            #[inline(always)]
+            |b, class| free_slot(b, class),
+        )
+    } {
+        return;
+    }
+    // SAFETY: forwarded.
+    unsafe { free_uncached(p, uncached) }
+}
+
+/// [`free`] past the cache: looks the block up, checks and wipes it.
+///
+/// # Safety
+/// As [`free`].
+#[inline(never)]
+unsafe fn free_uncached(p: *mut u8, uncached: impl FnOnce(*mut u8)) {
     // SAFETY: checked live above; wiped before it is free.
     unsafe {
-        let (_, u) = check(p);
-        wipe::wipe(p, u);
+        let (size, u) = check(p);
+        wipe::wipe(p, size, u);
     }
-    inner(p)
+    uncached(p)
 }
 
 /// Resizes `p` to `size` bytes at `align`: in place if the block has room
-/// (the canary moves), else into a block from `alloc` (checked as
-/// [`alloc`] checks it) with `p` wiped and freed through `free`. Null (and
+/// (the canary moves), else into a block from `alloc` (a hardened
+/// allocation: armed) with `p` wiped and freed through `free`. Null (and
 /// `p` unchanged) on failure. The move is made here, not by the heap's
 /// realloc, so that no block leaves or enters use without the checks.
 ///
 /// # Safety
-/// `p` is not null; `alloc` and `free` are as for [`alloc`] and [`free`].
+/// `p` is not null; `alloc` returns null or a hardened block of the size
+/// it is given; `free` frees a live block below this layer.
 pub unsafe fn realloc(
     p: *mut u8,
     size: usize,
     align: usize,
-    alloc_inner: impl FnOnce(usize, usize) -> *mut u8,
-    free_inner: impl FnOnce(*mut u8),
+    alloc: impl FnOnce(usize, usize) -> *mut u8,
+    free: impl FnOnce(*mut u8),
 ) -> *mut u8 {
     // SAFETY: `check` aborts unless `p` is live, with `u` usable bytes;
     // the new block is a live one of at least `size` bytes.
     unsafe {
         let (old, u) = check(p);
         if size.checked_add(TAIL).is_some_and(|n| n <= u) && (p as usize) % align == 0 {
-            canary::disarm(p, old, u);
-            canary::arm(p, size, u);
+            // The old canary's bytes are cleared (they would show the
+            // program the block's secret pattern if it grows over them).
+            let end = canary::written(old, u);
+            core::ptr::write_bytes(p.add(old), 0, end - old);
+            canary::arm(p, size, u, true);
             return p;
         }
-        let q = alloc(size, align, alloc_inner);
+        let q = alloc(size, align);
         if q.is_null() {
             return null_mut();
         }
         core::ptr::copy_nonoverlapping(p, q, old.min(size));
-        wipe::wipe(p, u);
-        free_inner(p);
+        wipe::wipe(p, old, u);
+        free(p);
         q
     }
 }
