@@ -22,7 +22,10 @@
 //!   thread's exit, or the process's `exit()` (docs/design.md, "Bad input");
 //! - a slot of a slab page that was carved but never handed out;
 //! - freeing into an owned `Heap`, or through the global allocator, a
-//!   pointer that belongs to another heap (small, large and huge alike).
+//!   pointer that belongs to another heap (small, large and huge alike);
+//! - in the hardened build (`secure`), a free slot whose link (encoded with
+//!   the secret) or key a write after free changed, where the list that
+//!   holds it follows it: a corrupted free list.
 //!
 //! Not detected: a slot freed, handed out again, and then freed a second
 //! time through the old pointer (it is live again, so the free is valid as
@@ -47,6 +50,9 @@ pub enum Misuse {
     WrongHeap,
     /// Bytes past the end of the block were written (the hardened build).
     Overflow,
+    /// A free slot's link or key was overwritten: a write after free (the
+    /// hardened build, where links are encoded).
+    CorruptedFreeList,
 }
 
 impl Misuse {
@@ -57,6 +63,9 @@ impl Misuse {
             Misuse::DoubleFree => b"double free (the memory is already free)",
             Misuse::WrongHeap => b"free of a pointer that belongs to another pagewise heap",
             Misuse::Overflow => b"heap buffer overflow (written past the end of the block)",
+            Misuse::CorruptedFreeList => {
+                b"corrupted free list (a free block's link was overwritten: a write after free)"
+            }
         }
     }
 }

@@ -56,6 +56,30 @@ fn child_entry() {
                 go.send(()).unwrap();
                 t.join().unwrap();
             }
+            "link-after-free" | "link-after-free-paged" | "text-after-free" => {
+                // The page stays in use (and mapped) while the slot is
+                // free: another block on it stays live.
+                let keep = black_box(A.alloc(l));
+                A.dealloc(p, l);
+                if kind == "link-after-free-paged" {
+                    // The slot goes home to its page's free list.
+                    pagewise::trim();
+                }
+                println!("slot {:#018x}", p as usize);
+                // A write after free over the slot's first word, the link
+                // of the list that holds it: text, or an address the
+                // program would want the allocator to hand out next.
+                let target = black_box([0u64; 64]);
+                if kind == "text-after-free" {
+                    p.copy_from(b"AAAAAAAA".as_ptr(), 8);
+                } else {
+                    p.cast::<usize>().write(target.as_ptr() as usize);
+                }
+                let q = black_box(A.alloc(l));
+                let r = black_box(A.alloc(l));
+                println!("handed out {q:?} and {r:?}, target {:?}", target.as_ptr());
+                A.dealloc(keep, l);
+            }
             _ => unreachable!("{kind}"),
         }
         A.dealloc(p, l);
@@ -110,6 +134,40 @@ fn a_double_free_is_reported_at_the_second_free() {
 #[test]
 fn a_double_free_by_another_thread_is_reported_at_the_second_free() {
     expect_report("double-other-thread", &SIZES, "pagewise: double free");
+}
+
+/// Slab sizes: their free slots are linked through their first word.
+const SLAB_SIZES: [usize; 3] = [8, 4000, 200_000];
+
+/// Runs a case that prints `slot ADDRESS` and expects the report of a
+/// corrupted free list naming that slot.
+fn expect_corrupted_slot(kind: &str, sizes: &[usize]) {
+    for &size in sizes {
+        let case = format!("{kind}:{size}");
+        let (ok, stdout, stderr) = run_case(&case);
+        assert!(
+            !ok && !stdout.contains("still running"),
+            "{case}: the child went on: {stdout}{stderr}"
+        );
+        let slot = stdout
+            .lines()
+            .find_map(|l| l.split("slot ").nth(1))
+            .unwrap_or_else(|| panic!("{case}: {stdout}"));
+        let report = format!("pagewise: corrupted free list (a free block's link was overwritten: a write after free): {slot}");
+        assert!(
+            stderr.contains(&report),
+            "{case}: no {report:?} in {stderr:?}"
+        );
+    }
+}
+
+#[test]
+fn a_link_overwritten_after_free_is_reported_at_its_slot_when_followed() {
+    expect_corrupted_slot("text-after-free", &SLAB_SIZES);
+    expect_corrupted_slot("link-after-free", &SLAB_SIZES);
+    // Sizes whose OS page the live neighbour keeps (a slot alone on its OS
+    // page is purged by `trim()`, and carved again with a fresh link).
+    expect_corrupted_slot("link-after-free-paged", &[8, 1000]);
 }
 
 #[test]

@@ -227,9 +227,9 @@ impl HeapCore {
         unsafe {
             let b = (*page).free;
             if !Block::is_in_page(b) {
-                misuse(Misuse::DoubleFree, b as usize);
+                misuse(crate::memory::block::KEY_LOST, b as usize);
             }
-            let next = (*b).next;
+            let next = Block::next(b);
             (*page).free = next;
             // The next pop reads `next`: a slot freed a while ago is cold,
             // and the free list is a chain of dependent loads, so its load

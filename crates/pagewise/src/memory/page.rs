@@ -281,7 +281,7 @@ impl Page {
             // SAFETY: `p` is a slot (of at least two words) inside this
             // page's span, which the heap owns and nothing else references yet.
             unsafe {
-                (*(p as *mut Block)).next = next as *mut Block;
+                Block::set_next(p as *mut Block, next as *mut Block);
                 Block::mark_in_page(p as *mut Block);
             }
         }
@@ -376,7 +376,7 @@ impl Page {
                 }
                 // SAFETY: the list holds `n` slots of this page (`take`
                 // made us its only owner).
-                b = unsafe { (*b).next };
+                b = unsafe { Block::next(b) };
             }
         }
         if !self.free.is_null() {
@@ -387,9 +387,9 @@ impl Page {
             // slots of this page; `take` made us its only owner.
             unsafe {
                 for _ in 1..n {
-                    tail = (*tail).next;
+                    tail = Block::next(tail);
                 }
-                (*tail).next = self.free;
+                Block::set_next(tail, self.free);
             }
         }
         self.free = head;
@@ -499,7 +499,7 @@ impl Page {
         remote_word::push(&self.thread_free, first as usize - segment, count, |old| {
             let head = old.map_or(null_mut(), |l| (segment + l.first) as *mut Block);
             // SAFETY: the caller gives us the chain; `last` is its end.
-            unsafe { (*last).next = head };
+            unsafe { Block::set_next(last, head) };
         })
     }
 }
@@ -541,7 +541,7 @@ mod tests {
             // SAFETY: per the caller.
             unsafe {
                 *t = p.free;
-                p.free = (*p.free).next;
+                p.free = Block::next(p.free);
             }
             p.set_used(p.used() + 1);
         }
@@ -577,7 +577,7 @@ mod tests {
         while !b.is_null() {
             out.push(p.slot_index(b as usize).unwrap());
             // SAFETY: the page's free list, slots of the test's buffer.
-            b = unsafe { (*b).next };
+            b = unsafe { Block::next(b) };
         }
         out
     }
@@ -620,8 +620,8 @@ mod tests {
         // a -> b -> c, as the free list had them), chained, pushed back once.
         unsafe {
             let [a, b, c] = take::<3>(&mut p);
-            assert_eq!(((*a).next, (*b).next), (b, c));
-            (*c).next = null_mut();
+            assert_eq!((Block::next(a), Block::next(b)), (b, c));
+            Block::set_next(c, null_mut());
             assert!(p.push_remote_chain(a, c, 3));
             assert_eq!(p.collect_thread_free(), 3);
             assert_eq!(p.used(), 0);
