@@ -74,6 +74,18 @@ fn the_hardened_library_stops_each_misuse_with_its_report() {
             }
         }
     }
+    // A write after free to a small block: over its link (8 B: the slot is
+    // all link and key) or its zeroed bytes, reported when the slot is
+    // handed out again.
+    for (size, report) in [(8, "corrupted free list"), (4000, "write after free")] {
+        match run(program, Some(&secure), "write-after-free", size) {
+            Ok(line) => assert!(
+                line.starts_with("pagewise: ") && line.contains(report),
+                "write-after-free at {size}: {line}"
+            ),
+            Err(out) => panic!("write-after-free at {size}: went on: {out}"),
+        }
+    }
     // Freed blocks up to 4 KiB are wiped: stale data is never seen there.
     for size in [8, 64, 4000] {
         let r = run(program, Some(&secure), "read-after-free", size);

@@ -25,7 +25,8 @@
 //!   pointer that belongs to another heap (small, large and huge alike);
 //! - in the hardened build (`secure`), a free slot whose link (encoded with
 //!   the secret) or key a write after free changed, where the list that
-//!   holds it follows it: a corrupted free list.
+//!   holds it follows it: a corrupted free list; and a freed slot whose
+//!   zeroed bytes were written before it is handed out again.
 //!
 //! Not detected: a slot freed, handed out again, and then freed a second
 //! time through the old pointer (it is live again, so the free is valid as
@@ -53,6 +54,9 @@ pub enum Misuse {
     /// A free slot's link or key was overwritten: a write after free (the
     /// hardened build, where links are encoded).
     CorruptedFreeList,
+    /// A freed block was written before it was handed out again (the
+    /// hardened build, which fills freed slots and checks them).
+    WriteAfterFree,
 }
 
 impl Misuse {
@@ -66,6 +70,7 @@ impl Misuse {
             Misuse::CorruptedFreeList => {
                 b"corrupted free list (a free block's link was overwritten: a write after free)"
             }
+            Misuse::WriteAfterFree => b"write after free (a freed block was written)",
         }
     }
 }

@@ -80,6 +80,46 @@ fn child_entry() {
                 println!("handed out {q:?} and {r:?}, target {:?}", target.as_ptr());
                 A.dealloc(keep, l);
             }
+            "write-after-free" | "write-after-free-paged" => {
+                let keep = black_box(A.alloc(l));
+                A.dealloc(p, l);
+                if kind == "write-after-free-paged" {
+                    pagewise::trim();
+                }
+                // One byte in the middle of the freed block, or of its
+                // first 4 KiB (what the free zeroes).
+                let at = p.add((size / 2).min(3000));
+                println!("byte {:#018x}", at as usize);
+                at.write(b'w');
+                let q = black_box(A.alloc(l));
+                let r = black_box(A.alloc(l));
+                println!("handed out {q:?} and {r:?}");
+                A.dealloc(keep, l);
+            }
+            "reuse" => {
+                // Slots freed (zeroed and marked), their pages emptied and
+                // reused by large blocks full of other bytes, then carved
+                // into slots again: what the large blocks left is not a
+                // write after free.
+                let small = layout(1000);
+                for round in 0..3 {
+                    let v: Vec<*mut u8> = (0..3000).map(|_| A.alloc(small)).collect();
+                    for &q in &v {
+                        q.write_bytes(round, 1000);
+                    }
+                    for &q in &v {
+                        A.dealloc(q, small);
+                    }
+                    let big = layout(300 << 10);
+                    let w: Vec<*mut u8> = (0..16).map(|_| A.alloc(big)).collect();
+                    for &q in &w {
+                        q.write_bytes(0x77, 300 << 10);
+                    }
+                    for &q in &w {
+                        A.dealloc(q, big);
+                    }
+                }
+            }
             _ => unreachable!("{kind}"),
         }
         A.dealloc(p, l);
@@ -168,6 +208,39 @@ fn a_link_overwritten_after_free_is_reported_at_its_slot_when_followed() {
     // Sizes whose OS page the live neighbour keeps (a slot alone on its OS
     // page is purged by `trim()`, and carved again with a fresh link).
     expect_corrupted_slot("link-after-free-paged", &[8, 1000]);
+}
+
+#[test]
+fn a_write_after_free_is_reported_when_the_slot_is_handed_out_again() {
+    for (kind, sizes) in [
+        ("write-after-free", &[100, 4000, 200_000][..]),
+        // Gone home to its page's free list (a neighbour keeps the OS page).
+        ("write-after-free-paged", &[100, 1000][..]),
+    ] {
+        for &size in sizes {
+            let case = format!("{kind}:{size}");
+            let (ok, stdout, stderr) = run_case(&case);
+            assert!(
+                !ok && !stdout.contains("still running"),
+                "{case}: the child went on: {stdout}{stderr}"
+            );
+            let byte = stdout
+                .lines()
+                .find_map(|l| l.split("byte ").nth(1))
+                .unwrap_or_else(|| panic!("{case}: {stdout}"));
+            let report = format!("pagewise: write after free (a freed block was written): {byte}");
+            assert!(
+                stderr.contains(&report),
+                "{case}: no {report:?} in {stderr:?}"
+            );
+        }
+    }
+}
+
+#[test]
+fn memory_an_earlier_use_left_in_a_fresh_slot_is_not_a_write_after_free() {
+    let (ok, stdout, stderr) = run_case("reuse:8");
+    assert!(ok && stdout.contains("still running"), "{stdout}{stderr}");
 }
 
 #[test]

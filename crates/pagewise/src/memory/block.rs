@@ -294,6 +294,29 @@ impl Block {
         unsafe { Block::is_cached(block) || Block::is_in_page(block) }
     }
 
+    /// Gives a slot the page key as [`Block::mark_in_page`] does, for a
+    /// slot of `slot` bytes whose bytes no free wrote: carved fresh, or
+    /// given back by meshing with another page's bytes in it. The hardened
+    /// build also clears its third word, where its free leaves the mark
+    /// that says how far it zeroed the slot (`crate::secure`): a stale mark
+    /// left there by an earlier use of the memory would check bytes no free
+    /// zeroed.
+    ///
+    /// # Safety
+    /// As [`Block::mark_cached`], for all `slot` bytes.
+    #[inline(always)]
+    pub unsafe fn mark_carved(block: *mut Block, slot: usize) {
+        // SAFETY: per the caller.
+        unsafe {
+            Block::mark_in_page(block);
+            #[cfg(feature = "secure")]
+            if slot >= 3 * core::mem::size_of::<usize>() {
+                block.cast::<usize>().add(2).write(0);
+            }
+        }
+        let _ = slot;
+    }
+
     /// Marks a slot live (about to be handed out).
     ///
     /// # Safety

@@ -282,7 +282,7 @@ impl Page {
             // page's span, which the heap owns and nothing else references yet.
             unsafe {
                 Block::set_next(p as *mut Block, next as *mut Block);
-                Block::mark_in_page(p as *mut Block);
+                Block::mark_carved(p as *mut Block, slot);
             }
         }
         self.capacity.store(capacity + n as u32, Ordering::Relaxed);

@@ -29,8 +29,11 @@ mod wipe;
 
 use crate::fault::{misuse, Misuse};
 use crate::heap::HeapCore;
+use crate::memory::layout::segment_base;
 use crate::memory::page::Block;
-use crate::memory::size_class::{class_of, SLOT_SIZE, SMALL_MAX};
+use crate::memory::registry;
+use crate::memory::segment::{Segment, STATE_SHIFT};
+use crate::memory::size_class::{class_of, GEOMETRY, SLOT_SIZE, SMALL_MAX};
 use core::ptr::null_mut;
 
 /// Bytes every block gets beyond its request: the tail word.
@@ -54,8 +57,8 @@ pub unsafe fn alloc_cached(heap: &HeapCore, size: usize) -> *mut u8 {
     unsafe {
         let p = heap.alloc_cached_of(class);
         if !p.is_null() {
-            // A slot of the class, just handed out.
-            hand_out(p, size, *SLOT_SIZE.get_unchecked(class) as usize);
+            // A slot of the class, just taken from the cache.
+            hand_out(p, size, *SLOT_SIZE.get_unchecked(class) as usize, true);
         }
         p
     }
@@ -80,20 +83,42 @@ pub unsafe fn alloc(
     let p = inner(n, align);
     if !p.is_null() {
         // SAFETY: a live block of `u >= n` bytes, just handed out.
-        unsafe { hand_out(p, size, HeapCore::usable_size(p)) };
+        unsafe { hand_out(p, size, HeapCore::usable_size(p), is_slot(p)) };
     }
     p
 }
 
+/// Whether `p` starts a slot of a slab page of a thread heap whose slots
+/// the thread caches take (the slab table says so; a page with purged or
+/// meshed OS pages is left out, and its slots are not checked).
+#[inline]
+fn is_slot(p: *const u8) -> bool {
+    let addr = p as usize;
+    if !registry::in_shared_segment(addr) {
+        return false;
+    }
+    // SAFETY: a registered segment is mapped and headed by a `Segment`.
+    let seg = unsafe { &*Segment::of(segment_base(addr)) };
+    let (state_at, offset) = seg.slab_entry(addr);
+    state_at != 0 && GEOMETRY[(state_at >> STATE_SHIFT) - 1].starts_slot(offset)
+}
+
 /// Makes a block of `u` usable bytes just handed out a hardened block of
-/// `size` bytes.
+/// `size` bytes; with `slot`, after checking that nothing wrote to it since
+/// it was freed (aborts if something did).
 ///
 /// # Safety
-/// `p` is a live block of `u >= size + TAIL` bytes, just handed out.
+/// `p` is a live block of `u >= size + TAIL` bytes, just handed out; with
+/// `slot`, a slot of a slab page just taken off a free list.
 #[inline(always)]
-unsafe fn hand_out(p: *mut u8, size: usize, u: usize) {
+unsafe fn hand_out(p: *mut u8, size: usize, u: usize, slot: bool) {
     // SAFETY: per the caller.
     unsafe {
+        if slot {
+            if let Err(at) = wipe::check_freed(p, u) {
+                misuse(Misuse::WriteAfterFree, at);
+            }
+        }
         wipe::clear_links(p, u);
         canary::arm(p, size, u, false);
     }
