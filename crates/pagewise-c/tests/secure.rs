@@ -77,13 +77,19 @@ fn the_hardened_library_stops_each_misuse_with_its_report() {
     // A write after free to a small block: over its link (8 B: the slot is
     // all link and key) or its zeroed bytes, reported when the slot is
     // handed out again.
-    for (size, report) in [(8, "corrupted free list"), (4000, "write after free")] {
-        match run(program, Some(&secure), "write-after-free", size) {
+    // The byte before a small block: the tail word of the slot before it.
+    for (kind, size, report) in [
+        ("write-after-free", 8, "corrupted free list"),
+        ("write-after-free", 4000, "write after free"),
+        ("underflow-1", 8, "heap buffer underflow"),
+        ("underflow-1", 4000, "heap buffer underflow"),
+    ] {
+        match run(program, Some(&secure), kind, size) {
             Ok(line) => assert!(
                 line.starts_with("pagewise: ") && line.contains(report),
-                "write-after-free at {size}: {line}"
+                "{kind} at {size}: {line}"
             ),
-            Err(out) => panic!("write-after-free at {size}: went on: {out}"),
+            Err(out) => panic!("{kind} at {size}: went on: {out}"),
         }
     }
     // Freed blocks up to 4 KiB are wiped: stale data is never seen there.

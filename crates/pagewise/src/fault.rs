@@ -57,6 +57,9 @@ pub enum Misuse {
     /// A freed block was written before it was handed out again (the
     /// hardened build, which fills freed slots and checks them).
     WriteAfterFree,
+    /// Bytes before the start of the block were written (the hardened
+    /// build: the tail word of the slot before it changed).
+    Underflow,
 }
 
 impl Misuse {
@@ -71,6 +74,9 @@ impl Misuse {
                 b"corrupted free list (a free block's link was overwritten: a write after free)"
             }
             Misuse::WriteAfterFree => b"write after free (a freed block was written)",
+            Misuse::Underflow => {
+                b"heap buffer underflow (written before the start of the block, or past the end of the one before)"
+            }
         }
     }
 }

@@ -120,6 +120,26 @@ fn child_entry() {
                     }
                 }
             }
+            "underflow-1" | "underflow-1-free-neighbour" => {
+                // The byte before a block, with the block before it live
+                // (its tail word is there) or freed.
+                let q = black_box(A.alloc(l));
+                let r = black_box(A.alloc(l));
+                let (first, second) = if (q as usize) < (r as usize) {
+                    (q, r)
+                } else {
+                    (r, q)
+                };
+                if kind == "underflow-1-free-neighbour" {
+                    A.dealloc(first, l);
+                }
+                println!(
+                    "block {:#018x} neighbour {:#018x}",
+                    second as usize, first as usize
+                );
+                second.sub(1).write(0);
+                A.dealloc(second, l);
+            }
             _ => unreachable!("{kind}"),
         }
         A.dealloc(p, l);
@@ -244,6 +264,22 @@ fn memory_an_earlier_use_left_in_a_fresh_slot_is_not_a_write_after_free() {
 }
 
 #[test]
+fn a_one_byte_underflow_is_reported_at_the_free() {
+    // Slab sizes where the two blocks are neighbours (one after the other
+    // in a fresh page).
+    expect_report(
+        "underflow-1",
+        &[8, 100, 4000],
+        "pagewise: heap buffer underflow",
+    );
+    expect_report(
+        "underflow-1-free-neighbour",
+        &[8, 100, 4000],
+        "pagewise: heap buffer underflow",
+    );
+}
+
+#[test]
 fn the_c_fast_path_hands_out_armed_slots_from_the_thread_cache() {
     // The checks ride on the thread cache's paths rather than leaving
     // them: a slot freed is in the cache, and the cache-only allocation
@@ -335,7 +371,13 @@ fn a_program_that_reallocates_and_frees_at_random_is_never_stopped() {
         x
     };
     let mut held: Vec<Vec<u8>> = Vec::new();
-    for _ in 0..200_000 {
+    // Fewer steps unoptimized: each checks up to 4 KiB twice.
+    let steps = if cfg!(debug_assertions) {
+        50_000
+    } else {
+        200_000
+    };
+    for _ in 0..steps {
         let r = next();
         let i = (r >> 8) as usize % 512;
         match r % 4 {

@@ -41,11 +41,11 @@ impl HeapCore {
     #[inline]
     pub unsafe fn free_to_cache(ptr: *mut u8, current: *const HeapCore) -> bool {
         // SAFETY: forwarded.
-        unsafe { HeapCore::free_to_cache_with(ptr, current, |_, _| {}) }
+        unsafe { HeapCore::free_to_cache_with(ptr, current, |_, _, _| {}) }
     }
 
-    /// [`HeapCore::free_to_cache`], calling `before` with the slot and its
-    /// class once the slot is known, before it is marked and cached (the
+    /// [`HeapCore::free_to_cache`], calling `before` with the slot, its
+    /// class and its offset in its page once the slot is known, before it is marked and cached (the
     /// hardened build's checks, `crate::secure`).
     ///
     /// # Safety
@@ -54,7 +54,7 @@ impl HeapCore {
     pub unsafe fn free_to_cache_with(
         ptr: *mut u8,
         current: *const HeapCore,
-        before: impl FnOnce(*mut Block, usize),
+        before: impl FnOnce(*mut Block, usize, usize),
     ) -> bool {
         let addr = ptr as usize;
         // SAFETY: the segment is registered, so mapped with a header;
@@ -75,7 +75,7 @@ impl HeapCore {
     #[inline]
     pub(super) unsafe fn cache_free(&self, addr: usize) -> bool {
         // SAFETY: forwarded.
-        unsafe { self.cache_free_with(addr, |_, _| {}) }
+        unsafe { self.cache_free_with(addr, |_, _, _| {}) }
     }
 
     /// [`HeapCore::cache_free`] with `before` as in
@@ -84,7 +84,11 @@ impl HeapCore {
     /// # Safety
     /// As `cache_free`.
     #[inline(always)]
-    unsafe fn cache_free_with(&self, addr: usize, before: impl FnOnce(*mut Block, usize)) -> bool {
+    unsafe fn cache_free_with(
+        &self,
+        addr: usize,
+        before: impl FnOnce(*mut Block, usize, usize),
+    ) -> bool {
         // SAFETY: registered segments are mapped and headed by a `Segment`.
         let seg = unsafe { &*Segment::of(crate::memory::layout::segment_base(addr)) };
         let (state_at, offset) = seg.slab_entry(addr);
@@ -105,7 +109,7 @@ impl HeapCore {
         // leaves the cache (`ClassState::pop`, `flush_cache`). The hardened
         // build checks it in `before` (`crate::secure`).
         unsafe {
-            before(block, (state_at >> STATE_SHIFT) - 1);
+            before(block, (state_at >> STATE_SHIFT) - 1, offset);
             Block::mark_cached(block);
             if !state.push(block) {
                 self.cache_full((state_at >> STATE_SHIFT) - 1, block);

@@ -297,10 +297,11 @@ impl Block {
     /// Gives a slot the page key as [`Block::mark_in_page`] does, for a
     /// slot of `slot` bytes whose bytes no free wrote: carved fresh, or
     /// given back by meshing with another page's bytes in it. The hardened
-    /// build also clears its third word, where its free leaves the mark
-    /// that says how far it zeroed the slot (`crate::secure`): a stale mark
-    /// left there by an earlier use of the memory would check bytes no free
-    /// zeroed.
+    /// build also writes what its free would have (`crate::secure`): clears
+    /// its third word, where a free leaves the mark that says how far it
+    /// zeroed the slot (a stale mark left there by an earlier use of the
+    /// memory would check bytes no free zeroed), and writes a free slot's
+    /// tail word, which the next slot's free checks.
     ///
     /// # Safety
     /// As [`Block::mark_cached`], for all `slot` bytes.
@@ -310,9 +311,7 @@ impl Block {
         unsafe {
             Block::mark_in_page(block);
             #[cfg(feature = "secure")]
-            if slot >= 3 * core::mem::size_of::<usize>() {
-                block.cast::<usize>().add(2).write(0);
-            }
+            crate::secure::carved(block.cast(), slot);
         }
         let _ = slot;
     }

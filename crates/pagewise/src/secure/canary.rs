@@ -107,6 +107,28 @@ pub unsafe fn arm(p: *mut u8, size: usize, u: usize, keep: bool) {
     }
 }
 
+/// The distance a free slot's tail word holds (encoded as a live one's
+/// is): longer than any block, so no live tail word is a free one, with a
+/// bit set below the top one, so that the top byte stays nonzero too.
+const FREE_GAP: usize = 1 << (usize::BITS / 2 - 2);
+
+/// The tail word of a free slot at `addr` (freed, or carved and never
+/// handed out): a value the block before it must not change either.
+#[inline(always)]
+pub fn free_tail(addr: usize) -> usize {
+    swap(FREE_GAP) ^ marks(addr).0
+}
+
+/// Whether `word`, read at the end of the slot of `u` bytes at `addr`, is
+/// a tail word the allocator wrote there: a live block's, a free slot's,
+/// or zero (its OS page was purged). Anything else was written by the
+/// program: past the end of that slot, or before the start of the next.
+#[inline(always)]
+pub fn is_tail(addr: usize, u: usize, word: usize) -> bool {
+    let mask = marks(addr).0;
+    word == 0 || swap(word ^ mask) <= u - TAIL || word == swap(FREE_GAP) ^ mask
+}
+
 /// The word at offset `at` of `p`, as the canary's byte order sees it.
 ///
 /// # Safety
@@ -140,11 +162,12 @@ unsafe fn put(p: *mut u8, at: usize, w: u64) {
 pub unsafe fn verify(p: *const u8, u: usize) -> Result<usize, (Misuse, usize)> {
     // SAFETY: the tail word is the block's last TAIL bytes (caller).
     let tail = unsafe { p.add(u - TAIL).cast::<usize>().read_unaligned() };
-    if tail == 0 {
-        return Err((Misuse::DoubleFree, p as usize));
-    }
     let (mask, pat) = marks(p as usize);
     let gap = swap(tail ^ mask);
+    if tail == 0 || gap == FREE_GAP {
+        // Wiped (a large block) or a free slot's: freed already.
+        return Err((Misuse::DoubleFree, p as usize));
+    }
     if gap > u - TAIL {
         return Err((Misuse::Overflow, p as usize + (u - TAIL)));
     }

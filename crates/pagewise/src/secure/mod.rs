@@ -83,24 +83,26 @@ pub unsafe fn alloc(
     let p = inner(n, align);
     if !p.is_null() {
         // SAFETY: a live block of `u >= n` bytes, just handed out.
-        unsafe { hand_out(p, size, HeapCore::usable_size(p), is_slot(p)) };
+        unsafe { hand_out(p, size, HeapCore::usable_size(p), slot_offset(p).is_some()) };
     }
     p
 }
 
-/// Whether `p` starts a slot of a slab page of a thread heap whose slots
-/// the thread caches take (the slab table says so; a page with purged or
-/// meshed OS pages is left out, and its slots are not checked).
+/// If `p` starts a slot of a slab page of a thread heap whose slots the
+/// thread caches take, its offset in its page (the slab table says so; a
+/// page with purged or meshed OS pages is left out, and its slots are not
+/// checked).
 #[inline]
-fn is_slot(p: *const u8) -> bool {
+fn slot_offset(p: *const u8) -> Option<usize> {
     let addr = p as usize;
     if !registry::in_shared_segment(addr) {
-        return false;
+        return None;
     }
     // SAFETY: a registered segment is mapped and headed by a `Segment`.
     let seg = unsafe { &*Segment::of(segment_base(addr)) };
     let (state_at, offset) = seg.slab_entry(addr);
-    state_at != 0 && GEOMETRY[(state_at >> STATE_SHIFT) - 1].starts_slot(offset)
+    let listed = state_at != 0 && GEOMETRY[(state_at >> STATE_SHIFT) - 1].starts_slot(offset);
+    listed.then_some(offset)
 }
 
 /// Makes a block of `u` usable bytes just handed out a hardened block of
@@ -167,18 +169,56 @@ unsafe fn verified(p: *mut u8, u: usize) -> usize {
 /// # Safety
 /// `b` starts a slot of `class` in a live slab page of a thread heap.
 #[inline(always)]
-unsafe fn free_slot(b: *mut Block, class: usize) {
+unsafe fn free_slot(b: *mut Block, class: usize, offset: usize) {
     let p = b as *mut u8;
     // SAFETY: classes of the slab table are below CLASSES.
     let u = unsafe { *SLOT_SIZE.get_unchecked(class) } as usize;
-    // SAFETY: a slot of `u` bytes (caller), resident: the thread caches
-    // take only slots of pages with no purged OS page.
+    // SAFETY: a slot of `u` bytes (caller), `offset` bytes into its page,
+    // resident: the thread caches take only slots of pages with no purged
+    // or meshed OS page (one purged meanwhile reads zero).
     unsafe {
         if Block::is_free(b) {
             misuse(Misuse::DoubleFree, p as usize);
         }
         let size = verified(p, u);
+        check_neighbour(p, u, offset);
         wipe::wipe(p, size, u);
+    }
+}
+
+/// What a slot carved fresh gets in the hardened build
+/// (`Block::mark_carved`): no mark, and a free slot's tail word.
+///
+/// # Safety
+/// `p` is a slot of `u` bytes the caller may write.
+#[inline(always)]
+pub unsafe fn carved(p: *mut u8, u: usize) {
+    // SAFETY: per the caller.
+    unsafe { wipe::carved(p, u) }
+}
+
+/// Checks the tail word of the slot before the slot of `u` bytes at `p`
+/// (if `p` is not its page's first): a write before `p`'s start, or past
+/// the end of that slot, changed it. Aborts then.
+///
+/// # Safety
+/// `p` starts a slot of `u` bytes `offset` bytes into a slab page whose
+/// slots are carved up to it and resident (no OS page purged, none
+/// meshed; one purged meanwhile reads zero, which passes).
+#[inline(always)]
+unsafe fn check_neighbour(p: *const u8, u: usize, offset: usize) {
+    if offset < u {
+        return; // the page's first slot: what lies before is not a slot
+    }
+    let prev = p as usize - u;
+    // SAFETY: the previous slot's last word, inside the page (caller). A
+    // free 16-byte slot's is its key.
+    unsafe {
+        let word = p.sub(TAIL).cast::<usize>().read_unaligned();
+        let free_key = u < wipe::MARKED_MIN && Block::is_free(prev as *const Block);
+        if !(canary::is_tail(prev, u, word) || free_key) {
+            misuse(Misuse::Underflow, p as usize);
+        }
     }
 }
 
@@ -199,7 +239,7 @@ pub unsafe fn free(p: *mut u8, current: *mut HeapCore, uncached: impl FnOnce(*mu
             p,
             current,
             #[inline(always)]
-            |b, class| free_slot(b, class),
+            |b, class, offset| free_slot(b, class, offset),
         )
     } {
         return;
@@ -214,9 +254,13 @@ pub unsafe fn free(p: *mut u8, current: *mut HeapCore, uncached: impl FnOnce(*mu
 /// As [`free`].
 #[inline(never)]
 unsafe fn free_uncached(p: *mut u8, uncached: impl FnOnce(*mut u8)) {
-    // SAFETY: checked live above; wiped before it is free.
+    // SAFETY: checked live above; wiped before it is free. A slot the slab
+    // table lists is on a page with no purged or meshed OS page.
     unsafe {
         let (size, u) = check(p);
+        if let Some(offset) = slot_offset(p) {
+            check_neighbour(p, u, offset);
+        }
         wipe::wipe(p, size, u);
     }
     uncached(p)

@@ -2,7 +2,8 @@
 //!
 //! The hardened free zeroes what the block's owner could have written
 //! there, its request and the canary after it, up to [`WIPE_MAX`] bytes,
-//! and its tail word; the heap writes the free lists' link and key over
+//! and its tail word (a free slot's, `canary::free_tail`; 0 in a large
+//! block); the heap writes the free lists' link and key over
 //! the first two words after. In a slot of a slab page (up to 256 KiB) big
 //! enough, the third word then gets a mark: how many bytes the free
 //! zeroed, encoded with the secret and the slot's address. When the slot
@@ -37,9 +38,9 @@ const LINKS: usize = 16;
 /// Where a freed slot's mark lies: right after the heap's words.
 const MARK_AT: usize = LINKS;
 
-/// Slots that hold a mark: from 32 bytes (a 16-byte slot is all link and
-/// key).
-const MARKED_MIN: usize = 32;
+/// Slots that hold a mark and a free slot's tail word: from 32 bytes (a
+/// 16-byte slot is all link and key).
+pub const MARKED_MIN: usize = 32;
 
 /// What the mark of the slot at `addr` is XORed with: secret, per address,
 /// never with its top bit clear (no mark is 0, a fresh slot's).
@@ -70,11 +71,34 @@ pub unsafe fn wipe(p: *mut u8, size: usize, u: usize) {
     // bytes past the request), so the mark lies in the zeroed bytes.
     unsafe {
         zero(p, n);
-        p.add(u - TAIL).cast::<usize>().write_unaligned(0);
         if (MARKED_MIN..=SMALL_MAX).contains(&u) {
-            p.add(MARK_AT)
-                .cast::<usize>()
-                .write_unaligned(mark(p as usize, n));
+            // A slot's tail word guards the next slot's start too (in a
+            // 16-byte slot, it is where the heap writes the slot's key).
+            let tail = super::canary::free_tail(p as usize);
+            p.add(u - TAIL).cast::<usize>().write_unaligned(tail);
+            let m = mark(p as usize, n);
+            p.add(MARK_AT).cast::<usize>().write_unaligned(m);
+        } else {
+            p.add(u - TAIL).cast::<usize>().write_unaligned(0);
+        }
+    }
+}
+
+/// What a slot of `u` bytes at `p` carved fresh gets: no mark (its third
+/// word cleared), and a free slot's tail word (from 32 bytes: a 16-byte
+/// slot's last word is its key).
+///
+/// # Safety
+/// `p` is a slot of `u` bytes the caller may write.
+#[inline(always)]
+pub unsafe fn carved(p: *mut u8, u: usize) {
+    // SAFETY: inside the slot (caller). A 16-byte slot is all link and
+    // key.
+    unsafe {
+        if u >= MARKED_MIN {
+            p.add(MARK_AT).cast::<usize>().write_unaligned(0);
+            let tail = super::canary::free_tail(p as usize);
+            p.add(u - TAIL).cast::<usize>().write_unaligned(tail);
         }
     }
 }
