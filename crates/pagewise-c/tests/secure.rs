@@ -92,6 +92,27 @@ fn the_hardened_library_stops_each_misuse_with_its_report() {
             Err(out) => panic!("{kind} at {size}: went on: {out}"),
         }
     }
+    // A write far past the end, by memcpy, memmove or memset: stopped at the
+    // call, before a byte is written.
+    for kind in ["memcpy-far", "memmove-far", "memset-far"] {
+        for size in SIZES {
+            let out = Command::new(program)
+                .args([kind, &size.to_string()])
+                .env("LD_PRELOAD", &secure)
+                .output()
+                .unwrap();
+            let stdout = String::from_utf8_lossy(&out.stdout);
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert!(
+                !out.status.success() && !stdout.contains("copied"),
+                "{kind} at {size}: not stopped at the call: {stdout}{stderr}"
+            );
+            assert!(
+                stderr.starts_with("pagewise: heap buffer overflow"),
+                "{kind} at {size}: {stderr}"
+            );
+        }
+    }
     // Freed blocks up to 4 KiB are wiped: stale data is never seen there.
     for size in [8, 64, 4000] {
         let r = run(program, Some(&secure), "read-after-free", size);
@@ -119,6 +140,8 @@ fn table_of_what_each_allocator_catches() {
         "overflow-1",
         "overflow-32",
         "overflow-memcpy",
+        "memcpy-far",
+        "memset-far",
         "underflow-1",
         "double-free",
         "double-free-later",

@@ -27,6 +27,20 @@ int main(int argc, char **argv) {
         memset(src, 'y', sizeof src);
         memcpy(p + n - 8, src, 24);
         free(p);
+    } else if (!strcmp(kind, "memcpy-far") || !strcmp(kind, "memmove-far") ||
+               !strcmp(kind, "memset-far")) {
+        /* 70,000 bytes from the block's last 8: past the end of any slot,
+         * span or run the block sits in. */
+        static char src[70008];
+        if (kind[3] == 'c')
+            memcpy(p + n - 8, src, sizeof src);
+        else if (kind[3] == 'm')
+            memmove(p + n - 8, src, sizeof src);
+        else
+            memset(p + n - 8, 'z', sizeof src);
+        printf("copied\n");
+        fflush(stdout);
+        free(p);
     } else if (!strcmp(kind, "underflow-1")) {
         /* The byte before the block: the previous block's end, or the
          * allocator's own bytes. */

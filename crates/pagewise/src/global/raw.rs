@@ -306,6 +306,29 @@ pub unsafe fn usable_size(ptr: *const u8) -> usize {
     }
 }
 
+/// The hardened build's check of a write of `len` bytes at `dst`, which
+/// the hardened C library's `memcpy`, `memmove` and `memset` make before
+/// writing: if `dst` lies in a pagewise block and the write would run past
+/// the block's end (its slot, span or run), the process stops with an
+/// overflow report. A write into the block's slack past the request is
+/// found at its free (the canary). Reads no byte of the block.
+///
+/// ```
+/// // SAFETY: 16 is a power of two; the block is freed below.
+/// unsafe {
+///     let p = pagewise::raw::malloc(100, 16);
+///     pagewise::raw::check_write(p, 100); // in the block: returns
+///     let x = [0u8; 64];
+///     pagewise::raw::check_write(x.as_ptr(), 1 << 20); // not pagewise's
+///     pagewise::raw::free(p);
+/// }
+/// ```
+#[cfg(feature = "secure")]
+#[inline]
+pub fn check_write(dst: *const u8, len: usize) {
+    crate::secure::check_write(dst, len);
+}
+
 /// Whether `ptr` lies in memory pagewise manages (it may still be free).
 ///
 /// ```

@@ -24,6 +24,7 @@
 //! `global/raw.rs`); the heaps below it allocate the longer block and never
 //! see the canaries. Owned `Heap`s are not hardened.
 
+mod bounds;
 mod canary;
 mod wipe;
 
@@ -302,6 +303,23 @@ pub unsafe fn realloc(
         wipe::wipe(p, old, u);
         free(p);
         q
+    }
+}
+
+/// Checks a write of `len` bytes at `dst` (a C `memcpy`, `memmove` or
+/// `memset` about to run): if `dst` lies in a pagewise block and the write
+/// runs past that block's end, aborts with an overflow report naming the
+/// first byte past it (`bounds.rs`).
+#[inline]
+pub fn check_write(dst: *const u8, len: usize) {
+    if len == 0 {
+        return;
+    }
+    let at = dst as usize;
+    if let Some(end) = bounds::end_of_block(at) {
+        if len > end - at {
+            misuse(Misuse::Overflow, end);
+        }
     }
 }
 
