@@ -280,6 +280,29 @@ fn a_one_byte_underflow_is_reported_at_the_free() {
 }
 
 #[test]
+fn fresh_slots_are_handed_out_in_an_order_of_their_own() {
+    // A size no other test uses, so the slots come from fresh pages: 170
+    // bytes and the tail word, in the 192-byte class (21 slots per 4 KiB
+    // OS page, the unit slots are carved in).
+    let l = layout(170);
+    // SAFETY: live blocks, each freed once.
+    unsafe {
+        let v: Vec<*mut u8> = (0..200).map(|_| A.alloc(l)).collect();
+        let next_door = v
+            .windows(2)
+            .filter(|w| (w[1] as usize).wrapping_sub(w[0] as usize) == 192)
+            .count();
+        assert!(
+            next_door < 50,
+            "{next_door} of 199 right after the one before"
+        );
+        for p in v {
+            A.dealloc(p, l);
+        }
+    }
+}
+
+#[test]
 fn the_c_fast_path_hands_out_armed_slots_from_the_thread_cache() {
     // The checks ride on the thread cache's paths rather than leaving
     // them: a slot freed is in the cache, and the cache-only allocation

@@ -237,7 +237,8 @@ pub struct HeapCore {
     /// A thread heap of the global allocator (serviced by the purger).
     pub global: bool,
     /// Carve slots in a shuffled order (a heap whose page source can share
-    /// pages: meshing needs survivors at different offsets).
+    /// pages: meshing needs survivors at different offsets; every heap of
+    /// the hardened build: where the next block lies is not predictable).
     shuffle_carving: bool,
 }
 
@@ -298,7 +299,7 @@ impl HeapCore {
             next_deadline: AtomicU64::new(u64::MAX),
             global,
             // SAFETY: the source outlives the heap (the caller's contract).
-            shuffle_carving: unsafe { (*source).sharing().is_some() },
+            shuffle_carving: cfg!(feature = "secure") || unsafe { (*source).sharing().is_some() },
         };
         for class in 0..CLASSES {
             heap.direct.set(class, empty_page());

@@ -316,6 +316,18 @@ impl Block {
         let _ = slot;
     }
 
+    /// What the order in which a page's slots are carved is drawn from,
+    /// beside their address (`Page::extend`): nothing, or in the hardened
+    /// build the secret, so that the order cannot be predicted.
+    #[inline(always)]
+    pub fn carve_salt() -> usize {
+        if cfg!(feature = "secure") {
+            SECRET.load(Relaxed)
+        } else {
+            0
+        }
+    }
+
     /// Marks a slot live (about to be handed out).
     ///
     /// # Safety

@@ -266,7 +266,7 @@ impl Page {
         n = n.min((self.reserved - capacity) as usize);
         let end = begin + n * slot;
         let (first, step) = if shuffle && n > 2 {
-            carve_order(begin, n)
+            carve_order(begin ^ Block::carve_salt(), n)
         } else {
             (0, 1)
         };
