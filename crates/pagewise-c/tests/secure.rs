@@ -83,10 +83,12 @@ fn the_hardened_library_stops_each_misuse_with_its_report() {
         ("write-after-free", 4000, "write after free"),
         ("underflow-1", 8, "heap buffer underflow"),
         ("underflow-1", 4000, "heap buffer underflow"),
+        // malloc(0): touching the block faults at once (no report line).
+        ("zero-write", 0, "(signal)"),
     ] {
         match run(program, Some(&secure), kind, size) {
             Ok(line) => assert!(
-                line.starts_with("pagewise: ") && line.contains(report),
+                (line.starts_with("pagewise: ") || report == "(signal)") && line.contains(report),
                 "{kind} at {size}: {line}"
             ),
             Err(out) => panic!("{kind} at {size}: went on: {out}"),
@@ -148,9 +150,16 @@ fn table_of_what_each_allocator_catches() {
         "write-after-free",
         "read-after-free",
         "invalid-free",
+        "zero-write",
     ];
     for kind in kinds {
-        for size in SIZES {
+        // A zero-byte block, at 0 bytes only.
+        let sizes = if kind == "zero-write" {
+            &[0][..]
+        } else {
+            &SIZES[..]
+        };
+        for &size in sizes {
             let row: Vec<String> = libs
                 .iter()
                 .map(|(name, lib)| {

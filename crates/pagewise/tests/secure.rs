@@ -140,6 +140,17 @@ fn child_entry() {
                 second.sub(1).write(0);
                 A.dealloc(second, l);
             }
+            "zero-read" | "zero-write" | "zero-double-free" => {
+                let z = black_box(pagewise::raw::malloc(0, 16));
+                match kind {
+                    "zero-read" => println!("read {}", z.read_volatile()),
+                    "zero-write" => z.write_volatile(1),
+                    _ => {
+                        pagewise::raw::free(z);
+                        pagewise::raw::free(z);
+                    }
+                }
+            }
             _ => unreachable!("{kind}"),
         }
         A.dealloc(p, l);
@@ -299,6 +310,32 @@ fn fresh_slots_are_handed_out_in_an_order_of_their_own() {
         for p in v {
             A.dealloc(p, l);
         }
+    }
+}
+
+#[test]
+fn a_zero_byte_block_faults_when_touched_and_is_freed_once() {
+    for case in ["zero-read:0", "zero-write:0"] {
+        let (ok, stdout, stderr) = run_case(case);
+        assert!(
+            !ok && !stdout.contains("still running") && !stdout.contains("read "),
+            "{case}: {stdout}{stderr}"
+        );
+    }
+    expect_report("zero-double-free", &[0], "pagewise: double free");
+    // SAFETY: 16 is a power of two; blocks freed once.
+    unsafe {
+        let (a, b) = (pagewise::raw::malloc(0, 16), pagewise::raw::malloc(0, 16));
+        assert!(!a.is_null() && a != b, "unique");
+        assert_eq!(pagewise::raw::usable_size(a), 0);
+        let c = pagewise::raw::realloc(a, 10, 16);
+        c.write_bytes(7, 10);
+        assert_eq!(pagewise::raw::usable_size(c), 10);
+        pagewise::raw::free(c);
+        pagewise::raw::free(b);
+        let z = pagewise::raw::calloc(0, 16);
+        assert!(!z.is_null());
+        pagewise::raw::free(z);
     }
 }
 

@@ -41,6 +41,10 @@ int main(int argc, char **argv) {
         printf("copied\n");
         fflush(stdout);
         free(p);
+    } else if (!strcmp(kind, "zero-write")) {
+        /* A zero-byte block written (its size is the argument's, 0). */
+        p[0] = 'z';
+        free(p);
     } else if (!strcmp(kind, "underflow-1")) {
         /* The byte before the block: the previous block's end, or the
          * allocator's own bytes. */

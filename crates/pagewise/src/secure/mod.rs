@@ -27,6 +27,7 @@
 mod bounds;
 mod canary;
 mod wipe;
+mod zero;
 
 use crate::fault::{misuse, Misuse};
 use crate::heap::HeapCore;
@@ -49,7 +50,8 @@ pub const TAIL: usize = 8;
 /// `heap` is the calling thread's own heap.
 #[inline(always)]
 pub unsafe fn alloc_cached(heap: &HeapCore, size: usize) -> *mut u8 {
-    if size > crate::heap::alloc::CACHED_MAX - TAIL {
+    // Zero bytes (a block that faults when touched) or too big: not here.
+    if size.wrapping_sub(1) >= crate::heap::alloc::CACHED_MAX - TAIL {
         return null_mut();
     }
     let class = class_of(size + TAIL);
@@ -78,6 +80,12 @@ pub unsafe fn alloc(
     align: usize,
     inner: impl FnOnce(usize, usize) -> *mut u8,
 ) -> *mut u8 {
+    if size == 0 && align <= 16 {
+        let p = zero::alloc();
+        if !p.is_null() {
+            return p;
+        }
+    }
     let Some(n) = size.checked_add(TAIL) else {
         return null_mut();
     };
@@ -255,6 +263,9 @@ pub unsafe fn free(p: *mut u8, current: *mut HeapCore, uncached: impl FnOnce(*mu
 /// As [`free`].
 #[inline(never)]
 unsafe fn free_uncached(p: *mut u8, uncached: impl FnOnce(*mut u8)) {
+    if zero::owns(p) {
+        return zero::free(p);
+    }
     // SAFETY: checked live above; wiped before it is free. A slot the slab
     // table lists is on a page with no purged or meshed OS page.
     unsafe {
@@ -283,6 +294,14 @@ pub unsafe fn realloc(
     alloc: impl FnOnce(usize, usize) -> *mut u8,
     free: impl FnOnce(*mut u8),
 ) -> *mut u8 {
+    if zero::owns(p) {
+        // Nothing to keep: the new block, then the old one freed.
+        let q = alloc(size, align);
+        if !q.is_null() {
+            zero::free(p);
+        }
+        return q;
+    }
     // SAFETY: `check` aborts unless `p` is live, with `u` usable bytes;
     // the new block is a live one of at least `size` bytes.
     unsafe {
@@ -329,6 +348,9 @@ pub fn check_write(dst: *const u8, len: usize) {
 /// # Safety
 /// `p` is not null.
 pub unsafe fn usable_size(p: *const u8) -> usize {
+    if zero::owns(p) {
+        return 0;
+    }
     // SAFETY: forwarded.
     unsafe { check(p as *mut u8).0 }
 }
