@@ -79,7 +79,7 @@ fn the_hardened_library_stops_each_misuse_with_its_report() {
     // handed out again.
     // The byte before a small block: the tail word of the slot before it.
     for (kind, size, report) in [
-        ("write-after-free", 8, "corrupted free list"),
+        ("write-after-free", 8, "write after free"),
         ("write-after-free", 4000, "write after free"),
         ("underflow-1", 8, "heap buffer underflow"),
         ("underflow-1", 4000, "heap buffer underflow"),

@@ -24,6 +24,27 @@ fn layout(size: usize) -> Layout {
     Layout::from_size_align(size, 8).unwrap()
 }
 
+/// Frees as many new blocks of `l` as the quarantine holds, and nothing
+/// else, so that the slot freed just before leaves it for the thread cache
+/// (on top: the next allocation of its class takes it).
+///
+/// # Safety
+/// None: the blocks are this function's.
+unsafe fn past_quarantine(l: Layout) {
+    // No vector: its own free would push one more slot out.
+    let mut v = [core::ptr::null_mut(); 64];
+    let v = &mut v[..pagewise::raw::QUARANTINE];
+    // SAFETY: live blocks, each freed once.
+    unsafe {
+        for p in v.iter_mut() {
+            *p = A.alloc(l);
+        }
+        for &p in v.iter() {
+            A.dealloc(p, l);
+        }
+    }
+}
+
 /// Runs one case in the child; does nothing in a normal test run.
 #[test]
 fn child_entry() {
@@ -64,6 +85,9 @@ fn child_entry() {
                 if kind == "link-after-free-paged" {
                     // The slot goes home to its page's free list.
                     pagewise::trim();
+                } else {
+                    // The slot goes to the thread cache.
+                    past_quarantine(l);
                 }
                 println!("slot {:#018x}", p as usize);
                 // A write after free over the slot's first word, the link
@@ -91,6 +115,7 @@ fn child_entry() {
                 let at = p.add((size / 2).min(3000));
                 println!("byte {:#018x}", at as usize);
                 at.write(b'w');
+                past_quarantine(l);
                 let q = black_box(A.alloc(l));
                 let r = black_box(A.alloc(l));
                 println!("handed out {q:?} and {r:?}");
@@ -340,19 +365,52 @@ fn a_zero_byte_block_faults_when_touched_and_is_freed_once() {
 }
 
 #[test]
+fn a_freed_block_does_not_come_straight_back() {
+    let l = layout(100);
+    let mut got = [core::ptr::null_mut(); 64];
+    let got = &mut got[..pagewise::raw::QUARANTINE];
+    // SAFETY: live blocks, each freed once.
+    unsafe {
+        let p = A.alloc(l);
+        A.dealloc(p, l);
+        for b in got.iter_mut() {
+            *b = A.alloc(l);
+        }
+        assert!(!got.contains(&p), "{p:?} came back within the quarantine");
+        for &b in got.iter() {
+            A.dealloc(b, l);
+        }
+    }
+}
+
+#[test]
 fn the_c_fast_path_hands_out_armed_slots_from_the_thread_cache() {
     // The checks ride on the thread cache's paths rather than leaving
-    // them: a slot freed is in the cache, and the cache-only allocation
-    // hands it out again, armed for the new request.
+    // them: a slot freed goes to the cache once the quarantine lets it
+    // go, and the cache-only allocation hands it out again, armed for the
+    // new request.
     // SAFETY: 16 is a power of two; live blocks, each freed once.
     unsafe {
+        // Frees as many new blocks as the quarantine holds, and nothing
+        // else (no vector), so that the slot freed before goes to the cache.
+        let quarantine = |size: usize| {
+            let mut v = [core::ptr::null_mut(); 64];
+            for b in v[..pagewise::raw::QUARANTINE].iter_mut() {
+                *b = pagewise::raw::malloc(size, 16);
+            }
+            for &b in &v[..pagewise::raw::QUARANTINE] {
+                pagewise::raw::free(b);
+            }
+        };
         let p = pagewise::raw::malloc(100, 16);
         pagewise::raw::free(p);
+        quarantine(100);
         let q = pagewise::raw::malloc_cached(104, 16);
-        assert_eq!(q, p, "the slot just freed, from the cache");
+        assert_eq!(q, p, "the slot freed, from the cache");
         assert_eq!(pagewise::raw::usable_size(q), 104, "armed for its request");
         q.write_bytes(1, 104);
         pagewise::raw::free(q);
+        quarantine(100);
         let r = pagewise::raw::malloc_cached(90, 16);
         assert_eq!(r, p);
         assert!((0..90).all(|i| *r.add(i) == 0), "wiped by the free");
@@ -389,6 +447,7 @@ fn a_freed_block_is_wiped_before_it_is_handed_out_again() {
             let p = A.alloc(l);
             p.write_bytes(0xaa, size);
             A.dealloc(p, l);
+            past_quarantine(l);
             let q = A.alloc(l);
             assert_eq!(q, p, "{size}: the slot comes back from the cache");
             assert!(

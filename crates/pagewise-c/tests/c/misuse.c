@@ -65,8 +65,13 @@ int main(int argc, char **argv) {
     } else if (!strcmp(kind, "write-after-free")) {
         free(p);
         p[n / 2] = 'w';
-        sink = malloc(n);
-        sink = malloc(n);
+        /* Enough frees for the block to leave a quarantine, and the
+         * allocations that would hand it out again. */
+        for (int i = 0; i < 40; i++) {
+            void *x = malloc(n);
+            sink = x;
+            free(x);
+        }
     } else if (!strcmp(kind, "read-after-free")) {
         free(p);
         char *q = malloc(n);

@@ -245,6 +245,15 @@ pub unsafe fn usable_size(ptr: *const u8) -> usize {
 /// pagewise::trim();
 /// ```
 pub fn trim() {
+    #[cfg(feature = "secure")]
+    {
+        let me = thread::current_or_null();
+        if !me.is_null() {
+            // SAFETY: our own heap: its quarantine goes to its cache, which
+            // the trim empties below.
+            unsafe { crate::secure::drain_quarantine(&*me) };
+        }
+    }
     {
         // Under the visit lock, which the fork handlers take first: a
         // batch between the transfer cache and its pages is never copied

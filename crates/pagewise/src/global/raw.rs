@@ -306,6 +306,15 @@ pub unsafe fn usable_size(ptr: *const u8) -> usize {
     }
 }
 
+/// The hardened build's quarantine: a block a thread frees is handed out
+/// again only after this many more frees of the thread.
+///
+/// ```
+/// assert!(pagewise::raw::QUARANTINE >= 8);
+/// ```
+#[cfg(feature = "secure")]
+pub const QUARANTINE: usize = crate::secure::QUARANTINE;
+
 /// The hardened build's check of a write of `len` bytes at `dst`, which
 /// the hardened C library's `memcpy`, `memmove` and `memset` make before
 /// writing: if `dst` lies in a pagewise block and the write would run past

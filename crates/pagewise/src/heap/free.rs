@@ -40,29 +40,13 @@ impl HeapCore {
     /// As `free_any`; on true, the free is done.
     #[inline]
     pub unsafe fn free_to_cache(ptr: *mut u8, current: *const HeapCore) -> bool {
-        // SAFETY: forwarded.
-        unsafe { HeapCore::free_to_cache_with(ptr, current, |_, _, _| {}) }
-    }
-
-    /// [`HeapCore::free_to_cache`], calling `before` with the slot, its
-    /// class and its offset in its page once the slot is known, before it is marked and cached (the
-    /// hardened build's checks, `crate::secure`).
-    ///
-    /// # Safety
-    /// As `free_to_cache`; `before` returns only if the slot may be cached.
-    #[inline(always)]
-    pub unsafe fn free_to_cache_with(
-        ptr: *mut u8,
-        current: *const HeapCore,
-        before: impl FnOnce(*mut Block, usize, usize),
-    ) -> bool {
         let addr = ptr as usize;
         // SAFETY: the segment is registered, so mapped with a header;
         // `current` is the calling thread's heap, whose cache may take any
         // slot of a thread heap of the global allocator.
         !current.is_null()
             && registry::in_shared_segment(addr)
-            && unsafe { (*current).cache_free_with(addr, before) }
+            && unsafe { (*current).cache_free(addr) }
     }
 
     /// Puts `addr` in this heap's cache if it starts a slot of a live slab
@@ -74,21 +58,6 @@ impl HeapCore {
     /// slot of this heap, or of any thread heap if this is one).
     #[inline]
     pub(super) unsafe fn cache_free(&self, addr: usize) -> bool {
-        // SAFETY: forwarded.
-        unsafe { self.cache_free_with(addr, |_, _, _| {}) }
-    }
-
-    /// [`HeapCore::cache_free`] with `before` as in
-    /// [`HeapCore::free_to_cache_with`].
-    ///
-    /// # Safety
-    /// As `cache_free`.
-    #[inline(always)]
-    unsafe fn cache_free_with(
-        &self,
-        addr: usize,
-        before: impl FnOnce(*mut Block, usize, usize),
-    ) -> bool {
         // SAFETY: registered segments are mapped and headed by a `Segment`.
         let seg = unsafe { &*Segment::of(crate::memory::layout::segment_base(addr)) };
         let (state_at, offset) = seg.slab_entry(addr);
@@ -106,10 +75,8 @@ impl HeapCore {
         // least) of the class `entry - 1` (slab table) in a live slab page.
         // The key is stored blind: loading it would wait for a line another
         // core may have written last; a slot freed twice is caught when it
-        // leaves the cache (`ClassState::pop`, `flush_cache`). The hardened
-        // build checks it in `before` (`crate::secure`).
+        // leaves the cache (`ClassState::pop`, `flush_cache`).
         unsafe {
-            before(block, (state_at >> STATE_SHIFT) - 1, offset);
             Block::mark_cached(block);
             if !state.push(block) {
                 self.cache_full((state_at >> STATE_SHIFT) - 1, block);

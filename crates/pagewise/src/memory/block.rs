@@ -80,6 +80,10 @@ fn random_word() -> usize {
 /// slot's cache key, and neither is ever 0 (the secret is odd).
 const PAGE_TAG: usize = 2;
 
+/// Told apart from both in the quarantine key (the hardened build).
+#[cfg(feature = "secure")]
+const QUARANTINE_TAG: usize = 4;
+
 /// The key a free slot at `addr` holds in a thread cache.
 #[inline(always)]
 fn cache_key(addr: usize) -> usize {
@@ -291,7 +295,34 @@ impl Block {
     #[inline(always)]
     pub unsafe fn is_free(block: *const Block) -> bool {
         // SAFETY: per the caller.
-        unsafe { Block::is_cached(block) || Block::is_in_page(block) }
+        unsafe {
+            Block::is_cached(block) || Block::is_in_page(block) || Block::is_quarantined(block)
+        }
+    }
+
+    /// Marks a slot freed into its thread's quarantine (the hardened
+    /// build, `crate::secure`): free, but in no list. A free past the
+    /// cache ([`Block::mark_free`]) takes it for a live slot, which it is
+    /// to its page.
+    ///
+    /// # Safety
+    /// As [`Block::mark_cached`].
+    #[cfg(feature = "secure")]
+    #[inline(always)]
+    pub unsafe fn mark_quarantined(block: *mut Block) {
+        // SAFETY: per the caller.
+        unsafe { (*block).key = SECRET.load(Relaxed) ^ block as usize ^ QUARANTINE_TAG };
+    }
+
+    /// Whether a slot holds the quarantine key.
+    ///
+    /// # Safety
+    /// As [`Block::is_cached`].
+    #[cfg(feature = "secure")]
+    #[inline(always)]
+    pub unsafe fn is_quarantined(block: *const Block) -> bool {
+        // SAFETY: per the caller.
+        unsafe { (*block).key == SECRET.load(Relaxed) ^ block as usize ^ QUARANTINE_TAG }
     }
 
     /// Gives a slot the page key as [`Block::mark_in_page`] does, for a

@@ -26,8 +26,11 @@
 
 mod bounds;
 mod canary;
+mod quarantine;
 mod wipe;
 mod zero;
+
+pub use quarantine::{Quarantine, SLOTS as QUARANTINE};
 
 use crate::fault::{misuse, Misuse};
 use crate::heap::HeapCore;
@@ -98,11 +101,11 @@ pub unsafe fn alloc(
 }
 
 /// If `p` starts a slot of a slab page of a thread heap whose slots the
-/// thread caches take, its offset in its page (the slab table says so; a
-/// page with purged or meshed OS pages is left out, and its slots are not
-/// checked).
-#[inline]
-fn slot_offset(p: *const u8) -> Option<usize> {
+/// thread caches take, its class and its offset in its page (the slab
+/// table says so, as the cache's free path reads it; a page with purged or
+/// meshed OS pages is left out, and its slots are not checked).
+#[inline(always)]
+fn slot_of(p: *const u8) -> Option<(usize, usize)> {
     let addr = p as usize;
     if !registry::in_shared_segment(addr) {
         return None;
@@ -110,8 +113,19 @@ fn slot_offset(p: *const u8) -> Option<usize> {
     // SAFETY: a registered segment is mapped and headed by a `Segment`.
     let seg = unsafe { &*Segment::of(segment_base(addr)) };
     let (state_at, offset) = seg.slab_entry(addr);
-    let listed = state_at != 0 && GEOMETRY[(state_at >> STATE_SHIFT) - 1].starts_slot(offset);
-    listed.then_some(offset)
+    if state_at == 0 {
+        return None;
+    }
+    let class = (state_at >> STATE_SHIFT) - 1;
+    // SAFETY: slab-table entries hold `class + 1` for classes below CLASSES.
+    let slot = unsafe { GEOMETRY.get_unchecked(class) }.starts_slot(offset);
+    slot.then_some((class, offset))
+}
+
+/// The offset in its page of a slot [`slot_of`] finds.
+#[inline]
+fn slot_offset(p: *const u8) -> Option<usize> {
+    slot_of(p).map(|(_, offset)| offset)
 }
 
 /// Makes a block of `u` usable bytes just handed out a hardened block of
@@ -231,30 +245,66 @@ unsafe fn check_neighbour(p: *const u8, u: usize, offset: usize) {
     }
 }
 
-/// Frees `p`: into `current`'s cache if it can (checked and wiped on the
-/// way), else through `uncached` after checking and wiping it.
+/// Frees `p`: a slot the thread cache could take is checked, wiped and put
+/// in the thread's quarantine, and the slot it displaces goes to the cache
+/// (or through `uncached`); anything else is checked and wiped, then freed
+/// through `uncached`.
 ///
 /// # Safety
 /// `p` is not null; `current` is the calling thread's heap or null;
-/// `uncached` frees a live block.
+/// `uncached` frees a live block below this layer.
 #[inline(always)]
 pub unsafe fn free(p: *mut u8, current: *mut HeapCore, uncached: impl FnOnce(*mut u8)) {
-    // SAFETY: `free_to_cache_with` calls `free_slot` on a slot of a thread
-    // heap's live slab page, which returns only if it may be cached.
-    // (The closure is inlined, as the checks it calls are: the fast path
-    // then makes no call.)
-    if unsafe {
-        HeapCore::free_to_cache_with(
-            p,
-            current,
-            #[inline(always)]
-            |b, class, offset| free_slot(b, class, offset),
-        )
-    } {
-        return;
+    if !current.is_null() {
+        if let Some((class, offset)) = slot_of(p) {
+            let b = p as *mut Block;
+            // SAFETY: a slot of a thread heap's live slab page whose slots
+            // the caches take, so resident; `current` is ours (caller).
+            unsafe {
+                free_slot(b, class, offset);
+                Block::mark_quarantined(b);
+                let old = (*current).quarantine.swap(b);
+                if !old.is_null() {
+                    release(old, current, uncached);
+                }
+            }
+            return;
+        }
     }
     // SAFETY: forwarded.
     unsafe { free_uncached(p, uncached) }
+}
+
+/// Frees a slot out of quarantine below this layer: to the thread cache,
+/// or through `uncached` if its page no longer lets the caches take it.
+///
+/// # Safety
+/// `b` left `current`'s quarantine; `current` is the calling thread's heap.
+#[inline(always)]
+unsafe fn release(b: *mut Block, current: *mut HeapCore, uncached: impl FnOnce(*mut u8)) {
+    // SAFETY: a live slot to its page (the quarantine key is no free key).
+    unsafe {
+        if !HeapCore::free_to_cache(b.cast(), current) {
+            uncached(b.cast());
+        }
+    }
+}
+
+/// Frees every slot of `heap`'s quarantine (a trim, or the thread's exit:
+/// the slots then go where the cache's go).
+///
+/// # Safety
+/// `heap` is the calling thread's own heap.
+pub unsafe fn drain_quarantine(heap: &HeapCore) {
+    let me = heap as *const HeapCore;
+    // SAFETY: owner only (caller); each slot left the quarantine.
+    unsafe {
+        heap.quarantine.drain(|b| {
+            if !HeapCore::free_to_cache(b.cast(), me) {
+                HeapCore::free_uncached(b.cast(), me);
+            }
+        })
+    };
 }
 
 /// [`free`] past the cache: looks the block up, checks and wipes it.
