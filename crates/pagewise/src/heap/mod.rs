@@ -241,8 +241,7 @@ pub struct HeapCore {
     #[cfg(feature = "secure")]
     pub(crate) quarantine: crate::secure::Quarantine,
     /// Carve slots in a shuffled order (a heap whose page source can share
-    /// pages: meshing needs survivors at different offsets; every heap of
-    /// the hardened build: where the next block lies is not predictable).
+    /// pages: meshing needs survivors at different offsets).
     shuffle_carving: bool,
 }
 
@@ -305,7 +304,7 @@ impl HeapCore {
             // SAFETY: the source outlives the heap (the caller's contract).
             #[cfg(feature = "secure")]
             quarantine: crate::secure::Quarantine::new(),
-            shuffle_carving: cfg!(feature = "secure") || unsafe { (*source).sharing().is_some() },
+            shuffle_carving: unsafe { (*source).sharing().is_some() },
         };
         for class in 0..CLASSES {
             heap.direct.set(class, empty_page());

@@ -347,9 +347,10 @@ impl Block {
         let _ = slot;
     }
 
-    /// What the order in which a page's slots are carved is drawn from,
-    /// beside their address (`Page::extend`): nothing, or in the hardened
-    /// build the secret, so that the order cannot be predicted.
+    /// What the slot a page's fresh OS page is carved from first is drawn
+    /// from in the hardened build, beside its address (`Page::extend`): the
+    /// secret, so that where the next block lies cannot be predicted (0 in
+    /// the default build, which starts at the first).
     #[inline(always)]
     pub fn carve_salt() -> usize {
         if cfg!(feature = "secure") {
