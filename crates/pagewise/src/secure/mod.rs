@@ -1,26 +1,28 @@
 //! The hardened build (the `secure` feature): checks around every block
-//! the global allocator and the C library hand out, at the cost of a few
-//! writes per allocation and a wipe per free (docs/hardening.md has the
-//! figures and what each check catches).
+//! the global allocator and the C library hand out (docs/hardening.md has
+//! what each check catches and what they cost).
 //!
 //! Every block is allocated eight bytes longer than asked, and its end
 //! carries a tail word (`canary.rs`) saying where the requested bytes end,
 //! encoded with the process's secret; the bytes between the request and the
 //! tail hold a canary. A free or realloc checks both, so a write past the
 //! end, of one byte or many, is reported at the latest when the block is
-//! freed. A free then wipes what the block's owner wrote (`wipe.rs`): the
-//! next owner never sees the last one's data, and a second free of a large
-//! block is told apart from an overflow.
+//! freed, and a free checks the word before its block too (the end of the
+//! slot before: an underflow). A free then wipes what the block's owner
+//! wrote and marks it (`wipe.rs`), and the slot is checked when it is
+//! handed out again: a write after free is reported then. A freed slot
+//! waits in its thread's quarantine (`quarantine.rs`) before it can be
+//! handed out again. `malloc(0)` is a block that faults (`zero.rs`), and
+//! the C library's `memcpy` family asks [`check_write`] first (`bounds.rs`).
 //!
-//! A slot freed twice is reported at its second free: it still holds its
-//! free key (`memory/block.rs`), which the hardened free loads (the default
-//! build stores it blind).
+//! A slot freed twice is reported at its second free: it still holds a
+//! free key (`memory/block.rs`), which the hardened free loads (the
+//! default build stores it blind). Free-list links are encoded there too.
 //!
 //! The checks run on the fast paths: an allocation from the thread cache
-//! knows its slot's size from its class, and a free into the thread cache
-//! learns it from the slab table the cache consults anyway
-//! ([`HeapCore::free_to_cache_with`]); only the other paths look the block
-//! up. The layer sits at the entry points (`global/allocator.rs`,
+//! knows its slot's size from its class, and a free finds its slot through
+//! the slab table, as the cache's free does; only the other paths look the
+//! block up. The layer sits at the entry points (`global/allocator.rs`,
 //! `global/raw.rs`); the heaps below it allocate the longer block and never
 //! see the canaries. Owned `Heap`s are not hardened.
 
