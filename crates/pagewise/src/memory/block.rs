@@ -35,7 +35,7 @@ pub struct Block {
 
 /// The per-process secret behind every key (0 until the first heap is
 /// made; no slot exists before that).
-static SECRET: AtomicUsize = AtomicUsize::new(0);
+pub(crate) static SECRET: AtomicUsize = AtomicUsize::new(0);
 
 /// Draws the secret, once per process (later calls keep it). Allocates
 /// nothing: the kernel's random bytes for the process ([`crate::os::random`]).
@@ -46,21 +46,12 @@ pub fn init_secret() {
     let _ = SECRET.compare_exchange(0, random_word() | 1, Relaxed, Relaxed);
 }
 
-/// The per-process secret, drawn if it was not yet (the unit tests').
-#[cfg(test)]
+/// The per-process secret, drawn if it was not yet (the unit tests'; the
+/// hardened build reads it without the draw, `crate::secure::secret_now`).
+#[cfg(any(test, feature = "secure"))]
+#[cfg_attr(not(test), allow(dead_code))]
 pub fn secret() -> usize {
     init_secret();
-    SECRET.load(Relaxed)
-}
-
-/// The per-process secret without drawing it (0 before the first heap is
-/// made), for other values that must not be guessable from the program's
-/// side: the hardened build's canaries (`crate::secure`). A load: the
-/// hardened paths only ever meet blocks a heap made, after the secret
-/// was drawn.
-#[cfg(feature = "secure")]
-#[inline(always)]
-pub fn secret_now() -> usize {
     SECRET.load(Relaxed)
 }
 
@@ -97,63 +88,6 @@ fn page_key(addr: usize) -> usize {
     SECRET.load(Relaxed) ^ addr ^ PAGE_TAG
 }
 
-/// The hardened build's link encoding: a free slot's link is stored as
-/// `(next ^ slot ^ key) * ODD`, with `key` from the per-process secret and
-/// `slot` the slot's own address, and decoded by the inverse. A decoded
-/// link must be a 16-byte-aligned address below 2^48 (or null): a write
-/// after free that changes any bit of the stored word decodes to one with a
-/// low bit set (a change whose lowest bit is among the four lowest), or
-/// with a high bit set (a change above bit 47: the multiplication carries
-/// it upward), or to a value whose high bits are those of the product,
-/// which pass the check once in 65,536. The slot is then reported as a
-/// corrupted free list, rather than handed out at an address the write
-/// chose ([`Block::next`]).
-#[cfg(feature = "secure")]
-mod link {
-    use super::{Relaxed, SECRET};
-
-    /// The multiplier (odd, so invertible modulo 2^64).
-    const ODD: usize = 0x9e37_79b9_7f4a_7c15;
-
-    /// `ODD`'s inverse modulo 2^64 (Newton's iteration doubles the correct
-    /// low bits each step: 3, 6, 12, 24, 48, 96).
-    const INV: usize = {
-        let mut x = ODD;
-        let mut i = 0;
-        while i < 5 {
-            x = x.wrapping_mul(2usize.wrapping_sub(ODD.wrapping_mul(x)));
-            i += 1;
-        }
-        x
-    };
-    const _: () = assert!(ODD.wrapping_mul(INV) == 1);
-
-    /// Bits no decoded link may have: the four low ones (slots are 16-byte
-    /// aligned) and those above 47 (user addresses).
-    const INVALID: usize = 0xffff_0000_0000_000f;
-
-    /// The key: the secret's halves swapped, so that it differs from the
-    /// free keys' secret (a link is not a key XORed with an address).
-    #[inline(always)]
-    fn key() -> usize {
-        SECRET.load(Relaxed).rotate_left(usize::BITS / 2)
-    }
-
-    /// The stored form of a link to `next` in the slot at `at`.
-    #[inline(always)]
-    pub fn encode(at: usize, next: usize) -> usize {
-        (next ^ at ^ key()).wrapping_mul(ODD)
-    }
-
-    /// The link stored as `word` in the slot at `at`, or `None` if the word
-    /// was not written by [`encode`] for this slot.
-    #[inline(always)]
-    pub fn decode(at: usize, word: usize) -> Option<usize> {
-        let next = word.wrapping_mul(INV) ^ at ^ key();
-        (next & INVALID == 0).then_some(next)
-    }
-}
-
 /// What a slot found without its free key where a list kept it is
 /// reported as: a double free in the default build (a second copy of the
 /// slot in the lists); a corrupted free list in the hardened build, which
@@ -167,7 +101,8 @@ pub const KEY_LOST: crate::fault::Misuse = if cfg!(feature = "secure") {
 
 impl Block {
     /// The next free slot after `block` in the list that holds it. The
-    /// hardened build stores links encoded (`link`), and aborts here
+    /// hardened build stores links encoded (`crate::secure::link`), and
+    /// aborts here
     /// ([`crate::fault::Misuse::CorruptedFreeList`]) if the link does not
     /// decode: a write after free changed it.
     ///
@@ -180,7 +115,7 @@ impl Block {
         let word = unsafe { (*block).next };
         #[cfg(feature = "secure")]
         {
-            let Some(next) = link::decode(block as usize, word as usize) else {
+            let Some(next) = crate::secure::link::decode(block as usize, word as usize) else {
                 crate::fault::misuse(crate::fault::Misuse::CorruptedFreeList, block as usize)
             };
             next as *mut Block
@@ -196,7 +131,7 @@ impl Block {
     #[inline(always)]
     pub unsafe fn set_next(block: *mut Block, next: *mut Block) {
         #[cfg(feature = "secure")]
-        let next = link::encode(block as usize, next as usize) as *mut Block;
+        let next = crate::secure::link::encode(block as usize, next as usize) as *mut Block;
         // SAFETY: per the caller.
         unsafe { (*block).next = next };
     }
@@ -345,19 +280,6 @@ impl Block {
             crate::secure::carved(block.cast(), slot);
         }
         let _ = slot;
-    }
-
-    /// What the slot a page's fresh OS page is carved from first is drawn
-    /// from in the hardened build, beside its address (`Page::extend`): the
-    /// secret, so that where the next block lies cannot be predicted (0 in
-    /// the default build, which starts at the first).
-    #[inline(always)]
-    pub fn carve_salt() -> usize {
-        if cfg!(feature = "secure") {
-            SECRET.load(Relaxed)
-        } else {
-            0
-        }
     }
 
     /// Marks a slot live (about to be handed out).

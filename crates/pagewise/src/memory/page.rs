@@ -131,6 +131,28 @@ fn carve_order(at: usize, n: usize) -> (usize, usize) {
     (first, step)
 }
 
+/// The slot the carve of `n` slots from `begin` starts at, in address
+/// order from there (wrapping round once): the first; in the hardened
+/// build one drawn from the secret and the address, so that where a page's
+/// first block lies cannot be predicted (a stride, as meshing's shuffle
+/// takes, would scatter what a program allocates together).
+#[cfg(not(feature = "secure"))]
+#[inline(always)]
+fn first_carved(_begin: usize, _n: usize) -> usize {
+    0
+}
+
+/// See the default build's `first_carved`.
+#[cfg(feature = "secure")]
+#[inline(always)]
+fn first_carved(begin: usize, n: usize) -> usize {
+    if n > 1 {
+        carve_order(begin ^ crate::secure::secret_now(), n).0
+    } else {
+        0
+    }
+}
+
 fn gcd(mut a: usize, mut b: usize) -> usize {
     while b != 0 {
         (a, b) = (b, a % b);
@@ -267,12 +289,8 @@ impl Page {
         let end = begin + n * slot;
         let (first, step) = if shuffle && n > 2 {
             carve_order(begin, n)
-        } else if cfg!(feature = "secure") && n > 1 {
-            // The hardened build: address order from a start drawn from the
-            // secret (a stride would scatter what is allocated together).
-            (carve_order(begin ^ Block::carve_salt(), n).0, 1)
         } else {
-            (0, 1)
+            (first_carved(begin, n), 1)
         };
         // Link the new slots, each holding the page key (so that freeing
         // one that was never handed out is caught too).

@@ -18,9 +18,9 @@
 //! the request's end to a word boundary, and the first word (which may
 //! hold the request's last bytes) is merged under a mask.
 
+use super::secret_now;
 use super::TAIL;
 use crate::fault::Misuse;
-use crate::memory::block::secret_now;
 
 /// Canary bytes after a request, at most (to the next word boundary past
 /// this many): the first of them is what a linear overflow writes first;

@@ -28,6 +28,7 @@
 
 mod bounds;
 mod canary;
+pub(crate) mod link;
 mod quarantine;
 mod wipe;
 mod zero;
@@ -42,6 +43,14 @@ use crate::memory::registry;
 use crate::memory::segment::{Segment, STATE_SHIFT};
 use crate::memory::size_class::{class_of, GEOMETRY, SLOT_SIZE, SMALL_MAX};
 use core::ptr::null_mut;
+
+/// The per-process secret, without drawing it (0 before the first heap is
+/// made): a load, since the hardened paths only ever meet blocks a heap
+/// made, after the secret was drawn.
+#[inline(always)]
+pub fn secret_now() -> usize {
+    crate::memory::block::SECRET.load(core::sync::atomic::Ordering::Relaxed)
+}
 
 /// Bytes every block gets beyond its request: the tail word.
 pub const TAIL: usize = 8;

@@ -25,8 +25,8 @@
 //! zeroing a 64 MiB block of which the program touched a page would bring
 //! all of it into memory.
 
+use super::secret_now;
 use super::TAIL;
-use crate::memory::block::secret_now;
 use crate::memory::size_class::SMALL_MAX;
 
 /// Bytes wiped at each free, at most: a block's first OS page.
