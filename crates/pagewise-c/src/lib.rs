@@ -14,7 +14,8 @@
 //! Preloading rules this crate keeps:
 //! - **No bootstrap**: the core lives in zero-initialised statics, so the
 //!   first `malloc` (from the loader or libc, before any constructor) works.
-//!   Nothing here calls `dlsym` or wraps another malloc.
+//!   Nothing here calls `dlsym` or wraps another malloc (the hardened
+//!   library's checked `memcpy` family looks libc's up, [`checked_mem`]).
 //! - **No allocation inside the allocator**: the exported functions only call
 //!   the core; reports are formatted into stack buffers.
 //! - **No unwinding across C**: nothing here panics, and every export is
@@ -39,6 +40,8 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]
 
+#[cfg(feature = "secure")]
+pub mod checked_mem;
 pub mod cxx;
 pub mod introspect;
 pub mod jemalloc;

@@ -74,6 +74,47 @@ fn the_hardened_library_stops_each_misuse_with_its_report() {
             }
         }
     }
+    // A write after free to a small block: over its link (8 B: the slot is
+    // all link and key) or its zeroed bytes, reported when the slot is
+    // handed out again.
+    // The byte before a small block: the tail word of the slot before it.
+    for (kind, size, report) in [
+        ("write-after-free", 8, "write after free"),
+        ("write-after-free", 4000, "write after free"),
+        ("underflow-1", 8, "heap buffer underflow"),
+        ("underflow-1", 4000, "heap buffer underflow"),
+        // malloc(0): touching the block faults at once (no report line).
+        ("zero-write", 0, "(signal)"),
+    ] {
+        match run(program, Some(&secure), kind, size) {
+            Ok(line) => assert!(
+                (line.starts_with("pagewise: ") || report == "(signal)") && line.contains(report),
+                "{kind} at {size}: {line}"
+            ),
+            Err(out) => panic!("{kind} at {size}: went on: {out}"),
+        }
+    }
+    // A write far past the end, by memcpy, memmove or memset: stopped at the
+    // call, before a byte is written.
+    for kind in ["memcpy-far", "memmove-far", "memset-far"] {
+        for size in SIZES {
+            let out = Command::new(program)
+                .args([kind, &size.to_string()])
+                .env("LD_PRELOAD", &secure)
+                .output()
+                .unwrap();
+            let stdout = String::from_utf8_lossy(&out.stdout);
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert!(
+                !out.status.success() && !stdout.contains("copied"),
+                "{kind} at {size}: not stopped at the call: {stdout}{stderr}"
+            );
+            assert!(
+                stderr.starts_with("pagewise: heap buffer overflow"),
+                "{kind} at {size}: {stderr}"
+            );
+        }
+    }
     // Freed blocks up to 4 KiB are wiped: stale data is never seen there.
     for size in [8, 64, 4000] {
         let r = run(program, Some(&secure), "read-after-free", size);
@@ -101,15 +142,24 @@ fn table_of_what_each_allocator_catches() {
         "overflow-1",
         "overflow-32",
         "overflow-memcpy",
+        "memcpy-far",
+        "memset-far",
         "underflow-1",
         "double-free",
         "double-free-later",
         "write-after-free",
         "read-after-free",
         "invalid-free",
+        "zero-write",
     ];
     for kind in kinds {
-        for size in SIZES {
+        // A zero-byte block, at 0 bytes only.
+        let sizes = if kind == "zero-write" {
+            &[0][..]
+        } else {
+            &SIZES[..]
+        };
+        for &size in sizes {
             let row: Vec<String> = libs
                 .iter()
                 .map(|(name, lib)| {

@@ -22,7 +22,11 @@
 //!   thread's exit, or the process's `exit()` (docs/design.md, "Bad input");
 //! - a slot of a slab page that was carved but never handed out;
 //! - freeing into an owned `Heap`, or through the global allocator, a
-//!   pointer that belongs to another heap (small, large and huge alike).
+//!   pointer that belongs to another heap (small, large and huge alike);
+//! - in the hardened build (`secure`), a free slot whose link (encoded with
+//!   the secret) or key a write after free changed, where the list that
+//!   holds it follows it: a corrupted free list; and a freed slot whose
+//!   zeroed bytes were written before it is handed out again.
 //!
 //! Not detected: a slot freed, handed out again, and then freed a second
 //! time through the old pointer (it is live again, so the free is valid as
@@ -47,6 +51,15 @@ pub enum Misuse {
     WrongHeap,
     /// Bytes past the end of the block were written (the hardened build).
     Overflow,
+    /// A free slot's link or key was overwritten: a write after free (the
+    /// hardened build, where links are encoded).
+    CorruptedFreeList,
+    /// A freed block was written before it was handed out again (the
+    /// hardened build, which fills freed slots and checks them).
+    WriteAfterFree,
+    /// Bytes before the start of the block were written (the hardened
+    /// build: the tail word of the slot before it changed).
+    Underflow,
 }
 
 impl Misuse {
@@ -57,6 +70,13 @@ impl Misuse {
             Misuse::DoubleFree => b"double free (the memory is already free)",
             Misuse::WrongHeap => b"free of a pointer that belongs to another pagewise heap",
             Misuse::Overflow => b"heap buffer overflow (written past the end of the block)",
+            Misuse::CorruptedFreeList => {
+                b"corrupted free list (a free block's link was overwritten: a write after free)"
+            }
+            Misuse::WriteAfterFree => b"write after free (a freed block was written)",
+            Misuse::Underflow => {
+                b"heap buffer underflow (written before the start of the block, or past the end of the one before)"
+            }
         }
     }
 }

@@ -24,6 +24,27 @@ fn layout(size: usize) -> Layout {
     Layout::from_size_align(size, 8).unwrap()
 }
 
+/// Frees as many new blocks of `l` as the quarantine holds, and nothing
+/// else, so that the slot freed just before leaves it for the thread cache
+/// (on top: the next allocation of its class takes it).
+///
+/// # Safety
+/// None: the blocks are this function's.
+unsafe fn past_quarantine(l: Layout) {
+    // No vector: its own free would push one more slot out.
+    let mut v = [core::ptr::null_mut(); 64];
+    let v = &mut v[..pagewise::raw::QUARANTINE];
+    // SAFETY: live blocks, each freed once.
+    unsafe {
+        for p in v.iter_mut() {
+            *p = A.alloc(l);
+        }
+        for &p in v.iter() {
+            A.dealloc(p, l);
+        }
+    }
+}
+
 /// Runs one case in the child; does nothing in a normal test run.
 #[test]
 fn child_entry() {
@@ -55,6 +76,105 @@ fn child_entry() {
                 A.dealloc(p, l);
                 go.send(()).unwrap();
                 t.join().unwrap();
+            }
+            "link-after-free" | "link-after-free-paged" | "text-after-free" => {
+                // The page stays in use (and mapped) while the slot is
+                // free: another block on it stays live.
+                let keep = black_box(A.alloc(l));
+                A.dealloc(p, l);
+                if kind == "link-after-free-paged" {
+                    // The slot goes home to its page's free list.
+                    pagewise::trim();
+                } else {
+                    // The slot goes to the thread cache.
+                    past_quarantine(l);
+                }
+                println!("slot {:#018x}", p as usize);
+                // A write after free over the slot's first word, the link
+                // of the list that holds it: text, or an address the
+                // program would want the allocator to hand out next.
+                let target = black_box([0u64; 64]);
+                if kind == "text-after-free" {
+                    p.copy_from(b"AAAAAAAA".as_ptr(), 8);
+                } else {
+                    p.cast::<usize>().write(target.as_ptr() as usize);
+                }
+                let q = black_box(A.alloc(l));
+                let r = black_box(A.alloc(l));
+                println!("handed out {q:?} and {r:?}, target {:?}", target.as_ptr());
+                A.dealloc(keep, l);
+            }
+            "write-after-free" | "write-after-free-paged" => {
+                let keep = black_box(A.alloc(l));
+                A.dealloc(p, l);
+                if kind == "write-after-free-paged" {
+                    pagewise::trim();
+                }
+                // One byte in the middle of the freed block, or of its
+                // first 4 KiB (what the free zeroes).
+                let at = p.add((size / 2).min(3000));
+                println!("byte {:#018x}", at as usize);
+                at.write(b'w');
+                past_quarantine(l);
+                let q = black_box(A.alloc(l));
+                let r = black_box(A.alloc(l));
+                println!("handed out {q:?} and {r:?}");
+                A.dealloc(keep, l);
+            }
+            "reuse" => {
+                // Slots freed (zeroed and marked), their pages emptied and
+                // reused by large blocks full of other bytes, then carved
+                // into slots again: what the large blocks left is not a
+                // write after free.
+                let small = layout(1000);
+                for round in 0..3 {
+                    let v: Vec<*mut u8> = (0..3000).map(|_| A.alloc(small)).collect();
+                    for &q in &v {
+                        q.write_bytes(round, 1000);
+                    }
+                    for &q in &v {
+                        A.dealloc(q, small);
+                    }
+                    let big = layout(300 << 10);
+                    let w: Vec<*mut u8> = (0..16).map(|_| A.alloc(big)).collect();
+                    for &q in &w {
+                        q.write_bytes(0x77, 300 << 10);
+                    }
+                    for &q in &w {
+                        A.dealloc(q, big);
+                    }
+                }
+            }
+            "underflow-1" | "underflow-1-free-neighbour" => {
+                // The byte before a block, with the block before it live
+                // (its tail word is there) or freed.
+                let q = black_box(A.alloc(l));
+                let r = black_box(A.alloc(l));
+                let (first, second) = if (q as usize) < (r as usize) {
+                    (q, r)
+                } else {
+                    (r, q)
+                };
+                if kind == "underflow-1-free-neighbour" {
+                    A.dealloc(first, l);
+                }
+                println!(
+                    "block {:#018x} neighbour {:#018x}",
+                    second as usize, first as usize
+                );
+                second.sub(1).write(0);
+                A.dealloc(second, l);
+            }
+            "zero-read" | "zero-write" | "zero-double-free" => {
+                let z = black_box(pagewise::raw::malloc(0, 16));
+                match kind {
+                    "zero-read" => println!("read {}", z.read_volatile()),
+                    "zero-write" => z.write_volatile(1),
+                    _ => {
+                        pagewise::raw::free(z);
+                        pagewise::raw::free(z);
+                    }
+                }
             }
             _ => unreachable!("{kind}"),
         }
@@ -112,6 +232,200 @@ fn a_double_free_by_another_thread_is_reported_at_the_second_free() {
     expect_report("double-other-thread", &SIZES, "pagewise: double free");
 }
 
+/// Slab sizes: their free slots are linked through their first word.
+const SLAB_SIZES: [usize; 3] = [8, 4000, 200_000];
+
+/// Runs a case that prints `slot ADDRESS` and expects the report of a
+/// corrupted free list naming that slot.
+fn expect_corrupted_slot(kind: &str, sizes: &[usize]) {
+    for &size in sizes {
+        let case = format!("{kind}:{size}");
+        let (ok, stdout, stderr) = run_case(&case);
+        assert!(
+            !ok && !stdout.contains("still running"),
+            "{case}: the child went on: {stdout}{stderr}"
+        );
+        let slot = stdout
+            .lines()
+            .find_map(|l| l.split("slot ").nth(1))
+            .unwrap_or_else(|| panic!("{case}: {stdout}"));
+        let report = format!("pagewise: corrupted free list (a free block's link was overwritten: a write after free): {slot}");
+        assert!(
+            stderr.contains(&report),
+            "{case}: no {report:?} in {stderr:?}"
+        );
+    }
+}
+
+#[test]
+fn a_link_overwritten_after_free_is_reported_at_its_slot_when_followed() {
+    expect_corrupted_slot("text-after-free", &SLAB_SIZES);
+    expect_corrupted_slot("link-after-free", &SLAB_SIZES);
+    // Sizes whose OS page the live neighbour keeps (a slot alone on its OS
+    // page is purged by `trim()`, and carved again with a fresh link).
+    expect_corrupted_slot("link-after-free-paged", &[8, 1000]);
+}
+
+#[test]
+fn a_write_after_free_is_reported_when_the_slot_is_handed_out_again() {
+    for (kind, sizes) in [
+        ("write-after-free", &[100, 4000, 200_000][..]),
+        // Gone home to its page's free list (a neighbour keeps the OS page).
+        ("write-after-free-paged", &[100, 1000][..]),
+    ] {
+        for &size in sizes {
+            let case = format!("{kind}:{size}");
+            let (ok, stdout, stderr) = run_case(&case);
+            assert!(
+                !ok && !stdout.contains("still running"),
+                "{case}: the child went on: {stdout}{stderr}"
+            );
+            let byte = stdout
+                .lines()
+                .find_map(|l| l.split("byte ").nth(1))
+                .unwrap_or_else(|| panic!("{case}: {stdout}"));
+            let report = format!("pagewise: write after free (a freed block was written): {byte}");
+            assert!(
+                stderr.contains(&report),
+                "{case}: no {report:?} in {stderr:?}"
+            );
+        }
+    }
+}
+
+#[test]
+fn memory_an_earlier_use_left_in_a_fresh_slot_is_not_a_write_after_free() {
+    let (ok, stdout, stderr) = run_case("reuse:8");
+    assert!(ok && stdout.contains("still running"), "{stdout}{stderr}");
+}
+
+#[test]
+fn a_one_byte_underflow_is_reported_at_the_free() {
+    // Slab sizes where the two blocks are neighbours (one after the other
+    // in a fresh page).
+    expect_report(
+        "underflow-1",
+        &[8, 100, 4000],
+        "pagewise: heap buffer underflow",
+    );
+    expect_report(
+        "underflow-1-free-neighbour",
+        &[8, 100, 4000],
+        "pagewise: heap buffer underflow",
+    );
+}
+
+#[test]
+fn fresh_slots_start_at_a_slot_drawn_from_the_secret() {
+    // A size no other test uses, so the slots come from fresh pages: 170
+    // bytes and the tail word, in the 192-byte class (21 slots per 4 KiB
+    // OS page, the unit slots are carved in, each in address order from a
+    // start drawn from the secret).
+    let l = layout(170);
+    let mut v = [core::ptr::null_mut(); 200];
+    // SAFETY: live blocks, each freed once.
+    unsafe {
+        for p in v.iter_mut() {
+            *p = A.alloc(l);
+        }
+        // Each OS page's slots come from its start on, then wrap around to
+        // its first: a block below the one before.
+        let wraps = v.windows(2).filter(|w| w[1] < w[0]).count();
+        assert!(wraps >= 4, "{wraps} wraps in 200 blocks over 10 OS pages");
+        let next_door = v
+            .windows(2)
+            .filter(|w| (w[1] as usize).wrapping_sub(w[0] as usize) == 192)
+            .count();
+        assert!(
+            next_door > 150,
+            "locality kept: {next_door} of 199 next door"
+        );
+        for p in v {
+            A.dealloc(p, l);
+        }
+    }
+}
+
+#[test]
+fn a_zero_byte_block_faults_when_touched_and_is_freed_once() {
+    for case in ["zero-read:0", "zero-write:0"] {
+        let (ok, stdout, stderr) = run_case(case);
+        assert!(
+            !ok && !stdout.contains("still running") && !stdout.contains("read "),
+            "{case}: {stdout}{stderr}"
+        );
+    }
+    expect_report("zero-double-free", &[0], "pagewise: double free");
+    // SAFETY: 16 is a power of two; blocks freed once.
+    unsafe {
+        let (a, b) = (pagewise::raw::malloc(0, 16), pagewise::raw::malloc(0, 16));
+        assert!(!a.is_null() && a != b, "unique");
+        assert_eq!(pagewise::raw::usable_size(a), 0);
+        let c = pagewise::raw::realloc(a, 10, 16);
+        c.write_bytes(7, 10);
+        assert_eq!(pagewise::raw::usable_size(c), 10);
+        pagewise::raw::free(c);
+        pagewise::raw::free(b);
+        let z = pagewise::raw::calloc(0, 16);
+        assert!(!z.is_null());
+        pagewise::raw::free(z);
+    }
+}
+
+#[test]
+fn a_freed_block_does_not_come_straight_back() {
+    let l = layout(100);
+    let mut got = [core::ptr::null_mut(); 64];
+    let got = &mut got[..pagewise::raw::QUARANTINE];
+    // SAFETY: live blocks, each freed once.
+    unsafe {
+        let p = A.alloc(l);
+        A.dealloc(p, l);
+        for b in got.iter_mut() {
+            *b = A.alloc(l);
+        }
+        assert!(!got.contains(&p), "{p:?} came back within the quarantine");
+        for &b in got.iter() {
+            A.dealloc(b, l);
+        }
+    }
+}
+
+#[test]
+fn the_c_fast_path_hands_out_armed_slots_from_the_thread_cache() {
+    // The checks ride on the thread cache's paths rather than leaving
+    // them: a slot freed goes to the cache once the quarantine lets it
+    // go, and the cache-only allocation hands it out again, armed for the
+    // new request.
+    // SAFETY: 16 is a power of two; live blocks, each freed once.
+    unsafe {
+        // Frees as many new blocks as the quarantine holds, and nothing
+        // else (no vector), so that the slot freed before goes to the cache.
+        let quarantine = |size: usize| {
+            let mut v = [core::ptr::null_mut(); 64];
+            for b in v[..pagewise::raw::QUARANTINE].iter_mut() {
+                *b = pagewise::raw::malloc(size, 16);
+            }
+            for &b in &v[..pagewise::raw::QUARANTINE] {
+                pagewise::raw::free(b);
+            }
+        };
+        let p = pagewise::raw::malloc(100, 16);
+        pagewise::raw::free(p);
+        quarantine(100);
+        let q = pagewise::raw::malloc_cached(104, 16);
+        assert_eq!(q, p, "the slot freed, from the cache");
+        assert_eq!(pagewise::raw::usable_size(q), 104, "armed for its request");
+        q.write_bytes(1, 104);
+        pagewise::raw::free(q);
+        quarantine(100);
+        let r = pagewise::raw::malloc_cached(90, 16);
+        assert_eq!(r, p);
+        assert!((0..90).all(|i| *r.add(i) == 0), "wiped by the free");
+        pagewise::raw::free(r);
+    }
+}
+
 #[test]
 fn the_usable_size_is_the_request_and_realloc_keeps_the_bytes() {
     // SAFETY: live blocks, each freed once.
@@ -141,6 +455,7 @@ fn a_freed_block_is_wiped_before_it_is_handed_out_again() {
             let p = A.alloc(l);
             p.write_bytes(0xaa, size);
             A.dealloc(p, l);
+            past_quarantine(l);
             let q = A.alloc(l);
             assert_eq!(q, p, "{size}: the slot comes back from the cache");
             assert!(
@@ -156,10 +471,16 @@ fn a_freed_block_is_wiped_before_it_is_handed_out_again() {
 fn zeroed_blocks_are_zero_and_checked_too() {
     // SAFETY: live blocks, each freed once.
     unsafe {
-        for size in [8, 4000, 1 << 20] {
+        // Sizes that end inside a word too: the canary's first word holds
+        // the request's last bytes. Each block is used dirty first, so that
+        // its memory is not known to be zero.
+        for size in [8, 13, 4000, 4001, 1 << 20, (1 << 20) + 3] {
             let l = layout(size);
+            let p = A.alloc(l);
+            p.write_bytes(0xff, size);
+            A.dealloc(p, l);
             let p = A.alloc_zeroed(l);
-            assert!((0..size).all(|i| *p.add(i) == 0));
+            assert!((0..size).all(|i| *p.add(i) == 0), "{size}");
             A.dealloc(p, l);
         }
     }
@@ -177,7 +498,13 @@ fn a_program_that_reallocates_and_frees_at_random_is_never_stopped() {
         x
     };
     let mut held: Vec<Vec<u8>> = Vec::new();
-    for _ in 0..200_000 {
+    // Fewer steps unoptimized: each checks up to 4 KiB twice.
+    let steps = if cfg!(debug_assertions) {
+        50_000
+    } else {
+        200_000
+    };
+    for _ in 0..steps {
         let r = next();
         let i = (r >> 8) as usize % 512;
         match r % 4 {

@@ -27,6 +27,24 @@ int main(int argc, char **argv) {
         memset(src, 'y', sizeof src);
         memcpy(p + n - 8, src, 24);
         free(p);
+    } else if (!strcmp(kind, "memcpy-far") || !strcmp(kind, "memmove-far") ||
+               !strcmp(kind, "memset-far")) {
+        /* 70,000 bytes from the block's last 8: past the end of any slot,
+         * span or run the block sits in. */
+        static char src[70008];
+        if (kind[3] == 'c')
+            memcpy(p + n - 8, src, sizeof src);
+        else if (kind[3] == 'm')
+            memmove(p + n - 8, src, sizeof src);
+        else
+            memset(p + n - 8, 'z', sizeof src);
+        printf("copied\n");
+        fflush(stdout);
+        free(p);
+    } else if (!strcmp(kind, "zero-write")) {
+        /* A zero-byte block written (its size is the argument's, 0). */
+        p[0] = 'z';
+        free(p);
     } else if (!strcmp(kind, "underflow-1")) {
         /* The byte before the block: the previous block's end, or the
          * allocator's own bytes. */
@@ -47,8 +65,13 @@ int main(int argc, char **argv) {
     } else if (!strcmp(kind, "write-after-free")) {
         free(p);
         p[n / 2] = 'w';
-        sink = malloc(n);
-        sink = malloc(n);
+        /* Enough frees for the block to leave a quarantine, and the
+         * allocations that would hand it out again. */
+        for (int i = 0; i < 40; i++) {
+            void *x = malloc(n);
+            sink = x;
+            free(x);
+        }
     } else if (!strcmp(kind, "read-after-free")) {
         free(p);
         char *q = malloc(n);

@@ -32,10 +32,8 @@ unsafe impl GlobalAlloc for Pagewise {
     #[inline]
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         #[cfg(feature = "secure")]
-        // SAFETY: `alloc_plain` returns null or a live block of the size.
-        return unsafe {
-            crate::secure::alloc(layout.size(), layout.align(), |n, a| alloc_plain(n, a))
-        };
+        // SAFETY: forwarded.
+        return unsafe { alloc_secure(layout.size(), layout.align()) };
         #[cfg(not(feature = "secure"))]
         // SAFETY: forwarded.
         unsafe {
@@ -46,8 +44,11 @@ unsafe impl GlobalAlloc for Pagewise {
     #[inline]
     unsafe fn dealloc(&self, ptr: *mut u8, _layout: Layout) {
         #[cfg(feature = "secure")]
-        // SAFETY: forwarded; `dealloc_plain` frees a live block.
-        return unsafe { crate::secure::free(ptr, |p| dealloc_plain(p)) };
+        let current = thread::current_or_null();
+        #[cfg(feature = "secure")]
+        // SAFETY: forwarded; the current heap is the calling thread's, and
+        // `dealloc_uncached` frees a live block.
+        return unsafe { crate::secure::free(ptr, current, |p| dealloc_uncached(p, current)) };
         #[cfg(not(feature = "secure"))]
         // SAFETY: forwarded.
         unsafe {
@@ -58,11 +59,22 @@ unsafe impl GlobalAlloc for Pagewise {
     #[inline]
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
         #[cfg(feature = "secure")]
-        // SAFETY: as for `alloc`.
+        // SAFETY: `alloc_zeroed_plain` returns null or a live block of the
+        // size.
         return unsafe {
-            crate::secure::alloc(layout.size(), layout.align(), |n, a| {
-                alloc_zeroed_plain(n, a)
-            })
+            let (size, align) = (layout.size(), layout.align());
+            let heap = thread::current_or_null();
+            let p = if heap.is_null() || align > 16 {
+                core::ptr::null_mut()
+            } else {
+                crate::secure::alloc_cached(&*heap, size)
+            };
+            if p.is_null() {
+                crate::secure::alloc(size, align, |n, a| alloc_zeroed_plain(n, a))
+            } else {
+                core::ptr::write_bytes(p, 0, size);
+                p
+            }
         };
         #[cfg(not(feature = "secure"))]
         // SAFETY: forwarded.
@@ -80,7 +92,7 @@ unsafe impl GlobalAlloc for Pagewise {
                 ptr,
                 new_size,
                 layout.align(),
-                |n, a| alloc_plain(n, a),
+                |n, a| alloc_secure(n, a),
                 |p| dealloc_plain(p),
             )
         };
@@ -90,6 +102,26 @@ unsafe impl GlobalAlloc for Pagewise {
             realloc_plain(ptr, layout.size(), layout.align(), new_size)
         }
     }
+}
+
+/// `GlobalAlloc::alloc` in the hardened build: from the thread cache if it
+/// can, else below the layer (`alloc_plain`), armed either way.
+///
+/// # Safety
+/// As `GlobalAlloc::alloc` (`align` a power of two).
+#[cfg(feature = "secure")]
+#[inline(always)]
+unsafe fn alloc_secure(size: usize, align: usize) -> *mut u8 {
+    let heap = thread::current_or_null();
+    if !heap.is_null() && align <= 16 {
+        // SAFETY: the calling thread's own heap.
+        let p = unsafe { crate::secure::alloc_cached(&*heap, size) };
+        if !p.is_null() {
+            return p;
+        }
+    }
+    // SAFETY: `alloc_plain` returns null or a live block of the size.
+    unsafe { crate::secure::alloc(size, align, |n, a| alloc_plain(n, a)) }
 }
 
 /// `GlobalAlloc::alloc` below the hardened layer.
@@ -213,6 +245,15 @@ pub unsafe fn usable_size(ptr: *const u8) -> usize {
 /// pagewise::trim();
 /// ```
 pub fn trim() {
+    #[cfg(feature = "secure")]
+    {
+        let me = thread::current_or_null();
+        if !me.is_null() {
+            // SAFETY: our own heap: its quarantine goes to its cache, which
+            // the trim empties below.
+            unsafe { crate::secure::drain_quarantine(&*me) };
+        }
+    }
     {
         // Under the visit lock, which the fork handlers take first: a
         // batch between the transfer cache and its pages is never copied

@@ -56,18 +56,19 @@ pub unsafe fn malloc(size: usize, align: usize) -> *mut u8 {
 /// ```
 #[inline(always)]
 pub unsafe fn malloc_cached(size: usize, align: usize) -> *mut u8 {
-    // The hardened build has no path that skips its checks.
-    #[cfg(feature = "secure")]
-    if true {
-        let _ = (size, align);
-        return core::ptr::null_mut();
-    }
     let heap = thread::current_or_null();
     if heap.is_null() || align > 16 || crate::global::purger::poll_pending() {
         return core::ptr::null_mut();
     }
+    // The hardened build arms the slot on the way out.
+    #[cfg(feature = "secure")]
     // SAFETY: the calling thread's own heap.
-    unsafe { (*heap).alloc_cached16(size) }
+    return unsafe { crate::secure::alloc_cached(&*heap, size) };
+    #[cfg(not(feature = "secure"))]
+    // SAFETY: the calling thread's own heap.
+    unsafe {
+        (*heap).alloc_cached16(size)
+    }
 }
 
 /// [`malloc`] past the cache: starts the purger if a free asked for it,
@@ -127,8 +128,11 @@ pub unsafe fn free(ptr: *mut u8) {
         return;
     }
     #[cfg(feature = "secure")]
-    // SAFETY: forwarded; `free_plain` frees a live block.
-    return unsafe { crate::secure::free(ptr, |p| free_plain(p)) };
+    let current = thread::current_or_null();
+    #[cfg(feature = "secure")]
+    // SAFETY: forwarded; the current heap is the calling thread's, and
+    // `free_uncached` frees a live block.
+    return unsafe { crate::secure::free(ptr, current, |p| free_uncached(p, current)) };
     #[cfg(not(feature = "secure"))]
     // SAFETY: forwarded.
     unsafe {
@@ -141,6 +145,7 @@ pub unsafe fn free(ptr: *mut u8) {
 /// # Safety
 /// As [`free`].
 #[inline(always)]
+#[cfg_attr(feature = "secure", allow(dead_code))]
 unsafe fn free_plain(ptr: *mut u8) {
     let current = thread::current_or_null();
     // SAFETY: forwarded; the current heap is the calling thread's.
@@ -179,6 +184,17 @@ unsafe fn free_uncached(ptr: *mut u8, current: *mut HeapCore) {
 /// }
 /// ```
 pub unsafe fn calloc(size: usize, align: usize) -> *mut u8 {
+    #[cfg(feature = "secure")]
+    {
+        // SAFETY: `align` is a power of two (caller); the block holds `size`
+        // bytes.
+        let p = unsafe { malloc_cached(size, align) };
+        if !p.is_null() {
+            // SAFETY: as above.
+            unsafe { core::ptr::write_bytes(p, 0, size) };
+            return p;
+        }
+    }
     crate::global::purger::poll();
     #[cfg(feature = "secure")]
     // SAFETY: `calloc_plain` returns null or a live block of the size.
@@ -226,18 +242,26 @@ pub unsafe fn realloc(ptr: *mut u8, new_size: usize, align: usize) -> *mut u8 {
     #[cfg(feature = "secure")]
     // SAFETY: forwarded; the closures allocate and free live blocks.
     return unsafe {
-        crate::secure::realloc(
-            ptr,
-            new_size,
-            align,
-            |n, a| malloc_plain(n, a),
-            |p| free_plain(p),
-        )
+        crate::secure::realloc(ptr, new_size, align, |n, a| malloc(n, a), |p| free_below(p))
     };
     #[cfg(not(feature = "secure"))]
     // SAFETY: forwarded.
     unsafe {
         realloc_plain(ptr, new_size, align)
+    }
+}
+
+/// Frees a block below the hardened layer, checked and wiped already.
+///
+/// # Safety
+/// As [`free`].
+#[cfg(feature = "secure")]
+unsafe fn free_below(ptr: *mut u8) {
+    let current = thread::current_or_null();
+    // SAFETY: forwarded.
+    if !unsafe { HeapCore::free_to_cache(ptr, current) } {
+        // SAFETY: forwarded.
+        unsafe { free_uncached(ptr, current) }
     }
 }
 
@@ -314,6 +338,38 @@ pub unsafe fn resize_in_place(ptr: *mut u8, new_size: usize) -> bool {
     // SAFETY: `with_heap` lends the calling thread's own heap; `ptr` is
     // live (caller), and only a block of that heap is resized.
     thread::with_heap(|h| unsafe { h.resize_large_in_place(ptr, new_size) }).unwrap_or(false)
+}
+
+/// The hardened build's quarantine: a block a thread frees is handed out
+/// again only after this many more frees of the thread.
+///
+/// ```
+/// assert!(pagewise::raw::QUARANTINE >= 8);
+/// ```
+#[cfg(feature = "secure")]
+pub const QUARANTINE: usize = crate::secure::QUARANTINE;
+
+/// The hardened build's check of a write of `len` bytes at `dst`, which
+/// the hardened C library's `memcpy`, `memmove` and `memset` make before
+/// writing: if `dst` lies in a pagewise block and the write would run past
+/// the block's end (its slot, span or run), the process stops with an
+/// overflow report. A write into the block's slack past the request is
+/// found at its free (the canary). Reads no byte of the block.
+///
+/// ```
+/// // SAFETY: 16 is a power of two; the block is freed below.
+/// unsafe {
+///     let p = pagewise::raw::malloc(100, 16);
+///     pagewise::raw::check_write(p, 100); // in the block: returns
+///     let x = [0u8; 64];
+///     pagewise::raw::check_write(x.as_ptr(), 1 << 20); // not pagewise's
+///     pagewise::raw::free(p);
+/// }
+/// ```
+#[cfg(feature = "secure")]
+#[inline]
+pub fn check_write(dst: *const u8, len: usize) {
+    crate::secure::check_write(dst, len);
 }
 
 /// Whether `ptr` lies in memory pagewise manages (it may still be free).

@@ -102,6 +102,18 @@ impl HeapCore {
         unsafe { self.states.get_unchecked(class + 1).pop() as *mut u8 }
     }
 
+    /// A slot of `class` from this heap's thread cache, null if it has none
+    /// (the hardened build's fast path, which knows the class already).
+    ///
+    /// # Safety
+    /// Owner only; `class` is below CLASSES.
+    #[cfg(feature = "secure")]
+    #[inline(always)]
+    pub unsafe fn alloc_cached_of(&self, class: usize) -> *mut u8 {
+        // SAFETY: per the caller.
+        unsafe { self.states.get_unchecked(class + 1).pop() as *mut u8 }
+    }
+
     /// # Safety
     /// Owner only.
     #[inline]
@@ -215,9 +227,9 @@ impl HeapCore {
         unsafe {
             let b = (*page).free;
             if !Block::is_in_page(b) {
-                misuse(Misuse::DoubleFree, b as usize);
+                misuse(crate::memory::block::KEY_LOST, b as usize);
             }
-            let next = (*b).next;
+            let next = Block::next(b);
             (*page).free = next;
             // The next pop reads `next`: a slot freed a while ago is cold,
             // and the free list is a chain of dependent loads, so its load

@@ -199,9 +199,9 @@ impl ClassState {
             if b.is_null() | (left <= 1) {
                 return null_mut();
             }
-            let next = (*b).next;
+            let next = Block::next(b);
             if !Block::is_cached(b) {
-                misuse(Misuse::DoubleFree, b as usize);
+                misuse(crate::memory::block::KEY_LOST, b as usize);
             }
             *self.head.get() = next;
             Block::mark_live(b);
@@ -226,7 +226,7 @@ impl ClassState {
         }
         // SAFETY: the slot is ours to link (caller); the list is owner-only.
         unsafe {
-            (*block).next = head;
+            Block::set_next(block, head);
             *self.head.get() = block;
         }
         self.room.store(room - 1, Relaxed);
@@ -281,15 +281,15 @@ impl ClassState {
             } else {
                 let mut last = *self.head.get();
                 for _ in 1..keep {
-                    let next = (*last).next;
+                    let next = Block::next(last);
                     if next.is_null() {
                         // Shorter than counted: a slot was freed twice.
                         misuse(Misuse::DoubleFree, last as usize);
                     }
                     last = next;
                 }
-                let rest = (*last).next;
-                (*last).next = null_mut();
+                let rest = Block::next(last);
+                Block::set_next(last, null_mut());
                 rest
             };
             self.room
@@ -362,9 +362,9 @@ pub unsafe fn walk_to_page(head: *mut Block, n: u32) {
         // SAFETY: a slot of the chain (caller).
         unsafe {
             if !Block::cached_to_page(b) {
-                misuse(Misuse::DoubleFree, b as usize);
+                misuse(crate::memory::block::KEY_LOST, b as usize);
             }
-            (prev, b) = (b, (*b).next);
+            (prev, b) = (b, Block::next(b));
         }
     }
 }
@@ -380,7 +380,7 @@ pub unsafe fn walk_to_cache(head: *mut Block, n: u32) {
         // SAFETY: a slot of the chain (caller).
         unsafe {
             Block::mark_cached(b);
-            b = (*b).next;
+            b = Block::next(b);
         }
     }
 }
@@ -388,6 +388,12 @@ pub unsafe fn walk_to_cache(head: *mut Block, n: u32) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A test slot: two words, 16-byte aligned like every slot (the
+    /// hardened build's links check the alignment).
+    #[repr(C, align(16))]
+    #[derive(Clone, Copy)]
+    struct Slot([usize; 2]);
 
     #[test]
     fn limits_bound_slots_and_bytes() {
@@ -402,8 +408,8 @@ mod tests {
 
     #[test]
     fn lifo_with_limit_and_counted() {
-        let mut slots = [[0usize; 2]; 4];
-        let p = |s: &mut [[usize; 2]; 4], i: usize| s[i].as_mut_ptr() as *mut Block;
+        let mut slots = [Slot([0; 2]); 4];
+        let p = |s: &mut [Slot; 4], i: usize| s[i].0.as_mut_ptr() as *mut Block;
         let c = ClassState::new(3, GEOMETRY[0]);
         // SAFETY: test-local slots, each pushed once while not in the cache,
         // marked cached as a free does.
@@ -430,8 +436,8 @@ mod tests {
             // Keep the most recent one (3); the older ones (1, then 0) go.
             let (list, n) = c.take_older(1);
             assert_eq!((list, n), (p(&mut slots, 1), 2));
-            assert_eq!((*list).next, p(&mut slots, 0));
-            assert!((*(*list).next).next.is_null());
+            assert_eq!(Block::next(list), p(&mut slots, 0));
+            assert!(Block::next(Block::next(list)).is_null());
             assert_eq!((c.cached(), c.frees(1)), (1, 2));
             assert!(c.take_older(1).0.is_null());
             assert_eq!(c.take_older(0), (p(&mut slots, 3), 1));
@@ -459,13 +465,13 @@ mod tests {
     /// keeping its slots, until the countdown is armed again.
     #[test]
     fn a_heap_that_does_not_sample_never_declines() {
-        let mut slots = [[0usize; 2]; 4];
+        let mut slots = [Slot([0; 2]); 4];
         let c = ClassState::new(4, GEOMETRY[0]);
         // Many more pops than a small countdown would allow: a heap that
         // does not sample must never find a sample due.
         for _ in 0..64 {
             for s in slots.iter_mut() {
-                let b = s.as_mut_ptr() as *mut Block;
+                let b = s.0.as_mut_ptr() as *mut Block;
                 // SAFETY: test-local slot, pushed while not in the cache.
                 unsafe {
                     Block::mark_cached(b);
@@ -483,9 +489,9 @@ mod tests {
 
     #[test]
     fn a_due_sample_makes_the_cache_decline() {
-        let mut slots = [[0usize; 2]; 2];
-        let a = slots[0].as_mut_ptr() as *mut Block;
-        let b = slots[1].as_mut_ptr() as *mut Block;
+        let mut slots = [Slot([0; 2]); 2];
+        let a = slots[0].0.as_mut_ptr() as *mut Block;
+        let b = slots[1].0.as_mut_ptr() as *mut Block;
         let c = ClassState::new(4, GEOMETRY[0]);
         assert_eq!(c.left(), NOT_SAMPLING);
         assert!(!c.sample_due());

@@ -278,7 +278,7 @@ impl HeapCore {
             if used == 0 || head == block || (*page).is_hollow_slot(block as usize) {
                 misuse(Misuse::DoubleFree, block as usize);
             }
-            (*block).next = head;
+            Block::set_next(block, head);
             (*page).free = block;
             (*page).set_used(used - 1);
             let class = (*page).class as usize;

@@ -185,6 +185,12 @@ impl HeapCore {
     /// # Safety
     /// Owner only, as its last act on the heap's owner-only state.
     pub unsafe fn abandon(&self) {
+        // The quarantined slots join the cache, which goes on below.
+        #[cfg(feature = "secure")]
+        // SAFETY: owner only (caller).
+        unsafe {
+            crate::secure::drain_quarantine(self)
+        };
         {
             let mut l = self.lock_local();
             // SAFETY: owner only, with the page lists held.

@@ -236,6 +236,10 @@ pub struct HeapCore {
     pub next_deadline: AtomicU64,
     /// A thread heap of the global allocator (serviced by the purger).
     pub global: bool,
+    /// The slots this heap's thread freed last, kept out of use (the
+    /// hardened build, `crate::secure`; owner only).
+    #[cfg(feature = "secure")]
+    pub(crate) quarantine: crate::secure::Quarantine,
     /// Carve slots in a shuffled order (a heap whose page source can share
     /// pages: meshing needs survivors at different offsets).
     shuffle_carving: bool,
@@ -298,6 +302,8 @@ impl HeapCore {
             next_deadline: AtomicU64::new(u64::MAX),
             global,
             // SAFETY: the source outlives the heap (the caller's contract).
+            #[cfg(feature = "secure")]
+            quarantine: crate::secure::Quarantine::new(),
             shuffle_carving: unsafe { (*source).sharing().is_some() },
         };
         for class in 0..CLASSES {

@@ -56,7 +56,7 @@ impl HeapCore {
         unsafe {
             delayed::take_each(
                 &self.delayed,
-                |b| (*b).next,
+                |b| Block::next(b),
                 |b| {
                     let seg = &*Segment::of(crate::memory::layout::segment_base(b as usize));
                     let page = lookup_page(seg, b as usize);
@@ -127,7 +127,7 @@ impl HeapCore {
                 let seg = &*Segment::of(crate::memory::layout::segment_base(b as usize));
                 let page = lookup_page(seg, b as usize);
                 out[(*page).class as usize] += 1;
-                b = (*b).next;
+                b = Block::next(b);
             }
         }
         out
@@ -139,7 +139,9 @@ impl HeapCore {
     /// `block` is a free slot of this heap's page, on no list.
     unsafe fn push_delayed(&self, block: *mut Block) {
         // SAFETY: per the caller, the slot is ours to link.
-        delayed::push(&self.delayed, block, |head| unsafe { (*block).next = head });
+        delayed::push(&self.delayed, block, |head| unsafe {
+            Block::set_next(block, head)
+        });
     }
 }
 
@@ -176,7 +178,7 @@ pub(crate) unsafe fn send_home(me: Option<(&HeapCore, &mut Local)>, mut b: *mut 
             if !Block::cached_to_page(b) {
                 misuse(Misuse::DoubleFree, b as usize);
             }
-            let next = (*b).next;
+            let next = Block::next(b);
             // Owner and page from the segment header's read-mostly
             // fields, not from the descriptor, which its owner rewrites
             // on every allocation (cached slots passed the free checks).
@@ -187,7 +189,7 @@ pub(crate) unsafe fn send_home(me: Option<(&HeapCore, &mut Local)>, mut b: *mut 
                     let _ = h.free_local(l, page, b);
                 }
                 _ if page == run.page => {
-                    (*run.last).next = b;
+                    Block::set_next(run.last, b);
                     run.last = b;
                     run.count += 1;
                 }
@@ -233,14 +235,14 @@ impl RemoteRun {
         }
         // SAFETY: per the caller; the chain ends at `last`.
         unsafe {
-            (*self.last).next = null_mut();
+            Block::set_next(self.last, null_mut());
             let mut first = self.first;
             let mut count = self.count;
             // A page on its owner's full list takes the first slot through
             // the heap's delayed list (`free_remote`); the rest go on.
             while !(*self.page).push_remote_chain(first, self.last, count) {
-                let rest = (*first).next;
-                (*first).next = null_mut();
+                let rest = Block::next(first);
+                Block::set_next(first, null_mut());
                 free_to_delayed(self.page, first);
                 if rest.is_null() {
                     break;

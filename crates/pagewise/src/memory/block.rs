@@ -27,15 +27,15 @@ use core::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 /// A free slot, linked through its first word, keyed in its second.
 #[repr(C)]
 pub struct Block {
-    /// Next free slot.
-    pub next: *mut Block,
+    /// Next free slot, encoded in the hardened build ([`Block::next`]).
+    next: *mut Block,
     /// [`key_of`] this slot while it is free; anything else while live.
     key: usize,
 }
 
 /// The per-process secret behind every key (0 until the first heap is
 /// made; no slot exists before that).
-static SECRET: AtomicUsize = AtomicUsize::new(0);
+pub(crate) static SECRET: AtomicUsize = AtomicUsize::new(0);
 
 /// Draws the secret, once per process (later calls keep it). Allocates
 /// nothing: the kernel's random bytes for the process ([`crate::os::random`]).
@@ -46,10 +46,10 @@ pub fn init_secret() {
     let _ = SECRET.compare_exchange(0, random_word() | 1, Relaxed, Relaxed);
 }
 
-/// The per-process secret (0 before the first heap is made), for other
-/// values that must not be guessable from the program's side: the hardened
-/// build's canaries (`crate::secure`).
+/// The per-process secret, drawn if it was not yet (the unit tests'; the
+/// hardened build reads it without the draw, `crate::secure::secret_now`).
 #[cfg(any(test, feature = "secure"))]
+#[cfg_attr(not(test), allow(dead_code))]
 pub fn secret() -> usize {
     init_secret();
     SECRET.load(Relaxed)
@@ -71,6 +71,10 @@ fn random_word() -> usize {
 /// slot's cache key, and neither is ever 0 (the secret is odd).
 const PAGE_TAG: usize = 2;
 
+/// Told apart from both in the quarantine key (the hardened build).
+#[cfg(feature = "secure")]
+const QUARANTINE_TAG: usize = 4;
+
 /// The key a free slot at `addr` holds in a thread cache.
 #[inline(always)]
 fn cache_key(addr: usize) -> usize {
@@ -84,7 +88,54 @@ fn page_key(addr: usize) -> usize {
     SECRET.load(Relaxed) ^ addr ^ PAGE_TAG
 }
 
+/// What a slot found without its free key where a list kept it is
+/// reported as: a double free in the default build (a second copy of the
+/// slot in the lists); a corrupted free list in the hardened build, which
+/// reports a double free at the second free itself, so that only a write
+/// after free can have changed the key.
+pub const KEY_LOST: crate::fault::Misuse = if cfg!(feature = "secure") {
+    crate::fault::Misuse::CorruptedFreeList
+} else {
+    crate::fault::Misuse::DoubleFree
+};
+
 impl Block {
+    /// The next free slot after `block` in the list that holds it. The
+    /// hardened build stores links encoded (`crate::secure::link`), and
+    /// aborts here
+    /// ([`crate::fault::Misuse::CorruptedFreeList`]) if the link does not
+    /// decode: a write after free changed it.
+    ///
+    /// # Safety
+    /// `block` is a free slot the caller may read, whose link was written
+    /// by [`Block::set_next`].
+    #[inline(always)]
+    pub unsafe fn next(block: *const Block) -> *mut Block {
+        // SAFETY: per the caller.
+        let word = unsafe { (*block).next };
+        #[cfg(feature = "secure")]
+        {
+            let Some(next) = crate::secure::link::decode(block as usize, word as usize) else {
+                crate::fault::misuse(crate::fault::Misuse::CorruptedFreeList, block as usize)
+            };
+            next as *mut Block
+        }
+        #[cfg(not(feature = "secure"))]
+        word
+    }
+
+    /// Links `block` to `next` (null: the end of a list).
+    ///
+    /// # Safety
+    /// `block` is a slot of at least two words that the caller may write.
+    #[inline(always)]
+    pub unsafe fn set_next(block: *mut Block, next: *mut Block) {
+        #[cfg(feature = "secure")]
+        let next = crate::secure::link::encode(block as usize, next as usize) as *mut Block;
+        // SAFETY: per the caller.
+        unsafe { (*block).next = next };
+    }
+
     /// Marks a slot as freed into a thread cache: a blind store, no check
     /// (the free fast path must not wait for the slot's line). A slot
     /// already free is caught when it is taken out of the cache again
@@ -179,7 +230,56 @@ impl Block {
     #[inline(always)]
     pub unsafe fn is_free(block: *const Block) -> bool {
         // SAFETY: per the caller.
-        unsafe { Block::is_cached(block) || Block::is_in_page(block) }
+        unsafe {
+            Block::is_cached(block) || Block::is_in_page(block) || Block::is_quarantined(block)
+        }
+    }
+
+    /// Marks a slot freed into its thread's quarantine (the hardened
+    /// build, `crate::secure`): free, but in no list. A free past the
+    /// cache ([`Block::mark_free`]) takes it for a live slot, which it is
+    /// to its page.
+    ///
+    /// # Safety
+    /// As [`Block::mark_cached`].
+    #[cfg(feature = "secure")]
+    #[inline(always)]
+    pub unsafe fn mark_quarantined(block: *mut Block) {
+        // SAFETY: per the caller.
+        unsafe { (*block).key = SECRET.load(Relaxed) ^ block as usize ^ QUARANTINE_TAG };
+    }
+
+    /// Whether a slot holds the quarantine key.
+    ///
+    /// # Safety
+    /// As [`Block::is_cached`].
+    #[cfg(feature = "secure")]
+    #[inline(always)]
+    pub unsafe fn is_quarantined(block: *const Block) -> bool {
+        // SAFETY: per the caller.
+        unsafe { (*block).key == SECRET.load(Relaxed) ^ block as usize ^ QUARANTINE_TAG }
+    }
+
+    /// Gives a slot the page key as [`Block::mark_in_page`] does, for a
+    /// slot of `slot` bytes whose bytes no free wrote: carved fresh, or
+    /// given back by meshing with another page's bytes in it. The hardened
+    /// build also writes what its free would have (`crate::secure`): clears
+    /// its third word, where a free leaves the mark that says how far it
+    /// zeroed the slot (a stale mark left there by an earlier use of the
+    /// memory would check bytes no free zeroed), and writes a free slot's
+    /// tail word, which the next slot's free checks.
+    ///
+    /// # Safety
+    /// As [`Block::mark_cached`], for all `slot` bytes.
+    #[inline(always)]
+    pub unsafe fn mark_carved(block: *mut Block, slot: usize) {
+        // SAFETY: per the caller.
+        unsafe {
+            Block::mark_in_page(block);
+            #[cfg(feature = "secure")]
+            crate::secure::carved(block.cast(), slot);
+        }
+        let _ = slot;
     }
 
     /// Marks a slot live (about to be handed out).

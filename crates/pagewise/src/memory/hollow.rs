@@ -260,7 +260,7 @@ impl Page {
                 if i == usize::MAX || !set.insert(i) {
                     misuse(Misuse::DoubleFree, b as usize);
                 }
-                b = (*b).next;
+                b = Block::next(b);
             }
         }
         if !b.is_null() {
@@ -340,7 +340,7 @@ impl Page {
         }
         if !tail.is_null() {
             // SAFETY: the chain's last slot, just linked.
-            unsafe { (*tail).next = self.free };
+            unsafe { Block::set_next(tail, self.free) };
             self.free = head;
         }
         self.set_hollow_slots(self.withheld_slots);
@@ -395,11 +395,11 @@ fn purge_runs(
 pub(crate) unsafe fn link_after(head: &mut *mut Block, tail: &mut *mut Block, b: *mut Block) {
     // SAFETY: per the caller.
     unsafe {
-        (*b).next = null_mut();
+        Block::set_next(b, null_mut());
         if tail.is_null() {
             *head = b;
         } else {
-            (**tail).next = b;
+            Block::set_next(*tail, b);
         }
     }
     *tail = b;

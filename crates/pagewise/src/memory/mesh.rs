@@ -346,7 +346,7 @@ impl Page {
                     // SAFETY: a slot of this page, not in use, on its own
                     // resident memory: its link (rewritten by
                     // `relink_usable`) and key are ours to write.
-                    unsafe { Block::mark_in_page(b) };
+                    unsafe { Block::mark_carved(b, self.slot_size as usize) };
                     set.insert(i);
                 }
             }

@@ -134,6 +134,28 @@ fn carve_order(at: usize, n: usize) -> (usize, usize) {
     (first, step)
 }
 
+/// The slot the carve of `n` slots from `begin` starts at, in address
+/// order from there (wrapping round once): the first; in the hardened
+/// build one drawn from the secret and the address, so that where a page's
+/// first block lies cannot be predicted (a stride, as meshing's shuffle
+/// takes, would scatter what a program allocates together).
+#[cfg(not(feature = "secure"))]
+#[inline(always)]
+fn first_carved(_begin: usize, _n: usize) -> usize {
+    0
+}
+
+/// See the default build's `first_carved`.
+#[cfg(feature = "secure")]
+#[inline(always)]
+fn first_carved(begin: usize, n: usize) -> usize {
+    if n > 1 {
+        carve_order(begin ^ crate::secure::secret_now(), n).0
+    } else {
+        0
+    }
+}
+
 fn gcd(mut a: usize, mut b: usize) -> usize {
     while b != 0 {
         (a, b) = (b, a % b);
@@ -271,7 +293,7 @@ impl Page {
         let (first, step) = if shuffle && n > 2 {
             carve_order(begin, n)
         } else {
-            (0, 1)
+            (first_carved(begin, n), 1)
         };
         // Link the new slots, each holding the page key (so that freeing
         // one that was never handed out is caught too).
@@ -284,8 +306,8 @@ impl Page {
             // SAFETY: `p` is a slot (of at least two words) inside this
             // page's span, which the heap owns and nothing else references yet.
             unsafe {
-                (*(p as *mut Block)).next = next as *mut Block;
-                Block::mark_in_page(p as *mut Block);
+                Block::set_next(p as *mut Block, next as *mut Block);
+                Block::mark_carved(p as *mut Block, slot);
             }
         }
         self.capacity.store(capacity + n as u32, Ordering::Relaxed);
@@ -379,7 +401,7 @@ impl Page {
                 }
                 // SAFETY: the list holds `n` slots of this page (`take`
                 // made us its only owner).
-                b = unsafe { (*b).next };
+                b = unsafe { Block::next(b) };
             }
         }
         if !self.free.is_null() {
@@ -390,9 +412,9 @@ impl Page {
             // slots of this page; `take` made us its only owner.
             unsafe {
                 for _ in 1..n {
-                    tail = (*tail).next;
+                    tail = Block::next(tail);
                 }
-                (*tail).next = self.free;
+                Block::set_next(tail, self.free);
             }
         }
         self.free = head;
@@ -502,7 +524,7 @@ impl Page {
         remote_word::push(&self.thread_free, first as usize - segment, count, |old| {
             let head = old.map_or(null_mut(), |l| (segment + l.first) as *mut Block);
             // SAFETY: the caller gives us the chain; `last` is its end.
-            unsafe { (*last).next = head };
+            unsafe { Block::set_next(last, head) };
         })
     }
 }
@@ -544,7 +566,7 @@ mod tests {
             // SAFETY: per the caller.
             unsafe {
                 *t = p.free;
-                p.free = (*p.free).next;
+                p.free = Block::next(p.free);
             }
             p.set_used(p.used() + 1);
         }
@@ -580,7 +602,7 @@ mod tests {
         while !b.is_null() {
             out.push(p.slot_index(b as usize).unwrap());
             // SAFETY: the page's free list, slots of the test's buffer.
-            b = unsafe { (*b).next };
+            b = unsafe { Block::next(b) };
         }
         out
     }
@@ -608,8 +630,12 @@ mod tests {
         let mut buf = buf();
         let mut p = page_over(&mut buf.0, 64);
         p.extend(false);
+        // (The hardened build starts at a slot drawn from the secret, and
+        // wraps around to the first once.)
         assert!(
-            free_order(&p).windows(2).all(|w| w[0] + 1 == w[1]),
+            free_order(&p)
+                .windows(2)
+                .all(|w| w[0] + 1 == w[1] || (cfg!(feature = "secure") && w[1] == 0)),
             "address order"
         );
     }
@@ -623,8 +649,8 @@ mod tests {
         // a -> b -> c, as the free list had them), chained, pushed back once.
         unsafe {
             let [a, b, c] = take::<3>(&mut p);
-            assert_eq!(((*a).next, (*b).next), (b, c));
-            (*c).next = null_mut();
+            assert_eq!((Block::next(a), Block::next(b)), (b, c));
+            Block::set_next(c, null_mut());
             assert!(p.push_remote_chain(a, c, 3));
             assert_eq!(p.collect_thread_free(), 3);
             assert_eq!(p.used(), 0);

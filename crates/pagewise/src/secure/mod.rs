@@ -1,63 +1,163 @@
 //! The hardened build (the `secure` feature): checks around every block
-//! the global allocator and the C library hand out, at the cost of a few
-//! writes per allocation and a wipe per free (docs/hardening.md has the
-//! figures and what each check catches).
+//! the global allocator and the C library hand out (docs/hardening.md has
+//! what each check catches and what they cost).
 //!
 //! Every block is allocated eight bytes longer than asked, and its end
 //! carries a tail word (`canary.rs`) saying where the requested bytes end,
 //! encoded with the process's secret; the bytes between the request and the
 //! tail hold a canary. A free or realloc checks both, so a write past the
 //! end, of one byte or many, is reported at the latest when the block is
-//! freed. A free then wipes the block (`wipe.rs`): the next owner never sees
-//! the last one's data, and a second free of the block is told apart from
-//! an overflow.
+//! freed, and a free checks the word before its block too (the end of the
+//! slot before: an underflow). A free then wipes what the block's owner
+//! wrote and marks it (`wipe.rs`), and the slot is checked when it is
+//! handed out again: a write after free is reported then. A freed slot
+//! waits in its thread's quarantine (`quarantine.rs`) before it can be
+//! handed out again. `malloc(0)` is a block that faults (`zero.rs`), and
+//! the C library's `memcpy` family asks [`check_write`] first (`bounds.rs`).
 //!
-//! A slot freed twice is reported at its second free: it still holds its
-//! free key (`memory/block.rs`), or its tail word is the zero the first
-//! free's wipe left (a slot whose OS page was purged meanwhile reads zero
-//! too).
+//! A slot freed twice is reported at its second free: it still holds a
+//! free key (`memory/block.rs`), which the hardened free loads (the
+//! default build stores it blind). Free-list links are encoded there too.
 //!
-//! The layer sits at the entry points (`global/allocator.rs`,
+//! The checks run on the fast paths: an allocation from the thread cache
+//! knows its slot's size from its class, and a free finds its slot through
+//! the slab table, as the cache's free does; only the other paths look the
+//! block up. The layer sits at the entry points (`global/allocator.rs`,
 //! `global/raw.rs`); the heaps below it allocate the longer block and never
 //! see the canaries. Owned `Heap`s are not hardened.
 
+mod bounds;
 mod canary;
+pub(crate) mod link;
+mod quarantine;
 mod wipe;
+mod zero;
+
+pub use quarantine::{Quarantine, SLOTS as QUARANTINE};
 
 use crate::fault::{misuse, Misuse};
 use crate::heap::HeapCore;
+use crate::memory::layout::segment_base;
 use crate::memory::page::Block;
-use crate::memory::size_class::SMALL_MAX;
+use crate::memory::registry;
+use crate::memory::segment::{Segment, STATE_SHIFT};
+use crate::memory::size_class::{class_of, GEOMETRY, SLOT_SIZE, SMALL_MAX};
 use core::ptr::null_mut;
+
+/// The per-process secret, without drawing it (0 before the first heap is
+/// made): a load, since the hardened paths only ever meet blocks a heap
+/// made, after the secret was drawn.
+#[inline(always)]
+pub fn secret_now() -> usize {
+    crate::memory::block::SECRET.load(core::sync::atomic::Ordering::Relaxed)
+}
 
 /// Bytes every block gets beyond its request: the tail word.
 pub const TAIL: usize = 8;
 
+/// The hardened allocation's fast path: a slot of `size + TAIL` bytes from
+/// the thread cache of `heap`, aligned to 16, cleared of the heap's words
+/// and armed. Null if the request is too big for the cache or its class's
+/// cache is empty (then take [`alloc`]).
+///
+/// # Safety
+/// `heap` is the calling thread's own heap.
+#[inline(always)]
+pub unsafe fn alloc_cached(heap: &HeapCore, size: usize) -> *mut u8 {
+    // Zero bytes (a block that faults when touched) or too big: not here.
+    if size.wrapping_sub(1) >= crate::heap::alloc::CACHED_MAX - TAIL {
+        return null_mut();
+    }
+    let class = class_of(size + TAIL);
+    // SAFETY: our own heap (caller); `class_of` returns classes below
+    // CLASSES.
+    unsafe {
+        let p = heap.alloc_cached_of(class);
+        if !p.is_null() {
+            // A slot of the class, just taken from the cache.
+            hand_out(p, size, *SLOT_SIZE.get_unchecked(class) as usize, true);
+        }
+        p
+    }
+}
+
 /// Allocates `size` bytes at `align` through `inner` (which takes the
-/// longer size), clears the heap's words in it, and arms the canary. Null if `inner` fails or the size overflows.
+/// longer size), clears the heap's words in it, and arms the canary. Null
+/// if `inner` fails or the size overflows.
 ///
 /// # Safety
 /// `inner` returns null or a live block of at least the size it is given,
 /// as [`HeapCore::usable_size`] measures it.
-#[inline]
+#[inline(never)]
 pub unsafe fn alloc(
     size: usize,
     align: usize,
     inner: impl FnOnce(usize, usize) -> *mut u8,
 ) -> *mut u8 {
+    if size == 0 && align <= 16 {
+        let p = zero::alloc();
+        if !p.is_null() {
+            return p;
+        }
+    }
     let Some(n) = size.checked_add(TAIL) else {
         return null_mut();
     };
     let p = inner(n, align);
     if !p.is_null() {
         // SAFETY: a live block of `u >= n` bytes, just handed out.
-        unsafe {
-            let u = HeapCore::usable_size(p);
-            wipe::clear_links(p, u);
-            canary::arm(p, size, u);
-        }
+        unsafe { hand_out(p, size, HeapCore::usable_size(p), slot_offset(p).is_some()) };
     }
     p
+}
+
+/// If `p` starts a slot of a slab page of a thread heap whose slots the
+/// thread caches take, its class and its offset in its page (the slab
+/// table says so, as the cache's free path reads it; a page with purged or
+/// meshed OS pages is left out, and its slots are not checked).
+#[inline(always)]
+fn slot_of(p: *const u8) -> Option<(usize, usize)> {
+    let addr = p as usize;
+    if !registry::in_shared_segment(addr) {
+        return None;
+    }
+    // SAFETY: a registered segment is mapped and headed by a `Segment`.
+    let seg = unsafe { &*Segment::of(segment_base(addr)) };
+    let (state_at, offset) = seg.slab_entry(addr);
+    if state_at == 0 {
+        return None;
+    }
+    let class = (state_at >> STATE_SHIFT) - 1;
+    // SAFETY: slab-table entries hold `class + 1` for classes below CLASSES.
+    let slot = unsafe { GEOMETRY.get_unchecked(class) }.starts_slot(offset);
+    slot.then_some((class, offset))
+}
+
+/// The offset in its page of a slot [`slot_of`] finds.
+#[inline]
+fn slot_offset(p: *const u8) -> Option<usize> {
+    slot_of(p).map(|(_, offset)| offset)
+}
+
+/// Makes a block of `u` usable bytes just handed out a hardened block of
+/// `size` bytes; with `slot`, after checking that nothing wrote to it since
+/// it was freed (aborts if something did).
+///
+/// # Safety
+/// `p` is a live block of `u >= size + TAIL` bytes, just handed out; with
+/// `slot`, a slot of a slab page just taken off a free list.
+#[inline(always)]
+unsafe fn hand_out(p: *mut u8, size: usize, u: usize, slot: bool) {
+    // SAFETY: per the caller.
+    unsafe {
+        if slot {
+            if let Err(at) = wipe::check_freed(p, u) {
+                misuse(Misuse::WriteAfterFree, at);
+            }
+        }
+        wipe::clear_links(p, u);
+        canary::arm(p, size, u, false);
+    }
 }
 
 /// Checks a block handed back (to free, realloc or `malloc_usable_size`):
@@ -78,56 +178,228 @@ unsafe fn check(p: *mut u8) -> (usize, usize) {
         if u < TAIL || (u <= SMALL_MAX && Block::is_free(p as *const Block)) {
             misuse(Misuse::DoubleFree, p as usize);
         }
-        (canary::check(p, u), u)
+        (verified(p, u), u)
     }
 }
 
-/// Frees `p` through `inner` after checking and wiping it.
+/// The requested size of the block of `u` bytes at `p`, after checking
+/// its tail and canary (aborts if they were overwritten).
 ///
 /// # Safety
-/// `p` is not null; `inner` frees a live block.
-#[inline]
-pub unsafe fn free(p: *mut u8, inner: impl FnOnce(*mut u8)) {
-    // SAFETY: checked live above; wiped before it is free.
-    unsafe {
-        let (_, u) = check(p);
-        wipe::wipe(p, u);
+/// `p` is a live block of `u` bytes.
+#[inline(always)]
+unsafe fn verified(p: *mut u8, u: usize) -> usize {
+    // SAFETY: per the caller.
+    match unsafe { canary::verify(p, u) } {
+        Ok(size) => size,
+        Err((kind, at)) => misuse(kind, at),
     }
-    inner(p)
+}
+
+/// The checks of a slot freed into a thread cache, before the heap marks
+/// and caches it: not free already (its key, loaded here), its end intact;
+/// then wiped.
+///
+/// # Safety
+/// `b` starts a slot of `class` in a live slab page of a thread heap.
+#[inline(always)]
+unsafe fn free_slot(b: *mut Block, class: usize, offset: usize) {
+    let p = b as *mut u8;
+    // SAFETY: classes of the slab table are below CLASSES.
+    let u = unsafe { *SLOT_SIZE.get_unchecked(class) } as usize;
+    // SAFETY: a slot of `u` bytes (caller), `offset` bytes into its page,
+    // resident: the thread caches take only slots of pages with no purged
+    // or meshed OS page (one purged meanwhile reads zero).
+    unsafe {
+        if Block::is_free(b) {
+            misuse(Misuse::DoubleFree, p as usize);
+        }
+        let size = verified(p, u);
+        check_neighbour(p, u, offset);
+        wipe::wipe(p, size, u);
+    }
+}
+
+/// What a slot carved fresh gets in the hardened build
+/// (`Block::mark_carved`): no mark, and a free slot's tail word.
+///
+/// # Safety
+/// `p` is a slot of `u` bytes the caller may write.
+#[inline(always)]
+pub unsafe fn carved(p: *mut u8, u: usize) {
+    // SAFETY: per the caller.
+    unsafe { wipe::carved(p, u) }
+}
+
+/// Checks the tail word of the slot before the slot of `u` bytes at `p`
+/// (if `p` is not its page's first): a write before `p`'s start, or past
+/// the end of that slot, changed it. Aborts then.
+///
+/// # Safety
+/// `p` starts a slot of `u` bytes `offset` bytes into a slab page whose
+/// slots are carved up to it and resident (no OS page purged, none
+/// meshed; one purged meanwhile reads zero, which passes).
+#[inline(always)]
+unsafe fn check_neighbour(p: *const u8, u: usize, offset: usize) {
+    if offset < u {
+        return; // the page's first slot: what lies before is not a slot
+    }
+    let prev = p as usize - u;
+    // SAFETY: the previous slot's last word, inside the page (caller). A
+    // free 16-byte slot's is its key.
+    unsafe {
+        let word = p.sub(TAIL).cast::<usize>().read_unaligned();
+        let free_key = u < wipe::MARKED_MIN && Block::is_free(prev as *const Block);
+        if !(canary::is_tail(prev, u, word) || free_key) {
+            misuse(Misuse::Underflow, p as usize);
+        }
+    }
+}
+
+/// Frees `p`: a slot the thread cache could take is checked, wiped and put
+/// in the thread's quarantine, and the slot it displaces goes to the cache
+/// (or through `uncached`); anything else is checked and wiped, then freed
+/// through `uncached`.
+///
+/// # Safety
+/// `p` is not null; `current` is the calling thread's heap or null;
+/// `uncached` frees a live block below this layer.
+#[inline(always)]
+pub unsafe fn free(p: *mut u8, current: *mut HeapCore, uncached: impl FnOnce(*mut u8)) {
+    if !current.is_null() {
+        if let Some((class, offset)) = slot_of(p) {
+            let b = p as *mut Block;
+            // SAFETY: a slot of a thread heap's live slab page whose slots
+            // the caches take, so resident; `current` is ours (caller).
+            unsafe {
+                free_slot(b, class, offset);
+                Block::mark_quarantined(b);
+                let old = (*current).quarantine.swap(b);
+                if !old.is_null() {
+                    release(old, current, uncached);
+                }
+            }
+            return;
+        }
+    }
+    // SAFETY: forwarded.
+    unsafe { free_uncached(p, uncached) }
+}
+
+/// Frees a slot out of quarantine below this layer: to the thread cache,
+/// or through `uncached` if its page no longer lets the caches take it.
+///
+/// # Safety
+/// `b` left `current`'s quarantine; `current` is the calling thread's heap.
+#[inline(always)]
+unsafe fn release(b: *mut Block, current: *mut HeapCore, uncached: impl FnOnce(*mut u8)) {
+    // SAFETY: a live slot to its page (the quarantine key is no free key).
+    unsafe {
+        if !HeapCore::free_to_cache(b.cast(), current) {
+            uncached(b.cast());
+        }
+    }
+}
+
+/// Frees every slot of `heap`'s quarantine (a trim, or the thread's exit:
+/// the slots then go where the cache's go).
+///
+/// # Safety
+/// `heap` is the calling thread's own heap.
+pub unsafe fn drain_quarantine(heap: &HeapCore) {
+    let me = heap as *const HeapCore;
+    // SAFETY: owner only (caller); each slot left the quarantine.
+    unsafe {
+        heap.quarantine.drain(|b| {
+            if !HeapCore::free_to_cache(b.cast(), me) {
+                HeapCore::free_uncached(b.cast(), me);
+            }
+        })
+    };
+}
+
+/// [`free`] past the cache: looks the block up, checks and wipes it.
+///
+/// # Safety
+/// As [`free`].
+#[inline(never)]
+unsafe fn free_uncached(p: *mut u8, uncached: impl FnOnce(*mut u8)) {
+    if zero::owns(p) {
+        return zero::free(p);
+    }
+    // SAFETY: checked live above; wiped before it is free. A slot the slab
+    // table lists is on a page with no purged or meshed OS page.
+    unsafe {
+        let (size, u) = check(p);
+        if let Some(offset) = slot_offset(p) {
+            check_neighbour(p, u, offset);
+        }
+        wipe::wipe(p, size, u);
+    }
+    uncached(p)
 }
 
 /// Resizes `p` to `size` bytes at `align`: in place if the block has room
-/// (the canary moves), else into a block from `alloc` (checked as
-/// [`alloc`] checks it) with `p` wiped and freed through `free`. Null (and
+/// (the canary moves), else into a block from `alloc` (a hardened
+/// allocation: armed) with `p` wiped and freed through `free`. Null (and
 /// `p` unchanged) on failure. The move is made here, not by the heap's
 /// realloc, so that no block leaves or enters use without the checks.
 ///
 /// # Safety
-/// `p` is not null; `alloc` and `free` are as for [`alloc`] and [`free`].
+/// `p` is not null; `alloc` returns null or a hardened block of the size
+/// it is given; `free` frees a live block below this layer.
 pub unsafe fn realloc(
     p: *mut u8,
     size: usize,
     align: usize,
-    alloc_inner: impl FnOnce(usize, usize) -> *mut u8,
-    free_inner: impl FnOnce(*mut u8),
+    alloc: impl FnOnce(usize, usize) -> *mut u8,
+    free: impl FnOnce(*mut u8),
 ) -> *mut u8 {
+    if zero::owns(p) {
+        // Nothing to keep: the new block, then the old one freed.
+        let q = alloc(size, align);
+        if !q.is_null() {
+            zero::free(p);
+        }
+        return q;
+    }
     // SAFETY: `check` aborts unless `p` is live, with `u` usable bytes;
     // the new block is a live one of at least `size` bytes.
     unsafe {
         let (old, u) = check(p);
         if size.checked_add(TAIL).is_some_and(|n| n <= u) && (p as usize) % align == 0 {
-            canary::disarm(p, old, u);
-            canary::arm(p, size, u);
+            // The old canary's bytes are cleared (they would show the
+            // program the block's secret pattern if it grows over them).
+            let end = canary::written(old, u);
+            core::ptr::write_bytes(p.add(old), 0, end - old);
+            canary::arm(p, size, u, true);
             return p;
         }
-        let q = alloc(size, align, alloc_inner);
+        let q = alloc(size, align);
         if q.is_null() {
             return null_mut();
         }
         core::ptr::copy_nonoverlapping(p, q, old.min(size));
-        wipe::wipe(p, u);
-        free_inner(p);
+        wipe::wipe(p, old, u);
+        free(p);
         q
+    }
+}
+
+/// Checks a write of `len` bytes at `dst` (a C `memcpy`, `memmove` or
+/// `memset` about to run): if `dst` lies in a pagewise block and the write
+/// runs past that block's end, aborts with an overflow report naming the
+/// first byte past it (`bounds.rs`).
+#[inline]
+pub fn check_write(dst: *const u8, len: usize) {
+    if len == 0 {
+        return;
+    }
+    let at = dst as usize;
+    if let Some(end) = bounds::end_of_block(at) {
+        if len > end - at {
+            misuse(Misuse::Overflow, end);
+        }
     }
 }
 
@@ -137,6 +409,9 @@ pub unsafe fn realloc(
 /// # Safety
 /// `p` is not null.
 pub unsafe fn usable_size(p: *const u8) -> usize {
+    if zero::owns(p) {
+        return 0;
+    }
     // SAFETY: forwarded.
     unsafe { check(p as *mut u8).0 }
 }

@@ -1,44 +1,190 @@
-//! Wiping freed blocks.
+//! Wiping freed blocks, and checking them when they are handed out again.
 //!
-//! The hardened free zeroes a block's first [`WIPE_MAX`] bytes and its
-//! tail word (the heap writes the free lists' link and key after), and the
-//! allocation that hands it out again clears the link and key: the next
-//! owner never sees the last one's bytes there, and a second free of the
-//! block finds the tail word zero (`canary.rs`).
+//! The hardened free zeroes what the block's owner could have written
+//! there, its request and the canary after it, up to [`WIPE_MAX`] bytes,
+//! and its tail word (a free slot's, `canary::free_tail`; 0 in a large
+//! block); the heap writes the free lists' link and key over
+//! the first two words after. In a slot of a slab page (up to 256 KiB) big
+//! enough, the third word then gets a mark: how many bytes the free
+//! zeroed, encoded with the secret and the slot's address. When the slot
+//! is handed out again, those bytes past the mark must still be zero: a
+//! write after free is reported then, at the first byte found changed, and
+//! the next owner never sees the last one's bytes.
 //!
-//! Writes after free are not checked at the next allocation: a mark left in
-//! a freed block cannot tell it apart from the same bytes after its span was
-//! used at another offset (by a large object, or another class's slots) and
-//! made again at this one, which would report a write that never happened.
+//! A slot carved fresh has no mark (its third word is cleared where it is
+//! carved, `Block::mark_carved`), so memory an earlier use of the span
+//! left is never checked; a mark a write after free changed is reported
+//! too. Slots on purged OS pages read back zero or keep what the free
+//! left, both of which pass.
+//!
+//! Large and huge blocks are not checked: their first [`WIPE_MAX`] bytes
+//! are zeroed, but nothing marks a freed span: the same address comes back
+//! as a slab page, or a block of another size, whose bytes another owner
+//! wrote meanwhile, and a mark left there could not tell those apart from
+//! a write after free. Bytes past the first [`WIPE_MAX`] are not wiped:
+//! zeroing a 64 MiB block of which the program touched a page would bring
+//! all of it into memory.
 
-/// Bytes wiped at each free: all of a block up to this size (every slot of
-/// the small classes, to 4 KiB), the first part of bigger ones (their tail
-/// word is wiped too).
-const WIPE_MAX: usize = 4096;
+use super::secret_now;
+use super::TAIL;
+use crate::memory::size_class::SMALL_MAX;
+
+/// Bytes wiped at each free, at most: a block's first OS page.
+pub const WIPE_MAX: usize = 4096;
 
 /// The words the heap keeps in a free slot (its link and its key).
 const LINKS: usize = 16;
 
-/// Wipes a block of `u` usable bytes at `p` that is being freed.
+/// Where a freed slot's mark lies: right after the heap's words.
+const MARK_AT: usize = LINKS;
+
+/// Slots that hold a mark and a free slot's tail word: from 32 bytes (a
+/// 16-byte slot is all link and key).
+pub const MARKED_MIN: usize = 32;
+
+/// What the mark of the slot at `addr` is XORed with: secret, per address,
+/// never with its top bit clear (no mark is 0, a fresh slot's).
+#[inline(always)]
+fn mark_mask(addr: usize) -> usize {
+    (secret_now() ^ addr).wrapping_mul(0xff51_afd7_ed55_8ccd) | (1 << (usize::BITS - 1))
+}
+
+/// The mark of the slot at `addr`, zeroed to `n` bytes: `n`'s halves
+/// swapped (its high half, zero, where a byte changed most likely lands)
+/// and encoded.
+#[inline(always)]
+fn mark(addr: usize, n: usize) -> usize {
+    n.rotate_left(usize::BITS / 2) ^ mark_mask(addr)
+}
+
+/// Wipes a block of `u` usable bytes at `p` that held a request of `size`
+/// bytes and is being freed, and marks it if it is a slot big enough.
 ///
 /// # Safety
-/// `p` is a live block of `u >= 16` bytes the caller may write.
-pub unsafe fn wipe(p: *mut u8, u: usize) {
-    // SAFETY: inside the block (caller).
+/// `p` is a live block of `u >= size + TAIL` bytes (`u >= 16`) the caller
+/// may write, armed for `size` (`canary::arm`).
+#[inline(always)]
+pub unsafe fn wipe(p: *mut u8, size: usize, u: usize) {
+    let n = super::canary::written(size, u).min(WIPE_MAX);
+    // SAFETY: inside the block, below its tail word (caller). A block of
+    // 32 bytes or more has `n >= 24` (the canary reaches `u - TAIL` or 64
+    // bytes past the request), so the mark lies in the zeroed bytes.
     unsafe {
-        core::ptr::write_bytes(p, 0, u.min(WIPE_MAX));
-        if u > WIPE_MAX {
-            p.add(u - super::TAIL).cast::<usize>().write_unaligned(0);
+        zero(p, n);
+        if (MARKED_MIN..=SMALL_MAX).contains(&u) {
+            // A slot's tail word guards the next slot's start too (in a
+            // 16-byte slot, it is where the heap writes the slot's key).
+            let tail = super::canary::free_tail(p as usize);
+            p.add(u - TAIL).cast::<usize>().write_unaligned(tail);
+            let m = mark(p as usize, n);
+            p.add(MARK_AT).cast::<usize>().write_unaligned(m);
+        } else {
+            p.add(u - TAIL).cast::<usize>().write_unaligned(0);
+        }
+    }
+}
+
+/// What a slot of `u` bytes at `p` carved fresh gets: no mark (its third
+/// word cleared), and a free slot's tail word (from 32 bytes: a 16-byte
+/// slot's last word is its key).
+///
+/// # Safety
+/// `p` is a slot of `u` bytes the caller may write.
+#[inline(always)]
+pub unsafe fn carved(p: *mut u8, u: usize) {
+    // SAFETY: inside the slot (caller). A 16-byte slot is all link and
+    // key.
+    unsafe {
+        if u >= MARKED_MIN {
+            p.add(MARK_AT).cast::<usize>().write_unaligned(0);
+            let tail = super::canary::free_tail(p as usize);
+            p.add(u - TAIL).cast::<usize>().write_unaligned(tail);
+        }
+    }
+}
+
+/// Checks a slot of `u` bytes at `p` about to be handed out again: the
+/// bytes its free zeroed past the mark are still zero, and so is the mark
+/// or it decodes. The address of the first byte found changed if not.
+///
+/// # Safety
+/// `p` is a free slot of a slab page, of `u` bytes the caller may read,
+/// just taken off a free list (its first two words are the heap's).
+#[inline(always)]
+pub unsafe fn check_freed(p: *const u8, u: usize) -> Result<(), usize> {
+    if u < MARKED_MIN {
+        return Ok(());
+    }
+    // SAFETY: inside the slot (caller).
+    let w = unsafe { p.add(MARK_AT).cast::<usize>().read_unaligned() };
+    if w == 0 {
+        return Ok(()); // carved fresh: nothing was zeroed
+    }
+    let n = mark(p as usize, 0) ^ w;
+    let n = n.rotate_left(usize::BITS / 2);
+    if n > u - TAIL || n < MARK_AT + 8 || n % 8 != 0 {
+        return Err(p as usize + MARK_AT);
+    }
+    let mut diff = 0;
+    let mut at = MARK_AT + 8;
+    while at < n {
+        // SAFETY: below `n <= u - TAIL`, inside the slot.
+        diff |= unsafe { p.add(at).cast::<usize>().read_unaligned() };
+        at += 8;
+    }
+    if diff == 0 {
+        return Ok(());
+    }
+    // SAFETY: as above.
+    let first = (MARK_AT + 8..n).find(|&i| unsafe { *p.add(i) } != 0);
+    Err(p as usize + first.unwrap_or(MARK_AT + 8))
+}
+
+/// Zeroes `n >= 8` bytes at `p`: up to 64 with a few overlapping stores in
+/// line (most blocks are small), beyond with `memset`.
+///
+/// # Safety
+/// `n` bytes at `p` are writable.
+#[inline(always)]
+unsafe fn zero(p: *mut u8, n: usize) {
+    debug_assert!(n >= 8);
+    type W = [u64; 2];
+    // SAFETY: each store lies in [p, p + n) (caller).
+    unsafe {
+        if n > 64 {
+            core::ptr::write_bytes(p, 0, n);
+        } else if n > 32 {
+            p.cast::<W>().write_unaligned([0; 2]);
+            p.add(16).cast::<W>().write_unaligned([0; 2]);
+            p.add(n - 32).cast::<W>().write_unaligned([0; 2]);
+            p.add(n - 16).cast::<W>().write_unaligned([0; 2]);
+        } else if n >= 16 {
+            p.cast::<W>().write_unaligned([0; 2]);
+            p.add(n - 16).cast::<W>().write_unaligned([0; 2]);
+        } else {
+            p.cast::<u64>().write_unaligned(0);
+            p.add(n - 8).cast::<u64>().write_unaligned(0);
         }
     }
 }
 
 /// Clears what the heap left in a block just handed out (the free lists'
-/// link and key, which would tell the program where other blocks are).
+/// link and key, which would tell the program where other blocks are, and
+/// a slot's mark).
 ///
 /// # Safety
-/// As [`wipe`].
+/// `p` is a live block of `u` bytes the caller may write.
+#[inline(always)]
 pub unsafe fn clear_links(p: *mut u8, u: usize) {
-    // SAFETY: inside the block (caller).
-    unsafe { core::ptr::write_bytes(p, 0, u.min(LINKS)) };
+    // SAFETY: inside the block (caller). Only a guarded block
+    // (`crate::guard`) can be shorter than the two words.
+    unsafe {
+        if u >= MARKED_MIN {
+            p.cast::<[usize; 3]>().write_unaligned([0; 3]);
+        } else if u >= LINKS {
+            p.cast::<[usize; 2]>().write_unaligned([0; 2]);
+        } else {
+            core::ptr::write_bytes(p, 0, u);
+        }
+    }
 }

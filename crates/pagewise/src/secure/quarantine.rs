@@ -1,0 +1,86 @@
+//! The quarantine: a freed slot is not handed out again until
+//! [`SLOTS`] more frees of the same thread have come after it, so a
+//! pointer freed and used again (a use after free) does not find the same
+//! address in someone else's hands at once.
+//!
+//! Each thread heap keeps a ring of the slots it freed last, checked,
+//! zeroed and marked by the hardened free, and holding the quarantine key
+//! (`Block::mark_quarantined`: a second free of one is a double free). The
+//! free that pushes a slot in takes the oldest out and frees it to the
+//! thread cache, after checking that nothing wrote over the heap's words a
+//! free leaves in it (its zeroed first word and its key): the rest of it is
+//! checked when it is handed out again.
+
+use crate::fault::{misuse, Misuse};
+use crate::memory::page::Block;
+use core::cell::{Cell, UnsafeCell};
+use core::ptr::null_mut;
+
+/// Slots a thread keeps out of use after freeing them.
+pub const SLOTS: usize = 16;
+
+/// A thread heap's ring of quarantined slots (owner only).
+pub struct Quarantine {
+    ring: UnsafeCell<[*mut Block; SLOTS]>,
+    next: Cell<usize>,
+}
+
+impl Quarantine {
+    /// An empty quarantine.
+    pub const fn new() -> Quarantine {
+        Quarantine {
+            ring: UnsafeCell::new([null_mut(); SLOTS]),
+            next: Cell::new(0),
+        }
+    }
+
+    /// Puts `b` in, returning the slot it displaces (the oldest), checked,
+    /// or null while the ring is filling.
+    ///
+    /// # Safety
+    /// Owner only; `b` is a slot freed, zeroed and marked quarantined.
+    #[inline(always)]
+    pub unsafe fn swap(&self, b: *mut Block) -> *mut Block {
+        let i = self.next.get();
+        self.next.set((i + 1) % SLOTS);
+        // SAFETY: owner only (caller).
+        let old = unsafe { core::mem::replace(&mut (*self.ring.get())[i], b) };
+        if !old.is_null() {
+            // SAFETY: a slot this ring held, still out of use.
+            unsafe { check_words(old) };
+        }
+        old
+    }
+
+    /// Takes every slot out, checked, oldest first (for `free`).
+    ///
+    /// # Safety
+    /// Owner only.
+    pub unsafe fn drain(&self, mut free: impl FnMut(*mut Block)) {
+        for k in 0..SLOTS {
+            let i = (self.next.get() + k) % SLOTS;
+            // SAFETY: owner only (caller).
+            let b = unsafe { core::mem::replace(&mut (*self.ring.get())[i], null_mut()) };
+            if !b.is_null() {
+                // SAFETY: as in `swap`.
+                unsafe { check_words(b) };
+                free(b);
+            }
+        }
+    }
+}
+
+/// Aborts unless the quarantined slot `b` still holds what the free left
+/// in its first two words: a zeroed link and the quarantine key.
+///
+/// # Safety
+/// `b` is a quarantined slot (two words at least, resident).
+#[inline(always)]
+unsafe fn check_words(b: *mut Block) {
+    // SAFETY: per the caller.
+    unsafe {
+        if b.cast::<usize>().read() != 0 || !Block::is_quarantined(b) {
+            misuse(Misuse::WriteAfterFree, b as usize);
+        }
+    }
+}
