@@ -273,6 +273,13 @@ impl Segment {
         self.slab_table_entry(addr - self.base())
     }
 
+    /// [`Segment::split_slab_word`] of the slice holding `addr`'s word, read
+    /// once.
+    #[inline]
+    pub fn slab_entry(&self, addr: usize) -> (usize, usize) {
+        self.split_slab_word(self.slab_word(addr), addr)
+    }
+
     /// Of the slab word `e` of the slice holding `addr`:
     /// `(class + 1) << STATE_SHIFT` of the slab page there (0 if none, or
     /// if its frees may not be cached), and `addr`'s offset from the start
