@@ -146,6 +146,12 @@ extern "C" fn run(_: *mut libc::c_void) -> *mut libc::c_void {
         // Read each pass: `options::set` may change the delay.
         sleep_ms((thread::config().decay_ms / 4).clamp(10, 1000));
         let _pass = PASS.lock();
+        #[cfg(target_os = "linux")]
+        if heaps::meshing() {
+            // The SIGSEGV handler back in front if the program (or the
+            // Rust runtime, after the first allocation) put its own in.
+            crate::os::segv::ensure();
+        }
         let now = crate::global::heaps::SYSTEM.now_ms();
         // Batches no thread took within a decay period go home first, so
         // the visits below find their pages empty.

@@ -25,6 +25,14 @@ use core::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, AtomicUsiz
 /// `si_code` of a fault on a page whose protection forbids the access
 /// (Linux's value; the libc crate does not name it).
 const SEGV_ACCERR: i32 = 2;
+/// `si_code` of a fault on an address with no mapping.
+const SEGV_MAPERR: i32 = 1;
+
+/// The process whose heap the allocator's shared pages are: set at
+/// [`install`] and by a child the fork handlers gave a copy
+/// ([`home_is_here`]). In any other process (a child forked without the
+/// handlers) the heap is not mapped.
+static HOME: AtomicI32 = AtomicI32::new(0);
 
 /// Odd while a copy is under way (the futex word).
 static WORD: AtomicU32 = AtomicU32::new(0);
@@ -46,9 +54,20 @@ static CHILD_COPY: AtomicUsize = AtomicUsize::new(0);
 /// shared pages; it must be async-signal-safe (no locks, no allocation).
 pub fn install(owns: fn(usize) -> bool) -> bool {
     OWNS.store(owns as usize, Relaxed);
+    home_is_here();
     super::segv::register(super::segv::Client::Barrier, claim);
     INSTALLED.store(true, Release);
+    // In place from the start, not only from the first copy: a child
+    // forked without the fork handlers must be told why it faults.
+    super::segv::ensure();
     true
+}
+
+/// This process's heap is its own (at [`install`], and in a child the
+/// fork handlers gave a copy of the heap).
+pub fn home_is_here() {
+    // SAFETY: plain system call (async-signal-safe).
+    HOME.store(unsafe { libc::getpid() }, Relaxed);
 }
 
 /// Whether the handler is installed (so pages may be made read-only).
@@ -154,7 +173,14 @@ fn claim(info: *mut libc::siginfo_t, _ctx: *mut libc::c_void) -> bool {
     let owns = OWNS.load(Relaxed);
     // SAFETY: OWNS holds a `fn(usize) -> bool` stored by `install`.
     let ours = owns != 0 && unsafe { core::mem::transmute::<usize, fn(usize) -> bool>(owns) }(addr);
-    if code != SEGV_ACCERR || !ours {
+    if !ours {
+        return false;
+    }
+    if code == SEGV_MAPERR {
+        not_inherited();
+        return false;
+    }
+    if code != SEGV_ACCERR {
         return false;
     }
     let parent = FORK_PARENT.load(Acquire);
@@ -168,6 +194,20 @@ fn claim(info: *mut libc::siginfo_t, _ctx: *mut libc::c_void) -> bool {
     }
     wait_for_copy();
     true
+}
+
+/// A fault on the heap where it is not mapped: in a child forked without
+/// the fork handlers (`_Fork()`, the raw system call), which does not
+/// inherit the heap (`MADV_DONTFORK`), one line says so before the fault
+/// takes its course (the default action, or the program's handler).
+fn not_inherited() {
+    // SAFETY: plain system call (async-signal-safe).
+    if unsafe { libc::getpid() } != HOME.load(Relaxed) {
+        crate::fault::write_stderr(&[
+            b"pagewise: a child forked without the fork handlers (_Fork() or the fork system call) \
+touched the heap, which it does not inherit with PAGEWISE_MESH=1 (such a child may only exec or _exit)\n",
+        ]);
+    }
 }
 
 /// Waits while the barrier is up (the fault's page is being copied).

@@ -34,13 +34,15 @@
 //! pages after crashing at the limit (plasma-umass/Mesh issues 37 and 91).
 //! A page that leaves its group merges back with its neighbours.
 //!
-//! A forked child would share these pages with its parent (`MAP_SHARED`).
-//! A source made with [`SharedPages::new`] maps them `MADV_DONTFORK`
-//! (every remap again), so the child does not inherit them (touching the
-//! heap there faults), and used in the child it refuses to change the
-//! parent's file (purges, shares) and only unmaps. The global allocator's
-//! source is inherited instead, and its fork handlers give the child a
-//! copy of its own (`SharedPages::fork_prepare`).
+//! A forked child would share these pages with its parent (`MAP_SHARED`),
+//! so every mapping is `MADV_DONTFORK` (every remap again): a child does
+//! not inherit them (touching the heap there faults), and used in the
+//! child the source refuses to change the parent's file (purges, shares)
+//! and only unmaps: a mapping may be changed only by the process that made
+//! it. The global allocator's fork handlers, when they run, let a child
+//! inherit the heap for the moment of the fork and give it a copy of its
+//! own (`SharedPages::fork_prepare`); a fork that runs no handlers
+//! (`_Fork()`, the raw system call) leaves the child without the heap.
 
 use crate::os::barrier;
 use crate::os::source::{
@@ -49,7 +51,7 @@ use crate::os::source::{
 use crate::sync::lock::{self, Locked};
 use core::ptr::{null_mut, NonNull};
 use core::sync::atomic::{
-    AtomicBool, AtomicI32, AtomicPtr, AtomicU64, AtomicUsize,
+    AtomicBool, AtomicI32, AtomicPtr, AtomicUsize,
     Ordering::{AcqRel, Acquire, Relaxed, Release},
 };
 
@@ -96,22 +98,11 @@ impl Table {
     }
 }
 
-/// `Mapping::forks` of an inherited source's mappings: the fork handlers
-/// give the child files of its own.
-const ALWAYS_OURS: u64 = u64::MAX;
-
-/// Forks seen in this process's history (incremented in each child).
-static FORKS: AtomicU64 = AtomicU64::new(0);
-static FORK_HOOK: AtomicBool = AtomicBool::new(false);
 /// Seams inside the mappings of every source now: each is one kernel
 /// mapping more (the `vm.max_map_count` budget).
 static SEAMS_NOW: AtomicUsize = AtomicUsize::new(0);
 /// The cap on [`SEAMS_NOW`]; 0 until read.
 static SEAM_CAP: AtomicUsize = AtomicUsize::new(0);
-
-extern "C" fn forked_child() {
-    FORKS.fetch_add(1, Relaxed);
-}
 
 /// One mapping and the state of its OS pages.
 #[derive(Clone, Copy)]
@@ -119,8 +110,9 @@ struct Mapping {
     base: usize,
     size: usize,
     fd: i32,
-    /// `FORKS` when it was made: in another process it is not ours to change.
-    forks: u64,
+    /// The process that made it (or copied it at a fork): in another
+    /// process it is not ours to change.
+    pid: i32,
     /// Per OS page (lazily mapped, 0 while none is shared): the group it
     /// is a member of, as the founder's page index + 1 (0: its own page).
     group: *mut u32,
@@ -140,7 +132,7 @@ impl Mapping {
         base: 0,
         size: 0,
         fd: -1,
-        forks: 0,
+        pid: 0,
         group: null_mut(),
         members: null_mut(),
         shared: 0,
@@ -162,7 +154,7 @@ impl Mapping {
 
     /// Whether this process may change the file (not a forked copy).
     fn ours(&self) -> bool {
-        self.forks == ALWAYS_OURS || self.forks == FORKS.load(Relaxed)
+        self.pid == getpid()
     }
 
     fn group_of(&self, i: usize) -> u32 {
@@ -257,10 +249,6 @@ fn page() -> usize {
 pub struct SharedPages {
     counters: SyscallCounters,
     maps: Locked<Table>,
-    /// A forked child inherits the mappings, and the fork handlers copy
-    /// them ([`SharedPages::fork_prepare`]); otherwise they are
-    /// `MADV_DONTFORK` and a child may not change them.
-    inherited: bool,
 }
 
 // SAFETY: the table is behind its lock; the raw pointers in it point to
@@ -281,19 +269,6 @@ impl SharedPages {
         SharedPages {
             counters: SyscallCounters::new(),
             maps: Locked::new(Table::EMPTY),
-            inherited: false,
-        }
-    }
-
-    /// A source whose mappings a forked child inherits: the process's fork
-    /// handlers must call [`fork_prepare`](Self::fork_prepare),
-    /// [`fork_parent`](Self::fork_parent) and
-    /// [`fork_child`](Self::fork_child) (the global allocator's do).
-    pub(crate) const fn inherited() -> Self {
-        SharedPages {
-            counters: SyscallCounters::new(),
-            maps: Locked::new(Table::EMPTY),
-            inherited: true,
         }
     }
 
@@ -358,10 +333,8 @@ impl SharedPages {
             close(fd);
             return None;
         }
-        if !self.inherited {
-            // SAFETY: our mapping; failure only means a child would inherit it.
-            unsafe { libc::madvise(p, size, libc::MADV_DONTFORK) };
-        }
+        // SAFETY: our mapping; failure only means a child would inherit it.
+        unsafe { libc::madvise(p, size, libc::MADV_DONTFORK) };
         Some((at, fd))
     }
 
@@ -424,14 +397,12 @@ impl SharedPages {
         if p as usize != addr {
             return false;
         }
-        if !self.inherited {
-            // The new mapping must carry the flags of its neighbours: or a
-            // child would inherit it (sharing the parent's bytes), and the
-            // kernel would never merge it back with them once it leaves,
-            // so the mappings it splits would add up past the budget.
-            // SAFETY: the page just mapped.
-            unsafe { libc::madvise(p, page(), libc::MADV_DONTFORK) };
-        }
+        // The new mapping must carry the flags of its neighbours: or a
+        // child would inherit it (sharing the parent's bytes), and the
+        // kernel would never merge it back with them once it leaves, so
+        // the mappings it splits would add up past the budget.
+        // SAFETY: the page just mapped.
+        unsafe { libc::madvise(p, page(), libc::MADV_DONTFORK) };
         true
     }
 
@@ -509,7 +480,9 @@ impl SharedPages {
     /// Before `fork()`, with every allocator lock held: holds the table,
     /// raises the barrier and makes every mapping read-only, so that the
     /// child copies a heap no thread of the parent is changing (they wait
-    /// in the barrier). The parent then waits in
+    /// in the barrier), and lets the child inherit the mappings (they are
+    /// `MADV_DONTFORK` otherwise, so a fork that runs no handlers leaves
+    /// the child without them). The parent then waits in
     /// [`fork_parent`](Self::fork_parent) until the child has copied.
     pub(crate) fn fork_prepare(&'static self) {
         lock::hold(&self.maps);
@@ -529,6 +502,7 @@ impl SharedPages {
             // SAFETY: our mapping; made writable again in the parent
             // (`fork_parent`), and replaced in the child.
             unsafe { barrier::protect(m.base, m.size) };
+            inherit(m.base, m.size, true);
         }
     }
 
@@ -551,6 +525,7 @@ impl SharedPages {
         }
         // SAFETY: held since `fork_prepare` by this thread.
         for m in unsafe { (*self.maps.held_data()).used().iter() }.filter(|m| m.size != 0) {
+            inherit(m.base, m.size, false);
             // SAFETY: made read-only in `fork_prepare`.
             unsafe { barrier::unprotect(m.base, m.size) };
         }
@@ -565,6 +540,7 @@ impl SharedPages {
     /// parent to go on.
     pub(crate) fn fork_child(&self) {
         copy_in_child();
+        barrier::home_is_here();
         barrier::fork_end();
         barrier::lower();
         // SAFETY: in the child only this thread exists.
@@ -645,8 +621,22 @@ fn copy_mapping(m: &mut Mapping) {
             };
         }
     }
+    inherit(m.base, m.size, false);
     close(m.fd);
     m.fd = fd;
+    m.pid = getpid();
+}
+
+/// Whether a forked child inherits `base..base+size` (only while a fork
+/// prepared by the handlers is under way). Async-signal-safe.
+fn inherit(base: usize, size: usize, yes: bool) {
+    let advice = if yes {
+        libc::MADV_DOFORK
+    } else {
+        libc::MADV_DONTFORK
+    };
+    // SAFETY: a mapping of ours; only its inheritance changes.
+    unsafe { libc::madvise(base as *mut libc::c_void, size, advice) };
 }
 
 /// Copies the data of file `from` into `to` at the same offsets, holes
@@ -703,6 +693,11 @@ fn copy_range_by_hand(from: i32, to: i32, mut at: libc::off_t, len: libc::off_t)
     true
 }
 
+fn getpid() -> i32 {
+    // SAFETY: plain system call.
+    unsafe { libc::getpid() }
+}
+
 fn errno() -> i32 {
     // SAFETY: the thread's errno location.
     unsafe { *libc::__errno_location() }
@@ -728,10 +723,6 @@ fn let_writers_in(addr: usize) {
 
 /// A fresh memfd, or `None`.
 fn memfd() -> Option<i32> {
-    if !FORK_HOOK.swap(true, Relaxed) {
-        // SAFETY: registers a handler that only bumps an atomic.
-        unsafe { libc::pthread_atfork(None, None, Some(forked_child)) };
-    }
     // SAFETY: a C string literal; plain system call.
     let fd = unsafe { libc::memfd_create(c"pagewise-mesh".as_ptr(), libc::MFD_CLOEXEC) };
     (fd >= 0).then_some(fd)
@@ -787,11 +778,7 @@ unsafe impl PageSource for SharedPages {
             base: at,
             size,
             fd,
-            forks: if self.inherited {
-                ALWAYS_OURS
-            } else {
-                FORKS.load(Relaxed)
-            },
+            pid: getpid(),
             ..Mapping::NONE
         };
         self.counters.mapped(size);

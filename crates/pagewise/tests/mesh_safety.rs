@@ -1,0 +1,179 @@
+//! Meshing (`PAGEWISE_MESH=1`) must not change what a correct program sees,
+//! nor hide what an incorrect one does: each test runs a scenario in a
+//! child process with meshing on and checks what a program running on
+//! glibc would see. A scenario that would hang is killed after a while and
+//! reported as a hang.
+#![cfg(target_os = "linux")]
+
+#[global_allocator]
+static A: pagewise::Pagewise = pagewise::Pagewise;
+
+mod reexec;
+
+use std::io::Read;
+use std::time::{Duration, Instant};
+
+const CHILD: &str = "PAGEWISE_MESH_SAFETY_CHILD";
+
+fn os_page() -> usize {
+    pagewise::layout::os_page()
+}
+
+/// What a scenario's process did: its exit code or signal, and its output
+/// (stdout then stderr); `None` for the status if it hung.
+struct Outcome {
+    code: Option<i32>,
+    signal: Option<i32>,
+    out: String,
+}
+
+/// Runs `scenario` in a child with meshing on (`env` added), killing it
+/// after `limit`.
+fn run(scenario: &str, env: &[(&str, &str)], limit: Duration) -> Outcome {
+    use std::os::unix::process::ExitStatusExt;
+    let mut cmd = reexec::this_binary();
+    cmd.args(["--exact", "child_entry", "--nocapture", "--test-threads=1"])
+        .env(CHILD, scenario)
+        .env("PAGEWISE_MESH", "1")
+        .env("PAGEWISE_DECAY_MS", "100")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let mut child = cmd.spawn().unwrap();
+    let (mut so, mut se) = (child.stdout.take().unwrap(), child.stderr.take().unwrap());
+    let readers = (
+        std::thread::spawn(move || {
+            let mut s = String::new();
+            let _ = so.read_to_string(&mut s);
+            s
+        }),
+        std::thread::spawn(move || {
+            let mut s = String::new();
+            let _ = se.read_to_string(&mut s);
+            s
+        }),
+    );
+    let start = Instant::now();
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break Some(s);
+        }
+        if start.elapsed() > limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let out = readers.0.join().unwrap() + &readers.1.join().unwrap();
+    Outcome {
+        code: status.and_then(|s| s.code()),
+        signal: status.and_then(|s| s.signal()),
+        out,
+    }
+}
+
+/// Runs in the child process only.
+#[test]
+fn child_entry() {
+    let Ok(which) = std::env::var(CHILD) else {
+        return;
+    };
+    assert_eq!(
+        pagewise::options::get("mesh"),
+        Ok(1),
+        "PAGEWISE_MESH=1 not taken"
+    );
+    match which.as_str() {
+        "raw-fork" => child_raw_fork(false),
+        "raw-fork-libc" => child_raw_fork(true),
+        other => panic!("unknown scenario {other}"),
+    }
+}
+
+extern "C" {
+    /// glibc's fork without the atfork handlers (2.34 and later).
+    fn _Fork() -> libc::pid_t;
+}
+
+/// A fork that runs no atfork handlers: glibc's `_Fork()`, or the system
+/// call itself (`clone` with only SIGCHLD, which is `fork` on every
+/// architecture).
+fn unprepared_fork(libc_fork: bool) -> libc::pid_t {
+    if libc_fork {
+        // SAFETY: the child only stores and exits.
+        unsafe { _Fork() }
+    } else {
+        // SAFETY: as above; no new stack, so the child returns here.
+        unsafe { libc::syscall(libc::SYS_clone, libc::SIGCHLD, 0, 0, 0, 0) as libc::pid_t }
+    }
+}
+
+/// The parent's object is never the child's: a child forked without the
+/// fork handlers stores into an object allocated before the fork, and the
+/// parent must not see it.
+fn child_raw_fork(libc_fork: bool) {
+    let mut object = vec![b'p'; 64].into_boxed_slice();
+    // A program that has run a while: a pass has put pagewise's SIGSEGV
+    // handler in front of the Rust runtime's (as the purger's do).
+    pagewise::mesh();
+    let at = object.as_mut_ptr();
+    let pid = unprepared_fork(libc_fork);
+    if pid == 0 {
+        // SAFETY: the object is the child's copy (or, wrongly, the
+        // parent's): a plain store, then straight out.
+        unsafe {
+            core::ptr::write_volatile(at, b'c');
+            libc::_exit(0);
+        }
+    }
+    let mut status = 0;
+    // SAFETY: our child.
+    assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+    let how = if libc::WIFSIGNALED(status) {
+        format!("signal {}", libc::WTERMSIG(status))
+    } else {
+        format!("exit {}", libc::WEXITSTATUS(status))
+    };
+    println!("raw-fork-report {} {how}", object[0] as char);
+}
+
+fn report<'a>(o: &'a Outcome, tag: &str) -> &'a str {
+    o.out
+        .lines()
+        .find_map(|l| l.split_once(tag).map(|(_, r)| r))
+        .unwrap_or_else(|| panic!("no {tag} in:\n{}", o.out))
+}
+
+/// A child of `_Fork()` or of the raw system call does not share the heap:
+/// its store never reaches the parent's object, and touching the heap it
+/// did not inherit ends it with one line saying why (as SIGSEGV).
+#[test]
+fn a_child_forked_without_the_fork_handlers_never_shares_the_heap() {
+    if reexec::emulated() {
+        // qemu-user does not pass madvise to the kernel.
+        eprintln!("emulated: MADV_DONTFORK is not the kernel's; skipped");
+        return;
+    }
+    for scenario in ["raw-fork", "raw-fork-libc"] {
+        let o = run(scenario, &[], Duration::from_secs(60));
+        assert_eq!(o.code, Some(0), "{scenario}:\n{}", o.out);
+        let r = report(&o, "raw-fork-report ");
+        assert!(
+            r.starts_with('p'),
+            "{scenario}: the child's store reached the parent: {r}"
+        );
+        assert!(
+            r.ends_with(&format!("signal {}", libc::SIGSEGV)),
+            "{scenario}: the child did not fault on the heap: {r}"
+        );
+        assert!(
+            o.out
+                .contains("pagewise: a child forked without the fork handlers"),
+            "{scenario}: no line saying why:\n{}",
+            o.out
+        );
+    }
+}
