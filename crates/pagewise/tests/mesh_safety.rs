@@ -89,6 +89,8 @@ fn child_entry() {
     match which.as_str() {
         "raw-fork" => child_raw_fork(false),
         "raw-fork-libc" => child_raw_fork(true),
+        "own-handler" => child_protected_store(true),
+        "stray-write" => child_protected_store(false),
         other => panic!("unknown scenario {other}"),
     }
 }
@@ -176,4 +178,99 @@ fn a_child_forked_without_the_fork_handlers_never_shares_the_heap() {
             o.out
         );
     }
+}
+
+/// The page the program made read-only, for its own handler.
+static PROTECTED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+/// Faults the program's own handler saw.
+static OWN_FAULTS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// The program's own SIGSEGV handler: counts the fault and makes the page
+/// it protected writable again.
+extern "C" fn own_handler(_: libc::c_int, info: *mut libc::siginfo_t, _: *mut libc::c_void) {
+    use std::sync::atomic::Ordering::Relaxed;
+    let page = PROTECTED.load(Relaxed);
+    // SAFETY: the kernel's siginfo; our own page made writable again.
+    unsafe {
+        let addr = (*info).si_addr() as usize;
+        if addr.wrapping_sub(page) >= os_page() {
+            libc::_exit(3);
+        }
+        OWN_FAULTS.fetch_add(1, Relaxed);
+        libc::mprotect(
+            page as *mut libc::c_void,
+            os_page(),
+            libc::PROT_READ | libc::PROT_WRITE,
+        );
+    }
+}
+
+/// A program that makes one of its heap buffers read-only and stores to
+/// it: with its own SIGSEGV handler (installed before pagewise's first
+/// pass, so pagewise's goes in front of it), the handler must run; with
+/// none, the store must kill the process (not retry forever).
+fn child_protected_store(own: bool) {
+    use std::sync::atomic::Ordering::Relaxed;
+    if own {
+        // SAFETY: a valid handler with the SA_SIGINFO signature.
+        unsafe {
+            let mut action: libc::sigaction = core::mem::zeroed();
+            action.sa_sigaction = own_handler as usize;
+            action.sa_flags = libc::SA_SIGINFO;
+            libc::sigemptyset(&mut action.sa_mask);
+            assert_eq!(
+                libc::sigaction(libc::SIGSEGV, &action, core::ptr::null_mut()),
+                0
+            );
+        }
+    }
+    // Sparse pages, meshed: pagewise's handler goes in front.
+    let keep: Vec<Box<[u8]>> = {
+        let all: Vec<Box<[u8]>> = (0..4096)
+            .map(|_| vec![1u8; 64].into_boxed_slice())
+            .collect();
+        all.into_iter().step_by(64).collect()
+    };
+    pagewise::mesh();
+    let layout = std::alloc::Layout::from_size_align(4 * os_page(), os_page()).unwrap();
+    // SAFETY: a valid layout; the buffer is freed below.
+    let buf = unsafe { std::alloc::alloc_zeroed(layout) };
+    assert!(!buf.is_null());
+    PROTECTED.store(buf as usize, Relaxed);
+    // SAFETY: a page of our own buffer, made read-only, then stored to.
+    unsafe {
+        assert_eq!(libc::mprotect(buf.cast(), os_page(), libc::PROT_READ), 0);
+        core::ptr::write_volatile(buf, 9);
+        assert_eq!(*buf, 9);
+        std::alloc::dealloc(buf, layout);
+    }
+    drop(keep);
+    println!("protected-report {}", OWN_FAULTS.load(Relaxed));
+}
+
+/// A write-protection fault pagewise did not cause is not the barrier's:
+/// the program's own handler runs, and without one the process dies of
+/// the fault as it would on glibc (not retrying the store forever).
+#[test]
+fn a_fault_the_barrier_did_not_cause_reaches_the_program() {
+    let o = run("own-handler", &[], Duration::from_secs(10));
+    assert_eq!(
+        o.code,
+        Some(0),
+        "with its own handler (hung: {}):\n{}",
+        o.code.is_none() && o.signal.is_none(),
+        o.out
+    );
+    assert_eq!(
+        report(&o, "protected-report "),
+        "1",
+        "the program's handler ran once"
+    );
+    let o = run("stray-write", &[], Duration::from_secs(10));
+    assert_eq!(
+        (o.code, o.signal),
+        (None, Some(libc::SIGSEGV)),
+        "a stray write to a read-only heap page must crash, not spin:\n{}",
+        o.out
+    );
 }

@@ -6,13 +6,17 @@
 //! is retried on the new mapping (Mesh's barrier, with a futex instead of
 //! a lock). Linux only.
 //!
-//! The claim is only a write-protection fault (`SEGV_ACCERR`) at an
-//! address the allocator says is its own (`install`'s `owns`); any other
-//! fault goes to the handler installed before it, or kills the process as
-//! it would have without pagewise. The barrier word is odd while a copy is
-//! under way. Pagewise never leaves one of its pages read-only when the
-//! word is even, so a thread that faulted just before the copy ended
-//! retries once and succeeds.
+//! The claim is only a write-protection fault (`SEGV_ACCERR`) on a page
+//! pagewise made read-only: the range the copier protected ([`protect`],
+//! until [`lower`]). Any other fault, a program's own `mprotect` of a heap
+//! buffer included, goes to the handler installed before ours, or kills
+//! the process as it would have without pagewise. A fault on a page that
+//! was pagewise's when it happened but no longer is when the handler looks
+//! (the copy ended in between) cannot be told from the program's own from
+//! the page alone, so a fault outside the range is retried once: the
+//! thread's record (its id, the page, and the count of ranges lowered)
+//! says whether the same store faults again with nothing of pagewise's
+//! having changed, and only then is it passed on.
 //!
 //! What it cannot do: the kernel does not fault on behalf of a system call,
 //! so a `read(2)` into an object on a page being copied fails with `EFAULT`
@@ -39,6 +43,20 @@ static WORD: AtomicU32 = AtomicU32::new(0);
 static INSTALLED: AtomicBool = AtomicBool::new(false);
 /// `fn(usize) -> bool`: whether an address is the allocator's.
 static OWNS: AtomicUsize = AtomicUsize::new(0);
+/// The range the copier has made read-only (`PROTECTED_END` 0: none),
+/// set before the `mprotect` and cleared once the barrier falls: while a
+/// page is read-only by pagewise, it lies here.
+static PROTECTED_START: AtomicUsize = AtomicUsize::new(0);
+static PROTECTED_END: AtomicUsize = AtomicUsize::new(0);
+/// Ranges lowered so far: a retried fault whose count changed may have
+/// met another of pagewise's ranges.
+static LOWERED: AtomicU64 = AtomicU64::new(0);
+/// Per thread (by id, modulo the table), the last fault outside the range
+/// retried: (thread id, page, `LOWERED` then).
+const RETRIES: usize = 64;
+static RETRY_TID: [AtomicI32; RETRIES] = [const { AtomicI32::new(0) }; RETRIES];
+static RETRY_PAGE: [AtomicUsize; RETRIES] = [const { AtomicUsize::new(0) }; RETRIES];
+static RETRY_LOWERED: [AtomicU64; RETRIES] = [const { AtomicU64::new(0) }; RETRIES];
 /// Faults the handler made wait, and the longest wait in microseconds.
 static WAITS: AtomicU64 = AtomicU64::new(0);
 static LONGEST_US: AtomicU64 = AtomicU64::new(0);
@@ -94,6 +112,8 @@ pub fn raise() {
 
 /// Lowers the barrier and wakes every thread waiting on it.
 pub fn lower() {
+    PROTECTED_END.store(0, Release);
+    LOWERED.fetch_add(1, AcqRel);
     WORD.fetch_add(1, AcqRel);
     COPIER.store(false, Release);
     // SAFETY: futex wake on our own word; wakes at most i32::MAX waiters.
@@ -124,14 +144,51 @@ pub fn fork_end() {
     FORK_PARENT.store(0, Release);
 }
 
-/// Makes `addr..addr+len` read-only (before its bytes are copied).
+/// Makes `addr..addr+len` read-only (before its bytes are copied), and
+/// claims the faults on it until the barrier falls.
 ///
 /// # Safety
 /// A page-aligned range of the allocator's shared pages, under a raised
 /// barrier; it is remapped or made writable again before the barrier falls.
+/// One range at a time, or a range covering those before.
 pub unsafe fn protect(addr: usize, len: usize) -> bool {
+    let (start, end) = match PROTECTED_END.load(Relaxed) {
+        0 => (addr, addr + len),
+        end => (PROTECTED_START.load(Relaxed).min(addr), end.max(addr + len)),
+    };
+    PROTECTED_START.store(start, Relaxed);
+    PROTECTED_END.store(end, Release);
     // SAFETY: per the caller.
     unsafe { libc::mprotect(addr as *mut libc::c_void, len, libc::PROT_READ) == 0 }
+}
+
+/// Whether `addr` is in the range pagewise has made read-only now.
+fn protected(addr: usize) -> bool {
+    let end = PROTECTED_END.load(Acquire);
+    end != 0 && addr < end && addr >= PROTECTED_START.load(Relaxed)
+}
+
+/// For a write-protection fault outside pagewise's range: true the first
+/// time (retry it: it may have been pagewise's, the copy over by now),
+/// false when the same thread faults on the same page again with no range
+/// lowered since (the protection is the program's).
+fn retry_once(addr: usize) -> bool {
+    // SAFETY: plain system call (async-signal-safe).
+    let tid = unsafe { libc::syscall(libc::SYS_gettid) } as i32;
+    let page = addr & !(crate::memory::layout::os_page() - 1);
+    let lowered = LOWERED.load(Acquire);
+    let i = tid as usize % RETRIES;
+    if RETRY_TID[i].load(Relaxed) == tid
+        && RETRY_PAGE[i].load(Relaxed) == page
+        && RETRY_LOWERED[i].load(Relaxed) == lowered
+    {
+        RETRY_TID[i].store(0, Relaxed);
+        return false;
+    }
+    RETRY_TID[i].store(tid, Relaxed);
+    RETRY_PAGE[i].store(page, Relaxed);
+    RETRY_LOWERED[i].store(lowered, Relaxed);
+    true
 }
 
 /// Makes `addr..addr+len` writable again (a copy that did not happen).
@@ -184,6 +241,10 @@ fn claim(info: *mut libc::siginfo_t, _ctx: *mut libc::c_void) -> bool {
         return false;
     }
     let parent = FORK_PARENT.load(Acquire);
+    if parent == 0 && !protected(addr) {
+        // Not (or no longer) pagewise's: retried once, then passed on.
+        return retry_once(addr);
+    }
     // SAFETY: plain system call (async-signal-safe).
     if parent != 0 && unsafe { libc::getpid() } != parent {
         let copy = CHILD_COPY.load(Relaxed);
