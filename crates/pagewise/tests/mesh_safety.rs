@@ -91,6 +91,7 @@ fn child_entry() {
         "raw-fork-libc" => child_raw_fork(true),
         "own-handler" => child_protected_store(true),
         "stray-write" => child_protected_store(false),
+        "signal-store" => child_signal_store(),
         other => panic!("unknown scenario {other}"),
     }
 }
@@ -272,5 +273,113 @@ fn a_fault_the_barrier_did_not_cause_reaches_the_program() {
         (None, Some(libc::SIGSEGV)),
         "a stray write to a read-only heap page must crash, not spin:\n{}",
         o.out
+    );
+}
+
+/// Objects a signal handler stores into (the survivors of sparse pages).
+const TARGETS: usize = 2048;
+static TARGET: [std::sync::atomic::AtomicPtr<u8>; TARGETS] =
+    [const { std::sync::atomic::AtomicPtr::new(std::ptr::null_mut()) }; TARGETS];
+static HANDLED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// A program's signal handler that stores into heap objects.
+extern "C" fn store_into_objects(_: libc::c_int) {
+    use std::sync::atomic::Ordering::Relaxed;
+    for t in &TARGET {
+        let p = t.load(Relaxed);
+        if !p.is_null() {
+            // SAFETY: a live object of the program, never freed while
+            // signals come.
+            unsafe { core::ptr::write_volatile(p, 5) };
+        }
+    }
+    HANDLED.fetch_add(1, Relaxed);
+}
+
+fn block_sigusr1(how: libc::c_int) {
+    // SAFETY: a valid set; the calling thread's mask only.
+    unsafe {
+        let mut set: libc::sigset_t = core::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGUSR1);
+        libc::pthread_sigmask(how, &set, core::ptr::null_mut());
+    }
+}
+
+/// The purger meshes sparse pages while SIGUSR1 keeps coming, whose handler
+/// stores into the objects being meshed; every thread of the program
+/// blocks SIGUSR1, so a purger that does not block it runs the handler,
+/// and a store into a page it is copying waits for its own copy.
+fn child_signal_store() {
+    use std::sync::atomic::Ordering::Relaxed;
+    // SAFETY: a valid handler for a signal the program owns.
+    unsafe { libc::signal(libc::SIGUSR1, store_into_objects as libc::sighandler_t) };
+    // Memory retained and freed: the purger starts (with the signal open).
+    drop((0..64).map(|_| vec![0u8; 1 << 16]).collect::<Vec<_>>());
+    std::thread::sleep(Duration::from_millis(100));
+    assert!(pagewise::purger::running(), "no purger");
+    block_sigusr1(libc::SIG_BLOCK);
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let sender = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            while !stop.load(Relaxed) {
+                // SAFETY: plain system calls.
+                unsafe { libc::kill(libc::getpid(), libc::SIGUSR1) };
+                std::thread::sleep(Duration::from_micros(200));
+            }
+        })
+    };
+    // Rounds of sparse pages for the purger's passes (every 20 ms here).
+    let mut kept = Vec::new();
+    for round in 0..TARGETS / 64 {
+        let all: Vec<Box<[u8]>> = (0..4096)
+            .map(|_| vec![1u8; 64].into_boxed_slice())
+            .collect();
+        for (i, mut b) in all.into_iter().enumerate() {
+            if i % 64 == 0 {
+                TARGET[round * 64 + i / 64].store(b.as_mut_ptr(), Relaxed);
+                kept.push(b);
+            }
+        }
+        std::thread::sleep(Duration::from_millis(30));
+    }
+    stop.store(true, Relaxed);
+    sender.join().unwrap();
+    // The signals left pending come in here.
+    block_sigusr1(libc::SIG_UNBLOCK);
+    for t in &TARGET {
+        t.store(std::ptr::null_mut(), Relaxed);
+    }
+    let s = pagewise::stats();
+    println!(
+        "signal-report {} {}",
+        HANDLED.load(Relaxed),
+        s.meshed_bytes > 0
+    );
+    drop(kept);
+}
+
+/// The purger blocks the program's signals: a handler that stores into
+/// heap objects never runs on it while it copies them (it would wait for
+/// its own copy forever).
+#[test]
+fn the_purger_never_runs_a_handler_of_the_program() {
+    let o = run(
+        "signal-store",
+        &[("PAGEWISE_DECAY_MS", "20")],
+        Duration::from_secs(30),
+    );
+    assert_eq!(
+        o.code,
+        Some(0),
+        "hung: {}\n{}",
+        o.code.is_none() && o.signal.is_none(),
+        o.out
+    );
+    let r = report(&o, "signal-report ");
+    assert!(
+        r.ends_with("true"),
+        "nothing meshed: the test proves nothing: {r}"
     );
 }

@@ -118,7 +118,17 @@ fn start() {
 }
 
 /// Starts the detached purger thread; returns pthread_create's result.
+/// It starts with the program's signals blocked (a thread inherits its
+/// creator's mask): it never runs a handler of the program, which could
+/// store into a page it is copying (`os/signals.rs`).
 fn spawn(stack: Option<usize>) -> i32 {
+    let mask = crate::os::signals::block_async();
+    let rc = spawn_thread(stack);
+    crate::os::signals::restore(mask);
+    rc
+}
+
+fn spawn_thread(stack: Option<usize>) -> i32 {
     // SAFETY: plain pthread calls with valid out-pointers; `run` has the
     // required signature and takes no argument.
     unsafe {

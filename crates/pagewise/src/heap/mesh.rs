@@ -132,6 +132,25 @@ impl HeapCore {
         let Some(sharing) = self.source().sharing() else {
             return 0;
         };
+        // While it copies under the barrier, this thread runs no handler of
+        // the program: one that stored into a page being copied would wait
+        // for this very copy (`os/signals.rs`).
+        #[cfg(target_os = "linux")]
+        let mask = crate::os::barrier::installed().then(crate::os::signals::block_async);
+        // SAFETY: per the caller.
+        let joined = unsafe { self.mesh_classes(l, sharing) };
+        #[cfg(target_os = "linux")]
+        if let Some(mask) = mask {
+            crate::os::signals::restore(mask);
+        }
+        joined
+    }
+
+    /// [`HeapCore::mesh_pass`] with the source's sharing.
+    ///
+    /// # Safety
+    /// As [`HeapCore::mesh_pass`].
+    unsafe fn mesh_classes(&self, l: &mut Local, sharing: &dyn SharePages) -> usize {
         // SAFETY: per the caller.
         unsafe { self.leave_unused_groups(l, sharing) };
         let Some(mut scratch) = Scratch::map() else {

@@ -13,4 +13,6 @@ pub(crate) mod random;
 pub(crate) mod segv;
 #[cfg(target_os = "linux")]
 pub mod shared;
+#[cfg(unix)]
+pub(crate) mod signals;
 pub mod source;
