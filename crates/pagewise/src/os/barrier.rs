@@ -61,10 +61,13 @@ static RETRY_LOWERED: [AtomicU64; RETRIES] = [const { AtomicU64::new(0) }; RETRI
 static WAITS: AtomicU64 = AtomicU64::new(0);
 static LONGEST_US: AtomicU64 = AtomicU64::new(0);
 
-/// While a fork is under way: the parent's pid, and what a forked child
-/// runs if it faults on the (read-only) heap before its fork handler ran.
+/// While a fork is under way: the parent's pid; what a forked child runs
+/// if it touches the heap (which it does not inherit) before its fork
+/// handler ran; and what the parent runs for a store to a page not yet
+/// copied for the child.
 static FORK_PARENT: AtomicI32 = AtomicI32::new(0);
-static CHILD_COPY: AtomicUsize = AtomicUsize::new(0);
+static CHILD_MAP: AtomicUsize = AtomicUsize::new(0);
+static PARENT_COPY: AtomicUsize = AtomicUsize::new(0);
 
 /// Turns the barrier on for the life of the process: from now on pages are
 /// made read-only while copied, and the handler is (re)installed by each
@@ -127,14 +130,16 @@ pub fn lower() {
     };
 }
 
-/// Marks a fork under way (the barrier raised, the heap read-only until
-/// the child has copied it): a fault in the child before its fork
-/// handler runs (glibc frees some memory there) runs `child_copy`, which
-/// gives the child writable pages of its own, instead of waiting for a
-/// parent that waits for it. `child_copy` must be async-signal-safe and
-/// idempotent.
-pub fn fork_begin(child_copy: fn()) {
-    CHILD_COPY.store(child_copy as usize, Relaxed);
+/// Marks a fork under way (the heap read-only until each page is copied
+/// for the child): in the child, a fault on the heap before its fork
+/// handler ran (glibc frees memory there) runs `child_map`, which maps the
+/// child's copy (true if it did just now); in the parent, a store to a
+/// page in the protected range runs `parent_copy(addr)`, which copies the
+/// page and makes it writable (false if it could not). Both must be
+/// async-signal-safe.
+pub fn fork_begin(child_map: fn() -> bool, parent_copy: fn(usize) -> bool) {
+    CHILD_MAP.store(child_map as usize, Relaxed);
+    PARENT_COPY.store(parent_copy as usize, Relaxed);
     // SAFETY: plain system call.
     FORK_PARENT.store(unsafe { libc::getpid() }, Release);
 }
@@ -233,25 +238,34 @@ fn claim(info: *mut libc::siginfo_t, _ctx: *mut libc::c_void) -> bool {
     if !ours {
         return false;
     }
+    let parent = FORK_PARENT.load(Acquire);
+    // SAFETY: plain system call (async-signal-safe).
+    let in_child = parent != 0 && unsafe { libc::getpid() } != parent;
     if code == SEGV_MAPERR {
+        if in_child {
+            // SAFETY: stored by `fork_begin` as a `fn() -> bool`.
+            let map =
+                unsafe { core::mem::transmute::<usize, fn() -> bool>(CHILD_MAP.load(Relaxed)) };
+            return map();
+        }
         not_inherited();
         return false;
     }
-    if code != SEGV_ACCERR {
+    if code != SEGV_ACCERR || in_child {
         return false;
     }
-    let parent = FORK_PARENT.load(Acquire);
-    if parent == 0 && !protected(addr) {
+    if !protected(addr) {
         // Not (or no longer) pagewise's: retried once, then passed on.
         return retry_once(addr);
     }
-    // SAFETY: plain system call (async-signal-safe).
-    if parent != 0 && unsafe { libc::getpid() } != parent {
-        let copy = CHILD_COPY.load(Relaxed);
-        // SAFETY: stored by `fork_begin` as a `fn()`.
-        let copy = unsafe { core::mem::transmute::<usize, fn()>(copy) };
-        copy();
-        return true;
+    if parent != 0 {
+        // SAFETY: stored by `fork_begin` as a `fn(usize) -> bool`.
+        let copy =
+            unsafe { core::mem::transmute::<usize, fn(usize) -> bool>(PARENT_COPY.load(Relaxed)) };
+        if copy(addr) {
+            WAITS.fetch_add(1, Relaxed);
+            return true;
+        }
     }
     wait_for_copy();
     true

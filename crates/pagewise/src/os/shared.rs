@@ -44,16 +44,15 @@
 //! own (`SharedPages::fork_prepare`); a fork that runs no handlers
 //! (`_Fork()`, the raw system call) leaves the child without the heap.
 
+mod fork;
+
 use crate::os::barrier;
 use crate::os::source::{
     next_hint, Leave, PageSource, Purge, SharePages, SyscallCounters, SyscallCounts,
 };
-use crate::sync::lock::{self, Locked};
+use crate::sync::lock::Locked;
 use core::ptr::{null_mut, NonNull};
-use core::sync::atomic::{
-    AtomicBool, AtomicI32, AtomicPtr, AtomicUsize,
-    Ordering::{AcqRel, Acquire, Relaxed, Release},
-};
+use core::sync::atomic::{AtomicU32, AtomicUsize, Ordering::Relaxed};
 
 /// Mappings one source can hold: reservations of 1 GiB, and huge objects
 /// with alignments of their own.
@@ -125,6 +124,10 @@ struct Mapping {
     /// Boundaries between neighbouring OS pages that show file pages that
     /// are not consecutive: the kernel mappings the aliases add.
     seams: usize,
+    /// While a fork is prepared: the child's copy of the file (-1: none),
+    /// and per page of the file how far its copy is (`fork.rs`).
+    child_fd: i32,
+    copy_state: *mut AtomicU32,
 }
 
 impl Mapping {
@@ -138,6 +141,8 @@ impl Mapping {
         shared: 0,
         groups: 0,
         seams: 0,
+        child_fd: -1,
+        copy_state: null_mut(),
     };
 
     fn contains(&self, addr: usize) -> bool {
@@ -469,238 +474,9 @@ impl SharedPages {
     }
 }
 
-/// The pipe whose write end a forked child closes once it has copied the
-/// heap (the parent reads until then), and whether the child has.
-static FORK_PIPE: [AtomicI32; 2] = [AtomicI32::new(-1), AtomicI32::new(-1)];
-static CHILD_COPIED: AtomicBool = AtomicBool::new(false);
-/// The source the fork handlers copy (one per process: the global one).
-static FORK_SOURCE: AtomicPtr<SharedPages> = AtomicPtr::new(null_mut());
-
-impl SharedPages {
-    /// Before `fork()`, with every allocator lock held: holds the table,
-    /// raises the barrier and makes every mapping read-only, so that the
-    /// child copies a heap no thread of the parent is changing (they wait
-    /// in the barrier), and lets the child inherit the mappings (they are
-    /// `MADV_DONTFORK` otherwise, so a fork that runs no handlers leaves
-    /// the child without them). The parent then waits in
-    /// [`fork_parent`](Self::fork_parent) until the child has copied.
-    pub(crate) fn fork_prepare(&'static self) {
-        lock::hold(&self.maps);
-        let mut fds = [-1; 2];
-        // SAFETY: a valid out-array; close-on-exec so no exec'd program keeps it.
-        if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
-            fds = [-1; 2];
-        }
-        FORK_PIPE[0].store(fds[0], Relaxed);
-        FORK_PIPE[1].store(fds[1], Relaxed);
-        CHILD_COPIED.store(false, Relaxed);
-        FORK_SOURCE.store(self as *const SharedPages as *mut SharedPages, Release);
-        barrier::raise();
-        barrier::fork_begin(copy_in_child);
-        // SAFETY: held above.
-        for m in unsafe { (*self.maps.held_data()).used().iter() }.filter(|m| m.size != 0) {
-            // SAFETY: our mapping; made writable again in the parent
-            // (`fork_parent`), and replaced in the child.
-            unsafe { barrier::protect(m.base, m.size) };
-            inherit(m.base, m.size, true);
-        }
-    }
-
-    /// In the parent after `fork()`: waits until the child has copied the
-    /// heap (or died), then lets writers in again.
-    pub(crate) fn fork_parent(&self) {
-        close(FORK_PIPE[1].swap(-1, Relaxed));
-        let rd = FORK_PIPE[0].swap(-1, Relaxed);
-        if rd >= 0 {
-            let mut b = 0u8;
-            loop {
-                // SAFETY: our pipe, a one-byte buffer.
-                let n = unsafe { libc::read(rd, (&mut b as *mut u8).cast(), 1) };
-                let interrupted = n < 0 && errno() == libc::EINTR;
-                if !interrupted {
-                    break;
-                }
-            }
-            close(rd);
-        }
-        // SAFETY: held since `fork_prepare` by this thread.
-        for m in unsafe { (*self.maps.held_data()).used().iter() }.filter(|m| m.size != 0) {
-            inherit(m.base, m.size, false);
-            // SAFETY: made read-only in `fork_prepare`.
-            unsafe { barrier::unprotect(m.base, m.size) };
-        }
-        barrier::fork_end();
-        barrier::lower();
-        // SAFETY: taken with `hold` in `fork_prepare`.
-        unsafe { lock::release(&self.maps) };
-    }
-
-    /// In the child after `fork()`: gives the child files of its own (a
-    /// copy of the parent's), unless a fault did already, and frees the
-    /// parent to go on.
-    pub(crate) fn fork_child(&self) {
-        copy_in_child();
-        barrier::home_is_here();
-        barrier::fork_end();
-        barrier::lower();
-        // SAFETY: in the child only this thread exists.
-        unsafe { self.maps.reset_after_fork() };
-    }
-
-    /// Copies every mapping into a new file of the child's and maps it in
-    /// place, aliases included. Async-signal-safe: system calls only; the
-    /// table is held (since `fork_prepare`) by the only thread there is.
-    fn copy_mappings(&self) {
-        // SAFETY: see above.
-        let maps = unsafe { &mut *self.maps.held_data() };
-        for m in maps.used().iter_mut().filter(|m| m.size != 0) {
-            copy_mapping(m);
-        }
-    }
-}
-
-/// The child's copy (see [`SharedPages::fork_child`]), once.
-fn copy_in_child() {
-    if CHILD_COPIED.swap(true, AcqRel) {
-        return;
-    }
-    let source = FORK_SOURCE.load(Acquire);
-    if !source.is_null() {
-        // SAFETY: the static global source, stored by `fork_prepare`.
-        unsafe { (*source).copy_mappings() };
-    }
-    // The parent reads until every write end is closed: ours is the last.
-    close(FORK_PIPE[1].swap(-1, Relaxed));
-    close(FORK_PIPE[0].swap(-1, Relaxed));
-}
-
-/// Gives `m` a file of its own holding what the old one holds, mapped over
-/// it with the same aliases. On failure the mapping stays shared with the
-/// parent (nothing better is possible in a child), so the copy is checked
-/// step by step and the old file kept if any step fails.
-fn copy_mapping(m: &mut Mapping) {
-    let Some(fd) = memfd() else { return };
-    // SAFETY: our new file.
-    if unsafe { libc::ftruncate(fd, (2 * m.size) as libc::off_t) } != 0
-        || !copy_file(m.fd, fd, 2 * m.size)
-    {
-        close(fd);
-        return;
-    }
-    // SAFETY: replaces the child's view of its own heap with the copy.
-    let p = unsafe {
-        libc::mmap(
-            m.base as *mut libc::c_void,
-            m.size,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_SHARED | libc::MAP_FIXED | libc::MAP_NORESERVE,
-            fd,
-            0,
-        )
-    };
-    if p as usize != m.base {
-        close(fd);
-        return;
-    }
-    for i in 0..if m.group.is_null() { 0 } else { m.pages() } {
-        let g = m.group_of(i);
-        if g != 0 {
-            let addr = m.base + i * page();
-            let offset = m.size + (g as usize - 1) * page();
-            // SAFETY: an OS page of the mapping just made, pointed at the
-            // copy of its group's page.
-            unsafe {
-                libc::mmap(
-                    addr as *mut libc::c_void,
-                    page(),
-                    libc::PROT_READ | libc::PROT_WRITE,
-                    libc::MAP_SHARED | libc::MAP_FIXED | libc::MAP_NORESERVE,
-                    fd,
-                    offset as libc::off_t,
-                )
-            };
-        }
-    }
-    inherit(m.base, m.size, false);
-    close(m.fd);
-    m.fd = fd;
-    m.pid = getpid();
-}
-
-/// Whether a forked child inherits `base..base+size` (only while a fork
-/// prepared by the handlers is under way). Async-signal-safe.
-fn inherit(base: usize, size: usize, yes: bool) {
-    let advice = if yes {
-        libc::MADV_DOFORK
-    } else {
-        libc::MADV_DONTFORK
-    };
-    // SAFETY: a mapping of ours; only its inheritance changes.
-    unsafe { libc::madvise(base as *mut libc::c_void, size, advice) };
-}
-
-/// Copies the data of file `from` into `to` at the same offsets, holes
-/// left as holes. False if any part failed.
-fn copy_file(from: i32, to: i32, len: usize) -> bool {
-    let mut at: libc::off_t = 0;
-    while (at as usize) < len {
-        // SAFETY: plain system calls on our files.
-        let data = unsafe { libc::lseek(from, at, libc::SEEK_DATA) };
-        if data < 0 {
-            // ENXIO: no data past `at`.
-            return errno() == libc::ENXIO;
-        }
-        // SAFETY: as above.
-        let hole = unsafe { libc::lseek(from, data, libc::SEEK_HOLE) };
-        if hole < 0 || !copy_range(from, to, data, hole - data) {
-            return false;
-        }
-        at = hole;
-    }
-    true
-}
-
-/// Copies `len` bytes at `offset` of `from` to the same offset of `to`.
-fn copy_range(from: i32, to: i32, offset: libc::off_t, len: libc::off_t) -> bool {
-    let (mut src, mut dst) = (offset, offset);
-    let end = offset + len;
-    while src < end {
-        // SAFETY: our files, offsets in range.
-        let n =
-            unsafe { libc::copy_file_range(from, &mut src, to, &mut dst, (end - src) as usize, 0) };
-        if n <= 0 {
-            return copy_range_by_hand(from, to, src, end - src);
-        }
-    }
-    true
-}
-
-/// [`copy_range`] through a buffer on the stack (a kernel without
-/// `copy_file_range` between these files).
-fn copy_range_by_hand(from: i32, to: i32, mut at: libc::off_t, len: libc::off_t) -> bool {
-    let mut buf = [0u8; 16384];
-    let end = at + len;
-    while at < end {
-        let want = ((end - at) as usize).min(buf.len());
-        // SAFETY: our files and buffer.
-        let n = unsafe { libc::pread(from, buf.as_mut_ptr().cast(), want, at) };
-        // SAFETY: as above.
-        if n <= 0 || unsafe { libc::pwrite(to, buf.as_ptr().cast(), n as usize, at) } != n {
-            return false;
-        }
-        at += n as libc::off_t;
-    }
-    true
-}
-
 fn getpid() -> i32 {
     // SAFETY: plain system call.
     unsafe { libc::getpid() }
-}
-
-fn errno() -> i32 {
-    // SAFETY: the thread's errno location.
-    unsafe { *libc::__errno_location() }
 }
 
 /// With the barrier's handler installed (other threads may be writing):

@@ -1,0 +1,425 @@
+//! `fork()` of a process whose heap is shared pages: the child gets a copy
+//! of its own, made while the parent's other threads go on.
+//!
+//! The heap's mappings are `MADV_DONTFORK` (a child never inherits them).
+//! Before the fork, with every allocator lock held, the forking thread
+//! makes a new file per mapping and copies the old one into it: the heap is
+//! made read-only first, so that what is copied is the heap of one instant,
+//! and then made writable again chunk by chunk (16 OS pages) as the copy
+//! passes. Another thread that stores to a page not yet copied takes a
+//! write-protection fault, and the barrier's handler copies that page
+//! itself (or waits for the chunk being copied), makes it writable and
+//! returns: the store waits for the copy of one page, not of the heap. Each
+//! page of each file has a state (untouched, being copied, copied), so a
+//! page is copied once, by whoever comes first, and never after it may
+//! have changed. Group pages (the second half of each file) are copied
+//! first, since any OS page may show one.
+//!
+//! The child maps the new files where the old ones were (with the same
+//! aliases) in its fork handler, or at its first touch of the heap if that
+//! comes earlier (glibc frees memory in the child before the handlers run):
+//! a fault on the heap it did not inherit, which the barrier hands to
+//! [`map_in_child`]. The parent closes its copies of the new files.
+//!
+//! What it cannot do: a system call that writes into a page not yet
+//! copied fails with `EFAULT` (the kernel does not fault on its behalf),
+//! while the copy lasts.
+
+use super::{close, getpid, memfd, page, Mapping, SharedPages};
+use crate::os::barrier;
+use crate::sync::lock;
+use core::ptr::null_mut;
+use core::sync::atomic::{
+    AtomicBool, AtomicPtr, AtomicU32,
+    Ordering::{AcqRel, Acquire, Relaxed, Release},
+};
+
+/// The source the fork handlers copy (one per process: the global one).
+static FORK_SOURCE: AtomicPtr<SharedPages> = AtomicPtr::new(null_mut());
+/// Whether the child has mapped its copies (once).
+static CHILD_MAPPED: AtomicBool = AtomicBool::new(false);
+
+/// States of a file page while a fork is prepared.
+const UNTOUCHED: u32 = 0;
+const COPYING: u32 = 1;
+/// Being copied, and a thread waits for it (the copier wakes it).
+const WAITED: u32 = 2;
+const COPIED: u32 = 3;
+
+/// OS pages the forking thread copies and makes writable at a time.
+const CHUNK: usize = 16;
+
+impl SharedPages {
+    /// Before `fork()`, with every allocator lock held: holds the table
+    /// and gives every mapping a copy of its file for the child (see the
+    /// module), other threads' stores waiting at most for one chunk.
+    pub(crate) fn fork_prepare(&'static self) {
+        lock::hold(&self.maps);
+        FORK_SOURCE.store(self as *const SharedPages as *mut SharedPages, Release);
+        CHILD_MAPPED.store(false, Relaxed);
+        // SAFETY: held above, by this thread, until `fork_parent`/`fork_child`.
+        let maps = unsafe { &mut *self.maps.held_data() };
+        for m in maps.used().iter_mut().filter(|m| m.size != 0) {
+            prepare_copy(m);
+        }
+        let mask = crate::os::signals::block_async();
+        barrier::raise();
+        barrier::fork_begin(map_in_child, copy_on_fault);
+        for m in maps.used().iter().filter(|m| m.child_fd >= 0) {
+            // SAFETY: our mapping, made writable again chunk by chunk below.
+            unsafe { barrier::protect(m.base, m.size) };
+        }
+        for m in maps.used().iter_mut().filter(|m| m.child_fd >= 0) {
+            if !copy_for_child(m) {
+                close(core::mem::replace(&mut m.child_fd, -1));
+            }
+            // SAFETY: as above (all of it, whatever the copy did).
+            unsafe { barrier::unprotect(m.base, m.size) };
+        }
+        barrier::lower();
+        crate::os::signals::restore(mask);
+    }
+
+    /// In the parent after `fork()`: drops the child's files.
+    pub(crate) fn fork_parent(&self) {
+        // SAFETY: held since `fork_prepare` by this thread.
+        for m in unsafe { (*self.maps.held_data()).used().iter_mut() } {
+            end_copy(m);
+        }
+        barrier::fork_end();
+        // SAFETY: taken with `hold` in `fork_prepare`.
+        unsafe { lock::release(&self.maps) };
+    }
+
+    /// In the child after `fork()`: maps its copies, unless a fault did.
+    pub(crate) fn fork_child(&self) {
+        map_in_child();
+        barrier::home_is_here();
+        barrier::fork_end();
+        // SAFETY: in the child only this thread exists.
+        unsafe { self.maps.reset_after_fork() };
+    }
+}
+
+/// A new file for `m`'s copy and a state per page of it; on failure
+/// (`child_fd` -1) the child gets no copy of `m`.
+fn prepare_copy(m: &mut Mapping) {
+    m.child_fd = -1;
+    m.copy_state = null_mut();
+    let Some(fd) = memfd() else { return };
+    let states = crate::os::source::map_table(2 * m.pages() * 4);
+    // SAFETY: our new file.
+    if states.is_none() || unsafe { libc::ftruncate(fd, (2 * m.size) as libc::off_t) } != 0 {
+        if let Some(t) = states {
+            // SAFETY: just mapped, unused.
+            unsafe { crate::os::source::unmap_table(t, 2 * m.pages() * 4) };
+        }
+        close(fd);
+        return;
+    }
+    m.child_fd = fd;
+    m.copy_state = states.map_or(null_mut(), |t| t.as_ptr().cast());
+}
+
+/// In the parent after the fork: closes the child's file, drops the states.
+fn end_copy(m: &mut Mapping) {
+    close(core::mem::replace(&mut m.child_fd, -1));
+    if let Some(t) = core::ptr::NonNull::new(core::mem::replace(&mut m.copy_state, null_mut())) {
+        // SAFETY: mapped by `prepare_copy`, no longer used (the fork is over).
+        unsafe { crate::os::source::unmap_table(t.cast(), 2 * m.pages() * 4) };
+    }
+}
+
+impl Mapping {
+    fn state(&self, f: usize) -> &AtomicU32 {
+        // SAFETY: `copy_state` has a state per page of the file (2 * pages).
+        unsafe { &*self.copy_state.add(f) }
+    }
+
+    /// Claims file page `f` for this thread's copy.
+    fn claim(&self, f: usize) -> bool {
+        self.state(f)
+            .compare_exchange(UNTOUCHED, COPYING, Acquire, Relaxed)
+            .is_ok()
+    }
+
+    /// Marks file page `f` (claimed) copied, waking any waiter.
+    fn copied(&self, f: usize) {
+        if self.state(f).swap(COPIED, AcqRel) == WAITED {
+            futex(self.state(f), libc::FUTEX_WAKE, i32::MAX as u32);
+        }
+    }
+
+    /// Waits until file page `f` is copied by whoever claimed it.
+    fn wait_copied(&self, f: usize) {
+        loop {
+            match self.state(f).load(Acquire) {
+                COPIED | UNTOUCHED => return,
+                COPYING => {
+                    let _ = self
+                        .state(f)
+                        .compare_exchange(COPYING, WAITED, Relaxed, Relaxed);
+                }
+                _ => futex(self.state(f), libc::FUTEX_WAIT, WAITED),
+            }
+        }
+    }
+
+    /// Copies file pages `first..first+n` to the child's file (no seek for
+    /// holes: `SEEK_HOLE` walks to the end of a run of data, so the bulk
+    /// copy seeks once per run and copies its chunks as they are, and a
+    /// fault copies its one page, zeros and all).
+    fn copy_pages(&self, first: usize, n: usize) -> bool {
+        let len = (n * page()) as libc::off_t;
+        copy_range(self.fd, self.child_fd, (first * page()) as libc::off_t, len)
+    }
+
+    /// Makes sure file page `f` is in the child's file: copies it, or
+    /// waits for the thread that does.
+    fn ensure_copied(&self, f: usize) {
+        if self.claim(f) {
+            let _ = self.copy_pages(f, 1);
+            self.copied(f);
+        } else {
+            self.wait_copied(f);
+        }
+    }
+}
+
+/// Copies `m`'s file for the child: group pages first, then the mapping's
+/// own pages in chunks, each made writable once copied. False if a copy
+/// failed (the child then gets none of `m`).
+fn copy_for_child(m: &mut Mapping) -> bool {
+    let pages = m.pages();
+    copy_range_of_pages(m, pages, 2 * pages, false) && copy_range_of_pages(m, 0, pages, true)
+}
+
+/// Copies file pages `from..to` of `m` in chunks; `writable`: make the
+/// virtual pages of each chunk writable once it is copied (the first half).
+fn copy_range_of_pages(m: &Mapping, from: usize, to: usize, writable: bool) -> bool {
+    let mut ok = true;
+    let mut at = from;
+    while at < to {
+        // The next run of data: the pages before it are holes, copied as
+        // nothing (their states say so, and a store waits for no one).
+        let data = seek(m.fd, at, libc::SEEK_DATA).map_or(to, |d| (d / page()).clamp(at, to));
+        settle(m, at, data, |_, _| true);
+        if writable {
+            let_in(m, at, data);
+        }
+        if data >= to {
+            break;
+        }
+        let hole = seek(m.fd, data, libc::SEEK_HOLE)
+            .map_or(to, |h| h.div_ceil(page()).clamp(data + 1, to));
+        let mut c = data;
+        while c < hole {
+            let end = (c + CHUNK).min(hole);
+            ok &= settle(m, c, end, |a, b| m.copy_pages(a, b - a));
+            if writable {
+                let_in(m, c, end);
+            }
+            c = end;
+        }
+        at = hole;
+    }
+    ok
+}
+
+/// Claims every untouched page of `first..end`, copies each run of them
+/// with `copy`, and waits for the pages other threads were copying.
+fn settle(
+    m: &Mapping,
+    first: usize,
+    end: usize,
+    mut copy: impl FnMut(usize, usize) -> bool,
+) -> bool {
+    let mut ok = true;
+    let mut i = first;
+    while i < end {
+        if !m.claim(i) {
+            i += 1;
+            continue;
+        }
+        let run = i;
+        while i + 1 < end && m.claim(i + 1) {
+            i += 1;
+        }
+        ok &= copy(run, i + 1);
+        for f in run..=i {
+            m.copied(f);
+        }
+        i += 1;
+    }
+    for f in first..end {
+        m.wait_copied(f);
+    }
+    ok
+}
+
+/// Makes the virtual pages `first..end` of `m` writable (their file pages,
+/// and every group page, are copied).
+fn let_in(m: &Mapping, first: usize, end: usize) {
+    if end > first {
+        // SAFETY: pages of our mapping, protected by `fork_prepare`.
+        unsafe { barrier::unprotect(m.base + first * page(), (end - first) * page()) };
+    }
+}
+
+/// The barrier's handler in the parent, for a store to `addr` (a page of
+/// the heap, read-only while the fork is prepared): copies the page it
+/// shows for the child (or waits for whoever does) and makes it writable.
+/// False if `addr` is in no mapping being copied. Async-signal-safe.
+pub(crate) fn copy_on_fault(addr: usize) -> bool {
+    let source = FORK_SOURCE.load(Acquire);
+    if source.is_null() {
+        return false;
+    }
+    // SAFETY: the static global source; its table is held by the forking
+    // thread, which changes nothing in it while the copy is under way.
+    let maps = unsafe { &*(*source).maps.held_data() };
+    let Some(m) = maps.maps[..maps.high]
+        .iter()
+        .find(|m| m.contains(addr) && m.child_fd >= 0 && !m.copy_state.is_null())
+    else {
+        return false;
+    };
+    m.ensure_copied(m.shows(m.index(addr)));
+    let at = addr & !(page() - 1);
+    // SAFETY: a page of our mapping whose bytes the child has now.
+    unsafe { barrier::unprotect(at, page()) }
+}
+
+/// In the child, once (its fork handler, or its first touch of the heap):
+/// maps the copies the parent made where the old files were, aliases
+/// included. Async-signal-safe: system calls only, on the table the only
+/// thread there is holds. True if it mapped them now.
+pub(crate) fn map_in_child() -> bool {
+    if CHILD_MAPPED.swap(true, AcqRel) {
+        return false;
+    }
+    let source = FORK_SOURCE.load(Acquire);
+    if source.is_null() {
+        return false;
+    }
+    // SAFETY: see above.
+    let maps = unsafe { &mut *(*source).maps.held_data() };
+    let mut missing = false;
+    for m in maps.used().iter_mut().filter(|m| m.size != 0) {
+        missing |= !map_copy(m);
+    }
+    if missing {
+        crate::fault::write_stderr(&[
+            b"pagewise: the heap could not be copied for this child (no memory for a memfd); \
+it may only exec or _exit\n",
+        ]);
+    }
+    true
+}
+
+/// Maps `m`'s copy over where it was (the child did not inherit `m`).
+fn map_copy(m: &mut Mapping) -> bool {
+    let fd = core::mem::replace(&mut m.child_fd, -1);
+    m.copy_state = null_mut();
+    if fd < 0 {
+        return false;
+    }
+    // SAFETY: the child's own address range of the mapping (not inherited,
+    // so nothing is there), mapped from the copy.
+    let p = unsafe {
+        libc::mmap(
+            m.base as *mut libc::c_void,
+            m.size,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED | libc::MAP_FIXED | libc::MAP_NORESERVE,
+            fd,
+            0,
+        )
+    };
+    if p as usize != m.base {
+        close(fd);
+        return false;
+    }
+    for i in 0..if m.group.is_null() { 0 } else { m.pages() } {
+        let g = m.group_of(i);
+        if g != 0 {
+            let addr = m.base + i * page();
+            let offset = m.size + (g as usize - 1) * page();
+            // SAFETY: an OS page of the mapping just made, pointed at the
+            // copy of its group's page.
+            unsafe {
+                libc::mmap(
+                    addr as *mut libc::c_void,
+                    page(),
+                    libc::PROT_READ | libc::PROT_WRITE,
+                    libc::MAP_SHARED | libc::MAP_FIXED | libc::MAP_NORESERVE,
+                    fd,
+                    offset as libc::off_t,
+                )
+            };
+        }
+    }
+    // SAFETY: the mapping just made: the child's own children do not
+    // inherit it either.
+    unsafe { libc::madvise(m.base as *mut libc::c_void, m.size, libc::MADV_DONTFORK) };
+    close(m.fd);
+    m.fd = fd;
+    m.pid = getpid();
+    true
+}
+
+/// `lseek(fd, page * page(), whence)` in bytes, or `None` (no data past it).
+fn seek(fd: i32, page_index: usize, whence: i32) -> Option<usize> {
+    // SAFETY: plain system call on our file.
+    let at = unsafe { libc::lseek(fd, (page_index * page()) as libc::off_t, whence) };
+    (at >= 0).then_some(at as usize)
+}
+
+/// Copies `len` bytes at `offset` of `from` to the same offset of `to`.
+fn copy_range(from: i32, to: i32, offset: libc::off_t, len: libc::off_t) -> bool {
+    let (mut src, mut dst) = (offset, offset);
+    let end = offset + len;
+    while src < end {
+        // SAFETY: our files, offsets in range.
+        let n =
+            unsafe { libc::copy_file_range(from, &mut src, to, &mut dst, (end - src) as usize, 0) };
+        if n <= 0 {
+            return copy_range_by_hand(from, to, src, end - src);
+        }
+    }
+    true
+}
+
+/// [`copy_range`] through a buffer on the stack (a kernel without
+/// `copy_file_range` between these files); small, as it may run in the
+/// signal handler, on the alternate stack.
+fn copy_range_by_hand(from: i32, to: i32, mut at: libc::off_t, len: libc::off_t) -> bool {
+    let mut buf = [0u8; 1024];
+    let end = at + len;
+    while at < end {
+        let want = ((end - at) as usize).min(buf.len());
+        // SAFETY: our files and buffer.
+        let n = unsafe { libc::pread(from, buf.as_mut_ptr().cast(), want, at) };
+        // SAFETY: as above.
+        if n <= 0 || unsafe { libc::pwrite(to, buf.as_ptr().cast(), n as usize, at) } != n {
+            return false;
+        }
+        at += n as libc::off_t;
+    }
+    true
+}
+
+/// A futex operation on a state word of this process.
+fn futex(word: &AtomicU32, op: i32, val: u32) {
+    // SAFETY: a futex on our own word; a wait returns when woken, on a
+    // signal, or at once if the word no longer holds `val`.
+    unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            word.as_ptr(),
+            op | libc::FUTEX_PRIVATE_FLAG,
+            val,
+            core::ptr::null::<libc::timespec>(),
+        )
+    };
+}
