@@ -30,8 +30,27 @@ struct Outcome {
 /// Runs `scenario` in a child with meshing on (`env` added), killing it
 /// after `limit`.
 fn run(scenario: &str, env: &[(&str, &str)], limit: Duration) -> Outcome {
-    use std::os::unix::process::ExitStatusExt;
+    run_limited(scenario, env, limit, None)
+}
+
+/// [`run`] with the file size limit (`ulimit -f`) set to `fsize` bytes.
+fn run_limited(
+    scenario: &str,
+    env: &[(&str, &str)],
+    limit: Duration,
+    fsize: Option<u64>,
+) -> Outcome {
+    use std::os::unix::process::{CommandExt, ExitStatusExt};
     let mut cmd = reexec::this_binary();
+    if let Some(bytes) = fsize {
+        // SAFETY: only setrlimit between fork and exec.
+        unsafe {
+            cmd.pre_exec(move || {
+                set_fsize(bytes);
+                Ok(())
+            })
+        };
+    }
     cmd.args(["--exact", "child_entry", "--nocapture", "--test-threads=1"])
         .env(CHILD, scenario)
         .env("PAGEWISE_MESH", "1")
@@ -93,6 +112,8 @@ fn child_entry() {
         "stray-write" => child_protected_store(false),
         "signal-store" => child_signal_store(),
         "fork-stores" => child_fork_stores(),
+        "fsize" => child_fsize(false),
+        "fsize-later" => child_fsize(true),
         other => panic!("unknown scenario {other}"),
     }
 }
@@ -217,7 +238,7 @@ fn child_protected_store(own: bool) {
         // SAFETY: a valid handler with the SA_SIGINFO signature.
         unsafe {
             let mut action: libc::sigaction = core::mem::zeroed();
-            action.sa_sigaction = own_handler as usize;
+            action.sa_sigaction = own_handler as *const () as usize;
             action.sa_flags = libc::SA_SIGINFO;
             libc::sigemptyset(&mut action.sa_mask);
             assert_eq!(
@@ -314,7 +335,12 @@ fn block_sigusr1(how: libc::c_int) {
 fn child_signal_store() {
     use std::sync::atomic::Ordering::Relaxed;
     // SAFETY: a valid handler for a signal the program owns.
-    unsafe { libc::signal(libc::SIGUSR1, store_into_objects as libc::sighandler_t) };
+    unsafe {
+        libc::signal(
+            libc::SIGUSR1,
+            store_into_objects as *const () as libc::sighandler_t,
+        )
+    };
     // Memory retained and freed: the purger starts (with the signal open).
     drop((0..64).map(|_| vec![0u8; 1 << 16]).collect::<Vec<_>>());
     std::thread::sleep(Duration::from_millis(100));
@@ -488,4 +514,67 @@ fn a_fork_holds_other_threads_stores_for_one_page_not_the_heap() {
         f[1],
         f[2]
     );
+}
+
+/// Sets the file size limit (soft and hard) to `bytes`.
+fn set_fsize(bytes: u64) {
+    let r = libc::rlimit {
+        rlim_cur: bytes,
+        rlim_max: bytes,
+    };
+    // SAFETY: a valid rlimit.
+    unsafe { libc::setrlimit(libc::RLIMIT_FSIZE, &r) };
+}
+
+/// A program under a file size limit (`ulimit -f`): set before it started,
+/// or (`later`) by the program after pagewise made its heap. It allocates,
+/// frees most, meshes and allocates 1.5 GiB (a new mapping): nothing may
+/// kill it (SIGXFSZ).
+fn child_fsize(later: bool) {
+    let all: Vec<Box<[u8]>> = (0..8192)
+        .map(|_| vec![1u8; 64].into_boxed_slice())
+        .collect();
+    let keep: Vec<Box<[u8]>> = all.into_iter().step_by(64).collect();
+    if later {
+        set_fsize(1 << 20);
+    }
+    pagewise::mesh();
+    let layout = std::alloc::Layout::from_size_align(3 << 29, os_page()).unwrap();
+    // SAFETY: a valid layout, freed at once (never touched).
+    unsafe {
+        let p = std::alloc::alloc(layout);
+        assert!(!p.is_null());
+        *p = 1;
+        std::alloc::dealloc(p, layout);
+    }
+    assert!(keep.iter().all(|k| k.iter().all(|&b| b == 1)));
+    println!("fsize-report ok {}", pagewise::stats().meshed_bytes);
+}
+
+/// A file size limit never kills the program (SIGXFSZ from the memfd
+/// heap's ftruncate or writes): the heap takes private memory instead,
+/// with one line saying why.
+#[test]
+fn a_file_size_limit_never_kills_the_program() {
+    for (scenario, fsize) in [("fsize", Some(1 << 20)), ("fsize-later", None)] {
+        let o = run_limited(scenario, &[], Duration::from_secs(60), fsize);
+        assert_eq!(
+            o.code,
+            Some(0),
+            "{scenario}: killed by signal {:?}:\n{}",
+            o.signal,
+            o.out
+        );
+        assert_eq!(
+            report(&o, "fsize-report "),
+            "ok 0",
+            "{scenario}: meshed under the limit"
+        );
+        assert_eq!(
+            o.out.matches("pagewise: meshing stops").count(),
+            1,
+            "{scenario}: one line saying why:\n{}",
+            o.out
+        );
+    }
 }

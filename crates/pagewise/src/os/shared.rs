@@ -308,9 +308,20 @@ impl SharedPages {
     }
 
     /// Maps a fresh memfd of `2 * size` bytes, its first half at an
-    /// address aligned to `align`.
+    /// address aligned to `align`; or, if the process may not have such a
+    /// file (the file size limit, `ulimit -f`, is below it, or no memfd can
+    /// be made), private anonymous memory (fd -1), which never meshes,
+    /// saying so once.
     fn map_file(&self, size: usize, align: usize) -> Option<(usize, i32)> {
-        let fd = memfd()?;
+        let file = if file_limit_allows(2 * size) {
+            memfd()
+        } else {
+            None
+        };
+        let Some(fd) = file else {
+            private_memory_warning();
+            return self.map_private(size, align).map(|at| (at, -1));
+        };
         // SAFETY: `fd` is the memfd just made; a size past i64 fails.
         if unsafe { libc::ftruncate(fd, (2 * size) as libc::off_t) } != 0 {
             close(fd);
@@ -341,6 +352,24 @@ impl SharedPages {
         // SAFETY: our mapping; failure only means a child would inherit it.
         unsafe { libc::madvise(p, size, libc::MADV_DONTFORK) };
         Some((at, fd))
+    }
+
+    /// Private anonymous memory, read-write, aligned to `align`.
+    fn map_private(&self, size: usize, align: usize) -> Option<usize> {
+        let at = self.aligned_place(size, align)?;
+        // SAFETY: the placeholder just reserved, made usable.
+        let rw = unsafe {
+            libc::mprotect(
+                at as *mut libc::c_void,
+                size,
+                libc::PROT_READ | libc::PROT_WRITE,
+            )
+        };
+        if rw != 0 {
+            self.munmap(at, size);
+            return None;
+        }
+        Some(at)
     }
 
     /// Reserves `size` bytes aligned to `align` as an inaccessible
@@ -428,6 +457,12 @@ impl SharedPages {
 
     /// Copies `len` bytes at `from` to `offset` of `fd`.
     fn copy_in(fd: i32, from: usize, len: usize, offset: usize) -> bool {
+        if !file_limit_allows(offset + len) {
+            // The limit was lowered since the file was made: a write past
+            // it would raise SIGXFSZ.
+            private_memory_warning();
+            return false;
+        }
         // SAFETY: `from..from+len` is readable memory of ours.
         let n =
             unsafe { libc::pwrite(fd, from as *const libc::c_void, len, offset as libc::off_t) };
@@ -471,6 +506,30 @@ impl SharedPages {
     /// unless `over`), or gives `-change` back.
     fn take_seams(change: isize, over: bool) -> bool {
         take_seams(&SEAMS_NOW, change, seam_cap(), over)
+    }
+}
+
+/// Whether the file size limit (`RLIMIT_FSIZE`, `ulimit -f`) lets a file
+/// grow to `bytes`: past it, `ftruncate` and writes raise SIGXFSZ, which
+/// kills a program that does not expect it.
+pub(crate) fn file_limit_allows(bytes: usize) -> bool {
+    let mut r = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: a valid out-parameter; async-signal-safe.
+    let read = unsafe { libc::getrlimit(libc::RLIMIT_FSIZE, &mut r) } == 0;
+    read && (r.rlim_cur == libc::RLIM_INFINITY || r.rlim_cur as u128 >= bytes as u128)
+}
+
+/// Says once that the heap takes private memory, which does not mesh.
+fn private_memory_warning() {
+    static SAID: core::sync::atomic::AtomicBool = core::sync::atomic::AtomicBool::new(false);
+    if !SAID.swap(true, Relaxed) {
+        crate::fault::write_stderr(&[
+            b"pagewise: meshing stops: its heap needs memfd files, \
+and the file size limit (ulimit -f) or the open files limit refuses them; new memory is private\n",
+        ]);
     }
 }
 
@@ -604,6 +663,13 @@ unsafe impl PageSource for SharedPages {
             // A shared page is never purged (its group page holds others'
             // data): the heap makes it leave first. Refusing keeps it
             // counted as committed if that rule were ever broken.
+            if m.fd < 0 {
+                // Private memory (no file could be had): dropped in place.
+                // SAFETY: pages of our mapping holding nothing live.
+                return unsafe {
+                    libc::madvise(addr as *mut libc::c_void, size, libc::MADV_DONTNEED) == 0
+                };
+            }
             !shared && m.ours() && self.punch(m.fd, addr - m.base, size)
         });
         let ok = done.unwrap_or(false);
@@ -640,7 +706,7 @@ unsafe impl SharePages for SharedPages {
     unsafe fn share(&self, founder: usize) -> bool {
         self.with_mapping(founder, |m| {
             let i = m.index(founder);
-            if !m.ours() || !self.tables(m) || m.group_of(i) != 0 {
+            if m.fd < 0 || !m.ours() || !self.tables(m) || m.group_of(i) != 0 {
                 return false;
             }
             // SAFETY: `tables` mapped both arrays; `i` is a page of `m`.

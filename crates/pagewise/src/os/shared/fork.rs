@@ -106,6 +106,13 @@ impl SharedPages {
 fn prepare_copy(m: &mut Mapping) {
     m.child_fd = -1;
     m.copy_state = null_mut();
+    if m.fd < 0 {
+        // Private memory: the child inherits it as any private mapping.
+        return;
+    }
+    if !super::file_limit_allows(2 * m.size) {
+        return;
+    }
     let Some(fd) = memfd() else { return };
     let states = crate::os::source::map_table(2 * m.pages() * 4);
     // SAFETY: our new file.
@@ -305,13 +312,13 @@ pub(crate) fn map_in_child() -> bool {
     // SAFETY: see above.
     let maps = unsafe { &mut *(*source).maps.held_data() };
     let mut missing = false;
-    for m in maps.used().iter_mut().filter(|m| m.size != 0) {
+    for m in maps.used().iter_mut().filter(|m| m.size != 0 && m.fd >= 0) {
         missing |= !map_copy(m);
     }
     if missing {
         crate::fault::write_stderr(&[
-            b"pagewise: the heap could not be copied for this child (no memory for a memfd); \
-it may only exec or _exit\n",
+            b"pagewise: the heap could not be copied for this child (no memfd: memory, the open \
+files limit or the file size limit); it may only exec or _exit\n",
         ]);
     }
     true
