@@ -114,6 +114,7 @@ fn child_entry() {
         "fork-stores" => child_fork_stores(),
         "fsize" => child_fsize(false),
         "fsize-later" => child_fsize(true),
+        "double-free-meshed" => child_double_free_meshed(),
         other => panic!("unknown scenario {other}"),
     }
 }
@@ -577,4 +578,89 @@ fn a_file_size_limit_never_kills_the_program() {
             o.out
         );
     }
+}
+
+/// A program frees, from another thread, a slot it had freed already, on
+/// an OS page that meshed since: the slot is withheld (its bytes in the
+/// group page are another object's). The free must be caught before it
+/// writes anything there.
+fn child_double_free_meshed() {
+    const N: usize = 16384;
+    let all: Vec<Box<[u8; 64]>> = (0..N).map(|_| Box::new([0u8; 64])).collect();
+    // Keep one object per OS page at a varying slot, each filled with its
+    // own marker; remember the others' addresses, then free them.
+    let mut keep = Vec::new();
+    let mut freed = Vec::new();
+    let mut seen_pages = std::collections::HashSet::new();
+    for (i, mut b) in all.into_iter().enumerate() {
+        let page = &*b as *const _ as usize / os_page();
+        if (i * 7) % 5 == 0 && seen_pages.insert(page) {
+            b.fill((keep.len() % 200 + 20) as u8);
+            keep.push(b);
+        } else {
+            freed.push(Box::into_raw(b) as usize);
+            // SAFETY: just leaked from a box of this layout.
+            unsafe { drop(Box::from_raw(*freed.last().unwrap() as *mut [u8; 64])) };
+        }
+    }
+    let joined = pagewise::mesh();
+    // A freed slot whose bytes now read as a survivor's: withheld, on a
+    // page meshed with that survivor's.
+    let marker = |x: usize| {
+        // SAFETY: the address of a slot of a meshed page (mapped); a read.
+        let b = unsafe { core::ptr::read_volatile(x as *const [u8; 64]) };
+        (b[0] >= 20 && b.iter().all(|&v| v == b[0])).then_some(b[0])
+    };
+    let Some(&x) = freed.iter().find(|&&x| marker(x).is_some()) else {
+        println!("double-free-report none {joined}");
+        return;
+    };
+    let before = marker(x).unwrap();
+    let victim = keep
+        .iter()
+        .map(|k| &**k as *const [u8; 64] as usize)
+        .find(|&k| {
+            // SAFETY: a live survivor.
+            unsafe { (*(k as *const [u8; 64]))[0] == before && k % os_page() == x % os_page() }
+        })
+        .expect("the survivor the slot shows");
+    eprintln!("freeing again a withheld slot that shows a survivor's bytes");
+    // SAFETY: a double free, on purpose: it must abort before writing.
+    std::thread::spawn(move || unsafe { drop(Box::from_raw(x as *mut [u8; 64])) })
+        .join()
+        .unwrap();
+    // SAFETY: a live survivor.
+    let after = unsafe { core::ptr::read_volatile(victim as *const [u8; 64]) };
+    println!(
+        "double-free-report missed {}",
+        if after.iter().all(|&v| v == before) {
+            "intact"
+        } else {
+            "overwritten"
+        }
+    );
+}
+
+/// A double free of a slot withheld on a meshed page is caught (the
+/// process aborts with the double-free report) before it writes into the
+/// group page, where the slot's bytes are another object's.
+#[test]
+fn a_double_free_on_a_meshed_page_is_caught_before_it_writes() {
+    let o = run(
+        "double-free-meshed",
+        &[("PAGEWISE_BACKGROUND", "0")],
+        Duration::from_secs(60),
+    );
+    assert!(
+        !o.out.contains("double-free-report none"),
+        "no freed slot showed a survivor: the test proves nothing:\n{}",
+        o.out
+    );
+    assert!(
+        !o.out.contains("double-free-report missed"),
+        "the double free was not caught:\n{}",
+        o.out
+    );
+    assert_eq!(o.signal, Some(libc::SIGABRT), "{}", o.out);
+    assert!(o.out.contains("double free"), "{}", o.out);
 }
