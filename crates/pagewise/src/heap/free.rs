@@ -431,6 +431,47 @@ pub(super) fn lookup_page(seg: &Segment, addr: usize) -> *mut Page {
     seg.page(idx - off)
 }
 
+/// Before another thread than its owner frees slot `index` of `page`
+/// (`addr`): aborts if the slot is withheld on a meshed OS page
+/// (`memory/mesh.rs`), where its bytes are another page's object, which
+/// marking it free would overwrite. A slot freed twice holds a free key
+/// until its page meshes; after, it shows the group page's bytes, and
+/// only the page's record (read under its page lists, which a mesh pass
+/// holds) tells a withheld slot from a live one. The key is read before
+/// the page's meshed bits: a key read from the group page means the page
+/// meshed before the read, and its bit was set before the remap.
+///
+/// # Safety
+/// `page` is a live slab page of `heap` (a thread heap) in `seg`; `index`
+/// a carved slot of it at `addr`.
+#[inline]
+unsafe fn check_withheld(
+    seg: &Segment,
+    page: *mut Page,
+    heap: *const HeapCore,
+    index: usize,
+    addr: usize,
+) {
+    let block = addr as *const Block;
+    // SAFETY: a carved slot of a live slab page (caller): mapped.
+    if unsafe { Block::is_cached(block) || Block::is_in_page(block) } {
+        misuse(Misuse::DoubleFree, addr);
+    }
+    core::sync::atomic::fence(core::sync::atomic::Ordering::SeqCst);
+    // SAFETY: per the caller; the segment's meshed bits are atomics.
+    if !unsafe { (*page).on_meshed(seg, index) } {
+        return;
+    }
+    // SAFETY: per the caller: the heap outlives its pages; its page lists
+    // keep the record still while it is read.
+    unsafe {
+        let _lists = (*heap).lock_local();
+        if (*page).is_withheld(index) {
+            misuse(Misuse::DoubleFree, addr);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::lookup_page;
@@ -502,47 +543,6 @@ mod tests {
                 !ok && err.contains("pagewise: free of a pointer pagewise did not allocate"),
                 "slice offset {off} from slice {IDX} reaches into the header: {err}"
             );
-        }
-    }
-}
-
-/// Before another thread than its owner frees slot `index` of `page`
-/// (`addr`): aborts if the slot is withheld on a meshed OS page
-/// (`memory/mesh.rs`), where its bytes are another page's object, which
-/// marking it free would overwrite. A slot freed twice holds a free key
-/// until its page meshes; after, it shows the group page's bytes, and
-/// only the page's record (read under its page lists, which a mesh pass
-/// holds) tells a withheld slot from a live one. The key is read before
-/// the page's meshed bits: a key read from the group page means the page
-/// meshed before the read, and its bit was set before the remap.
-///
-/// # Safety
-/// `page` is a live slab page of `heap` (a thread heap) in `seg`; `index`
-/// a carved slot of it at `addr`.
-#[inline]
-unsafe fn check_withheld(
-    seg: &Segment,
-    page: *mut Page,
-    heap: *const HeapCore,
-    index: usize,
-    addr: usize,
-) {
-    let block = addr as *const Block;
-    // SAFETY: a carved slot of a live slab page (caller): mapped.
-    if unsafe { Block::is_cached(block) || Block::is_in_page(block) } {
-        misuse(Misuse::DoubleFree, addr);
-    }
-    core::sync::atomic::fence(core::sync::atomic::Ordering::SeqCst);
-    // SAFETY: per the caller; the segment's meshed bits are atomics.
-    if !unsafe { (*page).on_meshed(seg, index) } {
-        return;
-    }
-    // SAFETY: per the caller: the heap outlives its pages; its page lists
-    // keep the record still while it is read.
-    unsafe {
-        let _lists = (*heap).lock_local();
-        if (*page).is_withheld(index) {
-            misuse(Misuse::DoubleFree, addr);
         }
     }
 }
