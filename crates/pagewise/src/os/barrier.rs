@@ -48,6 +48,10 @@ static OWNS: AtomicUsize = AtomicUsize::new(0);
 /// page is read-only by pagewise, it lies here.
 static PROTECTED_START: AtomicUsize = AtomicUsize::new(0);
 static PROTECTED_END: AtomicUsize = AtomicUsize::new(0);
+/// Whether that range is write-protected through the userfaultfd
+/// (`os/uffd.rs`: stores wait in the kernel, system calls' included)
+/// rather than by `mprotect`.
+static BY_UFFD: AtomicBool = AtomicBool::new(false);
 /// Ranges lowered so far: a retried fault whose count changed may have
 /// met another of pagewise's ranges.
 static LOWERED: AtomicU64 = AtomicU64::new(0);
@@ -76,6 +80,9 @@ static PARENT_COPY: AtomicUsize = AtomicUsize::new(0);
 pub fn install(owns: fn(usize) -> bool) -> bool {
     OWNS.store(owns as usize, Relaxed);
     home_is_here();
+    // Where the kernel and the process's privileges allow, pages are
+    // write-protected through a userfaultfd; `mprotect` otherwise.
+    super::uffd::open();
     super::segv::register(super::segv::Client::Barrier, claim);
     INSTALLED.store(true, Release);
     // In place from the start, not only from the first copy: a child
@@ -115,6 +122,13 @@ pub fn raise() {
 
 /// Lowers the barrier and wakes every thread waiting on it.
 pub fn lower() {
+    if BY_UFFD.swap(false, Relaxed) {
+        // Threads waiting in the kernel on pages since remapped retry on
+        // the new mapping (counted: each left a message).
+        WAITS.fetch_add(super::uffd::take_faults(), Relaxed);
+        let start = PROTECTED_START.load(Relaxed);
+        super::uffd::wake(start, PROTECTED_END.load(Relaxed) - start);
+    }
     PROTECTED_END.store(0, Release);
     LOWERED.fetch_add(1, AcqRel);
     WORD.fetch_add(1, AcqRel);
@@ -157,6 +171,22 @@ pub fn fork_end() {
 /// barrier; it is remapped or made writable again before the barrier falls.
 /// One range at a time, or a range covering those before.
 pub unsafe fn protect(addr: usize, len: usize) -> bool {
+    if PROTECTED_END.load(Relaxed) == 0 && super::uffd::protect(addr, len, true) {
+        PROTECTED_START.store(addr, Relaxed);
+        PROTECTED_END.store(addr + len, Release);
+        BY_UFFD.store(true, Relaxed);
+        return true;
+    }
+    // SAFETY: per the caller.
+    unsafe { protect_by_mprotect(addr, len) }
+}
+
+/// [`protect`] always by `mprotect`, whose faults reach the SIGSEGV
+/// handler (the fork's copy, which copies a faulting page at once).
+///
+/// # Safety
+/// As [`protect`].
+pub unsafe fn protect_by_mprotect(addr: usize, len: usize) -> bool {
     let (start, end) = match PROTECTED_END.load(Relaxed) {
         0 => (addr, addr + len),
         end => (PROTECTED_START.load(Relaxed).min(addr), end.max(addr + len)),
@@ -201,6 +231,9 @@ fn retry_once(addr: usize) -> bool {
 /// # Safety
 /// As [`protect`].
 pub unsafe fn unprotect(addr: usize, len: usize) -> bool {
+    if BY_UFFD.load(Relaxed) {
+        return super::uffd::protect(addr, len, false);
+    }
     // SAFETY: per the caller.
     unsafe {
         libc::mprotect(

@@ -16,3 +16,5 @@ pub mod shared;
 #[cfg(unix)]
 pub(crate) mod signals;
 pub mod source;
+#[cfg(target_os = "linux")]
+pub(crate) mod uffd;

@@ -351,6 +351,8 @@ impl SharedPages {
         }
         // SAFETY: our mapping; failure only means a child would inherit it.
         unsafe { libc::madvise(p, size, libc::MADV_DONTFORK) };
+        // Write-protectable through the userfaultfd, if the barrier has one.
+        crate::os::uffd::register(at, size);
         Some((at, fd))
     }
 
@@ -437,6 +439,9 @@ impl SharedPages {
         // the mappings it splits would add up past the budget.
         // SAFETY: the page just mapped.
         unsafe { libc::madvise(p, page(), libc::MADV_DONTFORK) };
+        // A new mapping is not registered: so it can be write-protected
+        // again, and merges with its (registered) neighbours.
+        crate::os::uffd::register(addr, page());
         true
     }
 

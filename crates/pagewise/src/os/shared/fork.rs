@@ -67,7 +67,8 @@ impl SharedPages {
         barrier::fork_begin(map_in_child, copy_on_fault);
         for m in maps.used().iter().filter(|m| m.child_fd >= 0) {
             // SAFETY: our mapping, made writable again chunk by chunk below.
-            unsafe { barrier::protect(m.base, m.size) };
+            // By `mprotect`: a store's fault copies its page at once.
+            unsafe { barrier::protect_by_mprotect(m.base, m.size) };
         }
         for m in maps.used().iter_mut().filter(|m| m.child_fd >= 0) {
             if !copy_for_child(m) {
@@ -94,6 +95,7 @@ impl SharedPages {
     /// In the child after `fork()`: maps its copies, unless a fault did.
     pub(crate) fn fork_child(&self) {
         map_in_child();
+        crate::os::uffd::forget_in_child();
         barrier::home_is_here();
         barrier::fork_end();
         // SAFETY: in the child only this thread exists.
