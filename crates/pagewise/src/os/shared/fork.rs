@@ -116,12 +116,12 @@ fn prepare_copy(m: &mut Mapping) {
         return;
     }
     let Some(fd) = memfd() else { return };
-    let states = crate::os::source::map_table(2 * m.pages() * 4);
+    let states = crate::os::source::map_table(state_bytes(m));
     // SAFETY: our new file.
     if states.is_none() || unsafe { libc::ftruncate(fd, (2 * m.size) as libc::off_t) } != 0 {
         if let Some(t) = states {
             // SAFETY: just mapped, unused.
-            unsafe { crate::os::source::unmap_table(t, 2 * m.pages() * 4) };
+            unsafe { crate::os::source::unmap_table(t, state_bytes(m)) };
         }
         close(fd);
         return;
@@ -135,133 +135,164 @@ fn end_copy(m: &mut Mapping) {
     close(core::mem::replace(&mut m.child_fd, -1));
     if let Some(t) = core::ptr::NonNull::new(core::mem::replace(&mut m.copy_state, null_mut())) {
         // SAFETY: mapped by `prepare_copy`, no longer used (the fork is over).
-        unsafe { crate::os::source::unmap_table(t.cast(), 2 * m.pages() * 4) };
+        unsafe { crate::os::source::unmap_table(t.cast(), state_bytes(m)) };
     }
 }
 
+/// Bytes of the copy states of `m`: one per chunk of each half of its
+/// file.
+fn state_bytes(m: &Mapping) -> usize {
+    2 * m.pages().div_ceil(CHUNK) * 4
+}
+
 impl Mapping {
-    fn state(&self, f: usize) -> &AtomicU32 {
-        // SAFETY: `copy_state` has a state per page of the file (2 * pages).
-        unsafe { &*self.copy_state.add(f) }
+    /// The copy state of chunk `c` of the file (pages `c * CHUNK..`).
+    fn state(&self, c: usize) -> &AtomicU32 {
+        // SAFETY: `copy_state` has a state per chunk of the file.
+        unsafe { &*self.copy_state.add(c) }
     }
 
-    /// Claims file page `f` for this thread's copy.
-    fn claim(&self, f: usize) -> bool {
-        self.state(f)
+    /// Claims chunk `c` for this thread's copy.
+    fn claim(&self, c: usize) -> bool {
+        self.state(c)
             .compare_exchange(UNTOUCHED, COPYING, Acquire, Relaxed)
             .is_ok()
     }
 
-    /// Marks file page `f` (claimed) copied, waking any waiter.
-    fn copied(&self, f: usize) {
-        if self.state(f).swap(COPIED, AcqRel) == WAITED {
-            futex(self.state(f), libc::FUTEX_WAKE, i32::MAX as u32);
+    /// Marks chunk `c` (claimed) copied, waking any waiter.
+    fn copied(&self, c: usize) {
+        if self.state(c).swap(COPIED, AcqRel) == WAITED {
+            futex(self.state(c), libc::FUTEX_WAKE, i32::MAX as u32);
         }
     }
 
-    /// Waits until file page `f` is copied by whoever claimed it.
-    fn wait_copied(&self, f: usize) {
+    /// Waits until chunk `c` is copied by whoever claimed it.
+    fn wait_copied(&self, c: usize) {
         loop {
-            match self.state(f).load(Acquire) {
+            match self.state(c).load(Acquire) {
                 COPIED | UNTOUCHED => return,
                 COPYING => {
                     let _ = self
-                        .state(f)
+                        .state(c)
                         .compare_exchange(COPYING, WAITED, Relaxed, Relaxed);
                 }
-                _ => futex(self.state(f), libc::FUTEX_WAIT, WAITED),
+                _ => futex(self.state(c), libc::FUTEX_WAIT, WAITED),
             }
         }
     }
 
-    /// Copies file pages `first..first+n` to the child's file (no seek for
-    /// holes: `SEEK_HOLE` walks to the end of a run of data, so the bulk
-    /// copy seeks once per run and copies its chunks as they are, and a
-    /// fault copies its one page, zeros and all).
-    fn copy_pages(&self, first: usize, n: usize) -> bool {
-        let len = (n * page()) as libc::off_t;
+    /// Chunks of each half of the file (a chunk never straddles them).
+    fn chunks_per_half(&self) -> usize {
+        self.pages().div_ceil(CHUNK)
+    }
+
+    /// The chunk holding file page `f`.
+    fn chunk_of(&self, f: usize) -> usize {
+        let (half, at) = (f / self.pages(), f % self.pages());
+        half * self.chunks_per_half() + at / CHUNK
+    }
+
+    /// File pages of chunk `c`.
+    fn chunk(&self, c: usize) -> (usize, usize) {
+        let (half, k) = (c / self.chunks_per_half(), c % self.chunks_per_half());
+        let base = half * self.pages();
+        (
+            base + k * CHUNK,
+            (base + (k + 1) * CHUNK).min(base + self.pages()),
+        )
+    }
+
+    /// Copies file pages `first..end` to the child's file.
+    fn copy_pages(&self, first: usize, end: usize) -> bool {
+        let len = ((end - first) * page()) as libc::off_t;
         copy_range(self.fd, self.child_fd, (first * page()) as libc::off_t, len)
     }
 
-    /// Makes sure file page `f` is in the child's file: copies it, or
-    /// waits for the thread that does.
+    /// Makes sure the chunk holding file page `f` is in the child's file:
+    /// copies it (nothing if it holds no data; whole, holes and all, if
+    /// it holds some), or waits for the thread that does.
     fn ensure_copied(&self, f: usize) {
-        if self.claim(f) {
-            let _ = self.copy_pages(f, 1);
-            self.copied(f);
-        } else {
-            self.wait_copied(f);
+        let c = self.chunk_of(f);
+        if !self.claim(c) {
+            self.wait_copied(c);
+            return;
         }
+        let (a, b) = self.chunk(c);
+        if seek(self.fd, a, libc::SEEK_DATA).is_some_and(|d| d < b * page()) {
+            let _ = self.copy_pages(a, b);
+        }
+        self.copied(c);
     }
 }
 
 /// Copies `m`'s file for the child: group pages first, then the mapping's
-/// own pages in chunks, each made writable once copied. False if a copy
-/// failed (the child then gets none of `m`).
+/// own pages, chunk by chunk, each made writable once copied. False if a
+/// copy failed (the child then gets none of `m`).
 fn copy_for_child(m: &mut Mapping) -> bool {
     let pages = m.pages();
-    copy_range_of_pages(m, pages, 2 * pages, false) && copy_range_of_pages(m, 0, pages, true)
+    copy_chunks(m, pages, 2 * pages, false) && copy_chunks(m, 0, pages, true)
 }
 
-/// Copies file pages `from..to` of `m` in chunks; `writable`: make the
-/// virtual pages of each chunk writable once it is copied (the first half).
-fn copy_range_of_pages(m: &Mapping, from: usize, to: usize, writable: bool) -> bool {
+/// Copies the chunks of file pages `from..to` (one half of the file) of `m`,
+/// their runs of data found with one `SEEK_DATA` and one `SEEK_HOLE` per
+/// run (`SEEK_HOLE` walks to the end of a run: asked per chunk, the copy
+/// would be quadratic); `writable`: make the virtual pages of each chunk
+/// writable once it is copied (the first half), chunks of holes together.
+fn copy_chunks(m: &Mapping, from: usize, to: usize, writable: bool) -> bool {
     let mut ok = true;
-    let mut at = from;
-    while at < to {
-        // The next run of data: the pages before it are holes, copied as
-        // nothing (their states say so, and a store waits for no one).
+    // The current run of data, [data, hole): the first whose end is past
+    // the chunk looked at.
+    let next_run = |at: usize| {
         let data = seek(m.fd, at, libc::SEEK_DATA).map_or(to, |d| (d / page()).clamp(at, to));
-        settle(m, at, data, |_, _| true);
-        if writable {
-            let_in(m, at, data);
-        }
-        if data >= to {
-            break;
-        }
-        let hole = seek(m.fd, data, libc::SEEK_HOLE)
-            .map_or(to, |h| h.div_ceil(page()).clamp(data + 1, to));
-        let mut c = data;
-        while c < hole {
-            let end = (c + CHUNK).min(hole);
-            ok &= settle(m, c, end, |a, b| m.copy_pages(a, b - a));
-            if writable {
-                let_in(m, c, end);
+        let hole = if data < to {
+            seek(m.fd, data, libc::SEEK_HOLE).map_or(to, |h| h.div_ceil(page()).clamp(data + 1, to))
+        } else {
+            to
+        };
+        (data, hole)
+    };
+    let (mut data, mut hole) = next_run(from);
+    let mut idle_from = from;
+    let mut c = m.chunk_of(from);
+    while c < m.chunk_of(to - 1) + 1 {
+        let (a, b) = m.chunk(c);
+        if data >= b {
+            // No data in this chunk: claimed as copied (a fault's copy
+            // under way is waited for), made writable with its neighbours.
+            if m.claim(c) {
+                m.copied(c);
+            } else {
+                m.wait_copied(c);
             }
-            c = end;
-        }
-        at = hole;
-    }
-    ok
-}
-
-/// Claims every untouched page of `first..end`, copies each run of them
-/// with `copy`, and waits for the pages other threads were copying.
-fn settle(
-    m: &Mapping,
-    first: usize,
-    end: usize,
-    mut copy: impl FnMut(usize, usize) -> bool,
-) -> bool {
-    let mut ok = true;
-    let mut i = first;
-    while i < end {
-        if !m.claim(i) {
-            i += 1;
+            c += 1;
             continue;
         }
-        let run = i;
-        while i + 1 < end && m.claim(i + 1) {
-            i += 1;
+        if writable {
+            let_in(m, idle_from, a);
         }
-        ok &= copy(run, i + 1);
-        for f in run..=i {
-            m.copied(f);
+        if m.claim(c) {
+            while data < b {
+                ok &= m.copy_pages(data.max(a), hole.min(b));
+                if hole > b {
+                    break;
+                }
+                (data, hole) = next_run(hole);
+            }
+            m.copied(c);
+        } else {
+            m.wait_copied(c);
+            while hole <= b && data < to {
+                (data, hole) = next_run(hole);
+            }
         }
-        i += 1;
+        if writable {
+            let_in(m, a, b);
+        }
+        idle_from = b;
+        c += 1;
     }
-    for f in first..end {
-        m.wait_copied(f);
+    if writable {
+        let_in(m, idle_from, to);
     }
     ok
 }
