@@ -18,11 +18,14 @@
 //! says whether the same store faults again with nothing of pagewise's
 //! having changed, and only then is it passed on.
 //!
-//! What it cannot do: the kernel does not fault on behalf of a system call,
-//! so a `read(2)` into an object on a page being copied fails with `EFAULT`
-//! instead of waiting; and a program that replaces the SIGSEGV handler
-//! (Go's runtime, JVMs) removes the barrier. Both are why meshing of the
-//! global allocator is opt-in (`PAGEWISE_MESH=1`).
+//! Where the kernel and the process's privileges allow, the page is
+//! write-protected through a userfaultfd instead ([`super::uffd`]): a
+//! store waits in the kernel, with no signal, and so does a system call
+//! writing into the page. With `mprotect`, what it cannot do: the kernel
+//! does not fault on behalf of a system call, so a `read(2)` into an
+//! object on a page being copied fails with `EFAULT` instead of waiting;
+//! and a program that replaces the SIGSEGV handler (Go's runtime, JVMs)
+//! removes the barrier until the handler is put back in front.
 
 use core::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, AtomicUsize, Ordering::*};
 
