@@ -454,3 +454,25 @@ fn a_group_that_comes_to_nothing_gives_its_pages_back_intact() {
         unsafe { heap.deallocate(s.p, s.layout) };
     }
 }
+
+/// Before a pass withholds slots of a page, frees of the page's slots stop
+/// going into thread caches and every thread passes a barrier (the page
+/// source's `serialize_threads`, one per size class that meshes), so a
+/// cached double free under way is either seen by the page's check or
+/// takes the checked path (`memory/cache_handshake.rs`).
+#[test]
+fn a_pass_serializes_threads_before_it_withholds_slots() {
+    let heap = heap();
+    let kept = one_survivor_per_os_page(&heap, pages() / 4, 11);
+    heap.trim();
+    let before = heap.source().syscalls().barriers;
+    // SAFETY: this thread is the heap's only user.
+    let joined = unsafe { heap.mesh() };
+    let barriers = heap.source().syscalls().barriers - before;
+    assert!(joined > 0);
+    assert!(
+        (1..=12).contains(&barriers),
+        "{barriers} barriers for 12 size classes meshed"
+    );
+    assert!(all_intact(&kept));
+}

@@ -373,35 +373,6 @@ fn one_survivor_per_os_page_meshes_with_writers_running() {
     );
 }
 
-/// The hazard that keeps meshing opt-in, as the kernel behaves: a system
-/// call that writes into a read-only page (as a page is while meshing
-/// copies it) fails with `EFAULT`; no SIGSEGV handler runs to make it
-/// wait.
-#[test]
-fn a_system_call_into_a_page_being_copied_would_fail_with_efault() {
-    // SAFETY: a private anonymous page of our own, made read-only, read
-    // into by the kernel, then unmapped.
-    unsafe {
-        let page = libc::sysconf(libc::_SC_PAGESIZE) as usize;
-        let p = libc::mmap(
-            std::ptr::null_mut(),
-            page,
-            libc::PROT_READ,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-            -1,
-            0,
-        );
-        assert_ne!(p, libc::MAP_FAILED);
-        let fd = libc::open(c"/dev/zero".as_ptr(), libc::O_RDONLY);
-        assert!(fd >= 0);
-        let n = libc::read(fd, p, 16);
-        let err = std::io::Error::last_os_error().raw_os_error();
-        libc::close(fd);
-        libc::munmap(p, page);
-        assert_eq!((n, err), (-1, Some(libc::EFAULT)));
-    }
-}
-
 #[test]
 fn a_forked_child_gets_its_own_copy_of_a_meshed_heap() {
     let out = run("fork", true);

@@ -303,6 +303,8 @@ pub fn mesh() -> usize {
     if !heaps::meshing() {
         return 0;
     }
+    #[cfg(target_os = "linux")]
+    crate::os::segv::ensure();
     trim();
     let mut joined = 0;
     heaps::visit_all(core::ptr::null(), heaps::Busy::Wait, |h, l, _| {

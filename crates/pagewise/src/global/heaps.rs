@@ -37,9 +37,10 @@ use core::sync::atomic::{AtomicPtr, AtomicU8, Ordering::*};
 /// The page source of the global allocator.
 pub static SYSTEM: SystemPages = SystemPages::new();
 /// Its page source when it meshes (`PAGEWISE_MESH=1`): memfd files mapped
-/// shared, copied for a forked child by the fork handlers.
+/// shared, kept from a forked child, and copied for it by the fork
+/// handlers when they run.
 #[cfg(target_os = "linux")]
-pub static SHARED: crate::os::shared::SharedPages = crate::os::shared::SharedPages::inherited();
+pub static SHARED: crate::os::shared::SharedPages = crate::os::shared::SharedPages::new();
 /// Whether the global allocator meshes: 0 until its first heap is made,
 /// then 1 (no) or 2 (yes), for the life of the process.
 static MESH_MODE: AtomicU8 = AtomicU8::new(0);

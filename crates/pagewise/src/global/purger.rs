@@ -118,7 +118,17 @@ fn start() {
 }
 
 /// Starts the detached purger thread; returns pthread_create's result.
+/// It starts with the program's signals blocked (a thread inherits its
+/// creator's mask): it never runs a handler of the program, which could
+/// store into a page it is copying (`os/signals.rs`).
 fn spawn(stack: Option<usize>) -> i32 {
+    let mask = crate::os::signals::block_async();
+    let rc = spawn_thread(stack);
+    crate::os::signals::restore(mask);
+    rc
+}
+
+fn spawn_thread(stack: Option<usize>) -> i32 {
     // SAFETY: plain pthread calls with valid out-pointers; `run` has the
     // required signature and takes no argument.
     unsafe {
@@ -146,6 +156,12 @@ extern "C" fn run(_: *mut libc::c_void) -> *mut libc::c_void {
         // Read each pass: `options::set` may change the delay.
         sleep_ms((thread::config().decay_ms / 4).clamp(10, 1000));
         let _pass = PASS.lock();
+        #[cfg(target_os = "linux")]
+        if heaps::meshing() {
+            // The SIGSEGV handler back in front if the program (or the
+            // Rust runtime, after the first allocation) put its own in.
+            crate::os::segv::ensure();
+        }
         let now = crate::global::heaps::SYSTEM.now_ms();
         // Batches no thread took within a decay period go home first, so
         // the visits below find their pages empty.

@@ -208,8 +208,10 @@ impl HeapCore {
                     // SAFETY: `addr` starts a slot of a live slab page of
                     // a thread heap, which outlives its pages. A hollow
                     // slot is caught by its owner when it collects the
-                    // page's remote frees (`Page::collect_thread_free`).
+                    // page's remote frees (`Page::collect_thread_free`);
+                    // a withheld one before anything is written into it.
                     unsafe {
+                        check_withheld(seg, page, heap, index, addr);
                         if !Block::mark_free(block) {
                             misuse(Misuse::DoubleFree, addr);
                         }
@@ -442,6 +444,47 @@ pub(super) fn lookup_page(seg: &Segment, addr: usize) -> *mut Page {
         misuse(Misuse::Foreign, addr);
     }
     seg.page(idx - off)
+}
+
+/// Before another thread than its owner frees slot `index` of `page`
+/// (`addr`): aborts if the slot is withheld on a meshed OS page
+/// (`memory/mesh.rs`), where its bytes are another page's object, which
+/// marking it free would overwrite. A slot freed twice holds a free key
+/// until its page meshes; after, it shows the group page's bytes, and
+/// only the page's record (read under its page lists, which a mesh pass
+/// holds) tells a withheld slot from a live one. The key is read before
+/// the page's meshed bits: a key read from the group page means the page
+/// meshed before the read, and its bit was set before the remap.
+///
+/// # Safety
+/// `page` is a live slab page of `heap` (a thread heap) in `seg`; `index`
+/// a carved slot of it at `addr`.
+#[inline]
+unsafe fn check_withheld(
+    seg: &Segment,
+    page: *mut Page,
+    heap: *const HeapCore,
+    index: usize,
+    addr: usize,
+) {
+    let block = addr as *const Block;
+    // SAFETY: a carved slot of a live slab page (caller): mapped.
+    if unsafe { Block::is_cached(block) || Block::is_in_page(block) } {
+        misuse(Misuse::DoubleFree, addr);
+    }
+    core::sync::atomic::fence(core::sync::atomic::Ordering::SeqCst);
+    // SAFETY: per the caller; the segment's meshed bits are atomics.
+    if !unsafe { (*page).on_meshed(seg, index) } {
+        return;
+    }
+    // SAFETY: per the caller: the heap outlives its pages; its page lists
+    // keep the record still while it is read.
+    unsafe {
+        let _lists = (*heap).lock_local();
+        if (*page).is_withheld(index) {
+            misuse(Misuse::DoubleFree, addr);
+        }
+    }
 }
 
 #[cfg(test)]

@@ -132,6 +132,25 @@ impl HeapCore {
         let Some(sharing) = self.source().sharing() else {
             return 0;
         };
+        // While it copies under the barrier, this thread runs no handler of
+        // the program: one that stored into a page being copied would wait
+        // for this very copy (`os/signals.rs`).
+        #[cfg(target_os = "linux")]
+        let mask = crate::os::barrier::installed().then(crate::os::signals::block_async);
+        // SAFETY: per the caller.
+        let joined = unsafe { self.mesh_classes(l, sharing) };
+        #[cfg(target_os = "linux")]
+        if let Some(mask) = mask {
+            crate::os::signals::restore(mask);
+        }
+        joined
+    }
+
+    /// [`HeapCore::mesh_pass`] with the source's sharing.
+    ///
+    /// # Safety
+    /// As [`HeapCore::mesh_pass`].
+    unsafe fn mesh_classes(&self, l: &mut Local, sharing: &dyn SharePages) -> usize {
         // SAFETY: per the caller.
         unsafe { self.leave_unused_groups(l, sharing) };
         let Some(mut scratch) = Scratch::map() else {
@@ -227,6 +246,15 @@ impl HeapCore {
         s: &mut Scratch,
         sharing: &dyn SharePages,
     ) -> usize {
+        // 0. Frees of the planned pages' slots stop going into thread
+        //    caches, and every thread passes a barrier, before their free
+        //    lists are checked: a cached free under way that read a page as
+        //    cacheable has stored its key where the check finds it, or sees
+        //    the change and frees past the cache, where a withheld slot is
+        //    caught (`memory/cache_handshake.rs`).
+        if !self.stop_caching_planned(s) {
+            return 0;
+        }
         // 1. Withhold the slots on every planned OS page, page by page (the
         //    candidates of a page are consecutive).
         let mut i = 0;
@@ -256,6 +284,8 @@ impl HeapCore {
                             s.plan(j).failed = true;
                         }
                     }
+                    // SAFETY: as below: cacheable again if it was.
+                    unsafe { (*page).set_hollow_slots((*page).hollow_slots()) };
                 } else {
                     // SAFETY: per the caller; the record is the page's.
                     unsafe { (*page).withhold_meshed(planned, record) };
@@ -309,6 +339,31 @@ impl HeapCore {
             }
         }
         joined
+    }
+
+    /// Makes every page with a planned OS page stop taking cached frees,
+    /// then serializes the threads (see `make_groups`). False if the
+    /// source could not: the pages are as they were and nothing meshes.
+    fn stop_caching_planned(&self, s: &mut Scratch) -> bool {
+        let mut any = false;
+        for i in 0..s.n as u32 {
+            if s.planned(i) {
+                // SAFETY: a slab page of this heap (the caller's candidates).
+                unsafe { (*s.cand(i).page).set_cacheable(false) };
+                any = true;
+            }
+        }
+        if !any || self.source().serialize_threads() {
+            return true;
+        }
+        for i in 0..s.n as u32 {
+            if s.planned(i) {
+                let page = s.cand(i).page;
+                // SAFETY: as above; the count unchanged, its word rewritten.
+                unsafe { (*page).set_hollow_slots((*page).hollow_slots()) };
+            }
+        }
+        false
     }
 
     /// Returns `page`'s withheld-slot record to the pool once it has no

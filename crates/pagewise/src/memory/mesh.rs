@@ -100,7 +100,7 @@ impl Page {
     }
 
     /// Whether slot `i` overlaps a meshed OS page.
-    fn on_meshed(&self, seg: &Segment, i: usize) -> bool {
+    pub(crate) fn on_meshed(&self, seg: &Segment, i: usize) -> bool {
         let (first, n) = self.os_pages_of(seg, i);
         (first..first + n).any(|p| seg.is_meshed(p))
     }

@@ -6,39 +6,75 @@
 //! is retried on the new mapping (Mesh's barrier, with a futex instead of
 //! a lock). Linux only.
 //!
-//! The claim is only a write-protection fault (`SEGV_ACCERR`) at an
-//! address the allocator says is its own (`install`'s `owns`); any other
-//! fault goes to the handler installed before it, or kills the process as
-//! it would have without pagewise. The barrier word is odd while a copy is
-//! under way. Pagewise never leaves one of its pages read-only when the
-//! word is even, so a thread that faulted just before the copy ended
-//! retries once and succeeds.
+//! The claim is only a write-protection fault (`SEGV_ACCERR`) on a page
+//! pagewise made read-only: the range the copier protected ([`protect`],
+//! until [`lower`]). Any other fault, a program's own `mprotect` of a heap
+//! buffer included, goes to the handler installed before ours, or kills
+//! the process as it would have without pagewise. A fault on a page that
+//! was pagewise's when it happened but no longer is when the handler looks
+//! (the copy ended in between) cannot be told from the program's own from
+//! the page alone, so a fault outside the range is retried once: the
+//! thread's record (its id, the page, and the count of ranges lowered)
+//! says whether the same store faults again with nothing of pagewise's
+//! having changed, and only then is it passed on.
 //!
-//! What it cannot do: the kernel does not fault on behalf of a system call,
-//! so a `read(2)` into an object on a page being copied fails with `EFAULT`
-//! instead of waiting; and a program that replaces the SIGSEGV handler
-//! (Go's runtime, JVMs) removes the barrier. Both are why meshing of the
-//! global allocator is opt-in (`PAGEWISE_MESH=1`).
+//! Where the kernel and the process's privileges allow, the page is
+//! write-protected through a userfaultfd instead ([`super::uffd`]): a
+//! store waits in the kernel, with no signal, and so does a system call
+//! writing into the page. With `mprotect`, what it cannot do: the kernel
+//! does not fault on behalf of a system call, so a `read(2)` into an
+//! object on a page being copied fails with `EFAULT` instead of waiting;
+//! and a program that replaces the SIGSEGV handler (Go's runtime, JVMs)
+//! removes the barrier until the handler is put back in front.
 
 use core::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, AtomicUsize, Ordering::*};
 
 /// `si_code` of a fault on a page whose protection forbids the access
 /// (Linux's value; the libc crate does not name it).
 const SEGV_ACCERR: i32 = 2;
+/// `si_code` of a fault on an address with no mapping.
+const SEGV_MAPERR: i32 = 1;
+
+/// The process whose heap the allocator's shared pages are: set at
+/// [`install`] and by a child the fork handlers gave a copy
+/// ([`home_is_here`]). In any other process (a child forked without the
+/// handlers) the heap is not mapped.
+static HOME: AtomicI32 = AtomicI32::new(0);
 
 /// Odd while a copy is under way (the futex word).
 static WORD: AtomicU32 = AtomicU32::new(0);
 static INSTALLED: AtomicBool = AtomicBool::new(false);
 /// `fn(usize) -> bool`: whether an address is the allocator's.
 static OWNS: AtomicUsize = AtomicUsize::new(0);
+/// The range the copier has made read-only (`PROTECTED_END` 0: none),
+/// set before the `mprotect` and cleared once the barrier falls: while a
+/// page is read-only by pagewise, it lies here.
+static PROTECTED_START: AtomicUsize = AtomicUsize::new(0);
+static PROTECTED_END: AtomicUsize = AtomicUsize::new(0);
+/// Whether that range is write-protected through the userfaultfd
+/// (`os/uffd.rs`: stores wait in the kernel, system calls' included)
+/// rather than by `mprotect`.
+static BY_UFFD: AtomicBool = AtomicBool::new(false);
+/// Ranges lowered so far: a retried fault whose count changed may have
+/// met another of pagewise's ranges.
+static LOWERED: AtomicU64 = AtomicU64::new(0);
+/// Per thread (by id, modulo the table), the last fault outside the range
+/// retried: (thread id, page, `LOWERED` then).
+const RETRIES: usize = 64;
+static RETRY_TID: [AtomicI32; RETRIES] = [const { AtomicI32::new(0) }; RETRIES];
+static RETRY_PAGE: [AtomicUsize; RETRIES] = [const { AtomicUsize::new(0) }; RETRIES];
+static RETRY_LOWERED: [AtomicU64; RETRIES] = [const { AtomicU64::new(0) }; RETRIES];
 /// Faults the handler made wait, and the longest wait in microseconds.
 static WAITS: AtomicU64 = AtomicU64::new(0);
 static LONGEST_US: AtomicU64 = AtomicU64::new(0);
 
-/// While a fork is under way: the parent's pid, and what a forked child
-/// runs if it faults on the (read-only) heap before its fork handler ran.
+/// While a fork is under way: the parent's pid; what a forked child runs
+/// if it touches the heap (which it does not inherit) before its fork
+/// handler ran; and what the parent runs for a store to a page not yet
+/// copied for the child.
 static FORK_PARENT: AtomicI32 = AtomicI32::new(0);
-static CHILD_COPY: AtomicUsize = AtomicUsize::new(0);
+static CHILD_MAP: AtomicUsize = AtomicUsize::new(0);
+static PARENT_COPY: AtomicUsize = AtomicUsize::new(0);
 
 /// Turns the barrier on for the life of the process: from now on pages are
 /// made read-only while copied, and the handler is (re)installed by each
@@ -46,9 +82,23 @@ static CHILD_COPY: AtomicUsize = AtomicUsize::new(0);
 /// shared pages; it must be async-signal-safe (no locks, no allocation).
 pub fn install(owns: fn(usize) -> bool) -> bool {
     OWNS.store(owns as usize, Relaxed);
+    home_is_here();
+    // Where the kernel and the process's privileges allow, pages are
+    // write-protected through a userfaultfd; `mprotect` otherwise.
+    super::uffd::open();
     super::segv::register(super::segv::Client::Barrier, claim);
     INSTALLED.store(true, Release);
+    // In place from the start, not only from the first copy: a child
+    // forked without the fork handlers must be told why it faults.
+    super::segv::ensure();
     true
+}
+
+/// This process's heap is its own (at [`install`], and in a child the
+/// fork handlers gave a copy of the heap).
+pub fn home_is_here() {
+    // SAFETY: plain system call (async-signal-safe).
+    HOME.store(unsafe { libc::getpid() }, Relaxed);
 }
 
 /// Whether the handler is installed (so pages may be made read-only).
@@ -75,6 +125,15 @@ pub fn raise() {
 
 /// Lowers the barrier and wakes every thread waiting on it.
 pub fn lower() {
+    if BY_UFFD.swap(false, Relaxed) {
+        // Threads waiting in the kernel on pages since remapped retry on
+        // the new mapping (counted: each left a message).
+        WAITS.fetch_add(super::uffd::take_faults(), Relaxed);
+        let start = PROTECTED_START.load(Relaxed);
+        super::uffd::wake(start, PROTECTED_END.load(Relaxed) - start);
+    }
+    PROTECTED_END.store(0, Release);
+    LOWERED.fetch_add(1, AcqRel);
     WORD.fetch_add(1, AcqRel);
     COPIER.store(false, Release);
     // SAFETY: futex wake on our own word; wakes at most i32::MAX waiters.
@@ -88,14 +147,16 @@ pub fn lower() {
     };
 }
 
-/// Marks a fork under way (the barrier raised, the heap read-only until
-/// the child has copied it): a fault in the child before its fork
-/// handler runs (glibc frees some memory there) runs `child_copy`, which
-/// gives the child writable pages of its own, instead of waiting for a
-/// parent that waits for it. `child_copy` must be async-signal-safe and
-/// idempotent.
-pub fn fork_begin(child_copy: fn()) {
-    CHILD_COPY.store(child_copy as usize, Relaxed);
+/// Marks a fork under way (the heap read-only until each page is copied
+/// for the child): in the child, a fault on the heap before its fork
+/// handler ran (glibc frees memory there) runs `child_map`, which maps the
+/// child's copy (true if it did just now); in the parent, a store to a
+/// page in the protected range runs `parent_copy(addr)`, which copies the
+/// page and makes it writable (false if it could not). Both must be
+/// async-signal-safe.
+pub fn fork_begin(child_map: fn() -> bool, parent_copy: fn(usize) -> bool) {
+    CHILD_MAP.store(child_map as usize, Relaxed);
+    PARENT_COPY.store(parent_copy as usize, Relaxed);
     // SAFETY: plain system call.
     FORK_PARENT.store(unsafe { libc::getpid() }, Release);
 }
@@ -105,14 +166,67 @@ pub fn fork_end() {
     FORK_PARENT.store(0, Release);
 }
 
-/// Makes `addr..addr+len` read-only (before its bytes are copied).
+/// Makes `addr..addr+len` read-only (before its bytes are copied), and
+/// claims the faults on it until the barrier falls.
 ///
 /// # Safety
 /// A page-aligned range of the allocator's shared pages, under a raised
 /// barrier; it is remapped or made writable again before the barrier falls.
+/// One range at a time, or a range covering those before.
 pub unsafe fn protect(addr: usize, len: usize) -> bool {
+    if PROTECTED_END.load(Relaxed) == 0 && super::uffd::protect(addr, len, true) {
+        PROTECTED_START.store(addr, Relaxed);
+        PROTECTED_END.store(addr + len, Release);
+        BY_UFFD.store(true, Relaxed);
+        return true;
+    }
+    // SAFETY: per the caller.
+    unsafe { protect_by_mprotect(addr, len) }
+}
+
+/// [`protect`] always by `mprotect`, whose faults reach the SIGSEGV
+/// handler (the fork's copy, which copies a faulting page at once).
+///
+/// # Safety
+/// As [`protect`].
+pub unsafe fn protect_by_mprotect(addr: usize, len: usize) -> bool {
+    let (start, end) = match PROTECTED_END.load(Relaxed) {
+        0 => (addr, addr + len),
+        end => (PROTECTED_START.load(Relaxed).min(addr), end.max(addr + len)),
+    };
+    PROTECTED_START.store(start, Relaxed);
+    PROTECTED_END.store(end, Release);
     // SAFETY: per the caller.
     unsafe { libc::mprotect(addr as *mut libc::c_void, len, libc::PROT_READ) == 0 }
+}
+
+/// Whether `addr` is in the range pagewise has made read-only now.
+fn protected(addr: usize) -> bool {
+    let end = PROTECTED_END.load(Acquire);
+    end != 0 && addr < end && addr >= PROTECTED_START.load(Relaxed)
+}
+
+/// For a write-protection fault outside pagewise's range: true the first
+/// time (retry it: it may have been pagewise's, the copy over by now),
+/// false when the same thread faults on the same page again with no range
+/// lowered since (the protection is the program's).
+fn retry_once(addr: usize) -> bool {
+    // SAFETY: plain system call (async-signal-safe).
+    let tid = unsafe { libc::syscall(libc::SYS_gettid) } as i32;
+    let page = addr & !(crate::memory::layout::os_page() - 1);
+    let lowered = LOWERED.load(Acquire);
+    let i = tid as usize % RETRIES;
+    if RETRY_TID[i].load(Relaxed) == tid
+        && RETRY_PAGE[i].load(Relaxed) == page
+        && RETRY_LOWERED[i].load(Relaxed) == lowered
+    {
+        RETRY_TID[i].store(0, Relaxed);
+        return false;
+    }
+    RETRY_TID[i].store(tid, Relaxed);
+    RETRY_PAGE[i].store(page, Relaxed);
+    RETRY_LOWERED[i].store(lowered, Relaxed);
+    true
 }
 
 /// Makes `addr..addr+len` writable again (a copy that did not happen).
@@ -120,6 +234,9 @@ pub unsafe fn protect(addr: usize, len: usize) -> bool {
 /// # Safety
 /// As [`protect`].
 pub unsafe fn unprotect(addr: usize, len: usize) -> bool {
+    if BY_UFFD.load(Relaxed) {
+        return super::uffd::protect(addr, len, false);
+    }
     // SAFETY: per the caller.
     unsafe {
         libc::mprotect(
@@ -154,20 +271,54 @@ fn claim(info: *mut libc::siginfo_t, _ctx: *mut libc::c_void) -> bool {
     let owns = OWNS.load(Relaxed);
     // SAFETY: OWNS holds a `fn(usize) -> bool` stored by `install`.
     let ours = owns != 0 && unsafe { core::mem::transmute::<usize, fn(usize) -> bool>(owns) }(addr);
-    if code != SEGV_ACCERR || !ours {
+    if !ours {
         return false;
     }
     let parent = FORK_PARENT.load(Acquire);
     // SAFETY: plain system call (async-signal-safe).
-    if parent != 0 && unsafe { libc::getpid() } != parent {
-        let copy = CHILD_COPY.load(Relaxed);
-        // SAFETY: stored by `fork_begin` as a `fn()`.
-        let copy = unsafe { core::mem::transmute::<usize, fn()>(copy) };
-        copy();
-        return true;
+    let in_child = parent != 0 && unsafe { libc::getpid() } != parent;
+    if code == SEGV_MAPERR {
+        if in_child {
+            // SAFETY: stored by `fork_begin` as a `fn() -> bool`.
+            let map =
+                unsafe { core::mem::transmute::<usize, fn() -> bool>(CHILD_MAP.load(Relaxed)) };
+            return map();
+        }
+        not_inherited();
+        return false;
+    }
+    if code != SEGV_ACCERR || in_child {
+        return false;
+    }
+    if !protected(addr) {
+        // Not (or no longer) pagewise's: retried once, then passed on.
+        return retry_once(addr);
+    }
+    if parent != 0 {
+        // SAFETY: stored by `fork_begin` as a `fn(usize) -> bool`.
+        let copy =
+            unsafe { core::mem::transmute::<usize, fn(usize) -> bool>(PARENT_COPY.load(Relaxed)) };
+        if copy(addr) {
+            WAITS.fetch_add(1, Relaxed);
+            return true;
+        }
     }
     wait_for_copy();
     true
+}
+
+/// A fault on the heap where it is not mapped: in a child forked without
+/// the fork handlers (`_Fork()`, the raw system call), which does not
+/// inherit the heap (`MADV_DONTFORK`), one line says so before the fault
+/// takes its course (the default action, or the program's handler).
+fn not_inherited() {
+    // SAFETY: plain system call (async-signal-safe).
+    if unsafe { libc::getpid() } != HOME.load(Relaxed) {
+        crate::fault::write_stderr(&[
+            b"pagewise: a child forked without the fork handlers (_Fork() or the fork system call) \
+touched the heap, which it does not inherit with PAGEWISE_MESH=1 (such a child may only exec or _exit)\n",
+        ]);
+    }
 }
 
 /// Waits while the barrier is up (the fault's page is being copied).

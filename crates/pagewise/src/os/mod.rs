@@ -14,4 +14,8 @@ pub(crate) mod random;
 pub(crate) mod segv;
 #[cfg(target_os = "linux")]
 pub mod shared;
+#[cfg(unix)]
+pub(crate) mod signals;
 pub mod source;
+#[cfg(target_os = "linux")]
+pub(crate) mod uffd;

@@ -94,9 +94,14 @@ fn hex_prefix(s: &[u8]) -> Option<(usize, usize)> {
     (n > 0).then_some((v, n))
 }
 
+/// The name the kernel gives the memfd files of a meshing heap
+/// (`PAGEWISE_MESH=1`: `memfd_create("pagewise-mesh")`).
+const MESH_FILE: &[u8] = b"/memfd:pagewise-mesh";
+
 /// A smaps mapping header (`start-end perms offset dev inode [path]`): the
-/// start address, and whether the mapping is anonymous and unnamed (no path
-/// and no `[heap]`/`[stack]`-style name).
+/// start address, and whether the mapping may be pagewise's: anonymous and
+/// unnamed (no path and no `[heap]`/`[stack]`-style name), or a view of a
+/// meshing heap's memfd file.
 fn mapping_start(line: &[u8]) -> Option<(usize, bool)> {
     let (start, n) = hex_prefix(line)?;
     if line.get(n) != Some(&b'-') {
@@ -104,8 +109,10 @@ fn mapping_start(line: &[u8]) -> Option<(usize, bool)> {
     }
     let mut fields = line.split(|&b| b == b' ').filter(|f| !f.is_empty());
     let inode = fields.nth(4);
-    let unnamed = inode == Some(b"0") && fields.next().is_none();
-    Some((start, unnamed))
+    let path = fields.next();
+    let unnamed = inode == Some(b"0") && path.is_none();
+    let mesh_file = path.is_some_and(|p| p.starts_with(MESH_FILE));
+    Some((start, unnamed || mesh_file))
 }
 
 /// Accumulates smaps lines.
@@ -313,6 +320,30 @@ Anonymous:             0 kB
     }
 
     #[cfg(all(target_os = "linux", not(miri)))]
+    #[test]
+    fn a_meshing_heaps_memfd_mappings_are_pagewises() {
+        // With PAGEWISE_MESH=1 the heap is memfd files mapped shared
+        // (meshed pages split the mapping); another memfd is not pagewise's.
+        let smaps = "\
+20002000000-20002010000 rw-s 00000000 00:01 2050                       /memfd:pagewise-mesh (deleted)
+Rss:                  64 kB
+Anonymous:             0 kB
+20002010000-20002011000 rw-s 40010000 00:01 2050                       /memfd:pagewise-mesh (deleted)
+Rss:                   4 kB
+Anonymous:             0 kB
+7f0000000000-7f0000100000 rw-s 00000000 00:01 2051                       /memfd:wayland (deleted)
+Rss:                  32 kB
+Anonymous:             0 kB
+";
+        let mut m = Smaps::default();
+        for line in smaps.lines() {
+            m.line(line.as_bytes());
+        }
+        m.end_mapping();
+        assert_eq!(m.out.pagewise_rss, 68 * 1024);
+        assert_eq!(m.out.file_rss, 32 * 1024);
+    }
+
     #[test]
     fn reads_this_process() {
         let m = os_memory();

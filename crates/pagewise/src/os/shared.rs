@@ -34,24 +34,25 @@
 //! pages after crashing at the limit (plasma-umass/Mesh issues 37 and 91).
 //! A page that leaves its group merges back with its neighbours.
 //!
-//! A forked child would share these pages with its parent (`MAP_SHARED`).
-//! A source made with [`SharedPages::new`] maps them `MADV_DONTFORK`
-//! (every remap again), so the child does not inherit them (touching the
-//! heap there faults), and used in the child it refuses to change the
-//! parent's file (purges, shares) and only unmaps. The global allocator's
-//! source is inherited instead, and its fork handlers give the child a
-//! copy of its own (`SharedPages::fork_prepare`).
+//! A forked child would share these pages with its parent (`MAP_SHARED`),
+//! so every mapping is `MADV_DONTFORK` (every remap again): a child does
+//! not inherit them (touching the heap there faults), and used in the
+//! child the source refuses to change the parent's file (purges, shares)
+//! and only unmaps: a mapping may be changed only by the process that made
+//! it. The global allocator's fork handlers, when they run, let a child
+//! inherit the heap for the moment of the fork and give it a copy of its
+//! own (`SharedPages::fork_prepare`); a fork that runs no handlers
+//! (`_Fork()`, the raw system call) leaves the child without the heap.
+
+mod fork;
 
 use crate::os::barrier;
 use crate::os::source::{
     next_hint, Leave, PageSource, Purge, SharePages, SyscallCounters, SyscallCounts,
 };
-use crate::sync::lock::{self, Locked};
+use crate::sync::lock::Locked;
 use core::ptr::{null_mut, NonNull};
-use core::sync::atomic::{
-    AtomicBool, AtomicI32, AtomicPtr, AtomicU64, AtomicUsize,
-    Ordering::{AcqRel, Acquire, Relaxed, Release},
-};
+use core::sync::atomic::{AtomicU32, AtomicUsize, Ordering::Relaxed};
 
 /// Mappings one source can hold: reservations of 1 GiB, and huge objects
 /// with alignments of their own.
@@ -96,22 +97,11 @@ impl Table {
     }
 }
 
-/// `Mapping::forks` of an inherited source's mappings: the fork handlers
-/// give the child files of its own.
-const ALWAYS_OURS: u64 = u64::MAX;
-
-/// Forks seen in this process's history (incremented in each child).
-static FORKS: AtomicU64 = AtomicU64::new(0);
-static FORK_HOOK: AtomicBool = AtomicBool::new(false);
 /// Seams inside the mappings of every source now: each is one kernel
 /// mapping more (the `vm.max_map_count` budget).
 static SEAMS_NOW: AtomicUsize = AtomicUsize::new(0);
 /// The cap on [`SEAMS_NOW`]; 0 until read.
 static SEAM_CAP: AtomicUsize = AtomicUsize::new(0);
-
-extern "C" fn forked_child() {
-    FORKS.fetch_add(1, Relaxed);
-}
 
 /// One mapping and the state of its OS pages.
 #[derive(Clone, Copy)]
@@ -119,8 +109,9 @@ struct Mapping {
     base: usize,
     size: usize,
     fd: i32,
-    /// `FORKS` when it was made: in another process it is not ours to change.
-    forks: u64,
+    /// The process that made it (or copied it at a fork): in another
+    /// process it is not ours to change.
+    pid: i32,
     /// Per OS page (lazily mapped, 0 while none is shared): the group it
     /// is a member of, as the founder's page index + 1 (0: its own page).
     group: *mut u32,
@@ -133,6 +124,10 @@ struct Mapping {
     /// Boundaries between neighbouring OS pages that show file pages that
     /// are not consecutive: the kernel mappings the aliases add.
     seams: usize,
+    /// While a fork is prepared: the child's copy of the file (-1: none),
+    /// and per page of the file how far its copy is (`fork.rs`).
+    child_fd: i32,
+    copy_state: *mut AtomicU32,
 }
 
 impl Mapping {
@@ -140,12 +135,14 @@ impl Mapping {
         base: 0,
         size: 0,
         fd: -1,
-        forks: 0,
+        pid: 0,
         group: null_mut(),
         members: null_mut(),
         shared: 0,
         groups: 0,
         seams: 0,
+        child_fd: -1,
+        copy_state: null_mut(),
     };
 
     fn contains(&self, addr: usize) -> bool {
@@ -162,7 +159,7 @@ impl Mapping {
 
     /// Whether this process may change the file (not a forked copy).
     fn ours(&self) -> bool {
-        self.forks == ALWAYS_OURS || self.forks == FORKS.load(Relaxed)
+        self.pid == getpid()
     }
 
     fn group_of(&self, i: usize) -> u32 {
@@ -257,10 +254,6 @@ fn page() -> usize {
 pub struct SharedPages {
     counters: SyscallCounters,
     maps: Locked<Table>,
-    /// A forked child inherits the mappings, and the fork handlers copy
-    /// them ([`SharedPages::fork_prepare`]); otherwise they are
-    /// `MADV_DONTFORK` and a child may not change them.
-    inherited: bool,
 }
 
 // SAFETY: the table is behind its lock; the raw pointers in it point to
@@ -281,19 +274,6 @@ impl SharedPages {
         SharedPages {
             counters: SyscallCounters::new(),
             maps: Locked::new(Table::EMPTY),
-            inherited: false,
-        }
-    }
-
-    /// A source whose mappings a forked child inherits: the process's fork
-    /// handlers must call [`fork_prepare`](Self::fork_prepare),
-    /// [`fork_parent`](Self::fork_parent) and
-    /// [`fork_child`](Self::fork_child) (the global allocator's do).
-    pub(crate) const fn inherited() -> Self {
-        SharedPages {
-            counters: SyscallCounters::new(),
-            maps: Locked::new(Table::EMPTY),
-            inherited: true,
         }
     }
 
@@ -328,9 +308,20 @@ impl SharedPages {
     }
 
     /// Maps a fresh memfd of `2 * size` bytes, its first half at an
-    /// address aligned to `align`.
+    /// address aligned to `align`; or, if the process may not have such a
+    /// file (the file size limit, `ulimit -f`, is below it, or no memfd can
+    /// be made), private anonymous memory (fd -1), which never meshes,
+    /// saying so once.
     fn map_file(&self, size: usize, align: usize) -> Option<(usize, i32)> {
-        let fd = memfd()?;
+        let file = if file_limit_allows(2 * size) {
+            memfd()
+        } else {
+            None
+        };
+        let Some(fd) = file else {
+            private_memory_warning();
+            return self.map_private(size, align).map(|at| (at, -1));
+        };
         // SAFETY: `fd` is the memfd just made; a size past i64 fails.
         if unsafe { libc::ftruncate(fd, (2 * size) as libc::off_t) } != 0 {
             close(fd);
@@ -358,11 +349,29 @@ impl SharedPages {
             close(fd);
             return None;
         }
-        if !self.inherited {
-            // SAFETY: our mapping; failure only means a child would inherit it.
-            unsafe { libc::madvise(p, size, libc::MADV_DONTFORK) };
-        }
+        // SAFETY: our mapping; failure only means a child would inherit it.
+        unsafe { libc::madvise(p, size, libc::MADV_DONTFORK) };
+        // Write-protectable through the userfaultfd, if the barrier has one.
+        crate::os::uffd::register(at, size);
         Some((at, fd))
+    }
+
+    /// Private anonymous memory, read-write, aligned to `align`.
+    fn map_private(&self, size: usize, align: usize) -> Option<usize> {
+        let at = self.aligned_place(size, align)?;
+        // SAFETY: the placeholder just reserved, made usable.
+        let rw = unsafe {
+            libc::mprotect(
+                at as *mut libc::c_void,
+                size,
+                libc::PROT_READ | libc::PROT_WRITE,
+            )
+        };
+        if rw != 0 {
+            self.munmap(at, size);
+            return None;
+        }
+        Some(at)
     }
 
     /// Reserves `size` bytes aligned to `align` as an inaccessible
@@ -424,14 +433,15 @@ impl SharedPages {
         if p as usize != addr {
             return false;
         }
-        if !self.inherited {
-            // The new mapping must carry the flags of its neighbours: or a
-            // child would inherit it (sharing the parent's bytes), and the
-            // kernel would never merge it back with them once it leaves,
-            // so the mappings it splits would add up past the budget.
-            // SAFETY: the page just mapped.
-            unsafe { libc::madvise(p, page(), libc::MADV_DONTFORK) };
-        }
+        // The new mapping must carry the flags of its neighbours: or a
+        // child would inherit it (sharing the parent's bytes), and the
+        // kernel would never merge it back with them once it leaves, so
+        // the mappings it splits would add up past the budget.
+        // SAFETY: the page just mapped.
+        unsafe { libc::madvise(p, page(), libc::MADV_DONTFORK) };
+        // A new mapping is not registered: so it can be write-protected
+        // again, and merges with its (registered) neighbours.
+        crate::os::uffd::register(addr, page());
         true
     }
 
@@ -452,6 +462,12 @@ impl SharedPages {
 
     /// Copies `len` bytes at `from` to `offset` of `fd`.
     fn copy_in(fd: i32, from: usize, len: usize, offset: usize) -> bool {
+        if !file_limit_allows(offset + len) {
+            // The limit was lowered since the file was made: a write past
+            // it would raise SIGXFSZ.
+            private_memory_warning();
+            return false;
+        }
         // SAFETY: `from..from+len` is readable memory of ours.
         let n =
             unsafe { libc::pwrite(fd, from as *const libc::c_void, len, offset as libc::off_t) };
@@ -498,214 +514,33 @@ impl SharedPages {
     }
 }
 
-/// The pipe whose write end a forked child closes once it has copied the
-/// heap (the parent reads until then), and whether the child has.
-static FORK_PIPE: [AtomicI32; 2] = [AtomicI32::new(-1), AtomicI32::new(-1)];
-static CHILD_COPIED: AtomicBool = AtomicBool::new(false);
-/// The source the fork handlers copy (one per process: the global one).
-static FORK_SOURCE: AtomicPtr<SharedPages> = AtomicPtr::new(null_mut());
-
-impl SharedPages {
-    /// Before `fork()`, with every allocator lock held: holds the table,
-    /// raises the barrier and makes every mapping read-only, so that the
-    /// child copies a heap no thread of the parent is changing (they wait
-    /// in the barrier). The parent then waits in
-    /// [`fork_parent`](Self::fork_parent) until the child has copied.
-    pub(crate) fn fork_prepare(&'static self) {
-        lock::hold(&self.maps);
-        let mut fds = [-1; 2];
-        // SAFETY: a valid out-array; close-on-exec so no exec'd program keeps it.
-        if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
-            fds = [-1; 2];
-        }
-        FORK_PIPE[0].store(fds[0], Relaxed);
-        FORK_PIPE[1].store(fds[1], Relaxed);
-        CHILD_COPIED.store(false, Relaxed);
-        FORK_SOURCE.store(self as *const SharedPages as *mut SharedPages, Release);
-        barrier::raise();
-        barrier::fork_begin(copy_in_child);
-        // SAFETY: held above.
-        for m in unsafe { (*self.maps.held_data()).used().iter() }.filter(|m| m.size != 0) {
-            // SAFETY: our mapping; made writable again in the parent
-            // (`fork_parent`), and replaced in the child.
-            unsafe { barrier::protect(m.base, m.size) };
-        }
-    }
-
-    /// In the parent after `fork()`: waits until the child has copied the
-    /// heap (or died), then lets writers in again.
-    pub(crate) fn fork_parent(&self) {
-        close(FORK_PIPE[1].swap(-1, Relaxed));
-        let rd = FORK_PIPE[0].swap(-1, Relaxed);
-        if rd >= 0 {
-            let mut b = 0u8;
-            loop {
-                // SAFETY: our pipe, a one-byte buffer.
-                let n = unsafe { libc::read(rd, (&mut b as *mut u8).cast(), 1) };
-                let interrupted = n < 0 && errno() == libc::EINTR;
-                if !interrupted {
-                    break;
-                }
-            }
-            close(rd);
-        }
-        // SAFETY: held since `fork_prepare` by this thread.
-        for m in unsafe { (*self.maps.held_data()).used().iter() }.filter(|m| m.size != 0) {
-            // SAFETY: made read-only in `fork_prepare`.
-            unsafe { barrier::unprotect(m.base, m.size) };
-        }
-        barrier::fork_end();
-        barrier::lower();
-        // SAFETY: taken with `hold` in `fork_prepare`.
-        unsafe { lock::release(&self.maps) };
-    }
-
-    /// In the child after `fork()`: gives the child files of its own (a
-    /// copy of the parent's), unless a fault did already, and frees the
-    /// parent to go on.
-    pub(crate) fn fork_child(&self) {
-        copy_in_child();
-        barrier::fork_end();
-        barrier::lower();
-        // SAFETY: in the child only this thread exists.
-        unsafe { self.maps.reset_after_fork() };
-    }
-
-    /// Copies every mapping into a new file of the child's and maps it in
-    /// place, aliases included. Async-signal-safe: system calls only; the
-    /// table is held (since `fork_prepare`) by the only thread there is.
-    fn copy_mappings(&self) {
-        // SAFETY: see above.
-        let maps = unsafe { &mut *self.maps.held_data() };
-        for m in maps.used().iter_mut().filter(|m| m.size != 0) {
-            copy_mapping(m);
-        }
-    }
-}
-
-/// The child's copy (see [`SharedPages::fork_child`]), once.
-fn copy_in_child() {
-    if CHILD_COPIED.swap(true, AcqRel) {
-        return;
-    }
-    let source = FORK_SOURCE.load(Acquire);
-    if !source.is_null() {
-        // SAFETY: the static global source, stored by `fork_prepare`.
-        unsafe { (*source).copy_mappings() };
-    }
-    // The parent reads until every write end is closed: ours is the last.
-    close(FORK_PIPE[1].swap(-1, Relaxed));
-    close(FORK_PIPE[0].swap(-1, Relaxed));
-}
-
-/// Gives `m` a file of its own holding what the old one holds, mapped over
-/// it with the same aliases. On failure the mapping stays shared with the
-/// parent (nothing better is possible in a child), so the copy is checked
-/// step by step and the old file kept if any step fails.
-fn copy_mapping(m: &mut Mapping) {
-    let Some(fd) = memfd() else { return };
-    // SAFETY: our new file.
-    if unsafe { libc::ftruncate(fd, (2 * m.size) as libc::off_t) } != 0
-        || !copy_file(m.fd, fd, 2 * m.size)
-    {
-        close(fd);
-        return;
-    }
-    // SAFETY: replaces the child's view of its own heap with the copy.
-    let p = unsafe {
-        libc::mmap(
-            m.base as *mut libc::c_void,
-            m.size,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_SHARED | libc::MAP_FIXED | libc::MAP_NORESERVE,
-            fd,
-            0,
-        )
+/// Whether the file size limit (`RLIMIT_FSIZE`, `ulimit -f`) lets a file
+/// grow to `bytes`: past it, `ftruncate` and writes raise SIGXFSZ, which
+/// kills a program that does not expect it.
+pub(crate) fn file_limit_allows(bytes: usize) -> bool {
+    let mut r = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
     };
-    if p as usize != m.base {
-        close(fd);
-        return;
-    }
-    for i in 0..if m.group.is_null() { 0 } else { m.pages() } {
-        let g = m.group_of(i);
-        if g != 0 {
-            let addr = m.base + i * page();
-            let offset = m.size + (g as usize - 1) * page();
-            // SAFETY: an OS page of the mapping just made, pointed at the
-            // copy of its group's page.
-            unsafe {
-                libc::mmap(
-                    addr as *mut libc::c_void,
-                    page(),
-                    libc::PROT_READ | libc::PROT_WRITE,
-                    libc::MAP_SHARED | libc::MAP_FIXED | libc::MAP_NORESERVE,
-                    fd,
-                    offset as libc::off_t,
-                )
-            };
-        }
-    }
-    close(m.fd);
-    m.fd = fd;
+    // SAFETY: a valid out-parameter; async-signal-safe.
+    let read = unsafe { libc::getrlimit(libc::RLIMIT_FSIZE, &mut r) } == 0;
+    read && (r.rlim_cur == libc::RLIM_INFINITY || r.rlim_cur as u128 >= bytes as u128)
 }
 
-/// Copies the data of file `from` into `to` at the same offsets, holes
-/// left as holes. False if any part failed.
-fn copy_file(from: i32, to: i32, len: usize) -> bool {
-    let mut at: libc::off_t = 0;
-    while (at as usize) < len {
-        // SAFETY: plain system calls on our files.
-        let data = unsafe { libc::lseek(from, at, libc::SEEK_DATA) };
-        if data < 0 {
-            // ENXIO: no data past `at`.
-            return errno() == libc::ENXIO;
-        }
-        // SAFETY: as above.
-        let hole = unsafe { libc::lseek(from, data, libc::SEEK_HOLE) };
-        if hole < 0 || !copy_range(from, to, data, hole - data) {
-            return false;
-        }
-        at = hole;
+/// Says once that the heap takes private memory, which does not mesh.
+fn private_memory_warning() {
+    static SAID: core::sync::atomic::AtomicBool = core::sync::atomic::AtomicBool::new(false);
+    if !SAID.swap(true, Relaxed) {
+        crate::fault::write_stderr(&[
+            b"pagewise: meshing stops: its heap needs memfd files, \
+and the file size limit (ulimit -f) or the open files limit refuses them; new memory is private\n",
+        ]);
     }
-    true
 }
 
-/// Copies `len` bytes at `offset` of `from` to the same offset of `to`.
-fn copy_range(from: i32, to: i32, offset: libc::off_t, len: libc::off_t) -> bool {
-    let (mut src, mut dst) = (offset, offset);
-    let end = offset + len;
-    while src < end {
-        // SAFETY: our files, offsets in range.
-        let n =
-            unsafe { libc::copy_file_range(from, &mut src, to, &mut dst, (end - src) as usize, 0) };
-        if n <= 0 {
-            return copy_range_by_hand(from, to, src, end - src);
-        }
-    }
-    true
-}
-
-/// [`copy_range`] through a buffer on the stack (a kernel without
-/// `copy_file_range` between these files).
-fn copy_range_by_hand(from: i32, to: i32, mut at: libc::off_t, len: libc::off_t) -> bool {
-    let mut buf = [0u8; 16384];
-    let end = at + len;
-    while at < end {
-        let want = ((end - at) as usize).min(buf.len());
-        // SAFETY: our files and buffer.
-        let n = unsafe { libc::pread(from, buf.as_mut_ptr().cast(), want, at) };
-        // SAFETY: as above.
-        if n <= 0 || unsafe { libc::pwrite(to, buf.as_ptr().cast(), n as usize, at) } != n {
-            return false;
-        }
-        at += n as libc::off_t;
-    }
-    true
-}
-
-fn errno() -> i32 {
-    // SAFETY: the thread's errno location.
-    unsafe { *libc::__errno_location() }
+fn getpid() -> i32 {
+    // SAFETY: plain system call.
+    unsafe { libc::getpid() }
 }
 
 /// With the barrier's handler installed (other threads may be writing):
@@ -728,10 +563,6 @@ fn let_writers_in(addr: usize) {
 
 /// A fresh memfd, or `None`.
 fn memfd() -> Option<i32> {
-    if !FORK_HOOK.swap(true, Relaxed) {
-        // SAFETY: registers a handler that only bumps an atomic.
-        unsafe { libc::pthread_atfork(None, None, Some(forked_child)) };
-    }
     // SAFETY: a C string literal; plain system call.
     let fd = unsafe { libc::memfd_create(c"pagewise-mesh".as_ptr(), libc::MFD_CLOEXEC) };
     (fd >= 0).then_some(fd)
@@ -787,11 +618,7 @@ unsafe impl PageSource for SharedPages {
             base: at,
             size,
             fd,
-            forks: if self.inherited {
-                ALWAYS_OURS
-            } else {
-                FORKS.load(Relaxed)
-            },
+            pid: getpid(),
             ..Mapping::NONE
         };
         self.counters.mapped(size);
@@ -841,6 +668,13 @@ unsafe impl PageSource for SharedPages {
             // A shared page is never purged (its group page holds others'
             // data): the heap makes it leave first. Refusing keeps it
             // counted as committed if that rule were ever broken.
+            if m.fd < 0 {
+                // Private memory (no file could be had): dropped in place.
+                // SAFETY: pages of our mapping holding nothing live.
+                return unsafe {
+                    libc::madvise(addr as *mut libc::c_void, size, libc::MADV_DONTNEED) == 0
+                };
+            }
             !shared && m.ours() && self.punch(m.fd, addr - m.base, size)
         });
         let ok = done.unwrap_or(false);
@@ -877,7 +711,7 @@ unsafe impl SharePages for SharedPages {
     unsafe fn share(&self, founder: usize) -> bool {
         self.with_mapping(founder, |m| {
             let i = m.index(founder);
-            if !m.ours() || !self.tables(m) || m.group_of(i) != 0 {
+            if m.fd < 0 || !m.ours() || !self.tables(m) || m.group_of(i) != 0 {
                 return false;
             }
             // SAFETY: `tables` mapped both arrays; `i` is a page of `m`.

@@ -1,0 +1,197 @@
+//! The write barrier through `userfaultfd` in write-protect mode, where the
+//! kernel has it (shared memory: Linux 5.19 and later) and the process may
+//! use it for the kernel's own accesses too (`CAP_SYS_PTRACE`, or
+//! `vm.unprivileged_userfaultfd = 1`).
+//!
+//! A page write-protected this way makes a store to it wait in the kernel,
+//! whoever makes it: a thread of the program, or the kernel on behalf of a
+//! system call (a `read(2)` into the page), which with `mprotect` would
+//! fail with `EFAULT` instead. No signal is involved, so the program's own
+//! SIGSEGV handler never sees these faults. The waiters are woken when the
+//! page is made writable again, or when the page has been remapped
+//! ([`wake`]): they then retry on the new mapping.
+//!
+//! The heap's mappings are registered once made ([`register`], and again
+//! for each page remapped, as a new mapping has no registration). Where
+//! `userfaultfd` cannot be had, [`open`] says so and the barrier uses
+//! `mprotect` and its SIGSEGV handler (`os/barrier.rs`). Linux only.
+
+use core::sync::atomic::{AtomicI32, Ordering::*};
+
+/// The process's userfaultfd (-1: none), and the process that opened it:
+/// a forked child inherits the descriptor, but it acts on the parent's
+/// memory, so the child must never use it.
+static FD: AtomicI32 = AtomicI32::new(-1);
+static OWNER: AtomicI32 = AtomicI32::new(0);
+
+/// The userfaultfd, if this process opened it.
+fn fd() -> i32 {
+    let fd = FD.load(Acquire);
+    // SAFETY: plain system call.
+    if fd >= 0 && OWNER.load(Relaxed) == unsafe { libc::getpid() } {
+        fd
+    } else {
+        -1
+    }
+}
+
+const UFFD_API: u64 = 0xaa;
+const FEATURE_PAGEFAULT_FLAG_WP: u64 = 1 << 0;
+const FEATURE_WP_HUGETLBFS_SHMEM: u64 = 1 << 12;
+const REGISTER_MODE_WP: u64 = 1 << 1;
+const WRITEPROTECT_MODE_WP: u64 = 1 << 0;
+
+/// `_IOWR(0xAA, nr, size)` and `_IOR(0xAA, nr, size)` (the generic ioctl
+/// encoding: x86-64 and aarch64 alike).
+const fn iowr(nr: u64, size: u64) -> u64 {
+    (3 << 30) | (size << 16) | (0xaa << 8) | nr
+}
+const fn ior(nr: u64, size: u64) -> u64 {
+    (2 << 30) | (size << 16) | (0xaa << 8) | nr
+}
+const UFFDIO_API: u64 = iowr(0x3f, 24);
+const UFFDIO_REGISTER: u64 = iowr(0x00, 32);
+const UFFDIO_WAKE: u64 = ior(0x02, 16);
+const UFFDIO_WRITEPROTECT: u64 = iowr(0x06, 24);
+
+#[repr(C)]
+struct Api {
+    api: u64,
+    features: u64,
+    ioctls: u64,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct Range {
+    start: u64,
+    len: u64,
+}
+
+#[repr(C)]
+struct Register {
+    range: Range,
+    mode: u64,
+    ioctls: u64,
+}
+
+#[repr(C)]
+struct WriteProtect {
+    range: Range,
+    mode: u64,
+}
+
+fn ioctl<T>(fd: i32, request: u64, arg: &mut T) -> bool {
+    // SAFETY: a userfaultfd of ours and the argument its request takes.
+    unsafe { libc::ioctl(fd, request as _, arg as *mut T) == 0 }
+}
+
+/// Opens the process's userfaultfd with write-protection of shared memory
+/// for every fault, the kernel's included; false if the kernel or the
+/// process's privileges do not allow it.
+pub fn open() -> bool {
+    if FD.load(Acquire) >= 0 {
+        return true;
+    }
+    // SAFETY: plain system call; no UFFD_USER_MODE_ONLY: the kernel's own
+    // accesses must wait too.
+    let fd =
+        unsafe { libc::syscall(libc::SYS_userfaultfd, libc::O_CLOEXEC | libc::O_NONBLOCK) } as i32;
+    if fd < 0 {
+        return false;
+    }
+    let mut api = Api {
+        api: UFFD_API,
+        features: FEATURE_PAGEFAULT_FLAG_WP | FEATURE_WP_HUGETLBFS_SHMEM,
+        ioctls: 0,
+    };
+    let wanted = api.features;
+    if !ioctl(fd, UFFDIO_API, &mut api) || api.features & wanted != wanted {
+        // SAFETY: our fd.
+        unsafe { libc::close(fd) };
+        return false;
+    }
+    // SAFETY: plain system call.
+    OWNER.store(unsafe { libc::getpid() }, Relaxed);
+    if FD.compare_exchange(-1, fd, AcqRel, Acquire).is_err() {
+        // SAFETY: our fd; another thread's is in use.
+        unsafe { libc::close(fd) };
+    }
+    true
+}
+
+/// Takes the fault messages queued since the last call: how many stores
+/// (or system calls) met a write-protected page and waited. Reading them
+/// does not wake their threads (waking the range does).
+pub fn take_faults() -> u64 {
+    let fd = fd();
+    let mut n = 0;
+    // struct uffd_msg is 32 bytes.
+    let mut buf = [0u8; 32 * 16];
+    if fd < 0 {
+        return 0;
+    }
+    loop {
+        // SAFETY: our descriptor (non-blocking) and buffer.
+        let got = unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) };
+        if got <= 0 {
+            break;
+        }
+        n += got as u64 / 32;
+    }
+    n
+}
+
+/// Registers `addr..addr+len` (shared memory of ours) for
+/// write-protection. False if it could not be (the barrier then must not
+/// rely on it for this range).
+pub fn register(addr: usize, len: usize) -> bool {
+    let fd = fd();
+    let mut r = Register {
+        range: Range {
+            start: addr as u64,
+            len: len as u64,
+        },
+        mode: REGISTER_MODE_WP,
+        ioctls: 0,
+    };
+    fd >= 0 && ioctl(fd, UFFDIO_REGISTER, &mut r)
+}
+
+/// Write-protects (`on`) or releases `addr..addr+len`; releasing wakes
+/// the threads waiting there.
+pub fn protect(addr: usize, len: usize, on: bool) -> bool {
+    let fd = fd();
+    let mut w = WriteProtect {
+        range: Range {
+            start: addr as u64,
+            len: len as u64,
+        },
+        mode: if on { WRITEPROTECT_MODE_WP } else { 0 },
+    };
+    fd >= 0 && ioctl(fd, UFFDIO_WRITEPROTECT, &mut w)
+}
+
+/// Wakes the threads waiting on `addr..addr+len` (remapped since they
+/// faulted: they retry on the new mapping).
+pub fn wake(addr: usize, len: usize) {
+    let fd = fd();
+    let mut r = Range {
+        start: addr as u64,
+        len: len as u64,
+    };
+    if fd >= 0 {
+        let _ = ioctl(fd, UFFDIO_WAKE, &mut r);
+    }
+}
+
+/// In a forked child: closes the parent's userfaultfd (it acts on the
+/// parent's memory); the child's barrier uses `mprotect`.
+pub fn forget_in_child() {
+    let fd = FD.swap(-1, AcqRel);
+    // SAFETY: plain system call.
+    if fd >= 0 && OWNER.load(Relaxed) != unsafe { libc::getpid() } {
+        // SAFETY: the inherited descriptor, no longer used.
+        unsafe { libc::close(fd) };
+    }
+}
