@@ -300,8 +300,8 @@ pub(crate) fn serialize_with_os() -> bool {
 /// requested at a hint address that is already aligned and advances past each
 /// mapping, so the kernel's answer is aligned. Only when the kernel places the
 /// mapping elsewhere does the source fall back to mapping `size + align` once
-/// and trimming both ends (seed 000's amplifier, now a rare event rather than
-/// one per page turnover).
+/// and trimming both ends (the system-call amplifier of allocators that map
+/// and trim every time, here a rare event rather than one per page turnover).
 ///
 /// ```
 /// use pagewise::{PageSource, SystemPages, Purge};
