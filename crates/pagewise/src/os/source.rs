@@ -140,7 +140,7 @@ pub unsafe trait PageSource: Sync {
     fn now_ms(&self) -> u64;
     /// The counts of calls made so far.
     fn syscalls(&self) -> SyscallCounts;
-    /// The rare side of [the asymmetric fence](crate::sync::asymmetric):
+    /// The rare side of the asymmetric fence (`sync/asymmetric.rs`):
     /// makes every other running thread of the process execute a full
     /// memory barrier, so that a store this thread made before the call
     /// and a load it makes after pair with the compiler-only fences of the
