@@ -22,7 +22,7 @@
  * C++: every form of operator new and operator delete (plain, array, nothrow,
  * sized, aligned) is exported under its Itanium name; throwing new calls the
  * std::new_handler and throws std::bad_alloc, nothrow new returns NULL
- * (docs/c-library.md).
+ * (docs/guide/c-library.md).
  *
  * Bad input: free(), realloc() or malloc_usable_size() of a pointer pagewise
  * did not allocate, of a pointer inside (not at the start of) a block, or a
@@ -114,7 +114,7 @@ size_t malloc_good_size(size_t size);
 
 /* jemalloc's interface, so that a program built for jemalloc (linked with
  * libjemalloc, or calling these through dlsym) sees pagewise's figures
- * (docs/c-library.md tables each name and figure). None of them allocates.
+ * (docs/guide/observing-memory.md tables each name and figure). None of them allocates.
  *
  * mallctl: the names epoch, version, stats.allocated, stats.active,
  * stats.metadata, stats.resident, stats.mapped, stats.retained,
@@ -165,7 +165,7 @@ void pagewise_trim(void);
 
 /* Writes the heap profile (with PAGEWISE_PROF=1: the sampled call sites,
  * their live, peak and allocated bytes, and the module map) to path, in
- * the text form docs/profiling.md describes. 0 on success, -1 if the file
+ * the text form docs/guide/heap-profiler.md describes. 0 on success, -1 if the file
  * could not be written. Does not allocate. */
 int pagewise_prof_dump(const char *path);
 

@@ -1,5 +1,5 @@
-//! The published figures (the summary table of the README, from one full
-//! run) and whether a run is comparable with them: a `--quick` run, fewer
+//! The published figures (the summary table of docs/benchmarks.md, from
+//! one full run, whose pagewise column the README shows) and whether a run is comparable with them: a `--quick` run, fewer
 //! runs, a shorter idle period or other allocators give ratios that can
 //! differ widely, and the report says so.
 
@@ -11,9 +11,9 @@ pub const RUNS: usize = 5;
 /// Its idle period (the default with jemalloc among the allocators).
 pub const IDLE_MS: u64 = 12_000;
 /// Where the figures are published, as the report names it.
-pub const WHERE: &str = "the README's table, one full run";
+pub const WHERE: &str = "docs/benchmarks.md's summary, one full run";
 
-/// The published summary table (markdown, as in the README).
+/// The published summary table (markdown, as in docs/benchmarks.md).
 const TABLE: &str = include_str!("published.md");
 
 /// The published ratios: (workload, figure, allocator) to ratio.
@@ -156,6 +156,36 @@ mod tests {
             rows(&ours),
             rows(&published),
             "crates/pagewise-bench/src/published.md must be the published summary table"
+        );
+    }
+
+    /// The README's short table (`| `workload` | what it models | ops/s |
+    /// peak RSS | RSS after idle |`) shows pagewise's published ratios.
+    #[test]
+    fn the_readmes_short_table_shows_pagewises_published_ratios() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+        let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+        let p = Published::get();
+        let mut rows = 0;
+        for line in readme.lines().filter(|l| l.starts_with("| `")) {
+            let c: Vec<&str> = line.trim_matches('|').split('|').map(str::trim).collect();
+            let workload = c[0].trim_matches('`');
+            if p.ratio(workload, "ops/s", "pagewise").is_none() {
+                continue; // a table of something else
+            }
+            for (cell, figure) in c[2..].iter().zip(["ops/s", "peak RSS", "RSS after idle"]) {
+                assert_eq!(
+                    cell.parse::<f64>().ok(),
+                    p.ratio(workload, figure, "pagewise"),
+                    "README, {workload} {figure}"
+                );
+            }
+            rows += 1;
+        }
+        let workloads = p.rows().filter(|(_, f, _)| *f == "ops/s").count();
+        assert_eq!(
+            rows, workloads,
+            "every workload of the summary in the README"
         );
     }
 

@@ -413,7 +413,7 @@ impl SmallArena {
         a.free_head = off + 1;
         a.live -= 1;
         if a.live == 0 {
-            // Free-on-empty: QuickJS's policy that resonated with seed 000's.
+            // Free-on-empty: QuickJS's policy, which drains a slab allocator's pages.
             let base = a.base;
             let was_partial = a.partial;
             // SAFETY: the arena came from `alloc(layout())` and is now empty.
@@ -551,7 +551,7 @@ fn block_cohorts(scale: Scale, rng: &mut Rng, rec: &mut Rec) -> MmapVec<Obj> {
 fn phases(scale: Scale, rng: &mut Rng, rec: &mut Rec) -> MmapVec<Obj> {
     let n: usize = scale.pick(20_000, 300_000, 2_000_000);
     let mut all: MmapVec<Obj> = MmapVec::with_capacity(n);
-    // Survivors of every phase accumulate, as in seed 003's "phase 10".
+    // Survivors of every phase accumulate, as in an interpreter's long run.
     let mut survivors: MmapVec<Obj> = MmapVec::with_capacity(n);
     for phase in ["dense", "clustered", "sparse"] {
         one_phase(phase, n, rng, rec, &mut all, &mut survivors);

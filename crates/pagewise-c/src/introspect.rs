@@ -1,6 +1,6 @@
 //! glibc's introspection calls, answered with pagewise's figures:
 //! `mallinfo2` and `mallinfo`, `malloc_stats`, `malloc_info`, `mallopt`.
-//! The field mapping is tabled in docs/c-library.md.
+//! The field mapping is tabled in docs/guide/observing-memory.md.
 
 use core::ffi::{c_int, c_void};
 use core::fmt::Write;
@@ -81,7 +81,7 @@ fn info2(s: &pw::Stats) -> Mallinfo2 {
     }
 }
 
-/// glibc's `mallinfo2`, from pagewise's counters (see docs/c-library.md).
+/// glibc's `mallinfo2`, from pagewise's counters (see docs/guide/observing-memory.md).
 #[no_mangle]
 pub extern "C" fn mallinfo2() -> Mallinfo2 {
     info2(&pw::stats())

@@ -6,8 +6,8 @@
 //! 1. **owned**: an owned `pagewise::Heap::with_config(..)` per setting
 //!    (decay 0…5000 ms at the 64 MiB cap, caps 8 MiB…unlimited at 1000 ms,
 //!    and MADV_FREE at the defaults) on three workloads: (a) a request loop
-//!    of mixed sizes 16 B–1 MiB, (b) seed 000's consumer (several classes
-//!    drained and refilled every few ms), (c) seed 001's large blocks
+//!    of mixed sizes 16 B–1 MiB, (b) a slab allocator's consumer (several classes
+//!    drained and refilled every few ms), (c) a garbage collector's large blocks
 //!    (256 KiB–1 MiB cohorts over a persistent live set). An owned heap has
 //!    no background purger: its decay runs on its slow paths.
 //! 2. **reserve**: reservation sizes 32 MiB…2 GiB on (a) and (c): `mmap`
@@ -15,10 +15,9 @@
 //! 3. **idle**: the request loop under the *global* allocator, in a child
 //!    process per setting (`PAGEWISE_DECAY_MS`, `PAGEWISE_RETAIN_MAX`), with
 //!    idle gaps of 0/50/500/2000 ms between bursts: RSS at the end of each
-//!    gap (the benefit) and page faults of the next burst (the cost). The
-//!    runs were taken while the purger did not start by itself (a bug since
-//!    fixed, see `docs/defaults.md`), so children start it with `purger::ensure()`
-//!    (`SWEEP_START_PURGER=1`), except one row that shows the shipped state.
+//!    gap (the benefit) and page faults of the next burst (the cost).
+//!    Children start the background thread with `purger::ensure()`
+//!    (`SWEEP_START_PURGER=1`), except one row without it.
 //! 4. **advice**: MADV_DONTNEED against MADV_FREE (`PAGEWISE_PURGE`), each in
 //!    a child: RSS and `LazyFree` after the decay purged 48 MiB, faults when
 //!    the memory is reused, and RSS after `MADV_PAGEOUT` (what memory
@@ -315,7 +314,7 @@ fn workload_a(mem: &dyn Mem, avg: &mut Average) {
     w.finish(mem);
 }
 
-/// (b) Seed 000's consumer: every 3 ms, 1,500 objects of 64 B, 256 B, 1 KiB
+/// (b) A slab allocator's consumer: every 3 ms, 1,500 objects of 64 B, 256 B, 1 KiB
 /// and 4 KiB (~2 MiB, several pages per class) are allocated, written and all
 /// freed, so every class drains to zero and refills; 300 cycles.
 fn workload_b(mem: &dyn Mem, avg: &mut Average) {
@@ -338,7 +337,7 @@ fn workload_b(mem: &dyn Mem, avg: &mut Average) {
     }
 }
 
-/// (c) Seed 001's blocks: a persistent live set of 24 blocks of 256 KiB–1 MiB;
+/// (c) A garbage collector's blocks: a persistent live set of 24 blocks of 256 KiB–1 MiB;
 /// every 2 ms a cohort of 8–40 such blocks is allocated and fully written,
 /// one of them replaces a random live-set block, the rest die; 300 cycles.
 fn workload_c(mem: &dyn Mem, avg: &mut Average) {
@@ -436,8 +435,8 @@ fn part_owned(runs: usize) {
     list.push((1000, 64 * M, Purge::Free));
     let works: [(&str, Workload); 3] = [
         ("(a) request loop", workload_a),
-        ("(b) seed 000 consumer", workload_b),
-        ("(c) seed 001 blocks", workload_c),
+        ("(b) slab consumer", workload_b),
+        ("(c) GC blocks", workload_c),
     ];
     for (name, work) in works {
         println!("\n### owned heap, {name} (median of {runs} runs)\n");
@@ -495,7 +494,7 @@ fn part_reserve(runs: usize) {
     let sizes = [32 * M, 256 * M, 1024 * M, 2048 * M];
     let works: [(&str, Workload); 2] = [
         ("(a) request loop", workload_a),
-        ("(c) seed 001 blocks", workload_c),
+        ("(c) GC blocks", workload_c),
     ];
     println!("\n### reservation size, owned heap, defaults otherwise (median of {runs} runs)\n");
     println!("| workload | reservation | mmap | munmap | peak mapped MiB | CPU vs 1 GiB |");

@@ -1,6 +1,6 @@
 //! A JIT-like trace of code-sized requests through `pagewise::pool`, with
 //! first-fit, best-fit and worst-fit and 1..16 open pools, reporting the
-//! over-allocation factor and each waste category of seed 002.
+//! over-allocation factor and each category of waste.
 //!
 //! ```text
 //! cargo run --release -p pagewise --example jit_pools                # 100 000 requests

@@ -76,7 +76,7 @@ pub struct Config {
     /// Milliseconds a retained span (an emptied slab page, a freed large
     /// object) stays committed before it is purged. Each free restarts the
     /// clock of the span it lands in. 0 purges at once (and turns every
-    /// turnover into madvise calls: the thrash of seed 000); `u64::MAX`
+    /// turnover into madvise calls: a slab allocator's thrash); `u64::MAX`
     /// (`-1` in the environment) never purges by age.
     pub decay_ms: u64,
     /// Ceiling on the committed free bytes retained by the heaps sharing a

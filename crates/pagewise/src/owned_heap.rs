@@ -21,7 +21,7 @@ struct Inner<S> {
 }
 
 /// An owned heap: its own segments and reservations, its own counters, and
-/// a drop that unmaps everything it mapped (seed 000's `Allocator`).
+/// a drop that unmaps everything it mapped.
 ///
 /// Single-threaded by design (`Send`, not `Sync`): no atomics on its paths
 /// beyond those shared with the global allocator's code, and no locks taken

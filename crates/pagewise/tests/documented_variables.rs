@@ -1,7 +1,8 @@
 //! Every environment variable pagewise reads is documented, in the C
-//! header and in the README, and nothing else is: the list comes from the
-//! code's one table (`pagewise::config::Variable::ALL`), so a variable
-//! added to the table and not to the documents fails here. A variable the
+//! header, the README and the guide's configuration page, and nothing else
+//! is: the list comes from the code's one table
+//! (`pagewise::config::Variable::ALL`), so a variable added to the table
+//! and not to the documents fails here. A variable the
 //! code reads without the table fails too: every `PAGEWISE_*` name in a
 //! string literal of the crates' sources must be in the table (or start
 //! with `PAGEWISE_TEST_`, the harnesses' prefix).
@@ -49,6 +50,10 @@ fn every_variable_is_in_the_header_and_the_readme() {
     for (file, text) in [
         ("include/pagewise.h", read("include/pagewise.h")),
         ("README.md", read("README.md")),
+        (
+            "docs/guide/configuration.md",
+            read("docs/guide/configuration.md"),
+        ),
     ] {
         let found: BTreeSet<String> = words(&text).into_iter().map(|(_, w)| w).collect();
         for name in table() {

@@ -202,7 +202,7 @@ fn result(r: Result<(), c_int>) -> c_int {
 }
 
 /// jemalloc's `mallctl`: reads or writes the value of `name` (the names
-/// are in docs/c-library.md; `ENOENT` for others), with jemalloc's
+/// are in docs/guide/observing-memory.md; `ENOENT` for others), with jemalloc's
 /// calling convention (module docs). Allocates nothing.
 ///
 /// # Safety

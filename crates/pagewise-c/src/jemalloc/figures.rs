@@ -3,7 +3,7 @@
 //!
 //! jemalloc's chain is `allocated <= active <= resident`, and Redis's
 //! fragmentation figures divide one by the other, so the mapping keeps it
-//! by construction (the table is in docs/c-library.md):
+//! by construction (the table is in docs/guide/observing-memory.md):
 //!
 //! | jemalloc | pagewise |
 //! |---|---|

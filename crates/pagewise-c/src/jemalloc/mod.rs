@@ -13,7 +13,7 @@
 //!   `sdallocx` and `nallocx` with their `MALLOCX_*` flags.
 //!
 //! The mapping of each name to pagewise's figures is tabled in
-//! docs/c-library.md. Nothing here allocates, and nothing panics.
+//! docs/guide/observing-memory.md. Nothing here allocates, and nothing panics.
 
 pub mod ctl;
 pub mod figures;

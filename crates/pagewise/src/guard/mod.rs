@@ -21,7 +21,7 @@
 //! installed, or end it as they would have. This is GWP-ASan's design
 //! (Chrome and Android ship it on), drawn by the same countdown as the heap
 //! profiler: on the fast paths it costs nothing. Off by default
-//! (`docs/profiling.md` says what a rate costs). Linux only.
+//! (`docs/guide/memory-bugs.md` says what a rate costs). Linux only.
 //!
 //! ```
 //! // Without PAGEWISE_GUARD_SAMPLE nothing is guarded.

@@ -4,11 +4,11 @@
 //!
 //! Placement: when the current page of a class runs out, the next one is
 //! the fullest non-full page of the class, so sparse pages drain and can be
-//! released (seed 003's most-full-first, seed 002's best fit). A page that
-//! becomes empty goes back to the span pool at once unless it is the
-//! class's current page, which is kept so that a class that repeatedly
-//! drains costs nothing (seed 000); kept pages are released at the next
-//! maintenance pass that finds them still empty.
+//! released (an interpreter's most-full-first, a JIT pool's best fit). A
+//! page that becomes empty goes back to the span pool at once unless it is
+//! the class's current page, which is kept so that a class that repeatedly
+//! drains costs nothing; kept pages are released at the next maintenance
+//! pass that finds them still empty.
 //!
 //! Invariants: everything here runs on the heap's owning thread; the only
 //! shared state it touches is a page's `thread_free` word (atomic) and the

@@ -286,8 +286,8 @@ impl HeapCore {
             let class = (*page).class as usize;
             self.class(class).returned.add(1);
             // Slow only if the page leaves the full list, or empties and is
-            // not its class's current page (which is kept: seed 000's churn
-            // then never leaves this function).
+            // not its class's current page (which is kept: an allocate/free
+            // churn then never leaves this function).
             if (*page).in_full || (used == 1 && self.current_page(class) != page) {
                 return self.free_slow(l, page);
             }

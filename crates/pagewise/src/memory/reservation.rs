@@ -5,7 +5,7 @@
 //! Segments go back into their reservation when released; the reservation is
 //! only unmapped by `trim()` (when it is entirely unused) or when its owner
 //! is dropped. This is what makes "munmap only on trim or drop" true and keeps
-//! page turnover free of mmap/munmap pairs (seed 000).
+//! page turnover free of mmap/munmap pairs.
 
 use crate::memory::layout::{os_page, SEGMENT};
 use crate::memory::registry;

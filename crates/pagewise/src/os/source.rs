@@ -140,7 +140,7 @@ pub unsafe trait PageSource: Sync {
     fn now_ms(&self) -> u64;
     /// The counts of calls made so far.
     fn syscalls(&self) -> SyscallCounts;
-    /// The rare side of [the asymmetric fence](crate::sync::asymmetric):
+    /// The rare side of the asymmetric fence (`sync/asymmetric.rs`):
     /// makes every other running thread of the process execute a full
     /// memory barrier, so that a store this thread made before the call
     /// and a load it makes after pair with the compiler-only fences of the
@@ -300,8 +300,8 @@ pub(crate) fn serialize_with_os() -> bool {
 /// requested at a hint address that is already aligned and advances past each
 /// mapping, so the kernel's answer is aligned. Only when the kernel places the
 /// mapping elsewhere does the source fall back to mapping `size + align` once
-/// and trimming both ends (seed 000's amplifier, now a rare event rather than
-/// one per page turnover).
+/// and trimming both ends (the system-call amplifier of allocators that map
+/// and trim every time, here a rare event rather than one per page turnover).
 ///
 /// ```
 /// use pagewise::{PageSource, SystemPages, Purge};

@@ -71,7 +71,7 @@ pub fn sample_bytes() -> usize {
 /// unsampled, so that a sample is kept or lost as the objects it stands
 /// for are: a small one within its class's slot (keeping the figures of
 /// its size at the allocation), a large one where its span can grow or
-/// shrink (its figures then follow the new size, [`Sample::resized`]).
+/// shrink (its figures then follow the new size).
 /// Otherwise it moves, and its new place is sampled or not as any new
 /// allocation is.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]

@@ -44,9 +44,9 @@ pub use crate::runtime::block_pool::{
     BlockPool, BlockPoolConfig, BlockPoolStats, DEFAULT_POOL_CAP,
 };
 
-/// The examples of `docs/arena-and-pools.md`, run as doctests.
+/// The examples of `docs/guide/runtimes.md`, run as doctests.
 #[cfg(doctest)]
-#[doc = include_str!("../../../../docs/arena-and-pools.md")]
+#[doc = include_str!("../../../../docs/guide/runtimes.md")]
 pub struct DesignDocExamples;
 
 /// Size of an arena's first block (unless [`Arena::with_capacity`] asks for

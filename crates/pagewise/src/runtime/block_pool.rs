@@ -1,7 +1,7 @@
 //! The block pool behind [`crate::Arena`]: released arena blocks are kept,
 //! purged, for the next arena instead of going back to the OS.
 //!
-//! Policy (see `docs/arena-and-pools.md` for the measurements):
+//! Policy (see `docs/defaults.md` for the measurements):
 //! - **Exact-size reuse.** Arena blocks come in a few sizes (powers of two from
 //!   [`FIRST_BLOCK`](crate::runtime::arena::FIRST_BLOCK) to
 //!   [`MAX_BLOCK_GROWTH`](crate::runtime::arena::MAX_BLOCK_GROWTH), page multiples
@@ -20,9 +20,9 @@
 //!   unmaps them. The per-thread default pool is an `Arc` held by a
 //!   thread-local and by every arena using it, so it is dropped, and its blocks
 //!   unmapped, when the thread has exited *and* the last arena drawing from it
-//!   is gone — whatever the order of the thread-local destructors (the leak
-//!   seed 001's review found was a thread-local `Vec` of raw blocks, whose
-//!   destructor freed the `Vec` and stranded the blocks).
+//!   is gone — whatever the order of the thread-local destructors (a
+//!   thread-local `Vec` of raw blocks would leak: its destructor would free
+//!   the `Vec` and strand the blocks).
 
 use core::ptr::NonNull;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -33,7 +33,7 @@ use crate::os::source::{PageSource, Purge, SystemPages};
 /// Default cap of a [`BlockPool`], in bytes: 64 MiB (per pool, so per thread
 /// for the thread-default pools).
 ///
-/// Measured with `examples/arena_churn.rs` (see `docs/arena-and-pools.md`):
+/// Measured with `examples/arena_churn.rs` (see `docs/defaults.md`):
 /// with one 1–64 MiB arena alive at a time, a 64 MiB cap removes 97 % of the
 /// page faults of unpooled arenas (3.1× faster); 96 MiB and above remove the
 /// rest but then only hold more purged-but-resident (`MADV_FREE`) pages, the

@@ -1,5 +1,5 @@
 //! Ref-counted bump pools, the shape of SpiderMonkey's `ExecutableAllocator`
-//! (seed 002): code-sized requests are bumped out of a few open pools, each
+//! (a JIT's code pools): code-sized requests are bumped out of a few open pools, each
 //! allocation is an [`Allocation`] handle that keeps its pool mapped, and a
 //! pool is unmapped when its last handle (and the allocator, if the pool is
 //! still open) lets go of it.
@@ -47,7 +47,7 @@ use crate::os::source::SystemPages;
 pub const DEFAULT_POOL_SIZE: usize = 64 << 10;
 
 /// Default number of small pools kept open: 4, measured with
-/// `examples/jit_pools.rs` (see `docs/arena-and-pools.md`).
+/// `examples/jit_pools.rs` (see `docs/defaults.md`).
 ///
 /// ```
 /// assert_eq!(pagewise::pool::DEFAULT_OPEN_POOLS, 4);
@@ -116,7 +116,7 @@ impl Default for PoolConfig {
     }
 }
 
-/// Where the bytes of a [`Pools`] allocator went, named as in seed 002.
+/// Where the bytes of a [`Pools`] allocator went, in four named kinds of waste.
 ///
 /// At every moment `allocated == asked_for + lwaste + swaste + nwaste + owaste`.
 ///

@@ -89,7 +89,7 @@ pub struct Spans {
     /// The large object's span freed last, kept in its bin but not merged
     /// with its free neighbours, so that an allocation of the same size
     /// takes it back whole: no split, no merge, its descriptors already
-    /// right (seed 000's turnover at 1 MiB). Merged as soon as another
+    /// right (an allocate/free turnover at 1 MiB). Merged as soon as another
     /// large span is freed, the pool needs room, or segments are released.
     recent: *mut Page,
     /// Retained bytes as last added to the budget.
