@@ -56,9 +56,10 @@ pub fn secret_now() -> usize {
 pub const TAIL: usize = 8;
 
 /// The hardened allocation's fast path: a slot of `size + TAIL` bytes from
-/// the thread cache of `heap`, aligned to 16, cleared of the heap's words
-/// and armed. Null if the request is too big for the cache or its class's
-/// cache is empty (then take [`alloc`]).
+/// the thread cache of `heap` (or, when the class's cache is empty, from
+/// its current page), aligned to 16, cleared of the heap's words and
+/// armed. Null if the request is too big for a slot or of zero bytes, or
+/// no slot could be had (then take [`alloc`]).
 ///
 /// # Safety
 /// `heap` is the calling thread's own heap.
@@ -73,12 +74,51 @@ pub unsafe fn alloc_cached(heap: &HeapCore, size: usize) -> *mut u8 {
     // CLASSES.
     unsafe {
         let p = heap.alloc_cached_of(class);
+        if p.is_null() {
+            return alloc_from_page(heap, size, class);
+        }
+        // A slot of the class, just taken from the cache.
+        hand_out(p, size, *SLOT_SIZE.get_unchecked(class) as usize, true);
+        p
+    }
+}
+
+/// [`alloc_cached`] when the cache of `class` is empty: a slot from the
+/// class's current page (where a program that allocates more than it
+/// frees takes most of its blocks), else the heap's slow path. Null when
+/// out of memory.
+///
+/// # Safety
+/// As [`alloc_cached`]; `class` is `class_of(size + TAIL)`.
+#[inline(never)]
+unsafe fn alloc_from_page(heap: &HeapCore, size: usize, class: usize) -> *mut u8 {
+    // SAFETY: our own heap; `class` fits `size + TAIL` (caller).
+    unsafe {
+        let p = heap.alloc_past_cache_of(class, size + TAIL);
         if !p.is_null() {
-            // A slot of the class, just taken from the cache.
-            hand_out(p, size, *SLOT_SIZE.get_unchecked(class) as usize, true);
+            hand_out_found(p, size);
         }
         p
     }
+}
+
+/// [`hand_out`] of a block just allocated below this layer, whose kind is
+/// not known: a slot the slab table lists has its class's size (one load,
+/// where the usable size would look the page up) and is checked for writes
+/// since its free; any other block is looked up.
+///
+/// # Safety
+/// `p` is a live block of at least `size + TAIL` bytes, just handed out.
+#[inline(always)]
+unsafe fn hand_out_found(p: *mut u8, size: usize) {
+    let (u, slot) = match slot_of(p) {
+        // SAFETY: classes of the slab table are below CLASSES.
+        Some((class, _)) => (unsafe { *SLOT_SIZE.get_unchecked(class) } as usize, true),
+        // SAFETY: a live block (caller).
+        None => (unsafe { HeapCore::usable_size(p) }, false),
+    };
+    // SAFETY: a live block of `u >= size + TAIL` bytes, just handed out.
+    unsafe { hand_out(p, size, u, slot) };
 }
 
 /// Allocates `size` bytes at `align` through `inner` (which takes the
@@ -105,8 +145,8 @@ pub unsafe fn alloc(
     };
     let p = inner(n, align);
     if !p.is_null() {
-        // SAFETY: a live block of `u >= n` bytes, just handed out.
-        unsafe { hand_out(p, size, HeapCore::usable_size(p), slot_offset(p).is_some()) };
+        // SAFETY: a live block of at least `n` bytes, just handed out.
+        unsafe { hand_out_found(p, size) };
     }
     p
 }

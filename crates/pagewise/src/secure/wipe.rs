@@ -65,10 +65,14 @@ fn mark(addr: usize, n: usize) -> usize {
 /// may write, armed for `size` (`canary::arm`).
 #[inline(always)]
 pub unsafe fn wipe(p: *mut u8, size: usize, u: usize) {
-    let n = super::canary::written(size, u).min(WIPE_MAX);
-    // SAFETY: inside the block, below its tail word (caller). A block of
-    // 32 bytes or more has `n >= 24` (the canary reaches `u - TAIL` or 64
-    // bytes past the request), so the mark lies in the zeroed bytes.
+    // At least past the mark's word where there is one (a block of 32
+    // bytes or more has `u - TAIL >= MARK_AT + 8`), never into the tail.
+    let n = super::canary::written(size, u)
+        .max(MARK_AT + 8)
+        .min(u - TAIL)
+        .min(WIPE_MAX);
+    // SAFETY: inside the block, below its tail word (caller); in a block
+    // that gets a mark, the mark lies in the zeroed bytes.
     unsafe {
         zero(p, n);
         if (MARKED_MIN..=SMALL_MAX).contains(&u) {
