@@ -129,13 +129,13 @@ pub unsafe fn check_freed(p: *const u8, u: usize) -> Result<(), usize> {
     if n > u - TAIL || n < MARK_AT + 8 || n % 8 != 0 {
         return Err(p as usize + MARK_AT);
     }
-    let mut diff = 0;
-    let mut at = MARK_AT + 8;
-    while at < n {
-        // SAFETY: below `n <= u - TAIL`, inside the slot.
-        diff |= unsafe { p.add(at).cast::<usize>().read_unaligned() };
-        at += 8;
-    }
+    // SAFETY: the words from the mark's end to `n <= u - TAIL`, inside the
+    // slot; the slot is 16-byte aligned and `n` a multiple of 8. As a slice
+    // (not a loop of reads), so that the OR runs a vector at a time.
+    let words = unsafe {
+        core::slice::from_raw_parts(p.add(MARK_AT + 8).cast::<u64>(), (n - MARK_AT - 8) / 8)
+    };
+    let diff = words.iter().fold(0, |d, &w| d | w);
     if diff == 0 {
         return Ok(());
     }
