@@ -60,6 +60,12 @@ fn child_entry() {
         match kind {
             "overflow-1" => p.add(size).write(0),
             "overflow-32" => p.add(size).write_bytes(b'x', 32),
+            "overflow-far" => {
+                // A byte at a time, 128 KiB on: past any span's slack.
+                for i in 0..128 << 10 {
+                    p.add(size + i).write_volatile(b'x');
+                }
+            }
             "double" => {
                 A.dealloc(p, l);
                 A.dealloc(p, l);
@@ -185,13 +191,18 @@ fn child_entry() {
 }
 
 fn run_case(case: &str) -> (bool, String, String) {
+    let (status, stdout, stderr) = run_case_status(case);
+    (status.success(), stdout, stderr)
+}
+
+fn run_case_status(case: &str) -> (std::process::ExitStatus, String, String) {
     let out = reexec::this_binary()
         .args(["--exact", "child_entry", "--nocapture", "--test-threads=1"])
         .env(CASE, case)
         .output()
         .unwrap();
     (
-        out.status.success(),
+        out.status,
         String::from_utf8_lossy(&out.stdout).into_owned(),
         String::from_utf8_lossy(&out.stderr).into_owned(),
     )
@@ -229,7 +240,22 @@ fn a_double_free_is_reported_at_the_second_free() {
 
 #[test]
 fn a_double_free_by_another_thread_is_reported_at_the_second_free() {
-    expect_report("double-other-thread", &SIZES, "pagewise: double free");
+    expect_report(
+        "double-other-thread",
+        &[8, 4000, 200_000, 64 << 20],
+        "pagewise: double free",
+    );
+    // The span of a large block between guard pages may go to small
+    // blocks before the second free (the thread's start allocates): then
+    // its address, one page into the span, is none of theirs.
+    let case = format!("double-other-thread:{}", 1 << 20);
+    let (ok, stdout, stderr) = run_case(&case);
+    assert!(
+        !ok && !stdout.contains("still running")
+            && (stderr.contains("pagewise: double free")
+                || stderr.contains("pagewise: free of a pointer that is not the start")),
+        "{case}: {stdout}{stderr}"
+    );
 }
 
 /// Slab sizes: their free slots are linked through their first word.
@@ -313,6 +339,22 @@ fn a_one_byte_underflow_is_reported_at_the_free() {
         &[8, 100, 4000],
         "pagewise: heap buffer underflow",
     );
+}
+
+#[test]
+fn large_and_huge_blocks_fault_at_an_underflow_or_a_far_overflow() {
+    // Between guard pages: the write faults where it happens.
+    use std::os::unix::process::ExitStatusExt;
+    for size in [300_000, 1 << 20, 64 << 20] {
+        for kind in ["underflow-1", "overflow-far"] {
+            let case = format!("{kind}:{size}");
+            let (status, stdout, stderr) = run_case_status(&case);
+            assert!(
+                status.signal() == Some(libc::SIGSEGV) && !stdout.contains("still running"),
+                "{case}: {status:?} {stdout}{stderr}"
+            );
+        }
+    }
 }
 
 #[test]

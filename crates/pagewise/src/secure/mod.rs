@@ -28,6 +28,7 @@
 
 mod bounds;
 mod canary;
+mod fence;
 pub(crate) mod link;
 mod quarantine;
 mod wipe;
@@ -143,12 +144,45 @@ pub unsafe fn alloc(
     let Some(n) = size.checked_add(TAIL) else {
         return null_mut();
     };
+    if fence::wanted(n, align) {
+        // SAFETY: forwarded.
+        return unsafe { alloc_fenced(size, n, align, inner) };
+    }
     let p = inner(n, align);
     if !p.is_null() {
         // SAFETY: a live block of at least `n` bytes, just handed out.
         unsafe { hand_out_found(p, size) };
     }
     p
+}
+
+/// [`alloc`] of a large or huge block of `n` bytes (`size` and the tail),
+/// between guard pages (`fence.rs`).
+///
+/// # Safety
+/// As [`alloc`].
+#[inline(never)]
+unsafe fn alloc_fenced(
+    size: usize,
+    n: usize,
+    align: usize,
+    inner: impl FnOnce(usize, usize) -> *mut u8,
+) -> *mut u8 {
+    let Some(outer) = fence::outer(n) else {
+        return null_mut();
+    };
+    // Page-aligned: the guards are whole OS pages.
+    let b = inner(outer, align.max(crate::memory::layout::os_page()));
+    if b.is_null() {
+        return b;
+    }
+    // SAFETY: a live large span or huge run of at least `outer` bytes,
+    // page-aligned, just handed out; then a block of `u >= n` bytes in it.
+    unsafe {
+        let (p, u) = fence::arm(b, HeapCore::usable_size(b));
+        hand_out(p, size, u, false);
+        p
+    }
 }
 
 /// If `p` starts a slot of a slab page of a thread heap whose slots the
@@ -200,26 +234,63 @@ unsafe fn hand_out(p: *mut u8, size: usize, u: usize, slot: bool) {
     }
 }
 
+/// A block handed back and checked ([`check`]).
+struct Checked {
+    /// The bytes the program asked for.
+    size: usize,
+    /// Its usable bytes, up to the end of its tail word.
+    u: usize,
+    /// What the heap below handed out for it: the block itself, or the
+    /// span around a block between guard pages.
+    below: *mut u8,
+}
+
 /// Checks a block handed back (to free, realloc or `malloc_usable_size`):
-/// aborts if it is free already or its end was overwritten. Returns its
-/// requested size and its usable size below this layer.
+/// aborts if it is free already or its end was overwritten.
 ///
 /// # Safety
 /// `p` is not null.
 #[inline]
-unsafe fn check(p: *mut u8) -> (usize, usize) {
+unsafe fn check(p: *mut u8) -> Checked {
     // SAFETY: `usable_size_checked` aborts for anything but the start of
-    // a block of a live span or slab page (or a guarded block), whose `u`
-    // bytes are then mapped.
+    // a block of a live span or slab page (or a sampled guarded block),
+    // whose `u` bytes are then mapped; a fenced block lies two OS pages
+    // inside its span.
     unsafe {
-        let u = HeapCore::usable_size_checked(p);
+        let (below, u) = match fence::start_of(p) {
+            Some(b) => (
+                b,
+                HeapCore::usable_size_checked(b)
+                    .saturating_sub(2 * crate::memory::layout::os_page()),
+            ),
+            None => (p, HeapCore::usable_size_checked(p)),
+        };
         // A huge run freed (and cached) has no size; a slot freed twice
         // still holds its free key.
         if u < TAIL || (u <= SMALL_MAX && Block::is_free(p as *const Block)) {
             misuse(Misuse::DoubleFree, p as usize);
         }
-        (verified(p, u), u)
+        Checked {
+            size: verified(p, u),
+            u,
+            below,
+        }
     }
+}
+
+/// What to free below this layer for the block `p` checked as `c`, wiped:
+/// the block, or its span with the guard pages made accessible again.
+///
+/// # Safety
+/// As [`check`]'s result for `p`, which the program no longer uses.
+#[inline]
+unsafe fn below(p: *mut u8, c: &Checked) -> *mut u8 {
+    if c.below != p {
+        let page = crate::memory::layout::os_page();
+        // SAFETY: the span of a fenced block, two pages longer (`check`).
+        unsafe { fence::disarm(c.below, c.u + 2 * page) };
+    }
+    c.below
 }
 
 /// The requested size of the block of `u` bytes at `p`, after checking
@@ -370,13 +441,13 @@ unsafe fn free_uncached(p: *mut u8, uncached: impl FnOnce(*mut u8)) {
     // SAFETY: checked live above; wiped before it is free. A slot the slab
     // table lists is on a page with no purged or meshed OS page.
     unsafe {
-        let (size, u) = check(p);
+        let c = check(p);
         if let Some(offset) = slot_offset(p) {
-            check_neighbour(p, u, offset);
+            check_neighbour(p, c.u, offset);
         }
-        wipe::wipe(p, size, u);
+        wipe::wipe(p, c.size, c.u);
+        uncached(below(p, &c))
     }
-    uncached(p)
 }
 
 /// Resizes `p` to `size` bytes at `align`: in place if the block has room
@@ -406,7 +477,8 @@ pub unsafe fn realloc(
     // SAFETY: `check` aborts unless `p` is live, with `u` usable bytes;
     // the new block is a live one of at least `size` bytes.
     unsafe {
-        let (old, u) = check(p);
+        let c = check(p);
+        let (old, u) = (c.size, c.u);
         if size.checked_add(TAIL).is_some_and(|n| n <= u) && (p as usize) % align == 0 {
             // The old canary's bytes are cleared (they would show the
             // program the block's secret pattern if it grows over them).
@@ -421,7 +493,7 @@ pub unsafe fn realloc(
         }
         core::ptr::copy_nonoverlapping(p, q, old.min(size));
         wipe::wipe(p, old, u);
-        free(p);
+        free(below(p, &c));
         q
     }
 }
@@ -453,5 +525,5 @@ pub unsafe fn usable_size(p: *const u8) -> usize {
         return 0;
     }
     // SAFETY: forwarded.
-    unsafe { check(p as *mut u8).0 }
+    unsafe { check(p as *mut u8).size }
 }
