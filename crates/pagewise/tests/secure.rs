@@ -60,6 +60,14 @@ fn child_entry() {
         match kind {
             "overflow-1" => p.add(size).write(0),
             "overflow-32" => p.add(size).write_bytes(b'x', 32),
+            "underflow-kept" => {
+                // The span of a large block freed is kept for the thread's
+                // next one of its size, guards and all.
+                A.dealloc(p, l);
+                let q = black_box(A.alloc(l));
+                assert_eq!(q, p, "the kept span comes back");
+                q.sub(1).write(0);
+            }
             "overflow-far" => {
                 // A byte at a time, 128 KiB on: past any span's slack.
                 for i in 0..128 << 10 {
@@ -345,15 +353,17 @@ fn a_one_byte_underflow_is_reported_at_the_free() {
 fn large_and_huge_blocks_fault_at_an_underflow_or_a_far_overflow() {
     // Between guard pages: the write faults where it happens.
     use std::os::unix::process::ExitStatusExt;
-    for size in [300_000, 1 << 20, 64 << 20] {
-        for kind in ["underflow-1", "overflow-far"] {
-            let case = format!("{kind}:{size}");
-            let (status, stdout, stderr) = run_case_status(&case);
-            assert!(
-                status.signal() == Some(libc::SIGSEGV) && !stdout.contains("still running"),
-                "{case}: {status:?} {stdout}{stderr}"
-            );
-        }
+    let cases = [300_000, 1 << 20, 64 << 20]
+        .into_iter()
+        .flat_map(|size| [("underflow-1", size), ("overflow-far", size)])
+        .chain([("underflow-kept", 1 << 20)]);
+    for (kind, size) in cases {
+        let case = format!("{kind}:{size}");
+        let (status, stdout, stderr) = run_case_status(&case);
+        assert!(
+            status.signal() == Some(libc::SIGSEGV) && !stdout.contains("still running"),
+            "{case}: {status:?} {stdout}{stderr}"
+        );
     }
 }
 

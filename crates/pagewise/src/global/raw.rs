@@ -94,7 +94,7 @@ pub unsafe fn malloc_uncached(size: usize, align: usize) -> *mut u8 {
     crate::global::purger::poll();
     #[cfg(feature = "secure")]
     // SAFETY: `malloc_plain` returns null or a live block of the size.
-    return unsafe { crate::secure::alloc(size, align, |n, a| malloc_plain(n, a)) };
+    return unsafe { crate::secure::alloc(size, align, false, |n, a| malloc_plain(n, a)) };
     #[cfg(not(feature = "secure"))]
     // SAFETY: forwarded.
     unsafe {
@@ -201,7 +201,7 @@ pub unsafe fn calloc(size: usize, align: usize) -> *mut u8 {
     crate::global::purger::poll();
     #[cfg(feature = "secure")]
     // SAFETY: `calloc_plain` returns null or a live block of the size.
-    return unsafe { crate::secure::alloc(size, align, |n, a| calloc_plain(n, a)) };
+    return unsafe { crate::secure::alloc(size, align, true, |n, a| calloc_plain(n, a)) };
     #[cfg(not(feature = "secure"))]
     // SAFETY: forwarded.
     unsafe {

@@ -34,6 +34,7 @@ mod quarantine;
 mod wipe;
 mod zero;
 
+pub use fence::Kept;
 pub use quarantine::{Quarantine, SLOTS as QUARANTINE};
 
 use crate::fault::{misuse, Misuse};
@@ -123,8 +124,9 @@ unsafe fn hand_out_found(p: *mut u8, size: usize) {
 }
 
 /// Allocates `size` bytes at `align` through `inner` (which takes the
-/// longer size), clears the heap's words in it, and arms the canary. Null
-/// if `inner` fails or the size overflows.
+/// longer size, and zeroes the block if `zeroed`), clears the heap's words
+/// in it, and arms the canary. Null if `inner` fails or the size
+/// overflows.
 ///
 /// # Safety
 /// `inner` returns null or a live block of at least the size it is given,
@@ -133,6 +135,7 @@ unsafe fn hand_out_found(p: *mut u8, size: usize) {
 pub unsafe fn alloc(
     size: usize,
     align: usize,
+    zeroed: bool,
     inner: impl FnOnce(usize, usize) -> *mut u8,
 ) -> *mut u8 {
     if size == 0 && align <= 16 {
@@ -146,7 +149,7 @@ pub unsafe fn alloc(
     };
     if fence::wanted(n, align) {
         // SAFETY: forwarded.
-        return unsafe { alloc_fenced(size, n, align, inner) };
+        return unsafe { alloc_fenced(size, n, align, zeroed, inner) };
     }
     let p = inner(n, align);
     if !p.is_null() {
@@ -166,13 +169,30 @@ unsafe fn alloc_fenced(
     size: usize,
     n: usize,
     align: usize,
+    zeroed: bool,
     inner: impl FnOnce(usize, usize) -> *mut u8,
 ) -> *mut u8 {
     let Some(outer) = fence::outer(n) else {
         return null_mut();
     };
+    let page = crate::memory::layout::os_page();
+    // The span this thread freed last, still guarded (its bytes are not
+    // known to be zero).
+    let heap = crate::global::thread::current_or_null();
+    if !zeroed && !heap.is_null() {
+        // SAFETY: our own heap; a kept span is a live guarded block's,
+        // wiped, of `u >= outer` bytes.
+        if let Some((b, u)) = unsafe { (*heap).kept.take(outer) } {
+            // SAFETY: as above.
+            unsafe {
+                let p = b.add(page);
+                hand_out(p, size, u - 2 * page, false);
+                return p;
+            }
+        }
+    }
     // Page-aligned: the guards are whole OS pages.
-    let b = inner(outer, align.max(crate::memory::layout::os_page()));
+    let b = inner(outer, align.max(page));
     if b.is_null() {
         return b;
     }
@@ -394,7 +414,7 @@ pub unsafe fn free(p: *mut u8, current: *mut HeapCore, uncached: impl FnOnce(*mu
         }
     }
     // SAFETY: forwarded.
-    unsafe { free_uncached(p, uncached) }
+    unsafe { free_uncached(p, current, uncached) }
 }
 
 /// Frees a slot out of quarantine below this layer: to the thread cache,
@@ -413,28 +433,35 @@ unsafe fn release(b: *mut Block, current: *mut HeapCore, uncached: impl FnOnce(*
 }
 
 /// Frees every slot of `heap`'s quarantine (a trim, or the thread's exit:
-/// the slots then go where the cache's go).
+/// the slots then go where the cache's go), and the guarded span it kept.
 ///
 /// # Safety
 /// `heap` is the calling thread's own heap.
 pub unsafe fn drain_quarantine(heap: &HeapCore) {
     let me = heap as *const HeapCore;
-    // SAFETY: owner only (caller); each slot left the quarantine.
+    // SAFETY: owner only (caller); each slot left the quarantine; the kept
+    // span is a guarded block's, wiped, which nobody uses.
     unsafe {
         heap.quarantine.drain(|b| {
             if !HeapCore::free_to_cache(b.cast(), me) {
                 HeapCore::free_uncached(b.cast(), me);
             }
-        })
-    };
+        });
+        if let Some((b, u)) = heap.kept.drain() {
+            fence::disarm(b, u);
+            HeapCore::free_uncached(b, me);
+        }
+    }
 }
 
-/// [`free`] past the cache: looks the block up, checks and wipes it.
+/// [`free`] past the cache: looks the block up, checks and wipes it. The
+/// span of a block between guard pages stays in `current`, guarded, for
+/// its next large block (the one kept before goes back to the heap).
 ///
 /// # Safety
 /// As [`free`].
 #[inline(never)]
-unsafe fn free_uncached(p: *mut u8, uncached: impl FnOnce(*mut u8)) {
+unsafe fn free_uncached(p: *mut u8, current: *mut HeapCore, uncached: impl FnOnce(*mut u8)) {
     if zero::owns(p) {
         return zero::free(p);
     }
@@ -446,6 +473,16 @@ unsafe fn free_uncached(p: *mut u8, uncached: impl FnOnce(*mut u8)) {
             check_neighbour(p, c.u, offset);
         }
         wipe::wipe(p, c.size, c.u);
+        if c.below != p && !current.is_null() {
+            let page = crate::memory::layout::os_page();
+            // Our own heap (caller); the span goes back to the heap
+            // disarmed, if it is not kept.
+            if let Some((b, u)) = (*current).kept.put(c.below, c.u + 2 * page) {
+                fence::disarm(b, u);
+                uncached(b);
+            }
+            return;
+        }
         uncached(below(p, &c))
     }
 }
