@@ -132,6 +132,7 @@ pub unsafe fn close(addr: usize, len: usize, mode: Mode) -> bool {
 /// # Safety
 /// A page-aligned range of a private or shared mapping of the caller's,
 /// whose bytes nobody needs (guard regions discard them).
+#[cfg(feature = "secure")]
 pub unsafe fn fence(addr: usize, len: usize, mode: Option<Mode>) -> Option<Mode> {
     let modes: &[Mode] = match mode {
         Some(Mode::Regions) => &[Mode::Regions],
