@@ -28,18 +28,17 @@
 //! aligned to more than an OS page are not guarded (their start must be
 //! the span's). Linux only.
 //!
-//! Each thread keeps the span of the last guarded block it freed ([`Kept`],
-//! up to [`KEPT_MAX`] bytes), guards and all, wiped as any freed block is:
-//! its next large block of about that size takes it without a system
-//! call (a program that allocates and frees one large buffer over and
-//! over pays none). A trim or the thread's exit gives it back.
+//! Each thread keeps the spans of the last few guarded blocks it freed
+//! (`kept.rs`), guards and all, wiped as any freed block is: its next
+//! large block of about one's size takes it without a system call (a
+//! program that allocates and frees large buffers over and over pays
+//! none). A trim or the thread's exit gives them back.
 
 use crate::memory::layout::{os_page, SLICE_SHIFT};
 use crate::memory::page::Kind;
 use crate::memory::registry;
 use crate::memory::segment::{Segment, HEADER_SLICES};
 use crate::memory::size_class::SMALL_MAX;
-use core::cell::Cell;
 use core::sync::atomic::{AtomicU8, Ordering::Relaxed};
 
 /// How this process's guards are made: 0 not known yet, then 1 + the
@@ -156,56 +155,4 @@ pub fn start_of(p: *const u8) -> Option<*mut u8> {
         }
     };
     (addr == start + page).then_some(start as *mut u8)
-}
-
-/// Spans above this many bytes are not kept ([`Kept`]): their memory goes
-/// back to the heap (and its purging) at once.
-pub const KEPT_MAX: usize = 4 << 20;
-
-/// A thread's last freed guarded span, kept guarded for its next large
-/// block (owner only).
-pub struct Kept {
-    /// The span's start (0: none) and its usable bytes.
-    span: Cell<(usize, usize)>,
-}
-
-impl Kept {
-    /// Nothing kept.
-    pub const fn new() -> Kept {
-        Kept {
-            span: Cell::new((0, 0)),
-        }
-    }
-
-    /// The kept span, if it holds a block of `outer` bytes and is at most
-    /// a quarter (or a slice) longer: taken out. Its start and usable
-    /// bytes.
-    #[inline]
-    pub fn take(&self, outer: usize) -> Option<(*mut u8, usize)> {
-        let (b, u) = self.span.get();
-        let fits =
-            b != 0 && u >= outer && u - outer <= (outer / 4).max(crate::memory::layout::SLICE);
-        fits.then(|| {
-            self.span.set((0, 0));
-            (b as *mut u8, u)
-        })
-    }
-
-    /// Keeps the span of `u` usable bytes at `b` if it is short enough,
-    /// returning what must go back to the heap instead: the span kept
-    /// before, or this one.
-    #[inline]
-    pub fn put(&self, b: *mut u8, u: usize) -> Option<(*mut u8, usize)> {
-        if u > KEPT_MAX {
-            return Some((b, u));
-        }
-        let (old, old_u) = self.span.replace((b as usize, u));
-        (old != 0).then_some((old as *mut u8, old_u))
-    }
-
-    /// Takes the kept span out, if any.
-    pub fn drain(&self) -> Option<(*mut u8, usize)> {
-        let (b, u) = self.span.replace((0, 0));
-        (b != 0).then_some((b as *mut u8, u))
-    }
 }

@@ -29,12 +29,13 @@
 mod bounds;
 mod canary;
 mod fence;
+mod kept;
 pub(crate) mod link;
 mod quarantine;
 mod wipe;
 mod zero;
 
-pub use fence::Kept;
+pub use kept::Kept;
 pub use quarantine::{Quarantine, SLOTS as QUARANTINE};
 
 use crate::fault::{misuse, Misuse};
@@ -447,7 +448,7 @@ pub unsafe fn drain_quarantine(heap: &HeapCore) {
                 HeapCore::free_uncached(b.cast(), me);
             }
         });
-        if let Some((b, u)) = heap.kept.drain() {
+        while let Some((b, u)) = heap.kept.drain() {
             fence::disarm(b, u);
             HeapCore::free_uncached(b, me);
         }
