@@ -12,17 +12,19 @@
 //! wrote and marks it (`wipe.rs`), and the slot is checked when it is
 //! handed out again: a write after free is reported then. A freed slot
 //! waits in its thread's quarantine (`quarantine.rs`) before it can be
-//! handed out again. `malloc(0)` is a block that faults (`zero.rs`), and
-//! the C library's `memcpy` family asks [`check_write`] first (`bounds.rs`).
+//! handed out again. A block above 256 KiB sits between guard pages
+//! (`fence.rs`; a thread keeps the spans of the last few it freed,
+//! `kept.rs`). `malloc(0)` is a block that faults (`zero.rs`), and the C
+//! library's `memcpy` family asks [`check_write`] first (`bounds.rs`).
 //!
 //! A slot freed twice is reported at its second free: it still holds a
 //! free key (`memory/block.rs`), which the hardened free loads (the
 //! default build stores it blind). Free-list links are encoded there too.
 //!
 //! The checks run on the fast paths: an allocation from the thread cache
-//! knows its slot's size from its class, and a free finds its slot through
-//! the slab table, as the cache's free does; only the other paths look the
-//! block up. The layer sits at the entry points (`global/allocator.rs`,
+//! (or, when it is empty, from its class's current page) knows its slot's
+//! size from its class, and a free finds its slot through the slab table,
+//! as the cache's free does; only the other paths look the block up. The layer sits at the entry points (`global/allocator.rs`,
 //! `global/raw.rs`); the heaps below it allocate the longer block and never
 //! see the canaries. Owned `Heap`s are not hardened.
 
