@@ -60,6 +60,14 @@ fn child_entry() {
         match kind {
             "overflow-1" => p.add(size).write(0),
             "overflow-32" => p.add(size).write_bytes(b'x', 32),
+            "underflow-aligned" => {
+                // Aligned past an OS page: the block starts one alignment
+                // into its span, its guard right before it.
+                let la = Layout::from_size_align(size, 1 << 16).unwrap();
+                let q = black_box(A.alloc(la));
+                assert_eq!(q as usize % (1 << 16), 0);
+                q.sub(1).write(0);
+            }
             "underflow-kept" => {
                 // The span of a large block freed is kept for the thread's
                 // next one of its size, guards and all.
@@ -356,7 +364,7 @@ fn large_and_huge_blocks_fault_at_an_underflow_or_a_far_overflow() {
     let cases = [300_000, 1 << 20, 64 << 20]
         .into_iter()
         .flat_map(|size| [("underflow-1", size), ("overflow-far", size)])
-        .chain([("underflow-kept", 1 << 20)]);
+        .chain([("underflow-kept", 1 << 20), ("underflow-aligned", 1 << 20)]);
     for (kind, size) in cases {
         let case = format!("{kind}:{size}");
         let (status, stdout, stderr) = run_case_status(&case);
@@ -364,6 +372,26 @@ fn large_and_huge_blocks_fault_at_an_underflow_or_a_far_overflow() {
             status.signal() == Some(libc::SIGSEGV) && !stdout.contains("still running"),
             "{case}: {status:?} {stdout}{stderr}"
         );
+    }
+}
+
+#[test]
+fn large_blocks_aligned_past_a_page_are_guarded_and_used_as_any() {
+    // SAFETY: live blocks, each freed once.
+    unsafe {
+        for (size, align) in [(300_000, 1 << 13), (1 << 20, 1 << 16), (40 << 20, 1 << 21)] {
+            let l = Layout::from_size_align(size, align).unwrap();
+            let p = A.alloc(l);
+            assert_eq!(p as usize % align, 0, "{size} at {align}");
+            assert_eq!(pagewise::usable_size(p), size);
+            p.write_bytes(0x5a, size);
+            // A copy that fits passes the checked memcpy's bound.
+            pagewise::raw::check_write(p, size);
+            let q = A.realloc(p, l, size / 2);
+            assert_eq!(q, p, "shrunk in place");
+            assert!((0..size / 2).step_by(4093).all(|i| *q.add(i) == 0x5a));
+            A.dealloc(q, Layout::from_size_align(size / 2, align).unwrap());
+        }
     }
 }
 

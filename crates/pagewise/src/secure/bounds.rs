@@ -14,7 +14,8 @@
 //! segment's header, the slack after a page's last slot) is not checked:
 //! its descriptors may be changing under another thread.
 
-use crate::memory::layout::{segment_base, SLICE_SHIFT};
+use super::fence;
+use crate::memory::layout::{os_page, segment_base, SLICE_SHIFT};
 use crate::memory::page::Kind;
 use crate::memory::registry;
 use crate::memory::segment::{Segment, HEADER_SLICES, STATE_SHIFT};
@@ -58,19 +59,20 @@ fn into_slot(class: usize, offset: usize) -> usize {
 }
 
 /// [`end_of_block`] from the allocator's descriptors: a large or huge
-/// block, or a slot of a page the slab table leaves out.
+/// block of the global heaps (which ends where its last guard page starts,
+/// `fence.rs`), or a slot of a page the slab table leaves out.
 #[inline(never)]
 fn described_end(addr: usize) -> Option<usize> {
+    if let Some((start, end)) = fence::span_of(addr) {
+        let end = end.checked_sub(os_page())?;
+        return (addr >= start && addr < end).then_some(end);
+    }
     let (base, huge) = registry::lookup(addr)?;
+    if huge {
+        return None; // an owned heap's huge run: not hardened
+    }
     // SAFETY: a registered segment is mapped and headed by a `Segment`.
     let seg = unsafe { &*Segment::of(base) };
-    if huge {
-        // SAFETY: the header of a huge run, mapped while it is registered.
-        let st = unsafe { &*seg.huge_state() };
-        let start = base + st.offset;
-        let end = start + st.size;
-        return (st.size != 0 && addr >= start && addr < end).then_some(end);
-    }
     let idx = (addr - base) >> SLICE_SHIFT;
     if idx < HEADER_SLICES {
         return None;

@@ -150,7 +150,7 @@ pub unsafe fn alloc(
     let Some(n) = size.checked_add(TAIL) else {
         return null_mut();
     };
-    if fence::wanted(n, align) {
+    if fence::wanted(n) {
         // SAFETY: forwarded.
         return unsafe { alloc_fenced(size, n, align, zeroed, inner) };
     }
@@ -175,14 +175,15 @@ unsafe fn alloc_fenced(
     zeroed: bool,
     inner: impl FnOnce(usize, usize) -> *mut u8,
 ) -> *mut u8 {
-    let Some(outer) = fence::outer(n) else {
+    let off = fence::offset(align);
+    let Some(outer) = fence::outer(n, off) else {
         return null_mut();
     };
     let page = crate::memory::layout::os_page();
-    // The span this thread freed last, still guarded (its bytes are not
-    // known to be zero).
+    // A span this thread freed, still guarded (its bytes are not known to
+    // be zero; the kept spans' blocks start a page in).
     let heap = crate::global::thread::current_or_null();
-    if !zeroed && !heap.is_null() {
+    if !zeroed && off == page && !heap.is_null() {
         // SAFETY: our own heap; a kept span is a live guarded block's,
         // wiped, of `u >= outer` bytes.
         if let Some((b, u)) = unsafe { (*heap).kept.take(outer) } {
@@ -194,15 +195,18 @@ unsafe fn alloc_fenced(
             }
         }
     }
-    // Page-aligned: the guards are whole OS pages.
-    let b = inner(outer, align.max(page));
+    // Aligned to `off` (a page at least: the guards are whole OS pages).
+    let b = inner(outer, off);
     if b.is_null() {
         return b;
     }
     // SAFETY: a live large span or huge run of at least `outer` bytes,
-    // page-aligned, just handed out; then a block of `u >= n` bytes in it.
+    // aligned to `off`, just handed out; the block of `u >= n` bytes at
+    // `p` lies in it, between its two guard pages.
     unsafe {
-        let (p, u) = fence::arm(b, HeapCore::usable_size(b));
+        let p = b.add(off);
+        let u = HeapCore::usable_size(b) - off - page;
+        fence::arm(p, u);
         hand_out(p, size, u, false);
         p
     }
@@ -284,7 +288,7 @@ unsafe fn check(p: *mut u8) -> Checked {
             Some(b) => (
                 b,
                 HeapCore::usable_size_checked(b)
-                    .saturating_sub(2 * crate::memory::layout::os_page()),
+                    .saturating_sub(p as usize - b as usize + crate::memory::layout::os_page()),
             ),
             None => (p, HeapCore::usable_size_checked(p)),
         };
@@ -309,9 +313,8 @@ unsafe fn check(p: *mut u8) -> Checked {
 #[inline]
 unsafe fn below(p: *mut u8, c: &Checked) -> *mut u8 {
     if c.below != p {
-        let page = crate::memory::layout::os_page();
-        // SAFETY: the span of a fenced block, two pages longer (`check`).
-        unsafe { fence::disarm(c.below, c.u + 2 * page) };
+        // SAFETY: a guarded block of `c.u` bytes (`check`).
+        unsafe { fence::disarm(p, c.u) };
     }
     c.below
 }
@@ -450,8 +453,9 @@ pub unsafe fn drain_quarantine(heap: &HeapCore) {
                 HeapCore::free_uncached(b.cast(), me);
             }
         });
+        let page = crate::memory::layout::os_page();
         while let Some((b, u)) = heap.kept.drain() {
-            fence::disarm(b, u);
+            fence::disarm(b.add(page), u - 2 * page);
             HeapCore::free_uncached(b, me);
         }
     }
@@ -476,12 +480,12 @@ unsafe fn free_uncached(p: *mut u8, current: *mut HeapCore, uncached: impl FnOnc
             check_neighbour(p, c.u, offset);
         }
         wipe::wipe(p, c.size, c.u);
-        if c.below != p && !current.is_null() {
-            let page = crate::memory::layout::os_page();
+        let page = crate::memory::layout::os_page();
+        if c.below == p.wrapping_sub(page) && !current.is_null() {
             // Our own heap (caller); the span goes back to the heap
             // disarmed, if it is not kept.
             if let Some((b, u)) = (*current).kept.put(c.below, c.u + 2 * page) {
-                fence::disarm(b, u);
+                fence::disarm(b.add(page), u - 2 * page);
                 uncached(b);
             }
             return;
