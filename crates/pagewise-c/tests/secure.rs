@@ -77,12 +77,15 @@ fn the_hardened_library_stops_each_misuse_with_its_report() {
     // A write after free to a small block: over its link (8 B: the slot is
     // all link and key) or its zeroed bytes, reported when the slot is
     // handed out again.
-    // The byte before a small block: the tail word of the slot before it.
+    // The byte before a small block: the tail word of the slot before it;
+    // before a large or huge one: a guard page (a fault, no report line).
     for (kind, size, report) in [
         ("write-after-free", 8, "write after free"),
         ("write-after-free", 4000, "write after free"),
         ("underflow-1", 8, "heap buffer underflow"),
         ("underflow-1", 4000, "heap buffer underflow"),
+        ("underflow-1", 1 << 20, "(signal)"),
+        ("underflow-1", 64 << 20, "(signal)"),
         // malloc(0): touching the block faults at once (no report line).
         ("zero-write", 0, "(signal)"),
     ] {

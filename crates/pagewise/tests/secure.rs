@@ -60,6 +60,28 @@ fn child_entry() {
         match kind {
             "overflow-1" => p.add(size).write(0),
             "overflow-32" => p.add(size).write_bytes(b'x', 32),
+            "underflow-aligned" => {
+                // Aligned past an OS page: the block starts one alignment
+                // into its span, its guard right before it.
+                let la = Layout::from_size_align(size, 1 << 16).unwrap();
+                let q = black_box(A.alloc(la));
+                assert_eq!(q as usize % (1 << 16), 0);
+                q.sub(1).write(0);
+            }
+            "underflow-kept" => {
+                // The span of a large block freed is kept for the thread's
+                // next one of its size, guards and all.
+                A.dealloc(p, l);
+                let q = black_box(A.alloc(l));
+                assert_eq!(q, p, "the kept span comes back");
+                q.sub(1).write(0);
+            }
+            "overflow-far" => {
+                // A byte at a time, 128 KiB on: past any span's slack.
+                for i in 0..128 << 10 {
+                    p.add(size + i).write_volatile(b'x');
+                }
+            }
             "double" => {
                 A.dealloc(p, l);
                 A.dealloc(p, l);
@@ -185,13 +207,18 @@ fn child_entry() {
 }
 
 fn run_case(case: &str) -> (bool, String, String) {
+    let (status, stdout, stderr) = run_case_status(case);
+    (status.success(), stdout, stderr)
+}
+
+fn run_case_status(case: &str) -> (std::process::ExitStatus, String, String) {
     let out = reexec::this_binary()
         .args(["--exact", "child_entry", "--nocapture", "--test-threads=1"])
         .env(CASE, case)
         .output()
         .unwrap();
     (
-        out.status.success(),
+        out.status,
         String::from_utf8_lossy(&out.stdout).into_owned(),
         String::from_utf8_lossy(&out.stderr).into_owned(),
     )
@@ -229,7 +256,22 @@ fn a_double_free_is_reported_at_the_second_free() {
 
 #[test]
 fn a_double_free_by_another_thread_is_reported_at_the_second_free() {
-    expect_report("double-other-thread", &SIZES, "pagewise: double free");
+    expect_report(
+        "double-other-thread",
+        &[8, 4000, 200_000, 64 << 20],
+        "pagewise: double free",
+    );
+    // The span of a large block between guard pages may go to small
+    // blocks before the second free (the thread's start allocates): then
+    // its address, one page into the span, is none of theirs.
+    let case = format!("double-other-thread:{}", 1 << 20);
+    let (ok, stdout, stderr) = run_case(&case);
+    assert!(
+        !ok && !stdout.contains("still running")
+            && (stderr.contains("pagewise: double free")
+                || stderr.contains("pagewise: free of a pointer that is not the start")),
+        "{case}: {stdout}{stderr}"
+    );
 }
 
 /// Slab sizes: their free slots are linked through their first word.
@@ -313,6 +355,44 @@ fn a_one_byte_underflow_is_reported_at_the_free() {
         &[8, 100, 4000],
         "pagewise: heap buffer underflow",
     );
+}
+
+#[test]
+fn large_and_huge_blocks_fault_at_an_underflow_or_a_far_overflow() {
+    // Between guard pages: the write faults where it happens.
+    use std::os::unix::process::ExitStatusExt;
+    let cases = [300_000, 1 << 20, 64 << 20]
+        .into_iter()
+        .flat_map(|size| [("underflow-1", size), ("overflow-far", size)])
+        .chain([("underflow-kept", 1 << 20), ("underflow-aligned", 1 << 20)]);
+    for (kind, size) in cases {
+        let case = format!("{kind}:{size}");
+        let (status, stdout, stderr) = run_case_status(&case);
+        assert!(
+            status.signal() == Some(libc::SIGSEGV) && !stdout.contains("still running"),
+            "{case}: {status:?} {stdout}{stderr}"
+        );
+    }
+}
+
+#[test]
+fn large_blocks_aligned_past_a_page_are_guarded_and_used_as_any() {
+    // SAFETY: live blocks, each freed once.
+    unsafe {
+        for (size, align) in [(300_000, 1 << 13), (1 << 20, 1 << 16), (40 << 20, 1 << 21)] {
+            let l = Layout::from_size_align(size, align).unwrap();
+            let p = A.alloc(l);
+            assert_eq!(p as usize % align, 0, "{size} at {align}");
+            assert_eq!(pagewise::usable_size(p), size);
+            p.write_bytes(0x5a, size);
+            // A copy that fits passes the checked memcpy's bound.
+            pagewise::raw::check_write(p, size);
+            let q = A.realloc(p, l, size / 2);
+            assert_eq!(q, p, "shrunk in place");
+            assert!((0..size / 2).step_by(4093).all(|i| *q.add(i) == 0x5a));
+            A.dealloc(q, Layout::from_size_align(size / 2, align).unwrap());
+        }
+    }
 }
 
 #[test]
@@ -463,6 +543,26 @@ fn a_freed_block_is_wiped_before_it_is_handed_out_again() {
                 "{size}: the last owner's bytes (or the free list's) are seen"
             );
             A.dealloc(q, l);
+        }
+    }
+}
+
+#[test]
+fn a_block_shrunk_to_a_byte_is_freed_and_handed_out_again_unreported() {
+    // Its request and canary end before the word where its free leaves
+    // the mark: the free zeroes past the mark anyway, so handing the slot
+    // out again finds nothing changed.
+    // SAFETY: live blocks, each freed once.
+    unsafe {
+        for size in [24, 40, 100] {
+            let p = A.alloc(layout(size));
+            let q = A.realloc(p, layout(size), 1);
+            assert_eq!(q, p, "{size}: shrunk in place");
+            A.dealloc(q, layout(1));
+            past_quarantine(layout(size));
+            let r = A.alloc(layout(size));
+            assert_eq!(r, p, "{size}: the slot comes back from the cache");
+            A.dealloc(r, layout(size));
         }
     }
 }

@@ -47,11 +47,17 @@ int main(int argc, char **argv) {
         free(p);
     } else if (!strcmp(kind, "underflow-1")) {
         /* The byte before the block: the previous block's end, or the
-         * allocator's own bytes. */
-        char *q = malloc(n);
+         * allocator's own bytes. Of two new blocks, the one at the higher
+         * address: the block before it is one of the three (an allocator
+         * that hands out an OS page's slots from a random one on, wrapping
+         * round, may put the first of them at the page's start, where what
+         * lies before may be memory no slot was carved from yet). */
+        char *q = malloc(n), *r = malloc(n);
+        char *b = r > q ? r : q;
         sink = q;
-        q[-1] = 0;
-        free(q);
+        b[-1] = 0;
+        free(b);
+        free(b == r ? q : r);
         free(p);
     } else if (!strcmp(kind, "double-free")) {
         free(p);

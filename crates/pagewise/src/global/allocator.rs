@@ -70,7 +70,7 @@ unsafe impl GlobalAlloc for Pagewise {
                 crate::secure::alloc_cached(&*heap, size)
             };
             if p.is_null() {
-                crate::secure::alloc(size, align, |n, a| alloc_zeroed_plain(n, a))
+                crate::secure::alloc(size, align, true, |n, a| alloc_zeroed_plain(n, a))
             } else {
                 core::ptr::write_bytes(p, 0, size);
                 p
@@ -121,7 +121,7 @@ unsafe fn alloc_secure(size: usize, align: usize) -> *mut u8 {
         }
     }
     // SAFETY: `alloc_plain` returns null or a live block of the size.
-    unsafe { crate::secure::alloc(size, align, |n, a| alloc_plain(n, a)) }
+    unsafe { crate::secure::alloc(size, align, false, |n, a| alloc_plain(n, a)) }
 }
 
 /// `GlobalAlloc::alloc` below the hardened layer.

@@ -35,7 +35,10 @@ pub unsafe fn malloc(size: usize, align: usize) -> *mut u8 {
 /// has a heap and the class's cache a slot. Null otherwise (then call
 /// [`malloc_uncached`]; null here says nothing about memory running out).
 /// Starts no thread and takes no lock: the C library's `malloc` fast path,
-/// with no register to save.
+/// with no register to save. (The hardened build, whose checks cost more
+/// than a call, also takes a slot from the class's current page here when
+/// the cache has none, and may then take the heap's own lock as any
+/// allocation does.)
 ///
 /// # Safety
 /// `align` is a power of two.
@@ -91,7 +94,7 @@ pub unsafe fn malloc_uncached(size: usize, align: usize) -> *mut u8 {
     crate::global::purger::poll();
     #[cfg(feature = "secure")]
     // SAFETY: `malloc_plain` returns null or a live block of the size.
-    return unsafe { crate::secure::alloc(size, align, |n, a| malloc_plain(n, a)) };
+    return unsafe { crate::secure::alloc(size, align, false, |n, a| malloc_plain(n, a)) };
     #[cfg(not(feature = "secure"))]
     // SAFETY: forwarded.
     unsafe {
@@ -198,7 +201,7 @@ pub unsafe fn calloc(size: usize, align: usize) -> *mut u8 {
     crate::global::purger::poll();
     #[cfg(feature = "secure")]
     // SAFETY: `calloc_plain` returns null or a live block of the size.
-    return unsafe { crate::secure::alloc(size, align, |n, a| calloc_plain(n, a)) };
+    return unsafe { crate::secure::alloc(size, align, true, |n, a| calloc_plain(n, a)) };
     #[cfg(not(feature = "secure"))]
     // SAFETY: forwarded.
     unsafe {

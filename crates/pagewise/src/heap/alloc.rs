@@ -114,6 +114,20 @@ impl HeapCore {
         unsafe { self.states.get_unchecked(class + 1).pop() as *mut u8 }
     }
 
+    /// A slot of `class` for a request of `size` bytes past the thread
+    /// cache (its current page's free list, else the slow path), null when
+    /// out of memory (the hardened build's second fast path; the slot may
+    /// be a sampled block instead).
+    ///
+    /// # Safety
+    /// Owner only; `class` is below CLASSES and `class_of(size)`.
+    #[cfg(feature = "secure")]
+    #[inline(always)]
+    pub unsafe fn alloc_past_cache_of(&self, class: usize, size: usize) -> *mut u8 {
+        // SAFETY: per the caller.
+        unsafe { self.alloc_past_cache(class, size, 16) }
+    }
+
     /// # Safety
     /// Owner only.
     #[inline]

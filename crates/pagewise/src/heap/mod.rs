@@ -240,6 +240,10 @@ pub struct HeapCore {
     /// hardened build, `crate::secure`; owner only).
     #[cfg(feature = "secure")]
     pub(crate) quarantine: crate::secure::Quarantine,
+    /// The span of the last large block between guard pages this heap's
+    /// thread freed, kept for its next one (the hardened build; owner only).
+    #[cfg(feature = "secure")]
+    pub(crate) kept: crate::secure::Kept,
     /// Carve slots in a shuffled order (a heap whose page source can share
     /// pages: meshing needs survivors at different offsets).
     shuffle_carving: bool,
@@ -304,6 +308,8 @@ impl HeapCore {
             // SAFETY: the source outlives the heap (the caller's contract).
             #[cfg(feature = "secure")]
             quarantine: crate::secure::Quarantine::new(),
+            #[cfg(feature = "secure")]
+            kept: crate::secure::Kept::new(),
             shuffle_carving: unsafe { (*source).sharing().is_some() },
         };
         for class in 0..CLASSES {

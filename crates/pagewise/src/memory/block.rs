@@ -229,10 +229,12 @@ impl Block {
     #[cfg(feature = "secure")]
     #[inline(always)]
     pub unsafe fn is_free(block: *const Block) -> bool {
+        // The three keys differ from `cache_key` only in the tag bits: one
+        // compare under a mask (which also takes a fourth tag, 6, that no
+        // slot is given: as unlikely in a live slot as the three).
+        const TAGS: usize = PAGE_TAG | QUARANTINE_TAG;
         // SAFETY: per the caller.
-        unsafe {
-            Block::is_cached(block) || Block::is_in_page(block) || Block::is_quarantined(block)
-        }
+        unsafe { ((*block).key ^ cache_key(block as usize)) & !TAGS == 0 }
     }
 
     /// Marks a slot freed into its thread's quarantine (the hardened

@@ -123,3 +123,25 @@ pub unsafe fn close(addr: usize, len: usize, mode: Mode) -> bool {
         }
     }
 }
+
+/// Makes `addr..addr+len`, pages of a heap's own mapping, inaccessible in
+/// `mode`, or in whichever mode works if `mode` is `None` (guard regions
+/// first): the mode that worked, `None` if neither did (the range is then
+/// left as it was). The hardened build's guard pages around large blocks.
+///
+/// # Safety
+/// A page-aligned range of a private or shared mapping of the caller's,
+/// whose bytes nobody needs (guard regions discard them).
+#[cfg(feature = "secure")]
+pub unsafe fn fence(addr: usize, len: usize, mode: Option<Mode>) -> Option<Mode> {
+    let modes: &[Mode] = match mode {
+        Some(Mode::Regions) => &[Mode::Regions],
+        Some(Mode::Protect) => &[Mode::Protect],
+        None => &[Mode::Regions, Mode::Protect],
+    };
+    // SAFETY: per the caller.
+    modes
+        .iter()
+        .copied()
+        .find(|&m| unsafe { close(addr, len, m) })
+}

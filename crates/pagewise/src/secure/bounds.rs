@@ -4,34 +4,75 @@
 //! block before it happens.
 //!
 //! The end is the block's slot, span or run end, as the allocator's own
-//! descriptors say: no byte of the block is read, so a check costs a few
-//! loads of metadata the frees read too, and a destination outside
-//! pagewise's memory costs one. A write into the slot's slack past the
+//! tables say: no byte of the block is read. A slot is found as the free
+//! fast path finds it (the registry, then the segment's slab table: two
+//! loads and a multiplication); other blocks through their descriptors; a
+//! destination outside pagewise's memory costs two loads. A write into the slot's slack past the
 //! request is left to the canary, found at the free.
 //!
 //! A destination in memory that is not a block in use (a free span, a
 //! segment's header, the slack after a page's last slot) is not checked:
 //! its descriptors may be changing under another thread.
 
-use crate::memory::layout::SLICE_SHIFT;
+use super::fence;
+use crate::memory::layout::{os_page, segment_base, SLICE_SHIFT};
 use crate::memory::page::Kind;
 use crate::memory::registry;
-use crate::memory::segment::{Segment, HEADER_SLICES};
+use crate::memory::segment::{Segment, HEADER_SLICES, STATE_SHIFT};
+use crate::memory::size_class::{GEOMETRY, SLOT_SIZE};
 
 /// The end of the pagewise block holding `addr`: its slot's end in a slab
 /// page, its span's in a large block, its run's in a huge one. None if
 /// `addr` is not in a block in use.
+#[inline(always)]
 pub fn end_of_block(addr: usize) -> Option<usize> {
+    if registry::in_shared_segment(addr) {
+        // SAFETY: a registered segment is mapped and headed by a `Segment`.
+        let seg = unsafe { &*Segment::of(segment_base(addr)) };
+        // The slab table, as the free fast path reads it: one load, no
+        // descriptor (most destinations are small blocks).
+        let (state_at, offset) = seg.slab_entry(addr);
+        if state_at != 0 {
+            let class = (state_at >> STATE_SHIFT) - 1;
+            return Some(addr - into_slot(class, offset) + slot_size(class));
+        }
+    }
+    described_end(addr)
+}
+
+/// The size of a slot of `class` (below CLASSES, as slab-table entries say).
+#[inline(always)]
+fn slot_size(class: usize) -> usize {
+    // SAFETY: below CLASSES (caller).
+    unsafe { *SLOT_SIZE.get_unchecked(class) as usize }
+}
+
+/// How far `offset` (bytes into a slab page of `class`) lies into its slot:
+/// `offset % slot`, by the class's reciprocal (exact below 2^32) rather
+/// than a division.
+#[inline(always)]
+fn into_slot(class: usize, offset: usize) -> usize {
+    // SAFETY: below CLASSES (caller).
+    let divisor = unsafe { GEOMETRY.get_unchecked(class) }.divisor;
+    let frac = (offset as u64).wrapping_mul(divisor);
+    ((frac as u128 * slot_size(class) as u128) >> 64) as usize
+}
+
+/// [`end_of_block`] from the allocator's descriptors: a large or huge
+/// block of the global heaps (which ends where its last guard page starts,
+/// `fence.rs`), or a slot of a page the slab table leaves out.
+#[inline(never)]
+fn described_end(addr: usize) -> Option<usize> {
+    if let Some((start, end)) = fence::span_of(addr) {
+        let end = end.checked_sub(os_page())?;
+        return (addr >= start && addr < end).then_some(end);
+    }
     let (base, huge) = registry::lookup(addr)?;
+    if huge {
+        return None; // an owned heap's huge run: not hardened
+    }
     // SAFETY: a registered segment is mapped and headed by a `Segment`.
     let seg = unsafe { &*Segment::of(base) };
-    if huge {
-        // SAFETY: the header of a huge run, mapped while it is registered.
-        let st = unsafe { &*seg.huge_state() };
-        let start = base + st.offset;
-        let end = start + st.size;
-        return (st.size != 0 && addr >= start && addr < end).then_some(end);
-    }
     let idx = (addr - base) >> SLICE_SHIFT;
     if idx < HEADER_SLICES {
         return None;
@@ -55,6 +96,31 @@ pub fn end_of_block(addr: usize) -> Option<usize> {
                 (addr < end).then_some(end)
             }
             _ => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::memory::size_class::CLASSES;
+
+    #[test]
+    fn the_reciprocal_gives_the_offset_into_the_slot_of_every_class() {
+        for class in 0..CLASSES {
+            let slot = slot_size(class);
+            // Offsets over 32 MiB, beyond any slab page: the remainder is
+            // exact.
+            for offset in (0..32 << 20)
+                .step_by(slot * 61 + 3)
+                .chain([slot - 1, slot, slot + 1])
+            {
+                assert_eq!(
+                    into_slot(class, offset),
+                    offset % slot,
+                    "class {class} offset {offset}"
+                );
+            }
         }
     }
 }

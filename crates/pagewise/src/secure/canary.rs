@@ -2,7 +2,7 @@
 //! where its requested bytes end, and how a write past them is seen.
 //!
 //! ```text
-//! | requested bytes | canary (to CANARY_MAX bytes past the request) | slack | tail |
+//! | requested bytes | canary (8 to 15 bytes) | slack | tail |
 //! ```
 //!
 //! The tail word, the last eight bytes of the usable block, holds the
@@ -13,19 +13,22 @@
 //! distance longer than the block. Canary bytes come from the same secret and are
 //! never zero, so a string's terminator written one byte too far is caught.
 //!
-//! The canary is written and checked a word at a time: the byte at offset
-//! `i` of a block is the pattern's byte `i % 8`, so the canary runs from
-//! the request's end to a word boundary, and the first word (which may
-//! hold the request's last bytes) is merged under a mask.
+//! The canary is written and checked a word at a time, two words at most:
+//! the byte at offset `i` of a block is the pattern's byte `i % 8`, so the
+//! canary runs from the request's end to the word boundary after the next
+//! one, and the first word (which may hold the request's last bytes) is
+//! merged under a mask. A linear overflow writes the canary's first byte
+//! first, so a longer canary would only catch writes that skip it; the two
+//! words are what a free reads and a wipe clears, on lines the program
+//! has just used.
 
 use super::secret_now;
 use super::TAIL;
 use crate::fault::Misuse;
 
 /// Canary bytes after a request, at most (to the next word boundary past
-/// this many): the first of them is what a linear overflow writes first;
-/// the rest catch short skips.
-const CANARY_MAX: usize = 64;
+/// this many): the first of them is what a linear overflow writes first.
+const CANARY_MAX: usize = 8;
 
 /// The top bit of every tail word: no valid one is 0 (the wipe's mark of
 /// a freed block), nor has its last byte zeroed by a string terminator.
@@ -96,9 +99,9 @@ pub unsafe fn arm(p: *mut u8, size: usize, u: usize, keep: bool) {
             let m = first_mask(size);
             put(p, at, (w & !m) | (pat & m));
             at += 8;
-            while at < end {
+            // Two words at most: `end <= (size & !7) + 16`.
+            if at < end {
                 put(p, at, pat);
-                at += 8;
             }
         }
         p.add(u - TAIL)
@@ -180,9 +183,8 @@ pub unsafe fn verify(p: *const u8, u: usize) -> Result<usize, (Misuse, usize)> {
         if at < end {
             diff = (word(p, at) ^ pat) & first_mask(size);
             at += 8;
-            while at < end {
+            if at < end {
                 diff |= word(p, at) ^ pat;
-                at += 8;
             }
         }
     }

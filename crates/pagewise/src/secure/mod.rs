@@ -12,27 +12,32 @@
 //! wrote and marks it (`wipe.rs`), and the slot is checked when it is
 //! handed out again: a write after free is reported then. A freed slot
 //! waits in its thread's quarantine (`quarantine.rs`) before it can be
-//! handed out again. `malloc(0)` is a block that faults (`zero.rs`), and
-//! the C library's `memcpy` family asks [`check_write`] first (`bounds.rs`).
+//! handed out again. A block above 256 KiB sits between guard pages
+//! (`fence.rs`; a thread keeps the spans of the last few it freed,
+//! `kept.rs`). `malloc(0)` is a block that faults (`zero.rs`), and the C
+//! library's `memcpy` family asks [`check_write`] first (`bounds.rs`).
 //!
 //! A slot freed twice is reported at its second free: it still holds a
 //! free key (`memory/block.rs`), which the hardened free loads (the
 //! default build stores it blind). Free-list links are encoded there too.
 //!
 //! The checks run on the fast paths: an allocation from the thread cache
-//! knows its slot's size from its class, and a free finds its slot through
-//! the slab table, as the cache's free does; only the other paths look the
-//! block up. The layer sits at the entry points (`global/allocator.rs`,
+//! (or, when it is empty, from its class's current page) knows its slot's
+//! size from its class, and a free finds its slot through the slab table,
+//! as the cache's free does; only the other paths look the block up. The layer sits at the entry points (`global/allocator.rs`,
 //! `global/raw.rs`); the heaps below it allocate the longer block and never
 //! see the canaries. Owned `Heap`s are not hardened.
 
 mod bounds;
 mod canary;
+mod fence;
+mod kept;
 pub(crate) mod link;
 mod quarantine;
 mod wipe;
 mod zero;
 
+pub use kept::Kept;
 pub use quarantine::{Quarantine, SLOTS as QUARANTINE};
 
 use crate::fault::{misuse, Misuse};
@@ -56,9 +61,10 @@ pub fn secret_now() -> usize {
 pub const TAIL: usize = 8;
 
 /// The hardened allocation's fast path: a slot of `size + TAIL` bytes from
-/// the thread cache of `heap`, aligned to 16, cleared of the heap's words
-/// and armed. Null if the request is too big for the cache or its class's
-/// cache is empty (then take [`alloc`]).
+/// the thread cache of `heap` (or, when the class's cache is empty, from
+/// its current page), aligned to 16, cleared of the heap's words and
+/// armed. Null if the request is too big for a slot or of zero bytes, or
+/// no slot could be had (then take [`alloc`]).
 ///
 /// # Safety
 /// `heap` is the calling thread's own heap.
@@ -73,17 +79,57 @@ pub unsafe fn alloc_cached(heap: &HeapCore, size: usize) -> *mut u8 {
     // CLASSES.
     unsafe {
         let p = heap.alloc_cached_of(class);
+        if p.is_null() {
+            return alloc_from_page(heap, size, class);
+        }
+        // A slot of the class, just taken from the cache.
+        hand_out(p, size, *SLOT_SIZE.get_unchecked(class) as usize, true);
+        p
+    }
+}
+
+/// [`alloc_cached`] when the cache of `class` is empty: a slot from the
+/// class's current page (where a program that allocates more than it
+/// frees takes most of its blocks), else the heap's slow path. Null when
+/// out of memory.
+///
+/// # Safety
+/// As [`alloc_cached`]; `class` is `class_of(size + TAIL)`.
+#[inline(never)]
+unsafe fn alloc_from_page(heap: &HeapCore, size: usize, class: usize) -> *mut u8 {
+    // SAFETY: our own heap; `class` fits `size + TAIL` (caller).
+    unsafe {
+        let p = heap.alloc_past_cache_of(class, size + TAIL);
         if !p.is_null() {
-            // A slot of the class, just taken from the cache.
-            hand_out(p, size, *SLOT_SIZE.get_unchecked(class) as usize, true);
+            hand_out_found(p, size);
         }
         p
     }
 }
 
+/// [`hand_out`] of a block just allocated below this layer, whose kind is
+/// not known: a slot the slab table lists has its class's size (one load,
+/// where the usable size would look the page up) and is checked for writes
+/// since its free; any other block is looked up.
+///
+/// # Safety
+/// `p` is a live block of at least `size + TAIL` bytes, just handed out.
+#[inline(always)]
+unsafe fn hand_out_found(p: *mut u8, size: usize) {
+    let (u, slot) = match slot_of(p) {
+        // SAFETY: classes of the slab table are below CLASSES.
+        Some((class, _)) => (unsafe { *SLOT_SIZE.get_unchecked(class) } as usize, true),
+        // SAFETY: a live block (caller).
+        None => (unsafe { HeapCore::usable_size(p) }, false),
+    };
+    // SAFETY: a live block of `u >= size + TAIL` bytes, just handed out.
+    unsafe { hand_out(p, size, u, slot) };
+}
+
 /// Allocates `size` bytes at `align` through `inner` (which takes the
-/// longer size), clears the heap's words in it, and arms the canary. Null
-/// if `inner` fails or the size overflows.
+/// longer size, and zeroes the block if `zeroed`), clears the heap's words
+/// in it, and arms the canary. Null if `inner` fails or the size
+/// overflows.
 ///
 /// # Safety
 /// `inner` returns null or a live block of at least the size it is given,
@@ -92,6 +138,7 @@ pub unsafe fn alloc_cached(heap: &HeapCore, size: usize) -> *mut u8 {
 pub unsafe fn alloc(
     size: usize,
     align: usize,
+    zeroed: bool,
     inner: impl FnOnce(usize, usize) -> *mut u8,
 ) -> *mut u8 {
     if size == 0 && align <= 16 {
@@ -103,12 +150,66 @@ pub unsafe fn alloc(
     let Some(n) = size.checked_add(TAIL) else {
         return null_mut();
     };
+    if fence::wanted(n) {
+        // SAFETY: forwarded.
+        return unsafe { alloc_fenced(size, n, align, zeroed, inner) };
+    }
     let p = inner(n, align);
     if !p.is_null() {
-        // SAFETY: a live block of `u >= n` bytes, just handed out.
-        unsafe { hand_out(p, size, HeapCore::usable_size(p), slot_offset(p).is_some()) };
+        // SAFETY: a live block of at least `n` bytes, just handed out.
+        unsafe { hand_out_found(p, size) };
     }
     p
+}
+
+/// [`alloc`] of a large or huge block of `n` bytes (`size` and the tail),
+/// between guard pages (`fence.rs`).
+///
+/// # Safety
+/// As [`alloc`].
+#[inline(never)]
+unsafe fn alloc_fenced(
+    size: usize,
+    n: usize,
+    align: usize,
+    zeroed: bool,
+    inner: impl FnOnce(usize, usize) -> *mut u8,
+) -> *mut u8 {
+    let off = fence::offset(align);
+    let Some(outer) = fence::outer(n, off) else {
+        return null_mut();
+    };
+    let page = crate::memory::layout::os_page();
+    // A span this thread freed, still guarded (its bytes are not known to
+    // be zero; the kept spans' blocks start a page in).
+    let heap = crate::global::thread::current_or_null();
+    if !zeroed && off == page && !heap.is_null() {
+        // SAFETY: our own heap; a kept span is a live guarded block's,
+        // wiped, of `u >= outer` bytes.
+        if let Some((b, u)) = unsafe { (*heap).kept.take(outer) } {
+            // SAFETY: as above.
+            unsafe {
+                let p = b.add(page);
+                hand_out(p, size, u - 2 * page, false);
+                return p;
+            }
+        }
+    }
+    // Aligned to `off` (a page at least: the guards are whole OS pages).
+    let b = inner(outer, off);
+    if b.is_null() {
+        return b;
+    }
+    // SAFETY: a live large span or huge run of at least `outer` bytes,
+    // aligned to `off`, just handed out; the block of `u >= n` bytes at
+    // `p` lies in it, between its two guard pages.
+    unsafe {
+        let p = b.add(off);
+        let u = HeapCore::usable_size(b) - off - page;
+        fence::arm(p, u);
+        hand_out(p, size, u, false);
+        p
+    }
 }
 
 /// If `p` starts a slot of a slab page of a thread heap whose slots the
@@ -160,26 +261,62 @@ unsafe fn hand_out(p: *mut u8, size: usize, u: usize, slot: bool) {
     }
 }
 
+/// A block handed back and checked ([`check`]).
+struct Checked {
+    /// The bytes the program asked for.
+    size: usize,
+    /// Its usable bytes, up to the end of its tail word.
+    u: usize,
+    /// What the heap below handed out for it: the block itself, or the
+    /// span around a block between guard pages.
+    below: *mut u8,
+}
+
 /// Checks a block handed back (to free, realloc or `malloc_usable_size`):
-/// aborts if it is free already or its end was overwritten. Returns its
-/// requested size and its usable size below this layer.
+/// aborts if it is free already or its end was overwritten.
 ///
 /// # Safety
 /// `p` is not null.
 #[inline]
-unsafe fn check(p: *mut u8) -> (usize, usize) {
+unsafe fn check(p: *mut u8) -> Checked {
     // SAFETY: `usable_size_checked` aborts for anything but the start of
-    // a block of a live span or slab page (or a guarded block), whose `u`
-    // bytes are then mapped.
+    // a block of a live span or slab page (or a sampled guarded block),
+    // whose `u` bytes are then mapped; a fenced block lies two OS pages
+    // inside its span.
     unsafe {
-        let u = HeapCore::usable_size_checked(p);
+        let (below, u) = match fence::start_of(p) {
+            Some(b) => (
+                b,
+                HeapCore::usable_size_checked(b)
+                    .saturating_sub(p as usize - b as usize + crate::memory::layout::os_page()),
+            ),
+            None => (p, HeapCore::usable_size_checked(p)),
+        };
         // A huge run freed (and cached) has no size; a slot freed twice
         // still holds its free key.
         if u < TAIL || (u <= SMALL_MAX && Block::is_free(p as *const Block)) {
             misuse(Misuse::DoubleFree, p as usize);
         }
-        (verified(p, u), u)
+        Checked {
+            size: verified(p, u),
+            u,
+            below,
+        }
     }
+}
+
+/// What to free below this layer for the block `p` checked as `c`, wiped:
+/// the block, or its span with the guard pages made accessible again.
+///
+/// # Safety
+/// As [`check`]'s result for `p`, which the program no longer uses.
+#[inline]
+unsafe fn below(p: *mut u8, c: &Checked) -> *mut u8 {
+    if c.below != p {
+        // SAFETY: a guarded block of `c.u` bytes (`check`).
+        unsafe { fence::disarm(p, c.u) };
+    }
+    c.below
 }
 
 /// The requested size of the block of `u` bytes at `p`, after checking
@@ -283,7 +420,7 @@ pub unsafe fn free(p: *mut u8, current: *mut HeapCore, uncached: impl FnOnce(*mu
         }
     }
     // SAFETY: forwarded.
-    unsafe { free_uncached(p, uncached) }
+    unsafe { free_uncached(p, current, uncached) }
 }
 
 /// Frees a slot out of quarantine below this layer: to the thread cache,
@@ -302,41 +439,59 @@ unsafe fn release(b: *mut Block, current: *mut HeapCore, uncached: impl FnOnce(*
 }
 
 /// Frees every slot of `heap`'s quarantine (a trim, or the thread's exit:
-/// the slots then go where the cache's go).
+/// the slots then go where the cache's go), and the guarded span it kept.
 ///
 /// # Safety
 /// `heap` is the calling thread's own heap.
 pub unsafe fn drain_quarantine(heap: &HeapCore) {
     let me = heap as *const HeapCore;
-    // SAFETY: owner only (caller); each slot left the quarantine.
+    // SAFETY: owner only (caller); each slot left the quarantine; the kept
+    // span is a guarded block's, wiped, which nobody uses.
     unsafe {
         heap.quarantine.drain(|b| {
             if !HeapCore::free_to_cache(b.cast(), me) {
                 HeapCore::free_uncached(b.cast(), me);
             }
-        })
-    };
+        });
+        let page = crate::memory::layout::os_page();
+        while let Some((b, u)) = heap.kept.drain() {
+            fence::disarm(b.add(page), u - 2 * page);
+            HeapCore::free_uncached(b, me);
+        }
+    }
 }
 
-/// [`free`] past the cache: looks the block up, checks and wipes it.
+/// [`free`] past the cache: looks the block up, checks and wipes it. The
+/// span of a block between guard pages stays in `current`, guarded, for
+/// its next large block (the one kept before goes back to the heap).
 ///
 /// # Safety
 /// As [`free`].
 #[inline(never)]
-unsafe fn free_uncached(p: *mut u8, uncached: impl FnOnce(*mut u8)) {
+unsafe fn free_uncached(p: *mut u8, current: *mut HeapCore, uncached: impl FnOnce(*mut u8)) {
     if zero::owns(p) {
         return zero::free(p);
     }
     // SAFETY: checked live above; wiped before it is free. A slot the slab
     // table lists is on a page with no purged or meshed OS page.
     unsafe {
-        let (size, u) = check(p);
+        let c = check(p);
         if let Some(offset) = slot_offset(p) {
-            check_neighbour(p, u, offset);
+            check_neighbour(p, c.u, offset);
         }
-        wipe::wipe(p, size, u);
+        wipe::wipe(p, c.size, c.u);
+        let page = crate::memory::layout::os_page();
+        if c.below == p.wrapping_sub(page) && !current.is_null() {
+            // Our own heap (caller); the span goes back to the heap
+            // disarmed, if it is not kept.
+            if let Some((b, u)) = (*current).kept.put(c.below, c.u + 2 * page) {
+                fence::disarm(b.add(page), u - 2 * page);
+                uncached(b);
+            }
+            return;
+        }
+        uncached(below(p, &c))
     }
-    uncached(p)
 }
 
 /// Resizes `p` to `size` bytes at `align`: in place if the block has room
@@ -366,7 +521,8 @@ pub unsafe fn realloc(
     // SAFETY: `check` aborts unless `p` is live, with `u` usable bytes;
     // the new block is a live one of at least `size` bytes.
     unsafe {
-        let (old, u) = check(p);
+        let c = check(p);
+        let (old, u) = (c.size, c.u);
         if size.checked_add(TAIL).is_some_and(|n| n <= u) && (p as usize) % align == 0 {
             // The old canary's bytes are cleared (they would show the
             // program the block's secret pattern if it grows over them).
@@ -381,7 +537,7 @@ pub unsafe fn realloc(
         }
         core::ptr::copy_nonoverlapping(p, q, old.min(size));
         wipe::wipe(p, old, u);
-        free(p);
+        free(below(p, &c));
         q
     }
 }
@@ -413,5 +569,5 @@ pub unsafe fn usable_size(p: *const u8) -> usize {
         return 0;
     }
     // SAFETY: forwarded.
-    unsafe { check(p as *mut u8).0 }
+    unsafe { check(p as *mut u8).size }
 }

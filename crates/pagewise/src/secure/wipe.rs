@@ -65,10 +65,14 @@ fn mark(addr: usize, n: usize) -> usize {
 /// may write, armed for `size` (`canary::arm`).
 #[inline(always)]
 pub unsafe fn wipe(p: *mut u8, size: usize, u: usize) {
-    let n = super::canary::written(size, u).min(WIPE_MAX);
-    // SAFETY: inside the block, below its tail word (caller). A block of
-    // 32 bytes or more has `n >= 24` (the canary reaches `u - TAIL` or 64
-    // bytes past the request), so the mark lies in the zeroed bytes.
+    // At least past the mark's word where there is one (a block of 32
+    // bytes or more has `u - TAIL >= MARK_AT + 8`), never into the tail.
+    let n = super::canary::written(size, u)
+        .max(MARK_AT + 8)
+        .min(u - TAIL)
+        .min(WIPE_MAX);
+    // SAFETY: inside the block, below its tail word (caller); in a block
+    // that gets a mark, the mark lies in the zeroed bytes.
     unsafe {
         zero(p, n);
         if (MARKED_MIN..=SMALL_MAX).contains(&u) {
@@ -125,13 +129,13 @@ pub unsafe fn check_freed(p: *const u8, u: usize) -> Result<(), usize> {
     if n > u - TAIL || n < MARK_AT + 8 || n % 8 != 0 {
         return Err(p as usize + MARK_AT);
     }
-    let mut diff = 0;
-    let mut at = MARK_AT + 8;
-    while at < n {
-        // SAFETY: below `n <= u - TAIL`, inside the slot.
-        diff |= unsafe { p.add(at).cast::<usize>().read_unaligned() };
-        at += 8;
-    }
+    // SAFETY: the words from the mark's end to `n <= u - TAIL`, inside the
+    // slot; the slot is 16-byte aligned and `n` a multiple of 8. As a slice
+    // (not a loop of reads), so that the OR runs a vector at a time.
+    let words = unsafe {
+        core::slice::from_raw_parts(p.add(MARK_AT + 8).cast::<u64>(), (n - MARK_AT - 8) / 8)
+    };
+    let diff = words.iter().fold(0, |d, &w| d | w);
     if diff == 0 {
         return Ok(());
     }

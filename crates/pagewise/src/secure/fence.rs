@@ -1,0 +1,180 @@
+//! Large and huge blocks between guard pages: a write (or read) before the
+//! start of a block above 256 KiB, or far enough past its end, faults at
+//! the access, before it reaches another block.
+//!
+//! ```text
+//! | guard page | requested bytes | canary | slack | tail | guard page |
+//! ^ the span (+ the alignment - a page)                      span end ^
+//! ```
+//!
+//! The hardened layer asks the heap for two OS pages more than the block
+//! needs (with the eight-byte tail, such a request is a large span or a
+//! huge run, whose start is page-aligned), makes the span's first and last
+//! OS pages inaccessible, and hands out the address one page in. The block
+//! starts right after the first guard: an underflow faults at its first
+//! byte. Between the request's end and the last guard lie the canary, the
+//! span's slack (up to 64 KiB: spans are whole slices) and the tail word:
+//! a linear overflow is found at the free by the canary, and faults once
+//! it passes the span's end, before it reaches the next span.
+//!
+//! A guarded block is known by its address: one OS page (or its alignment,
+//! a larger power of two) past the start of a live large span or huge run
+//! (no block of the heap starts there). The
+//! free makes the two pages accessible again before the span goes back to
+//! the heap, so nothing below this layer ever meets a guard: two system
+//! calls to arm a block, two to disarm it. Guard regions (Linux 6.13) are
+//! used where the kernel has them, `mprotect` elsewhere, as the first
+//! block finds; a block whose pages the kernel refuses to guard (too many
+//! mappings for `mprotect`) is laid out the same, unguarded. A block
+//! aligned to more than an OS page starts one alignment into its span,
+//! its first guard right before it. Every large block of the global heaps
+//! is laid out so, which is how the checked `memcpy` knows where one ends
+//! (`bounds.rs`). Linux only.
+//!
+//! Each thread keeps the spans of the last few guarded blocks it freed
+//! (`kept.rs`), guards and all, wiped as any freed block is: its next
+//! large block of about one's size takes it without a system call (a
+//! program that allocates and frees large buffers over and over pays
+//! none). A trim or the thread's exit gives them back.
+
+use crate::memory::layout::{os_page, SLICE_SHIFT};
+use crate::memory::page::Kind;
+use crate::memory::registry;
+use crate::memory::segment::{Segment, HEADER_SLICES};
+use crate::memory::size_class::SMALL_MAX;
+#[cfg(target_os = "linux")]
+use core::sync::atomic::{AtomicU8, Ordering::Relaxed};
+
+/// How this process's guards are made: 0 not known yet, then 1 + the
+/// [`Mode`] the first block found working.
+#[cfg(target_os = "linux")]
+static MODE: AtomicU8 = AtomicU8::new(0);
+
+#[cfg(target_os = "linux")]
+use crate::os::guard_pages::{self, Mode};
+
+/// Whether a block of `n` bytes (request and tail) is guarded: a large or
+/// huge block (Linux).
+#[inline]
+pub fn wanted(n: usize) -> bool {
+    cfg!(target_os = "linux") && n > SMALL_MAX
+}
+
+/// How far into its span a guarded block aligned to `align` starts: an OS
+/// page, or its alignment if that is more.
+#[inline]
+pub fn offset(align: usize) -> usize {
+    align.max(os_page())
+}
+
+/// The bytes to ask the heap for a guarded block of `n` bytes starting
+/// `off` bytes into its span ([`offset`]).
+#[inline]
+pub fn outer(n: usize, off: usize) -> Option<usize> {
+    n.checked_add(off)?.checked_add(os_page())
+}
+
+/// Makes the OS page before `p` and the one at `p + u` inaccessible: the
+/// guards of a block of `u` usable bytes at `p`, in a span just allocated.
+///
+/// # Safety
+/// Both pages lie in a live span just handed out below this layer, which
+/// nobody else uses; `p` and `u` are page-aligned.
+pub unsafe fn arm(p: *mut u8, u: usize) {
+    let page = os_page();
+    debug_assert!(p as usize % page == 0 && u % page == 0);
+    #[cfg(target_os = "linux")]
+    {
+        let known = match MODE.load(Relaxed) {
+            0 => None,
+            1 => Some(Mode::Regions),
+            _ => Some(Mode::Protect),
+        };
+        // SAFETY: the two pages, ours and unused (caller).
+        unsafe {
+            if let Some(m) = guard_pages::fence(p as usize - page, page, known) {
+                if known.is_none() {
+                    MODE.store(if m == Mode::Regions { 1 } else { 2 }, Relaxed);
+                }
+                let _ = guard_pages::fence(p as usize + u, page, Some(m));
+            }
+        }
+    }
+    let _ = (p, u);
+}
+
+/// Makes the guards of the block of `u` usable bytes at `p` ([`arm`])
+/// accessible again, before its span goes back to the heap. Harmless where
+/// they were not made inaccessible.
+///
+/// # Safety
+/// `p` is a guarded block of `u` bytes which the program no longer uses.
+pub unsafe fn disarm(p: *mut u8, u: usize) {
+    #[cfg(target_os = "linux")]
+    {
+        let mode = match MODE.load(Relaxed) {
+            0 => return, // no block was ever guarded
+            1 => Mode::Regions,
+            _ => Mode::Protect,
+        };
+        let page = os_page();
+        // SAFETY: the two pages around the block, in its span (caller).
+        unsafe {
+            guard_pages::open(p as usize - page, page, mode);
+            guard_pages::open(p as usize + u, page, mode);
+        }
+    }
+    let _ = (p, u);
+}
+
+/// The span holding the large block (or huge run) at `addr`, if it is one
+/// of the global heaps': its start and its end. Reads only the
+/// allocator's descriptors.
+pub fn span_of(addr: usize) -> Option<(usize, usize)> {
+    let (base, huge) = registry::lookup(addr)?;
+    // SAFETY: a registered segment is mapped and headed by a `Segment`;
+    // the heap of a segment outlives it, and `global` is fixed.
+    let seg = unsafe { &*Segment::of(base) };
+    if !unsafe { (*(seg.heap as *const crate::heap::HeapCore)).global } {
+        return None; // an owned heap's: not hardened
+    }
+    if huge {
+        // SAFETY: the header of a huge run, mapped while it is registered.
+        // A run freed (and cached) keeps its offset, with no size.
+        let st = unsafe { &*seg.huge_state() };
+        let start = base + st.offset;
+        return Some((start, start + st.size));
+    }
+    let idx = (addr - base) >> SLICE_SHIFT;
+    if idx < HEADER_SLICES {
+        return None;
+    }
+    // SAFETY: a descriptor of this segment; a stale offset (free memory) is
+    // range-checked, and only a live large span is taken (a sampled small
+    // block's span has a slot size).
+    unsafe {
+        let off = (*seg.page(idx)).slice_offset as usize;
+        if off > idx - HEADER_SLICES {
+            return None;
+        }
+        let span = &*seg.page(idx - off);
+        (span.kind() == Kind::Large && span.slot_size == 0)
+            .then_some((span.start, span.start + span.large_size))
+    }
+}
+
+/// If `p` is a guarded block's address (one OS page, or a larger power of
+/// two it is aligned to, past the start of a live large span or of a huge
+/// run of the global heaps), the span's start.
+#[inline]
+pub fn start_of(p: *const u8) -> Option<*mut u8> {
+    let addr = p as usize;
+    let page = os_page();
+    if !wanted(SMALL_MAX + 1) || addr % page != 0 {
+        return None;
+    }
+    let (start, _) = span_of(addr)?;
+    let off = addr.wrapping_sub(start);
+    let fenced = off == page || (off > page && off.is_power_of_two() && addr % off == 0);
+    fenced.then_some(start as *mut u8)
+}
