@@ -49,6 +49,12 @@ pub fn json(w: &mut impl Write, s: &Stats, os: &OsMemory) -> fmt::Result {
         s.segments,
         s.heaps
     )?;
+    // Huge pages (`PAGEWISE_THP`): asked for, backed now, split by purges.
+    write!(
+        w,
+        "\"thp\":{{\"advised_bytes\":{},\"backed_bytes\":{},\"splits\":{},\"hugepage_calls\":{},\"nohugepage_calls\":{}}},",
+        s.thp_bytes, os.pagewise_huge_pages, s.thp_splits, c.hugepage, c.nohugepage
+    )?;
     for (name, o) in [("large", &s.large), ("huge", &s.huge)] {
         write!(
             w,
@@ -164,6 +170,16 @@ pub fn text(w: &mut impl Write, s: &Stats, os: &OsMemory) -> fmt::Result {
             s.mesh_mappings
         )?;
     }
+    if s.thp_bytes > 0 || os.pagewise_huge_pages > 0 || s.thp_splits > 0 {
+        writeln!(
+            w,
+            "  huge pages: {} asked for ({} madvise), {} backed by the kernel, {} split by purges",
+            Bytes(s.thp_bytes),
+            s.syscalls.hugepage,
+            Bytes(os.pagewise_huge_pages),
+            s.thp_splits
+        )?;
+    }
     writeln!(
         w,
         "  outside pagewise: anonymous {}, file-backed {}",
@@ -213,6 +229,7 @@ mod tests {
         assert!(text.contains("\"classes\":[{\"class\":3,\"slot_size\":32"));
         assert!(text.contains("\"cached_slots\":5,"), "{text}");
         assert!(text.contains("\"total_frees\":6,"), "{text}");
+        assert!(text.contains(",\"thp\":{\"advised_bytes\":0,"), "{text}");
         assert_eq!(text.matches('{').count(), text.matches('}').count());
         assert!(text.ends_with("}}"));
         let pid = std::process::id();

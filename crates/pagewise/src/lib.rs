@@ -15,7 +15,8 @@
 //! ones above it in this list.
 //! - `sync/`: the spin lock of the slow paths (`lock.rs`);
 //! - `os/`: the OS layer, every system call ([`source`]: mmap, munmap,
-//!   madvise behind the `PageSource` trait; `shared.rs`: memfd mappings
+//!   madvise behind the `PageSource` trait; [`thp`]: the kernel's huge-page
+//!   mode and the huge-page advice; `shared.rs`: memfd mappings
 //!   whose OS pages can share a physical page, and `barrier.rs`, the write
 //!   barrier, for meshing; `protect.rs`: mprotect for W^X pools);
 //! - `memory/`: [`layout`] (OS pages, slices, segments), [`size_class`]
@@ -75,6 +76,7 @@ pub use global::allocator::{mesh, stats, trim, usable_size, Pagewise};
 pub use global::{purger, raw, thread};
 pub use memory::{budget, layout, size_class};
 pub use os::source;
+pub use os::thp;
 pub use runtime::{arena, pool};
 
 pub use arena::Arena;
@@ -84,6 +86,7 @@ pub use owned_heap::Heap;
 pub use source::SharedPages;
 pub use source::{FakePages, PageSource, Purge, SyscallCounts, SystemPages};
 pub use stats::{ClassStats, ObjectStats, Stats};
+pub use thp::Thp;
 
 /// The schedule-perturbation build's hook into the free fast path's
 /// window (`sync/perturb.rs`): tests only, in that build only.

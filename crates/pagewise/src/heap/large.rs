@@ -94,7 +94,10 @@ impl HeapCore {
             let newly = if prefix {
                 spans.commit_prefix_of(page, size, dirty)
             } else {
-                spans.commit_whole_of(page, dirty)
+                let newly = spans.commit_whole_of(page, dirty);
+                // Committed whole: its whole 2 MiB regions may be huge pages.
+                spans.back_large(ctx, page);
+                newly
             };
             spans.counts.large_count += 1;
             spans.counts.large_bytes += n * SLICE;
@@ -288,6 +291,7 @@ impl HeapCore {
                 (*page).large_requested = new_size;
             }
             spans.commit_whole(page);
+            spans.back_large(&ctx, page);
             self.after_span_change(&ctx, &mut spans, now);
         }
         ok

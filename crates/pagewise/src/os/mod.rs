@@ -14,3 +14,4 @@ pub(crate) mod segv;
 #[cfg(target_os = "linux")]
 pub mod shared;
 pub mod source;
+pub mod thp;
