@@ -227,7 +227,7 @@ fn report_conf(source: &[u8], e: ConfError<'_>) {
             key,
             b" in ",
             source,
-            b" (known: decay_ms, retain_max, limit, purge, background, reserve, mesh, thp)\n",
+            b" (known: decay_ms, retain_max, limit, purge, background, reserve)\n",
         ]),
         ConfError::Malformed(entry) => w(&[
             b"pagewise: ignoring malformed ",

@@ -139,7 +139,7 @@ impl core::fmt::Display for OptionError {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         match self {
             OptionError::Unknown => f.write_str(
-                "unknown option (decay_ms, retain_max, limit, reserve, purge, background, mesh, thp)",
+                "unknown option (decay_ms, retain_max, limit, reserve, purge, background)",
             ),
             OptionError::Value(accepted) => write!(f, "bad value: expected {accepted}"),
             OptionError::FixedAtStart => f.write_str("fixed at start-up"),

@@ -1,6 +1,6 @@
 //! Huge pages without bloat (docs/design.md, "Huge pages").
 //!
-//! On the fake page source, counted exactly: a heap past 4 MiB of slab
+//! On the fake page source, counted exactly: a heap past 16 MiB of slab
 //! pages asks for a huge page for each fresh 2 MiB region it starts and
 //! commits the region whole; large and huge objects for the regions inside
 //! them; a purge inside an advised region takes the advice back first
@@ -98,9 +98,9 @@ fn fake_heap(mode: ThpMode, thp: Thp) -> Heap<FakePages> {
 #[test]
 fn a_dense_heap_asks_for_huge_pages_and_counts_them_committed() {
     let heap = fake_heap(ThpMode::Madvise, Thp::Auto);
-    // 12 MiB of slab pages: the regions started past the first 4 MiB
+    // 24 MiB of slab pages: the regions started past the first 16 MiB
     // are fresh when their first page comes.
-    let blocks = fill(&heap, 2048);
+    let blocks = fill(&heap, 4096);
     let s = heap.stats();
     assert!(s.syscalls.hugepage >= 2, "{}", brief(&s));
     assert!(s.thp_bytes >= 2 * REGION, "{}", brief(&s));
@@ -138,7 +138,7 @@ fn thp_never_asks_for_nothing_and_places_as_before() {
         (ThpMode::Never, Thp::Auto),
     ] {
         let heap = fake_heap(mode, thp);
-        let blocks = fill(&heap, 2048);
+        let blocks = fill(&heap, 4096);
         let big = Layout::from_size_align(40 << 20, 8).unwrap();
         let huge = heap.allocate(big).unwrap();
         let s = heap.stats();
@@ -159,7 +159,7 @@ fn thp_never_asks_for_nothing_and_places_as_before() {
 #[test]
 fn a_purge_inside_a_huge_region_splits_it_and_the_rest_goes_back() {
     let heap = fake_heap(ThpMode::Madvise, Thp::Auto);
-    let blocks = fill(&heap, 4096);
+    let blocks = fill(&heap, 6144);
     let advised = heap.stats().thp_bytes;
     assert!(advised >= 4 * REGION, "{}", brief(&heap.stats()));
     // One block in 300 (1.8 MB apart) stays: about one per region.
@@ -202,7 +202,7 @@ fn a_purge_inside_a_huge_region_splits_it_and_the_rest_goes_back() {
 #[test]
 fn hollowing_a_page_in_a_huge_region_splits_it() {
     let heap = fake_heap(ThpMode::Madvise, Thp::Auto);
-    let blocks = fill(&heap, 4096);
+    let blocks = fill(&heap, 6144);
     assert!(heap.stats().thp_bytes >= 4 * REGION);
     // One block per slab page stays (32 blocks of 6 KiB to a page of three
     // slices): no page empties, so no span is freed; only hollowing can
@@ -229,8 +229,8 @@ fn a_growing_heap_keeps_its_huge_pages_whole_until_it_is_quiet() {
     let mut live = Vec::new();
     let small = Layout::from_size_align(1000, 8).unwrap();
     let mut sparse = Vec::new();
-    // 12 MiB: the regions past the first 4 MiB are advised as they start.
-    while live.len() < 2048 {
+    // 24 MiB: the regions past the first 16 MiB are advised as they start.
+    while live.len() < 4096 {
         live.extend(fill(&heap, 64));
         heap.source().advance_ms(300);
         if sparse.is_empty() && heap.stats().thp_bytes >= REGION {
@@ -343,18 +343,20 @@ fn under_the_kernels_always_a_new_reservation_refuses_huge_pages_first() {
 }
 
 #[test]
-fn a_limit_too_tight_for_a_whole_region_gets_no_huge_page() {
-    // The limit leaves room for the blocks, not for whole regions on top.
+fn a_tight_limit_holds_with_huge_pages_committed_ahead() {
+    // The limit leaves room for the blocks and one region more.
     let heap = Heap::with_source(
         FakePages::with_thp(ThpMode::Madvise),
         Config {
-            limit_bytes: 13 << 20,
+            limit_bytes: 29 << 20,
             ..Config::DEFAULT
         },
     );
-    let blocks = fill(&heap, 2048);
+    // 27 MiB of blocks: a region's huge page, committed ahead, must fit
+    // under the limit with them, or not be asked for.
+    let blocks = fill(&heap, 4608);
     let s = heap.stats();
-    assert!(s.limit_peak_bytes <= 13 << 20, "{}", brief(&s));
+    assert!(s.limit_peak_bytes <= 29 << 20, "{}", brief(&s));
     assert!(s.limit_charged_bytes >= s.committed_bytes, "{}", brief(&s));
     assert_accounted(&s);
     free(&heap, blocks);
@@ -487,7 +489,7 @@ fn a_dense_heap_is_backed_by_huge_pages() {
     }
     let r = run("dense", "auto");
     // 48 MiB of blocks and a buffer of 24 MiB: at least the buffer's
-    // inside and most of the blocks' regions past the first 4 MiB. The
+    // inside and most of the blocks' regions past the first 16 MiB. The
     // kernel may lack a free huge page now and then (it then maps small
     // pages and collapses them later): half of what was asked is the bar.
     assert!(r.advised >= 40 * MIB, "{r:?}");

@@ -19,8 +19,8 @@
 //!   gives the huge page back whole.
 //! - **Which regions** ([`Policy`]): under `auto` (the default), a region
 //!   a slab page starts in when nothing else of the region is committed or
-//!   used and the heap already holds [`DENSE_HEAP`] of slab pages (so the
-//!   region will fill: slab spans go to the fullest region first,
+//!   used and the heap already holds [`DENSE_HEAP`] (16 MiB) of slab pages
+//!   (so the region will fill: slab spans go to the fullest region first,
 //!   `spans/regions.rs`), and every region wholly inside a large or huge
 //!   object (the program asked for all of it). Under `always` the heap's
 //!   size does not matter.
@@ -45,10 +45,13 @@ pub const REGIONS: usize = SEGMENT / REGION;
 /// Slices per region.
 pub const REGION_SLICES: usize = REGION >> SLICE_SHIFT;
 /// Slab memory a heap holds before a region it starts gets a huge page
-/// under `auto`: below it, the one region at the heap's frontier that is
-/// not full yet would be a large share of the heap (a small thread's heap
-/// of a few hundred KiB would hold 2 MiB).
-pub const DENSE_HEAP: usize = 4 << 20;
+/// under `auto`. The region at a heap's frontier, not full yet, is
+/// resident whole, as are the uncarved slots of its pages there: below
+/// this, that would be a large share of the heap. Measured
+/// (docs/defaults.md, "thp"): at 4 MiB, a server of 4 threads with heaps
+/// of about 7 MiB peaked 8 % above small pages and 16 rounds of 8 threads
+/// up to 18 %; at 8 MiB the rounds 3 % (up to 5 %); at 16 MiB neither.
+pub const DENSE_HEAP: usize = 16 << 20;
 /// Regions advised at once, at most, per budget: each run of advised
 /// regions costs the kernel up to two mappings, of the 65,530 a process
 /// may have by default (`vm.max_map_count`); a heap this big (32 GiB of
