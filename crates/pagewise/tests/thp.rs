@@ -416,6 +416,83 @@ fn child_entry() {
     }
 }
 
+/// Runs in the child only: the main thread holds 16 MiB of blocks (so its
+/// next regions get huge pages); a thread writes 32 MiB of blocks, with a
+/// block of 320 KiB after each MiB that the main thread keeps (so what the
+/// thread frees stays 32 spans, not one), frees the small ones and exits
+/// (its heap abandoned, retaining them: the decay is a minute away and no
+/// purger runs); then the main thread writes 32 MiB more. Reports the
+/// resident bytes before and after, and the bytes advised.
+#[test]
+fn child_exited_then_huge() {
+    if std::env::var(CHILD).as_deref() != Ok("exited") {
+        return;
+    }
+    let blocks = |n: usize| -> Vec<Box<[u8]>> {
+        (0..n)
+            .map(|i| vec![i as u8 | 1; 4096].into_boxed_slice())
+            .collect()
+    };
+    let first = black_box(blocks(4096));
+    let before = resident();
+    let kept = std::thread::spawn(move || {
+        let mut kept = Vec::new();
+        let mut small = Vec::new();
+        for _ in 0..32 {
+            small.push(black_box(blocks(256)));
+            kept.push(vec![7u8; 320 << 10].into_boxed_slice());
+        }
+        drop(small);
+        kept
+    })
+    .join()
+    .unwrap();
+    let more = black_box(blocks(8192));
+    let after = resident();
+    println!(
+        "exited-report {before} {after} {}",
+        pagewise::stats().thp_bytes
+    );
+    drop((first, more, kept));
+}
+
+#[test]
+fn an_exited_threads_retention_makes_room_for_huge_pages() {
+    if !kernel_grants_huge_pages("an_exited_threads_retention_makes_room_for_huge_pages") {
+        return;
+    }
+    let out = reexec::this_binary()
+        .args(["--exact", "child_exited_then_huge", "--nocapture"])
+        .env(CHILD, "exited")
+        .env("PAGEWISE_THP", "auto")
+        .env("PAGEWISE_DECAY_MS", "60000")
+        .env("PAGEWISE_BACKGROUND", "0")
+        .env_remove("PAGEWISE_CONF")
+        .env_remove("PAGEWISE_RETAIN_MAX")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let line = stdout
+        .lines()
+        .find_map(|l| l.split_once("exited-report ").map(|(_, r)| r))
+        .unwrap_or_else(|| panic!("no report:\n{stdout}"));
+    let f: Vec<u64> = line.split(' ').map(|x| x.parse().unwrap()).collect();
+    let (before, after, advised) = (f[0], f[1], f[2]);
+    assert!(
+        advised >= 16 * MIB,
+        "control: the 32 MiB went to huge pages: {line}"
+    );
+    // The exited thread's 32 MiB cannot serve the main thread (a heap takes
+    // spans from its own pool): as the main thread commits huge pages, as
+    // much of that retention goes back. What stays: the main thread's new
+    // 32 MiB and the 10 MiB of blocks it keeps from the thread.
+    assert!(
+        after <= before + 48 * MIB,
+        "{} MiB resident after 42 MiB more live",
+        (after - before) >> 20
+    );
+}
+
 /// What a child reported.
 #[derive(Debug)]
 struct Report {

@@ -418,15 +418,18 @@ impl HeapCore {
         // the span pool charges. Such a region's free spans are retained:
         // `after_span_change` gives them a deadline.
         let slab_bytes = self.slab_committed.get() as usize;
-        let page = self.take_spans_within_limit(|ctx, spans| {
+        let (page, fresh) = self.take_spans_within_limit(|ctx, spans| {
             let now = self.source().now_ms();
             self.slab_grown_at.set(now);
-            let (page, committed) = spans.take_for_slab(ctx, slices, slab_bytes, now)?;
+            let (page, committed, fresh) = spans.take_for_slab(ctx, slices, slab_bytes, now)?;
             self.slab_committed.add(committed as u64);
             self.publish(spans, now);
             self.after_span_change(ctx, spans, now);
-            Some(page)
+            Some((page, fresh))
         })?;
+        // A huge page is fresh memory as carved slots are: exited threads'
+        // retention makes room for it (with the span lock let go).
+        self.note_fresh(fresh);
         // The span lock is let go here: the span must already be a slab
         // span, or a neighbour freed now would merge it (`Spans::take`).
         crate::sync::perturb::point();

@@ -530,20 +530,21 @@ impl Spans {
     /// this pool's accounting: the caller counts them. A region the page
     /// starts may get a huge page, committed whole (`regions.rs`): the
     /// page's part of it is counted with the page's.
-    /// Returns the page and its committed bytes.
+    /// Returns the page, its committed bytes, and the bytes a huge page
+    /// committed fresh (the page's part and the free rest of the region).
     pub fn take_for_slab(
         &mut self,
         ctx: &Ctx,
         n: usize,
         slab_bytes: usize,
         now: u64,
-    ) -> Option<(*mut Page, usize)> {
+    ) -> Option<(*mut Page, usize, usize)> {
         let (p, dirty) = self.take(ctx, n, 1, Kind::Slab)?;
         let bytes = dirty * os_page();
         self.counts.committed -= bytes;
         self.slab_taken_at = now;
-        let backed = self.back_slab_regions(ctx, p, slab_bytes, now);
-        Some((p, bytes + backed))
+        let (own, fresh) = self.back_slab_regions(ctx, p, slab_bytes, now);
+        Some((p, bytes + own, fresh))
     }
 
     /// Returns a slab page's span; its committed pages join this pool's
@@ -722,7 +723,7 @@ mod tests {
             budget: &budget,
         };
         let mut spans = Spans::new();
-        let (slab, _) = spans.take_for_slab(&ctx, 1, 0, 0).unwrap();
+        let (slab, _, _) = spans.take_for_slab(&ctx, 1, 0, 0).unwrap();
         // The window: the heap has not yet initialised the slab page.
         let (large, _) = spans.take_large(&ctx, 1, 1).unwrap();
         spans.commit_whole(large);

@@ -88,16 +88,17 @@ impl Spans {
     /// (charged against the limit first; refused, nothing happens): the
     /// span's own are returned as bytes for the heap's slab count, the
     /// free spans' are retained. `now` dates the retention of free spans
-    /// that had none.
+    /// that had none. Returns the span's bytes so committed, and all the
+    /// bytes committed (the regions').
     pub(super) fn back_slab_regions(
         &mut self,
         ctx: &Ctx,
         p: *mut Page,
         slab_bytes: usize,
         now: u64,
-    ) -> usize {
+    ) -> (usize, usize) {
         if !Policy::of(ctx.config.thp(), ctx.source).for_slab(slab_bytes) {
-            return 0;
+            return (0, 0);
         }
         let seg = seg_of(p);
         let idx = seg.index_of(p);
@@ -120,7 +121,7 @@ impl Spans {
                 .budget
                 .charge(regions * REGION, ctx.config.limit_bytes())
         {
-            return 0;
+            return (0, 0);
         }
         huge_pages::runs(m, |r, k| {
             seg.set_committed(
@@ -144,7 +145,7 @@ impl Spans {
                 self.retain_rest_of_region(seg, r, idx, n, now);
             }
         });
-        own * SLICE
+        (own * SLICE, done.count_ones() as usize * REGION)
     }
 
     /// The free spans of region `r` of `seg`, all of whose slices but the
