@@ -277,6 +277,67 @@ fn a_growing_heap_keeps_its_huge_pages_whole_until_it_is_quiet() {
 }
 
 #[test]
+fn over_the_budget_whole_huge_pages_go_back_before_one_is_split() {
+    // 28 MiB of 4 KiB blocks (one-slice pages, so a region's pages are its
+    // own), in a heap whose retention is capped.
+    let page = Layout::from_size_align(4096, 8).unwrap();
+    let run = |cap: usize| {
+        let heap = Heap::with_source(
+            FakePages::with_thp(ThpMode::Madvise),
+            Config {
+                retain_max_bytes: cap,
+                ..Config::DEFAULT
+            },
+        );
+        let blocks: Vec<_> = (0..7168).map(|_| heap.allocate(page).unwrap()).collect();
+        (heap, blocks)
+    };
+    // The frontier region, part used, retains its free rest: the oldest
+    // retention. Capped 64 KiB under that plus a region, the budget is
+    // passed only once a whole region more is free.
+    let (probe, blocks) = run(usize::MAX);
+    let rest = probe.stats().retained_bytes as usize;
+    assert!(
+        probe.stats().thp_bytes >= 4 * REGION,
+        "{}",
+        brief(&probe.stats())
+    );
+    // SAFETY: allocated by `run` with `page`.
+    blocks
+        .into_iter()
+        .for_each(|p| unsafe { probe.deallocate(p.cast(), page) });
+    let (heap, mut blocks) = run(rest + REGION as usize - (64 << 10));
+    let at = |p: &NonNull<[u8]>| p.cast::<u8>().as_ptr() as usize;
+    let last = blocks.iter().map(at).max().unwrap();
+    let frontier = last & !(REGION as usize - 1);
+    let whole = frontier - REGION as usize;
+    let (gone, mut keep): (Vec<_>, Vec<_>) = blocks
+        .drain(..)
+        .partition(|p| (whole..frontier).contains(&at(p)));
+    assert_eq!(gone.len(), 512, "a region of 4 KiB blocks");
+    // Then 64 blocks of the region before: the thread cache (32 slots of
+    // this class) sends the region's last frees home to their pages.
+    let before: Vec<_> = keep.drain(keep.len() - 600..keep.len() - 536).collect();
+    assert!(before.iter().all(|p| at(p) < whole));
+    for p in gone.into_iter().chain(before) {
+        // SAFETY: allocated by `run` with `page`, freed once.
+        unsafe { heap.deallocate(p.cast(), page) };
+    }
+    let s = heap.stats();
+    assert_eq!(s.thp_splits, 0, "{}", brief(&s));
+    assert!(
+        s.syscalls.nohugepage >= 1,
+        "the whole region went: {}",
+        brief(&s)
+    );
+    assert!(s.retained_bytes <= rest as u64 + REGION, "{}", brief(&s));
+    for p in keep {
+        // SAFETY: as above.
+        unsafe { heap.deallocate(p.cast(), page) };
+    }
+}
+
+#[test]
 fn large_and_huge_objects_get_the_regions_inside_them() {
     let heap = fake_heap(ThpMode::Madvise, Thp::Auto);
     let one = Layout::from_size_align(MIB as usize, 8).unwrap();

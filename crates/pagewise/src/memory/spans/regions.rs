@@ -223,13 +223,38 @@ impl Spans {
     /// that took a slab span less than `delay` ago (at `now`): a heap still
     /// growing into the region.
     pub(super) fn growing_into(&self, f: *mut Page, now: u64, delay: u64) -> bool {
-        if delay == 0 || now >= self.slab_taken_at.saturating_add(delay) {
-            return false;
-        }
+        delay != 0 && now < self.slab_taken_at.saturating_add(delay) && Self::would_split(f)
+    }
+
+    /// Whether purging the free span `f` would split a huge page: it covers
+    /// part of an advised region (whose pages are all committed).
+    pub(super) fn would_split(f: *mut Page) -> bool {
         let seg = seg_of(f);
         let (off, len) = (seg.index_of(f) * SLICE, count_of(f) * SLICE);
         let advised = huge_pages::regions_touched(off, len) & seg.huge_regions();
         advised & !huge_pages::regions_inside(off, len) != 0
+    }
+
+    /// Of the retention FIFO's first few spans from `f`, the first whose
+    /// purge would split no huge page, if `f`'s would: what the budget
+    /// purges first, so that whole huge pages go back before any is split.
+    pub(super) fn whole_before(&self, f: *mut Page) -> Option<*mut Page> {
+        const LOOK: usize = 8;
+        if !Self::would_split(f) {
+            return None;
+        }
+        let mut g = f;
+        for _ in 0..LOOK {
+            // SAFETY: FIFO entries are free spans of this pool (lock held).
+            g = unsafe { (*g).dirty_next };
+            if g.is_null() {
+                return None;
+            }
+            if !Self::would_split(g) {
+                return Some(g);
+            }
+        }
+        None
     }
 
     /// Takes the huge-page advice back from the regions of `seg` that

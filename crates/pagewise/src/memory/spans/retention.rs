@@ -153,6 +153,16 @@ impl Spans {
                 self.dirty_push(f);
                 continue;
             }
+            if let Some(g) = self.whole_before(f).filter(|_| over && !force) {
+                // For the budget, whole huge pages go back before one is
+                // split.
+                self.purge_span(ctx, g);
+                self.sync_retained(ctx.budget);
+                if self.is_dirty(g) {
+                    break; // the purge failed and it went back on the FIFO: do not spin
+                }
+                continue;
+            }
             self.purge_span(ctx, f);
             self.sync_retained(ctx.budget);
             if self.dirty_tail == f && self.is_dirty(f) {
