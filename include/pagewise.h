@@ -54,6 +54,8 @@
  *   PAGEWISE_BACKGROUND=1      a background thread purges idle memory
  *   PAGEWISE_RESERVE=1G        address space mapped at a time (at least 32M)
  *   PAGEWISE_MESH=0            1: mesh sparse pages (Linux; opt-in)
+ *   PAGEWISE_THP=auto          2 MiB huge pages where the heap is dense (Linux);
+ *                              "never" asks for none, "always" from the start
  * Reports:
  *   PAGEWISE_STATS=1           print pagewise_stats_print(2) at exit
  *   PAGEWISE_STATS_FILE=path   write the JSON report there at exit instead

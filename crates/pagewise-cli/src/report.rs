@@ -21,6 +21,21 @@ pub struct Syscalls {
     pub purged_bytes: u64,
 }
 
+/// The library's huge pages (`PAGEWISE_THP`).
+#[derive(Clone, Debug, Default, Deserialize, Serialize)]
+pub struct HugePages {
+    /// Bytes of 2 MiB regions pagewise asked to be huge pages, now.
+    pub advised_bytes: u64,
+    /// Bytes of pagewise's mappings the kernel backs with huge pages.
+    pub backed_bytes: u64,
+    /// Huge pages split by purges so far.
+    pub splits: u64,
+    /// `madvise(MADV_HUGEPAGE)` calls.
+    pub hugepage_calls: u64,
+    /// `madvise(MADV_NOHUGEPAGE)` calls.
+    pub nohugepage_calls: u64,
+}
+
 /// Large or huge objects (`pagewise::ObjectStats`).
 #[derive(Clone, Debug, Default, Deserialize, Serialize)]
 pub struct Objects {
@@ -129,6 +144,9 @@ pub struct AllocatorReport {
     pub mesh_mappings: u64,
     /// Bytes purged so far.
     pub purged_bytes: u64,
+    /// Huge pages (absent from older reports).
+    #[serde(default)]
+    pub thp: HugePages,
     /// Segments.
     pub segments: u64,
     /// Thread heaps.
@@ -588,6 +606,16 @@ fn render_process(s: &mut String, r: &RunReport, p: &ProcessReport) -> std::fmt:
             s,
             "  purged inside used pages {:>11}   (free OS pages of pages that hold live objects; not resident)",
             human(a.hollow_bytes)
+        )?;
+    }
+    if a.thp.advised_bytes > 0 || a.thp.backed_bytes > 0 || a.thp.splits > 0 {
+        writeln!(
+            s,
+            "  huge pages      {:>11}   asked for ({} madvise), {} backed by the kernel, {} split by purges",
+            human(a.thp.advised_bytes),
+            a.thp.hugepage_calls,
+            human(a.thp.backed_bytes),
+            a.thp.splits
         )?;
     }
     if a.meshed_bytes > 0 {

@@ -10,6 +10,7 @@
 //! | `PAGEWISE_BACKGROUND` | [`Config::background`] | `1` | a background thread purges expired memory of idle threads |
 //! | `PAGEWISE_RESERVE` | [`Config::reservation_bytes`] | 1G | address space mapped at a time (at least 32 MiB) |
 //! | `PAGEWISE_MESH` | [`Config::mesh`] | `0` | the global allocator meshes sparse pages (Linux; docs/design.md, "Meshing") |
+//! | `PAGEWISE_THP` | [`Config::thp`] | `auto` | `auto`, `never` or `always`: where the heap asks for 2 MiB huge pages (docs/design.md, "Huge pages") |
 //!
 //! Sizes accept `64M`, `64MB`, `64MiB`, `1.5G` (binary units, [`parse`]);
 //! `-1` means none for sizes and never for `PAGEWISE_DECAY_MS`; booleans
@@ -21,7 +22,7 @@
 //!
 //! The same settings can be given as one string, `key:value` entries
 //! separated by commas, with the short names of [`Setting`] (`decay_ms`,
-//! `retain_max`, `limit`, `purge`, `background`, `reserve`, `mesh`): in the
+//! `retain_max`, `limit`, `purge`, `background`, `reserve`, `mesh`, `thp`): in the
 //! `PAGEWISE_CONF` variable, and embedded in a program as the symbol
 //! `const char *pagewise_conf` ([`pagewise_conf`]). Precedence, lowest first:
 //! the defaults, the embedded string, `PAGEWISE_CONF`, the separate
@@ -42,6 +43,7 @@ pub mod variables;
 pub(crate) mod warn;
 
 use crate::os::source::Purge;
+use crate::os::thp::Thp;
 pub use parse::{apply_conf, parse_bool, parse_size, parse_u64, ConfError, Setting};
 pub use variables::{Group, Value, Variable, BOOL_ACCEPTED};
 
@@ -154,6 +156,13 @@ pub struct Config {
     /// when its page source can share pages
     /// (`SharedPages`), through `Heap::mesh`, whatever this says.
     pub mesh: bool,
+    /// Whether the heap asks the kernel for 2 MiB huge pages
+    /// (`PAGEWISE_THP`; Linux): [`Thp::Auto`] (the default) on its dense
+    /// parts when the kernel grants them on request, [`Thp::Never`] not
+    /// at all, [`Thp::Always`] wherever a slab page starts a region.
+    /// Read once, before the first allocation (docs/design.md, "Huge
+    /// pages").
+    pub thp: Thp,
 }
 
 impl Config {
@@ -166,6 +175,7 @@ impl Config {
         background: true,
         reservation_bytes: 1 << 30,
         mesh: false,
+        thp: Thp::Auto,
     };
 
     /// The defaults, overridden by the embedded [`pagewise_conf`]

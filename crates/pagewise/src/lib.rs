@@ -195,6 +195,7 @@ pub use global::allocator::{mesh, stats, trim, usable_size, Pagewise};
 pub use global::{purger, raw, thread};
 pub use memory::{budget, layout, size_class};
 pub use os::source;
+pub use os::thp;
 pub use report::report;
 pub use runtime::{arena, pool};
 
@@ -205,6 +206,7 @@ pub use owned_heap::Heap;
 pub use source::SharedPages;
 pub use source::{FakePages, PageSource, Purge, SyscallCounts, SystemPages};
 pub use stats::{ClassStats, ObjectStats, Stats};
+pub use thp::Thp;
 
 /// The schedule-perturbation build's hook into the free fast path's
 /// window (`sync/perturb.rs`): tests only, in that build only.

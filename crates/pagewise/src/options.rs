@@ -11,12 +11,15 @@
 //! | `purge` | `PAGEWISE_PURGE` | no: fixed at start | `0` dontneed, `1` free |
 //! | `background` | `PAGEWISE_BACKGROUND` | no: fixed at start | `0` or `1` |
 //! | `mesh` | `PAGEWISE_MESH` | no: fixed at start | `0` or `1` |
+//! | `thp` | `PAGEWISE_THP` | no: fixed at start | `0` auto, `1` never, `2` always |
 //!
 //! `purge` is fixed because pagewise trusts purged pages to read as zero
 //! after `MADV_DONTNEED` (a `calloc` does not write them): pages purged
 //! with `MADV_FREE` before a switch would break that. `background` is fixed
 //! because the purger thread is started (or not) once, `mesh` because the
-//! heap's memory is mapped one way or the other before the first allocation.
+//! heap's memory is mapped one way or the other before the first
+//! allocation, `thp` because the huge pages already asked for follow the
+//! setting they were asked under.
 //!
 //! A change applies to every thread heap at once (each heap keeps its
 //! settings in atomics) and to heaps made later. Values are parsed by the
@@ -25,6 +28,7 @@
 
 use crate::config::{Config, Setting};
 use crate::os::source::Purge;
+use crate::os::thp::Thp;
 use core::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering::SeqCst};
 
 /// A heap's settings, readable and changeable from any thread (one atomic
@@ -38,6 +42,7 @@ pub(crate) struct LiveConfig {
     background: AtomicBool,
     reservation_bytes: AtomicUsize,
     mesh: AtomicBool,
+    thp: AtomicU8,
 }
 
 impl LiveConfig {
@@ -51,6 +56,7 @@ impl LiveConfig {
             background: AtomicBool::new(c.background),
             reservation_bytes: AtomicUsize::new(c.reservation_bytes),
             mesh: AtomicBool::new(c.mesh),
+            thp: AtomicU8::new(c.thp as u8),
         }
     }
 
@@ -64,6 +70,7 @@ impl LiveConfig {
             background: self.background.load(SeqCst),
             reservation_bytes: self.reservation_bytes.load(SeqCst),
             mesh: self.mesh.load(SeqCst),
+            thp: self.thp(),
         }
     }
 
@@ -76,6 +83,13 @@ impl LiveConfig {
         self.background.store(c.background, SeqCst);
         self.reservation_bytes.store(c.reservation_bytes, SeqCst);
         self.mesh.store(c.mesh, SeqCst);
+        self.thp.store(c.thp as u8, SeqCst);
+    }
+
+    /// `Config::thp`.
+    #[inline]
+    pub(crate) fn thp(&self) -> Thp {
+        Thp::from_u8(self.thp.load(SeqCst))
     }
 
     /// `Config::decay_ms`.
@@ -176,6 +190,7 @@ pub fn get(name: &str) -> Result<i64, OptionError> {
             Setting::Purge => (c.purge == Purge::Free) as i64,
             Setting::Background => c.background as i64,
             Setting::Mesh => crate::global::heaps::meshing() as i64,
+            Setting::Thp => c.thp as i64,
         },
     )
 }
@@ -200,7 +215,7 @@ pub fn set(name: &str, value: &str) -> Result<(), OptionError> {
     let setting = Setting::from_name(name.as_bytes()).ok_or(OptionError::Unknown)?;
     if matches!(
         setting,
-        Setting::Purge | Setting::Background | Setting::Mesh
+        Setting::Purge | Setting::Background | Setting::Mesh | Setting::Thp
     ) {
         return Err(OptionError::FixedAtStart);
     }

@@ -361,6 +361,8 @@ impl<S: PageSource + 'static> Heap<S> {
         s.add_heap(core);
         s.limit_charged_bytes = core.budget().charged() as u64;
         s.limit_peak_bytes = core.budget().peak_charged() as u64;
+        s.thp_bytes = core.budget().huge.bytes() as u64;
+        s.thp_splits = core.budget().huge.splits();
         // SAFETY: as above.
         s.reserved_bytes = unsafe { self.inner.as_ref() }
             .reservations

@@ -165,6 +165,31 @@ pub struct Stats {
     pub mesh_waits: u64,
     /// See `mesh_waits`.
     pub mesh_longest_wait_us: u64,
+    /// Bytes of the heap's 2 MiB regions pagewise asked the kernel to
+    /// back with huge pages (`PAGEWISE_THP`, docs/design.md, "Huge
+    /// pages"), now: each is committed whole (in `committed_bytes`). What
+    /// the kernel actually backs is in `/proc/self/smaps`
+    /// ([`crate::thp::heap_huge_page_bytes`]).
+    ///
+    /// ```
+    /// use pagewise::{thp::ThpMode, FakePages, Heap, Thp};
+    /// use std::alloc::Layout;
+    /// static PAGES: FakePages = FakePages::with_thp(ThpMode::Madvise);
+    /// let heap = Heap::with_source(&PAGES, pagewise::Config::default());
+    /// // A large object of 6 MiB holds at least two whole regions.
+    /// let l = Layout::from_size_align(6 << 20, 8).unwrap();
+    /// let p = heap.allocate(l).unwrap();
+    /// assert!(heap.stats().thp_bytes >= 4 << 20);
+    /// // SAFETY: allocated above with `l`.
+    /// unsafe { heap.deallocate(p.cast(), l) };
+    /// heap.trim();
+    /// assert_eq!(heap.stats().thp_bytes, 0, "purged, and given back to small pages");
+    /// ```
+    pub thp_bytes: u64,
+    /// Huge pages a purge split so far: part of an advised region given
+    /// back while the rest stayed (when the program went quiet, or for the
+    /// retention budget or the limit). A region purged whole is not split.
+    pub thp_splits: u64,
     /// Segments held.
     pub segments: u64,
     /// Heaps (threads that allocated, plus abandoned heaps awaiting reuse).
@@ -189,6 +214,8 @@ impl Stats {
             peak_mapped_bytes: 0,
             purged_bytes: 0,
             barriers: 0,
+            hugepage: 0,
+            nohugepage: 0,
         },
         reserved_bytes: 0,
         committed_bytes: 0,
@@ -208,6 +235,8 @@ impl Stats {
         mesh_mappings: 0,
         mesh_waits: 0,
         mesh_longest_wait_us: 0,
+        thp_bytes: 0,
+        thp_splits: 0,
         segments: 0,
         heaps: 0,
         large: ObjectStats {

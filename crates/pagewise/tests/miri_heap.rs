@@ -149,3 +149,43 @@ fn a_hollowed_page_keeps_its_survivor_and_refills() {
     // An empty page is released, not hollowed: no barrier.
     assert_eq!(src.syscalls().barriers, 1);
 }
+
+#[test]
+fn huge_regions_are_committed_whole_and_given_back() {
+    // `Thp::Always`: a region is advised however small the heap, so two
+    // pages of the largest class (16 slices each) reach region 1; then a
+    // large object with a whole region inside it.
+    static SRC: FakePages = FakePages::with_thp(pagewise::thp::ThpMode::Madvise);
+    let src: &'static FakePages = &SRC;
+    let heap = Heap::with_source(
+        src,
+        Config {
+            thp: pagewise::Thp::Always,
+            ..small_config()
+        },
+    );
+    let class = Layout::from_size_align(256 << 10, 8).unwrap();
+    let large = Layout::from_size_align(5 << 20, 8).unwrap();
+    let a = heap.allocate(class).unwrap().cast::<u8>();
+    let b = heap.allocate(class).unwrap().cast::<u8>();
+    let c = heap.allocate(large).unwrap().cast::<u8>();
+    let s = heap.stats();
+    assert!(s.thp_bytes >= 2 << 21, "{:?}", s.thp_bytes);
+    assert_eq!(
+        s.committed_bytes,
+        s.live_bytes + s.free_slot_bytes + s.retained_bytes
+    );
+    // SAFETY: live blocks with their layouts.
+    unsafe {
+        b.as_ptr().write(2);
+        heap.deallocate(a, class);
+        heap.deallocate(b, class);
+        heap.deallocate(c, large);
+    }
+    heap.trim();
+    let s = heap.stats();
+    assert_eq!((s.thp_bytes, s.committed_bytes), (0, 0));
+    assert_eq!(src.syscalls().hugepage, src.syscalls().nohugepage);
+    drop(heap);
+    assert_eq!(src.syscalls().mapped_bytes, 0);
+}

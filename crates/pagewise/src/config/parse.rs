@@ -10,6 +10,7 @@
 
 use super::{Config, Variable};
 use crate::os::source::Purge;
+use crate::os::thp::Thp;
 
 /// Parses a decimal integer.
 ///
@@ -115,6 +116,15 @@ fn parse_purge(s: &[u8]) -> Option<Purge> {
     }
 }
 
+fn parse_thp(s: &[u8]) -> Option<Thp> {
+    match s {
+        b"auto" => Some(Thp::Auto),
+        b"never" => Some(Thp::Never),
+        b"always" => Some(Thp::Always),
+        _ => None,
+    }
+}
+
 /// A size, or `-1` (and `none`, `unlimited`) for `usize::MAX`.
 fn parse_size_or_none(s: &[u8]) -> Option<usize> {
     match s {
@@ -141,11 +151,13 @@ pub enum Setting {
     Reserve,
     /// `mesh`, `PAGEWISE_MESH`: [`Config::mesh`].
     Mesh,
+    /// `thp`, `PAGEWISE_THP`: [`Config::thp`].
+    Thp,
 }
 
 impl Setting {
     /// Every setting, in the order the environment is read.
-    pub const ALL: [Setting; 7] = [
+    pub const ALL: [Setting; 8] = [
         Setting::DecayMs,
         Setting::RetainMax,
         Setting::Limit,
@@ -153,6 +165,7 @@ impl Setting {
         Setting::Background,
         Setting::Reserve,
         Setting::Mesh,
+        Setting::Thp,
     ];
 
     /// Its short name (`PAGEWISE_CONF`, [`crate::options`]).
@@ -165,6 +178,7 @@ impl Setting {
             Setting::Background => "background",
             Setting::Reserve => "reserve",
             Setting::Mesh => "mesh",
+            Setting::Thp => "thp",
         }
     }
 
@@ -183,6 +197,7 @@ impl Setting {
             Setting::Background => Variable::Background,
             Setting::Reserve => Variable::Reserve,
             Setting::Mesh => Variable::Mesh,
+            Setting::Thp => Variable::Thp,
         }
     }
 
@@ -209,6 +224,7 @@ impl Setting {
             Setting::Background => super::BOOL_ACCEPTED,
             Setting::Reserve => "a size of at least 32M (a segment) such as 1G or 256MiB",
             Setting::Mesh => super::BOOL_ACCEPTED,
+            Setting::Thp => "auto, never or always",
         }
     }
 
@@ -241,6 +257,7 @@ impl Setting {
             Setting::Purge => c.purge = parse_purge(value).ok_or(refused)?,
             Setting::Background => c.background = parse_bool(value).ok_or(refused)?,
             Setting::Mesh => c.mesh = parse_bool(value).ok_or(refused)?,
+            Setting::Thp => c.thp = parse_thp(value).ok_or(refused)?,
             Setting::Reserve => {
                 c.reservation_bytes = parse_size(value)
                     .and_then(|v| usize::try_from(v).ok())
@@ -385,6 +402,12 @@ mod tests {
         Setting::Background.apply(&mut c, b"off").unwrap();
         assert!(!c.background);
         assert!(Setting::Background.apply(&mut c, b"maybe").is_err());
+        Setting::Thp.apply(&mut c, b"never").unwrap();
+        assert_eq!(c.thp, Thp::Never);
+        Setting::Thp.apply(&mut c, b"always").unwrap();
+        assert_eq!(c.thp, Thp::Always);
+        assert!(Setting::Thp.apply(&mut c, b"madvise").is_err());
+        assert_eq!(c.thp, Thp::Always, "a refused value changes nothing");
     }
 
     #[test]

@@ -50,6 +50,8 @@ pub enum Variable {
     Reserve,
     /// `PAGEWISE_MESH`: [`Setting::Mesh`].
     Mesh,
+    /// `PAGEWISE_THP`: [`Setting::Thp`].
+    Thp,
     /// `PAGEWISE_STATS`: the text report on stderr at exit.
     Stats,
     /// `PAGEWISE_STATS_FILE`: the JSON report to a file instead.
@@ -131,7 +133,7 @@ impl Variable {
     /// use pagewise::config::Variable;
     /// assert!(Variable::ALL.iter().all(|v| v.name().starts_with("PAGEWISE_")));
     /// ```
-    pub const ALL: [Variable; 23] = [
+    pub const ALL: [Variable; 24] = [
         Variable::Conf,
         Variable::DecayMs,
         Variable::RetainMax,
@@ -140,6 +142,7 @@ impl Variable {
         Variable::Background,
         Variable::Reserve,
         Variable::Mesh,
+        Variable::Thp,
         Variable::Stats,
         Variable::StatsFile,
         Variable::StatsSignal,
@@ -168,6 +171,7 @@ impl Variable {
             Variable::Background => b"PAGEWISE_BACKGROUND\0",
             Variable::Reserve => b"PAGEWISE_RESERVE\0",
             Variable::Mesh => b"PAGEWISE_MESH\0",
+            Variable::Thp => b"PAGEWISE_THP\0",
             Variable::Stats => b"PAGEWISE_STATS\0",
             Variable::StatsFile => b"PAGEWISE_STATS_FILE\0",
             Variable::StatsSignal => b"PAGEWISE_STATS_SIGNAL\0",
@@ -234,7 +238,8 @@ impl Variable {
             | Variable::Purge
             | Variable::Background
             | Variable::Reserve
-            | Variable::Mesh => Group::Policy,
+            | Variable::Mesh
+            | Variable::Thp => Group::Policy,
             Variable::Stats
             | Variable::StatsFile
             | Variable::StatsSignal
@@ -260,6 +265,7 @@ impl Variable {
             Variable::Background => "1",
             Variable::Reserve => "1G",
             Variable::Mesh | Variable::Stats | Variable::Prof => "0",
+            Variable::Thp => "auto",
             Variable::ProfSample => "512K",
             Variable::GuardSample => "0 (off)",
             Variable::GuardSlots => "64",
@@ -323,6 +329,7 @@ impl Variable {
             Variable::Background => "a background thread purges expired memory of idle threads",
             Variable::Reserve => "address space mapped at a time (at least 32M)",
             Variable::Mesh => "mesh sparse pages (Linux)",
+            Variable::Thp => "auto, never or always: where the heap asks for 2 MiB huge pages",
             Variable::Stats => "the text report on stderr at exit",
             Variable::StatsFile => "the JSON report to this file at exit instead",
             Variable::StatsSignal => "a report each time this signal arrives",

@@ -342,6 +342,8 @@ pub fn stats() -> Stats {
     s.syscalls = heaps::source().syscalls();
     s.limit_charged_bytes = crate::memory::budget::GLOBAL.charged() as u64;
     s.limit_peak_bytes = crate::memory::budget::GLOBAL.peak_charged() as u64;
+    s.thp_bytes = crate::memory::budget::GLOBAL.huge.bytes() as u64;
+    s.thp_splits = crate::memory::budget::GLOBAL.huge.splits();
     #[cfg(target_os = "linux")]
     if heaps::meshing() {
         use crate::os::source::SharePages;

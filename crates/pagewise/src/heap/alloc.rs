@@ -437,16 +437,25 @@ impl HeapCore {
             // the next allocation, where that is safe).
             crate::global::purger::request();
         }
-        let slices = PAGE_SLICES[class] as usize;
+        let slices = self.page_slices[class] as usize;
         // The span commits nothing (its committed pages were counted when
         // they were committed; slots are charged as they are carved) but a
-        // new segment's header, which the span pool charges.
-        let page = self.take_spans_within_limit(|ctx, spans| {
-            let (page, committed) = spans.take_for_slab(ctx, slices)?;
+        // new segment's header and a region that gets a huge page, which
+        // the span pool charges. Such a region's free spans are retained:
+        // `after_span_change` gives them a deadline.
+        let slab_bytes = self.slab_committed.get() as usize;
+        let (page, fresh) = self.take_spans_within_limit(|ctx, spans| {
+            let now = self.source().now_ms();
+            self.slab_grown_at.set(now);
+            let (page, committed, fresh) = spans.take_for_slab(ctx, slices, slab_bytes, now)?;
             self.slab_committed.add(committed as u64);
-            self.publish(spans, self.source().now_ms());
-            Some(page)
+            self.publish(spans, now);
+            self.after_span_change(ctx, spans, now);
+            Some((page, fresh))
         })?;
+        // A huge page is fresh memory as carved slots are: exited threads'
+        // retention makes room for it (with the span lock let go).
+        self.note_fresh(fresh);
         // The span lock is let go here: the span must already be a slab
         // span, or a neighbour freed now would merge it (`Spans::take`).
         crate::sync::perturb::point();
@@ -489,7 +498,10 @@ impl HeapCore {
             self.hollow_bytes
                 .sub((*page).hollow_pages() as u64 * os_page() as u64);
             let seg = &*Segment::of(crate::memory::layout::segment_base((*page).start));
-            seg.clear_slab(seg.slice_index((*page).start), PAGE_SLICES[class] as usize);
+            seg.clear_slab(
+                seg.slice_index((*page).start),
+                self.page_slices[class] as usize,
+            );
             // The span becomes `Kind::Free` inside `give_back_slab`, under
             // the span lock: a neighbour being freed by another thread must
             // not see it free before it is in the pool.

@@ -23,7 +23,7 @@
 use crate::fault::{misuse, Misuse};
 use crate::heap::Counter;
 use crate::memory::page::Block;
-use crate::memory::size_class::{Geometry, CLASSES, GEOMETRY, SLOT_SIZE};
+use crate::memory::size_class::{Geometry, CLASSES, SLOT_SIZE};
 use core::cell::UnsafeCell;
 use core::ptr::null_mut;
 use core::sync::atomic::{AtomicI64, AtomicU32, Ordering::Relaxed};
@@ -69,8 +69,9 @@ pub struct ClassState {
     room: AtomicU32,
     /// Most slots the cache holds (fixed).
     limit: u32,
-    /// The class's slot geometry (a copy of [`GEOMETRY`], fixed), which the
-    /// free path checks the address against.
+    /// The class's slot geometry (a copy of the heap's table, `GEOMETRY`
+    /// or `HUGE_GEOMETRY`; fixed), which the free path checks the address
+    /// against.
     geometry: Geometry,
     /// Allocations of the class until the next sampled one, that one
     /// included (owner writes with plain stores): the fast paths count it
@@ -169,13 +170,14 @@ impl ClassState {
     }
 
     /// A state per class at index `class + 1`, each cache bounded by
-    /// [`LIMITS`], after a state at index 0 that caches nothing and whose
-    /// geometry no offset passes.
-    pub const fn all() -> [ClassState; CLASSES + 1] {
+    /// [`LIMITS`], with the slot geometry of `geometry` (the heap's page
+    /// sizes: `GEOMETRY` or `HUGE_GEOMETRY`), after a state at index 0
+    /// that caches nothing and whose geometry no offset passes.
+    pub const fn all(geometry: &[Geometry; CLASSES]) -> [ClassState; CLASSES + 1] {
         let mut t = [const { ClassState::new(0, Geometry::NONE) }; CLASSES + 1];
         let mut i = 0;
         while i < CLASSES {
-            t[i + 1] = ClassState::new(LIMITS[i], GEOMETRY[i]);
+            t[i + 1] = ClassState::new(LIMITS[i], geometry[i]);
             i += 1;
         }
         t
@@ -388,6 +390,7 @@ pub unsafe fn walk_to_cache(head: *mut Block, n: u32) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::memory::size_class::GEOMETRY;
 
     /// A test slot: two words, 16-byte aligned like every slot (the
     /// hardened build's links check the alignment).

@@ -12,6 +12,7 @@
 //! (`HeapCore::refill`).
 
 use super::*;
+use crate::memory::huge_pages;
 use core::ptr::NonNull;
 
 /// When a visit hollows the pages it passes.
@@ -35,22 +36,31 @@ impl HeapCore {
     pub(super) unsafe fn hollow_page(&self, page: *mut Page, when: Hollow) {
         // SAFETY: per the caller: the descriptor is ours under the lock.
         let page = unsafe { &mut *page };
+        // SAFETY: the page's segment, mapped while the page lives.
+        let seg = unsafe { &*Segment::of(crate::memory::layout::segment_base(page.start)) };
         let due = match when {
             Hollow::Never => false,
             Hollow::Now => true,
-            Hollow::IfStale(now) => self.out_of_use_long_enough(page, now),
+            Hollow::IfStale(now) => {
+                self.out_of_use_long_enough(page, now) && !self.growing_into(seg, page, now)
+            }
         };
         if !due {
             return;
         }
         let how = self.config.purge();
         let source = self.source();
+        let huge = &self.budget().huge;
         // SAFETY: per the caller; `purge` is given runs of this page's OS
-        // pages whose slots are all free, mapped and page-aligned.
+        // pages whose slots are all free, mapped and page-aligned (a huge
+        // page they are in goes back to small pages first).
         let pages = unsafe {
             page.hollow(
                 || source.serialize_threads(),
-                |addr, bytes| source.purge(NonNull::new_unchecked(addr as *mut u8), bytes, how),
+                |addr, bytes| {
+                    huge_pages::before_purge(source, huge, seg, addr, bytes)
+                        && source.purge(NonNull::new_unchecked(addr as *mut u8), bytes, how)
+                },
             )
         };
         if pages > 0 {
@@ -59,6 +69,18 @@ impl HeapCore {
             self.hollow_bytes.add(bytes);
             self.hollowed.add(bytes);
         }
+    }
+
+    /// Whether `page` lies in a huge page of a heap that took a slab span
+    /// less than a decay delay ago (so is still growing): hollowing it
+    /// would split the huge page, which waits until the heap is quiet
+    /// (or `trim()`, or the limit).
+    fn growing_into(&self, seg: &Segment, page: &Page, now: u64) -> bool {
+        let delay = self.config.decay_ms();
+        let off = page.start - seg.base();
+        let len = self.page_slices[page.class as usize] as usize * SLICE;
+        seg.huge_regions() & huge_pages::regions_touched(off, len) != 0
+            && now < self.slab_grown_at.get().saturating_add(delay)
     }
 
     /// Whether `page` has been out of use for a decay period: the first

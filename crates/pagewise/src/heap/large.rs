@@ -105,7 +105,10 @@ impl HeapCore {
             let newly = if prefix {
                 spans.commit_prefix_of(page, slot, dirty)
             } else {
-                spans.commit_whole_of(page, dirty)
+                let newly = spans.commit_whole_of(page, dirty);
+                // Committed whole: its whole 2 MiB regions may be huge pages.
+                spans.back_large(ctx, page);
+                newly
             };
             spans.counts.large_count += 1;
             spans.counts.large_bytes += n * SLICE;
@@ -305,6 +308,7 @@ impl HeapCore {
                 (old, (*page).sample)
             };
             spans.commit_whole(page);
+            spans.back_large(&ctx, page);
             self.after_span_change(&ctx, &mut spans, now);
             // A sampled object stays one, as an unsampled object stays
             // where it is: what it stands for is now of the new size.

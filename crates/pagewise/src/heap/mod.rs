@@ -33,12 +33,16 @@ use crate::config::Config;
 use crate::fault::{misuse, Misuse};
 use crate::heap::cache::ClassState;
 use crate::memory::budget::Budget;
+use crate::memory::huge_pages::Policy;
 use crate::memory::layout::{os_page, LARGE_ALIGN_MAX, LARGE_MAX, SLICE, SLICE_SHIFT};
 use crate::memory::page::{Block, Kind, Page};
 use crate::memory::registry;
 use crate::memory::reservation::Reservations;
 use crate::memory::segment::Segment;
-use crate::memory::size_class::{class_for, class_of, CLASSES, PAGE_SLICES, SLOT_SIZE, SMALL_MAX};
+use crate::memory::size_class::{
+    class_for, class_of, CLASSES, GEOMETRY, HUGE_GEOMETRY, HUGE_PAGE_SLICES, PAGE_SLICES,
+    SLOT_SIZE, SMALL_MAX,
+};
 use crate::memory::spans::{Ctx, Spans};
 use crate::options::LiveConfig;
 use crate::os::source::PageSource;
@@ -214,6 +218,10 @@ pub struct HeapCore {
     pub hollow_bytes: Counter,
     /// Bytes purged inside such pages so far (cumulative; page lists held).
     pub hollowed: Counter,
+    /// When the owner last took a span for a slab page (page lists held):
+    /// a page inside a huge page is hollowed only a decay delay after
+    /// (`heap/hollow.rs`).
+    slab_grown_at: Counter,
     source: *const dyn PageSource,
     /// The transfer cache a global heap passes batches through (the
     /// process's [`GLOBAL`](crate::memory::transfer::GLOBAL); null for an
@@ -247,6 +255,11 @@ pub struct HeapCore {
     /// Carve slots in a shuffled order (a heap whose page source can share
     /// pages: meshing needs survivors at different offsets).
     shuffle_carving: bool,
+    /// Slices of each class's slab page: [`PAGE_SLICES`], or, in a heap
+    /// whose regions may be huge pages, `HUGE_PAGE_SLICES` (whose pages
+    /// leave no whole OS page of their tail unused; the class states hold
+    /// the matching geometry). The same for every thread heap.
+    page_slices: &'static [u8; CLASSES],
 }
 
 // SAFETY: owner-only state is behind `local` and only touched by the owning
@@ -271,6 +284,8 @@ impl HeapCore {
     ) {
         // Before any slot of any heap can be freed.
         crate::memory::block::init_secret();
+        // SAFETY: the source outlives the heap (the caller's contract).
+        let huge = Policy::of(config.thp, unsafe { &*source }).on();
         let heap = HeapCore {
             direct: current::CurrentPages::new([const { AtomicPtr::new(null_mut()) }; CLASSES]),
             local: Locked::new(Local {
@@ -281,7 +296,7 @@ impl HeapCore {
             }),
             delayed: AtomicPtr::new(null_mut()),
             spans: Spans::locked(),
-            states: ClassState::all(),
+            states: ClassState::all(if huge { &HUGE_GEOMETRY } else { &GEOMETRY }),
             page_counts: [const { PageCounts::zero() }; CLASSES],
             sampling: sample::Sampling::new(),
             slab_committed: Counter::zero(),
@@ -290,6 +305,7 @@ impl HeapCore {
             fresh: Counter::zero(),
             hollow_bytes: Counter::zero(),
             hollowed: Counter::zero(),
+            slab_grown_at: Counter::zero(),
             source,
             transfer: if global {
                 &crate::memory::transfer::GLOBAL
@@ -311,6 +327,11 @@ impl HeapCore {
             #[cfg(feature = "secure")]
             kept: crate::secure::Kept::new(),
             shuffle_carving: unsafe { (*source).sharing().is_some() },
+            page_slices: if huge {
+                &HUGE_PAGE_SLICES
+            } else {
+                &PAGE_SLICES
+            },
         };
         for class in 0..CLASSES {
             heap.direct.set(class, empty_page());

@@ -84,6 +84,8 @@ pub struct Budget {
     charged: AtomicUsize,
     /// Highest `charged` seen.
     peak_charged: AtomicUsize,
+    /// The member heaps' huge pages (`memory/huge_pages.rs`).
+    pub(crate) huge: crate::memory::huge_pages::HugeCounts,
 }
 
 /// What retention may hold now (see the module docs).
@@ -117,6 +119,7 @@ impl Budget {
             purge_others: AtomicPtr::new(core::ptr::null_mut()),
             charged: AtomicUsize::new(0),
             peak_charged: AtomicUsize::new(0),
+            huge: crate::memory::huge_pages::HugeCounts::new(),
         }
     }
 

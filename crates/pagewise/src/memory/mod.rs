@@ -8,6 +8,7 @@ pub mod budget;
 pub(crate) mod cache_handshake;
 pub(crate) mod delayed;
 pub(crate) mod hollow;
+pub(crate) mod huge_pages;
 pub mod layout;
 pub(crate) mod mesh;
 pub(crate) mod page;

@@ -187,18 +187,23 @@ impl Reservations {
     /// Hands out `n` contiguous segments whose base is aligned to `align`
     /// (a power of two, at least SEGMENT), mapping a new reservation of
     /// `preferred` bytes (or a dedicated one for big runs) when none has room.
-    /// The run is registered in the global segment registry.
+    /// The run is registered in the global segment registry. With
+    /// `refuse_huge`, a new reservation is advised never to be huge pages
+    /// (`MADV_NOHUGEPAGE`) before any of it is used: under the kernel's
+    /// `always` setting, the heap asks for them only where its pages are
+    /// dense (`memory/huge_pages.rs`).
     pub fn take(
         &mut self,
         source: &dyn PageSource,
         n: usize,
         align: usize,
         preferred: usize,
+        refuse_huge: bool,
     ) -> Option<usize> {
         let align_segs = (align / SEGMENT).max(1);
         let base = match self.take_existing(n, align_segs) {
             Some(b) => b,
-            None => self.take_new(source, n, align, preferred)?,
+            None => self.take_new(source, n, align, preferred, refuse_huge)?,
         };
         self.segments_in_use += n;
         registry::register(base, n, self.owned);
@@ -224,6 +229,7 @@ impl Reservations {
         n: usize,
         align: usize,
         preferred: usize,
+        refuse_huge: bool,
     ) -> Option<usize> {
         let shared_segs = (preferred / SEGMENT).clamp(1, MAX_SEGMENTS);
         let nsegs = if n <= shared_segs && align <= SEGMENT {
@@ -254,6 +260,17 @@ impl Reservations {
             r.used |= run_mask(0, n);
         }
         self.reserved_bytes += nsegs * SEGMENT;
+        if refuse_huge {
+            // SAFETY: the reservation just mapped; the advice changes no
+            // contents. Refused, the kernel's default stays (as today).
+            unsafe {
+                source.advise_huge(
+                    core::ptr::NonNull::new_unchecked(base as *mut u8),
+                    nsegs * SEGMENT,
+                    false,
+                )
+            };
+        }
         Some(base)
     }
 
@@ -349,16 +366,16 @@ mod tests {
     fn carves_reservation_lowest_first_and_reuses() {
         let src = FakePages::new();
         let mut r = Reservations::new();
-        let a = r.take(&src, 1, SEGMENT, 4 * SEGMENT).unwrap();
-        let b = r.take(&src, 2, SEGMENT, 4 * SEGMENT).unwrap();
+        let a = r.take(&src, 1, SEGMENT, 4 * SEGMENT, false).unwrap();
+        let b = r.take(&src, 2, SEGMENT, 4 * SEGMENT, false).unwrap();
         assert_eq!(b, a + SEGMENT);
         assert_eq!(src.syscalls().mmap, 1);
         r.give_back(a, 1);
-        let c = r.take(&src, 1, SEGMENT, 4 * SEGMENT).unwrap();
+        let c = r.take(&src, 1, SEGMENT, 4 * SEGMENT, false).unwrap();
         assert_eq!(c, a, "lowest free segment reused");
         assert_eq!(src.syscalls().mmap, 1);
         // A run larger than the reservation gets a dedicated one.
-        let d = r.take(&src, 5, SEGMENT, 4 * SEGMENT).unwrap();
+        let d = r.take(&src, 5, SEGMENT, 4 * SEGMENT, false).unwrap();
         assert_eq!(src.syscalls().mmap, 2);
         r.give_back(d, 5);
         assert_eq!(r.unmap_unused(&src), 5 * SEGMENT);

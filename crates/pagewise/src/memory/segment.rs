@@ -34,6 +34,9 @@ pub struct Huge {
     pub size: usize,
     /// Requested bytes.
     pub requested: usize,
+    /// The part of the run advised to be huge pages
+    /// (`memory/huge_pages.rs`).
+    pub thp: crate::memory::huge_pages::RunAdvice,
     /// When it was freed (decay timer).
     pub freed_at: u64,
     /// The object's sample, if it was sampled (`crate::profile`).
@@ -49,6 +52,10 @@ pub struct Links {
     pub prev: *mut Segment,
     /// Slices in free spans.
     pub free_slices: usize,
+    /// Per 2 MiB region, slices in free spans (placement fills the
+    /// fullest region first when the heap asks for huge pages:
+    /// `spans/regions.rs`).
+    pub region_free: [u8; crate::memory::huge_pages::REGIONS],
 }
 
 /// The header at the start of every segment.
@@ -76,6 +83,11 @@ pub struct Segment {
     /// One bit per OS page: a member of a mesh group (`memory/mesh.rs`).
     /// Changed only by the heap's owner (or a visitor) under its page lists.
     meshed: [AtomicU64; BITMAP_WORDS],
+    /// One bit per 2 MiB region: advised to be a huge page, all its OS
+    /// pages committed (`memory/huge_pages.rs`). Set under the span lock;
+    /// cleared by whoever purges inside the region (the span lock, or the
+    /// page lists when hollowing).
+    huge_regions: AtomicU32,
     /// Per slice, the slab table: if the slice belongs to a slab page,
     /// `(class + 1) << STATE_SHIFT | page_offset` (the page's byte offset in
     /// the segment, a multiple of 64 KiB, so the low 16 bits are free), else
@@ -156,6 +168,7 @@ impl Segment {
                 offset: 0,
                 size: 0,
                 requested: 0,
+                thp: crate::memory::huge_pages::RunAdvice::NONE,
                 freed_at: 0,
                 sample: crate::profile::Sample::NONE,
             };
@@ -163,6 +176,7 @@ impl Segment {
                 next: null_mut(),
                 prev: null_mut(),
                 free_slices: 0,
+                region_free: [0; crate::memory::huge_pages::REGIONS],
             };
             for i in 0..HEADER_SLICES {
                 (*seg).slices[i]
@@ -318,6 +332,25 @@ impl Segment {
         for_bits(first, n, |w, mask| {
             self.committed[w].fetch_and(!mask, Relaxed);
         });
+    }
+
+    /// The regions advised to be huge pages, as a mask.
+    #[inline]
+    pub fn huge_regions(&self) -> u32 {
+        self.huge_regions.load(Relaxed)
+    }
+
+    /// Records regions `m` as advised.
+    pub fn mark_huge_regions(&self, m: u32) {
+        if m != 0 {
+            self.huge_regions.fetch_or(m, Relaxed);
+        }
+    }
+
+    /// Forgets the advice of regions `m`; returns those of them that were
+    /// advised (the caller takes the advice back).
+    pub fn take_huge_regions(&self, m: u32) -> u32 {
+        self.huge_regions.fetch_and(!m, Relaxed) & m
     }
 
     /// Whether OS page `i` is a member of a mesh group.

@@ -90,6 +90,58 @@ pub static SLOT_SIZE: [u32; CLASSES] = build_slots();
 /// Slices per slab page of each class.
 pub static PAGE_SLICES: [u8; CLASSES] = build_slices();
 
+/// Most slices of a slab page in [`HUGE_PAGE_SLICES`].
+const HUGE_MAX_SLICES: usize = 8;
+
+/// The page of a class in a heap whose regions may be huge pages: a page
+/// of [`slices_of`] whose tail leaves whole OS pages (4 KiB) unused costs
+/// nothing on small pages (they are never carved) but is resident in a
+/// huge page, so such a class gets the page of at most
+/// [`HUGE_MAX_SLICES`] slices with the least tail (the fewest slices on
+/// ties): zero for all eight such classes (5 KiB on 5 slices, 6 KiB on 3).
+const fn huge_slices_of(slot: usize) -> usize {
+    let n = slices_of(slot);
+    if (n * SLICE) % slot < crate::memory::layout::MIN_OS_PAGE {
+        return n;
+    }
+    let mut best = n;
+    let mut best_waste = (n * SLICE) % slot;
+    let mut m = 1;
+    while m <= HUGE_MAX_SLICES {
+        let waste = (m * SLICE) % slot;
+        if (m * SLICE) / slot >= MIN_SLOTS && waste * best < best_waste * m {
+            best = m;
+            best_waste = waste;
+        }
+        m += 1;
+    }
+    best
+}
+
+const fn build_huge_slices() -> [u8; CLASSES] {
+    let mut t = [0u8; CLASSES];
+    let mut i = 0;
+    while i < CLASSES {
+        t[i] = huge_slices_of(slot_size_of(i)) as u8;
+        i += 1;
+    }
+    t
+}
+
+/// Slices per slab page of each class in a heap whose 2 MiB regions may be
+/// huge pages (`Config::thp`; docs/design.md, "Huge pages"): as
+/// [`PAGE_SLICES`] but for the classes whose page would leave whole OS
+/// pages of its tail unused, which get a page without a tail.
+///
+/// ```
+/// use pagewise::size_class::{class_of, HUGE_PAGE_SLICES, PAGE_SLICES, SLOT_SIZE};
+/// let c = class_of(6000); // 6 KiB slots: 10 on one slice, 4 KiB left over
+/// assert_eq!((PAGE_SLICES[c], HUGE_PAGE_SLICES[c]), (1, 3));
+/// assert_eq!(3 * 65536 % SLOT_SIZE[c], 0);
+/// assert_eq!(HUGE_PAGE_SLICES[class_of(100)], PAGE_SLICES[class_of(100)]);
+/// ```
+pub static HUGE_PAGE_SLICES: [u8; CLASSES] = build_huge_slices();
+
 const _: () = assert!(slot_size_of(CLASSES - 1) == SMALL_MAX);
 
 /// What the free path needs to check that an address starts a slot, per
@@ -158,12 +210,17 @@ impl Geometry {
     }
 }
 
-const fn build_geometry() -> [Geometry; CLASSES] {
+const fn build_geometry(huge: bool) -> [Geometry; CLASSES] {
     let mut t = [Geometry::NONE; CLASSES];
     let mut i = 0;
     while i < CLASSES {
         let slot = slot_size_of(i);
-        let page_bytes = slices_of(slot) * SLICE;
+        let slices = if huge {
+            huge_slices_of(slot)
+        } else {
+            slices_of(slot)
+        };
+        let page_bytes = slices * SLICE;
         t[i] = Geometry::of(slot, page_bytes / slot, page_bytes);
         i += 1;
     }
@@ -171,7 +228,17 @@ const fn build_geometry() -> [Geometry; CLASSES] {
 }
 
 /// Slot geometry of each class.
-pub const GEOMETRY: [Geometry; CLASSES] = build_geometry();
+pub const GEOMETRY: [Geometry; CLASSES] = build_geometry(false);
+
+/// Slot geometry of each class's page in [`HUGE_PAGE_SLICES`].
+///
+/// ```
+/// use pagewise::size_class::{class_of, GEOMETRY, HUGE_GEOMETRY};
+/// let c = class_of(6000); // 6,144-byte slots
+/// assert!(!GEOMETRY[c].starts_slot(10 * 6144), "one slice holds 10");
+/// assert!(HUGE_GEOMETRY[c].starts_slot(10 * 6144), "three hold 32");
+/// ```
+pub const HUGE_GEOMETRY: [Geometry; CLASSES] = build_geometry(true);
 
 /// The class serving a request of `size` bytes (1..=SMALL_MAX; 0 maps to class 0).
 ///
@@ -294,16 +361,41 @@ mod tests {
     }
 
     #[test]
+    fn pages_for_huge_regions_leave_no_whole_os_page_unused() {
+        for c in 0..CLASSES {
+            let bytes = HUGE_PAGE_SLICES[c] as usize * SLICE;
+            let slot = SLOT_SIZE[c] as usize;
+            assert!(bytes / slot >= MIN_SLOTS, "class {c}");
+            // No more slots than the smallest class's page (the hollowing
+            // bitmap's size, `memory/hollow.rs`).
+            assert!(bytes / slot <= SLICE / MIN_SLOT, "class {c}");
+            assert!(bytes % slot < 4096, "class {c}: {} left", bytes % slot);
+            let changed = HUGE_PAGE_SLICES[c] != PAGE_SLICES[c];
+            assert_eq!(changed, PAGE_SLICES[c] as usize * SLICE % slot >= 4096);
+        }
+    }
+
+    #[test]
     fn geometry_finds_exactly_the_slot_starts() {
         // Every offset of every class's page, exhaustively (about 20 M): the
         // free path asks only about offsets inside the page (the slab table
-        // maps each slice to the page holding it).
-        for (c, g) in GEOMETRY.iter().enumerate() {
-            let slot = SLOT_SIZE[c] as usize;
-            let bytes = PAGE_SLICES[c] as usize * SLICE;
-            for off in 0..bytes {
-                let want = off % slot == 0 && off / slot < bytes / slot;
-                assert_eq!(g.starts_slot(off), want, "class {c} offset {off}");
+        // maps each slice to the page holding it). And the pages of heaps
+        // whose regions may be huge pages, where they differ.
+        let tables = [
+            (&GEOMETRY, &PAGE_SLICES),
+            (&HUGE_GEOMETRY, &HUGE_PAGE_SLICES),
+        ];
+        for (huge, (geometry, slices)) in tables.into_iter().enumerate() {
+            for (c, g) in geometry.iter().enumerate() {
+                if huge == 1 && HUGE_PAGE_SLICES[c] == PAGE_SLICES[c] {
+                    continue;
+                }
+                let slot = SLOT_SIZE[c] as usize;
+                let bytes = slices[c] as usize * SLICE;
+                for off in 0..bytes {
+                    let want = off % slot == 0 && off / slot < bytes / slot;
+                    assert_eq!(g.starts_slot(off), want, "class {c} offset {off}");
+                }
             }
         }
         for off in [0, 8, 4096, 1 << 20] {

@@ -17,5 +17,6 @@ pub mod shared;
 #[cfg(unix)]
 pub(crate) mod signals;
 pub mod source;
+pub mod thp;
 #[cfg(target_os = "linux")]
 pub(crate) mod uffd;

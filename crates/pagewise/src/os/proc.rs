@@ -35,6 +35,8 @@ pub struct OsMemory {
     pub rss_shmem: u64,
     /// Resident bytes of mappings in pagewise's address range (smaps).
     pub pagewise_rss: u64,
+    /// Of those, bytes the kernel backs with huge pages (`AnonHugePages`).
+    pub pagewise_huge_pages: u64,
     /// Resident anonymous bytes of other mappings: stacks, the loader's and
     /// libc's data, the program's .data/.bss, mappings it made itself.
     pub other_anon_rss: u64,
@@ -121,6 +123,7 @@ struct Smaps {
     in_pagewise: bool,
     rss: u64,
     anon: u64,
+    huge: u64,
     out: OsMemory,
 }
 
@@ -134,12 +137,15 @@ impl Smaps {
             self.rss = v;
         } else if let Some(v) = kb_field(line, b"Anonymous:") {
             self.anon = v;
+        } else if let Some(v) = kb_field(line, b"AnonHugePages:") {
+            self.huge = v;
         }
     }
 
     fn end_mapping(&mut self) {
         if self.in_pagewise {
             self.out.pagewise_rss += self.rss;
+            self.out.pagewise_huge_pages += self.huge;
         } else {
             let anon = self.anon.min(self.rss);
             self.out.other_anon_rss += anon;
@@ -147,6 +153,7 @@ impl Smaps {
         }
         self.rss = 0;
         self.anon = 0;
+        self.huge = 0;
     }
 }
 

@@ -11,8 +11,9 @@
 
 #[cfg(target_os = "linux")]
 pub use crate::os::shared::SharedPages;
+use crate::os::thp::{ThpMode, HUGE_PAGE};
 use core::ptr::NonNull;
-use core::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
+use core::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize, Ordering::Relaxed};
 
 /// How purged pages are given back to the kernel.
 ///
@@ -60,6 +61,14 @@ pub struct SyscallCounts {
     /// (`membarrier`), one each time a slab page stops taking frees into
     /// thread caches before its free OS pages are given back.
     pub barriers: u64,
+    /// `madvise(MADV_HUGEPAGE)` calls: 2 MiB regions of the heap asked to
+    /// be backed by huge pages (not counted in `madvise`, which counts
+    /// purges).
+    pub hugepage: u64,
+    /// `madvise(MADV_NOHUGEPAGE)` calls: such regions given back to small
+    /// pages before a purge inside them, and, where the kernel's own
+    /// setting is `always`, each new reservation.
+    pub nohugepage: u64,
 }
 
 /// The counters behind [`SyscallCounts`], shared by every source.
@@ -72,6 +81,8 @@ pub struct SyscallCounters {
     pub(crate) peak_mapped: AtomicU64,
     pub(crate) purged: AtomicU64,
     pub(crate) barriers: AtomicU64,
+    pub(crate) hugepage: AtomicU64,
+    pub(crate) nohugepage: AtomicU64,
 }
 
 impl SyscallCounters {
@@ -85,6 +96,8 @@ impl SyscallCounters {
             peak_mapped: AtomicU64::new(0),
             purged: AtomicU64::new(0),
             barriers: AtomicU64::new(0),
+            hugepage: AtomicU64::new(0),
+            nohugepage: AtomicU64::new(0),
         }
     }
     pub(crate) fn mapped(&self, bytes: usize) {
@@ -93,6 +106,13 @@ impl SyscallCounters {
     }
     pub(crate) fn unmapped(&self, bytes: usize) {
         self.mapped.fetch_sub(bytes as u64, Relaxed);
+    }
+    fn advised(&self, huge: bool) {
+        if huge {
+            self.hugepage.fetch_add(1, Relaxed);
+        } else {
+            self.nohugepage.fetch_add(1, Relaxed);
+        }
     }
     /// A snapshot of the counts.
     pub fn snapshot(&self) -> SyscallCounts {
@@ -104,6 +124,8 @@ impl SyscallCounters {
             peak_mapped_bytes: self.peak_mapped.load(Relaxed),
             purged_bytes: self.purged.load(Relaxed),
             barriers: self.barriers.load(Relaxed),
+            hugepage: self.hugepage.load(Relaxed),
+            nohugepage: self.nohugepage.load(Relaxed),
         }
     }
 }
@@ -164,6 +186,44 @@ pub unsafe trait PageSource: Sync {
     /// None by default.
     fn sharing(&self) -> Option<&dyn SharePages> {
         None
+    }
+    /// What the kernel does with huge pages in this source's mappings
+    /// (read once per process for [`SystemPages`]). `Never` by default:
+    /// a source that says so is never asked for them.
+    ///
+    /// ```
+    /// use pagewise::{thp::ThpMode, FakePages, PageSource};
+    /// assert_eq!(FakePages::new().thp(), ThpMode::Never);
+    /// assert_eq!(FakePages::with_thp(ThpMode::Madvise).thp(), ThpMode::Madvise);
+    /// ```
+    fn thp(&self) -> ThpMode {
+        ThpMode::Never
+    }
+    /// Advises `ptr..ptr+size` (whole 2 MiB huge pages of a mapping of
+    /// this source) to be backed by huge pages (`huge`: `MADV_HUGEPAGE`)
+    /// or never to be (`MADV_NOHUGEPAGE`), counted in
+    /// [`SyscallCounts::hugepage`] and [`SyscallCounts::nohugepage`].
+    /// Returns whether the OS accepted; by default nothing is called and
+    /// the answer is no.
+    ///
+    /// ```
+    /// use pagewise::{thp::ThpMode, FakePages, PageSource};
+    /// let fake = FakePages::with_thp(ThpMode::Madvise);
+    /// let p = fake.map(32 << 20, 32 << 20).unwrap();
+    /// // SAFETY: our mapping.
+    /// unsafe {
+    ///     assert!(fake.advise_huge(p, 2 << 20, true));
+    ///     assert!(fake.advise_huge(p, 2 << 20, false));
+    ///     fake.unmap(p, 32 << 20);
+    /// }
+    /// assert_eq!((fake.syscalls().hugepage, fake.syscalls().nohugepage), (1, 1));
+    /// ```
+    ///
+    /// # Safety
+    /// The range is inside a live mapping of this source.
+    unsafe fn advise_huge(&self, ptr: NonNull<u8>, size: usize, huge: bool) -> bool {
+        let _ = (ptr, size, huge);
+        false
     }
 }
 
@@ -283,6 +343,13 @@ unsafe impl<T: PageSource + ?Sized> PageSource for &'static T {
     }
     fn serialize_threads(&self) -> bool {
         (**self).serialize_threads()
+    }
+    fn thp(&self) -> ThpMode {
+        (**self).thp()
+    }
+    unsafe fn advise_huge(&self, ptr: NonNull<u8>, size: usize, huge: bool) -> bool {
+        // SAFETY: forwarded.
+        unsafe { (**self).advise_huge(ptr, size, huge) }
     }
 }
 
@@ -572,6 +639,24 @@ unsafe impl PageSource for SystemPages {
         }
         ok
     }
+
+    fn thp(&self) -> ThpMode {
+        crate::os::thp::system_mode()
+    }
+
+    unsafe fn advise_huge(&self, ptr: NonNull<u8>, size: usize, huge: bool) -> bool {
+        self.counters.advised(huge);
+        // SAFETY: per the caller, a range of our mapping; advice changes
+        // no contents.
+        huge_aligned(ptr, size) && unsafe { crate::os::thp::advise(ptr.as_ptr(), size, huge) }
+    }
+}
+
+/// Whether a huge-page advice for `size` bytes at `ptr` covers whole
+/// 2 MiB huge pages (pagewise never asks for another; both sources refuse).
+#[inline]
+fn huge_aligned(ptr: NonNull<u8>, size: usize) -> bool {
+    size > 0 && (ptr.as_ptr() as usize | size) & (HUGE_PAGE - 1) == 0
 }
 
 /// The one alignment every fake mapping gets (the segment size); larger
@@ -593,14 +678,23 @@ pub const FAKE_ALIGN: usize = crate::memory::layout::SEGMENT;
 pub struct FakePages {
     clock: AtomicU64,
     counters: SyscallCounters,
+    thp: AtomicU8,
 }
 
 impl FakePages {
-    /// A source with the clock at zero.
+    /// A source with the clock at zero, which says the kernel gives no
+    /// huge pages ([`ThpMode::Never`]).
     pub const fn new() -> Self {
+        Self::with_thp(ThpMode::Never)
+    }
+    /// A source with the clock at zero that says the kernel's huge-page
+    /// mode is `mode` (the policy above then asks it for huge pages as
+    /// it would ask the kernel; the fake only counts the advice).
+    pub const fn with_thp(mode: ThpMode) -> Self {
         FakePages {
             clock: AtomicU64::new(0),
             counters: SyscallCounters::new(),
+            thp: AtomicU8::new(mode as u8),
         }
     }
     /// Moves the fake clock forward.
@@ -665,6 +759,17 @@ unsafe impl PageSource for FakePages {
 
     fn syscalls(&self) -> SyscallCounts {
         self.counters.snapshot()
+    }
+
+    fn thp(&self) -> ThpMode {
+        ThpMode::from_u8(self.thp.load(Relaxed))
+    }
+
+    /// Counted as the real source counts it; refused unless the range is
+    /// whole huge pages.
+    unsafe fn advise_huge(&self, ptr: NonNull<u8>, size: usize, huge: bool) -> bool {
+        self.counters.advised(huge);
+        huge_aligned(ptr, size)
     }
 
     /// Counted as the real source counts it; the kernel's `membarrier`

@@ -31,7 +31,7 @@ impl Stats {
     /// ```
     pub fn write_json(&self, w: &mut impl Write) -> fmt::Result {
         w.write_str("{")?;
-        write_fields(w, self)?;
+        write_fields(w, self, None)?;
         w.write_str("}")
     }
 }
@@ -58,7 +58,7 @@ impl Report {
         )?;
         json_string(w, self.comm())?;
         w.write_str(",")?;
-        write_fields(w, &self.stats)?;
+        write_fields(w, &self.stats, Some(self.os.pagewise_huge_pages))?;
         let os = &self.os;
         write!(
             w,
@@ -76,7 +76,9 @@ impl Report {
 }
 
 /// The allocator's fields, without the braces around them.
-fn write_fields(w: &mut impl Write, s: &Stats) -> fmt::Result {
+/// The fields of a [`Stats`]; `backed`, where the kernel was asked, the
+/// bytes of pagewise's mappings it backs with huge pages.
+fn write_fields(w: &mut impl Write, s: &Stats, backed: Option<u64>) -> fmt::Result {
     let c = &s.syscalls;
     write!(
         w,
@@ -102,6 +104,16 @@ fn write_fields(w: &mut impl Write, s: &Stats) -> fmt::Result {
         s.mesh_mappings,
         s.segments,
         s.heaps
+    )?;
+    // Huge pages (`PAGEWISE_THP`): asked for, backed now, split by purges.
+    write!(w, "\"thp\":{{\"advised_bytes\":{},", s.thp_bytes)?;
+    if let Some(b) = backed {
+        write!(w, "\"backed_bytes\":{b},")?;
+    }
+    write!(
+        w,
+        "\"splits\":{},\"hugepage_calls\":{},\"nohugepage_calls\":{}}},",
+        s.thp_splits, c.hugepage, c.nohugepage
     )?;
     for (name, o) in [("large", &s.large), ("huge", &s.huge)] {
         write!(
@@ -179,6 +191,7 @@ mod tests {
         assert!(text.contains("\"classes\":[{\"class\":3,\"slot_size\":32"));
         assert!(text.contains("\"cached_slots\":5,"), "{text}");
         assert!(text.contains("\"total_frees\":6,"), "{text}");
+        assert!(text.contains(",\"thp\":{\"advised_bytes\":0,"), "{text}");
         assert_eq!(text.matches('{').count(), text.matches('}').count());
         assert!(text.ends_with("}}"));
         let pid = std::process::id();

@@ -107,6 +107,17 @@ impl fmt::Display for Report {
             Bytes(os.other_anon_rss),
             Bytes(os.file_rss)
         )?;
+        let s = &self.stats;
+        if s.thp_bytes > 0 || os.pagewise_huge_pages > 0 || s.thp_splits > 0 {
+            writeln!(
+                w,
+                "  huge pages: {} asked for ({} madvise), {} backed by the kernel, {} split by purges",
+                Bytes(s.thp_bytes),
+                s.syscalls.hugepage,
+                Bytes(os.pagewise_huge_pages),
+                s.thp_splits
+            )?;
+        }
         let mut indented = Indent {
             out: w,
             at_line_start: true,

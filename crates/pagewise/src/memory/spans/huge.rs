@@ -3,6 +3,7 @@
 //! Runs under the heap's span lock.
 
 use super::*;
+use crate::memory::huge_pages::{Policy, RunAdvice};
 
 impl Spans {
     /// Allocates a huge object: reuses the smallest cached run that fits
@@ -38,11 +39,14 @@ impl Spans {
                     self.over_limit = true;
                     return None;
                 }
+                let refuse_huge =
+                    Policy::of(ctx.config.thp(), ctx.source).refuses_elsewhere(ctx.source);
                 let Some(base) = ctx.reservations.lock().take(
                     ctx.source,
                     nsegs,
                     align.max(SEGMENT),
                     ctx.config.reservation_bytes(),
+                    refuse_huge,
                 ) else {
                     ctx.budget.uncharge(header_bytes() + usable);
                     return None;
@@ -67,7 +71,24 @@ impl Spans {
         st.requested = size;
         debug_assert_eq!(placed.grown, charged);
         self.add_committed(placed.grown);
+        // The whole 2 MiB regions inside the object may be huge pages; a
+        // run reused at another place first takes back the old advice.
+        let want = RunAdvice::inside(offset, offset + usable);
+        let base = seg as usize;
+        if st.thp != want && !st.thp.is_empty() {
+            let old = st.thp;
+            st.thp
+                .before_purge(ctx.source, &ctx.budget.huge, base, old.lo, old.hi - old.lo);
+        }
         self.purge_outside_object(ctx, seg);
+        // SAFETY: as above (`purge_outside_object` is done with it).
+        let st = unsafe { &mut *(*seg).huge_state() };
+        if st.thp.is_empty()
+            && Policy::of(ctx.config.thp(), ctx.source).on()
+            && want.advise(ctx.source, &ctx.budget.huge, base)
+        {
+            st.thp = want;
+        }
         self.counts.huge_count += 1;
         self.counts.huge_bytes += usable;
         self.counts.huge_requested += size;
@@ -86,13 +107,16 @@ impl Spans {
         for (offset, len) in st.resident.outside(lo, hi).into_iter().flatten() {
             // SAFETY: outside the live object, inside the run's mapping,
             // page-aligned (offsets and sizes are multiples of OS pages).
-            ok &= unsafe {
-                ctx.source.purge(
-                    NonNull::new_unchecked((base + offset) as *mut u8),
-                    len,
-                    ctx.config.purge(),
-                )
-            };
+            ok &= st
+                .thp
+                .before_purge(ctx.source, &ctx.budget.huge, base, offset, len)
+                && unsafe {
+                    ctx.source.purge(
+                        NonNull::new_unchecked((base + offset) as *mut u8),
+                        len,
+                        ctx.config.purge(),
+                    )
+                };
         }
         if !ok {
             // The pages stay counted as committed (by the hull).
@@ -172,13 +196,16 @@ impl Spans {
             if let Some((offset, len)) = st.resident.range().filter(|_| due) {
                 // SAFETY: the cached run holds no live object; the range is
                 // page-aligned and inside the run's mapping.
-                let ok = unsafe {
-                    ctx.source.purge(
-                        NonNull::new_unchecked((base + offset) as *mut u8),
-                        len,
-                        ctx.config.purge(),
-                    )
-                };
+                let ok = st
+                    .thp
+                    .before_purge(ctx.source, &ctx.budget.huge, base, offset, len)
+                    && unsafe {
+                        ctx.source.purge(
+                            NonNull::new_unchecked((base + offset) as *mut u8),
+                            len,
+                            ctx.config.purge(),
+                        )
+                    };
                 if ok {
                     let bytes = st.resident.purged();
                     self.counts.retained -= bytes;

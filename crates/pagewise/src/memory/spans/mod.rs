@@ -9,15 +9,18 @@
 //! The files of this folder: `mod.rs` (free-span bins, taking and
 //! returning spans, coalescing), `retention.rs` (the retention FIFO and
 //! the decay), `huge.rs` (the huge-object cache), `segments.rs` (taking
-//! and releasing segments).
+//! and releasing segments), `regions.rs` (2 MiB regions: placement
+//! fullest first, and which get huge pages).
 
 mod huge;
+mod regions;
 mod retention;
 mod segments;
 
 use crate::memory::budget::Budget;
 use crate::memory::layout::{
-    align_up, os_page, os_pages_per_segment, os_pages_per_slice, SEGMENT, SLICE, SLICES_PER_SEGMENT,
+    align_up, os_page, os_page_shift, os_pages_per_segment, os_pages_per_slice, SEGMENT, SLICE,
+    SLICES_PER_SEGMENT,
 };
 use crate::memory::page::{Kind, Page};
 use crate::memory::reservation::Reservations;
@@ -101,6 +104,10 @@ pub struct Spans {
     /// then, a span operation that published nothing need not note the
     /// demand again (`HeapCore::publish_coarsely`).
     pub next_note_at: u64,
+    /// When the heap last took a span for a slab page: until a decay
+    /// delay later it is growing, and the free part of a huge page it is
+    /// filling waits (`regions.rs`).
+    pub slab_taken_at: u64,
     /// Set when a span operation failed because the hard limit refused a
     /// charge (a new segment's header, a large span's pages, a huge run):
     /// the heap then purges and tries once more.
@@ -155,6 +162,7 @@ impl Spans {
             published_committed: 0,
             over_limit: false,
             next_note_at: 0,
+            slab_taken_at: 0,
             counts: SpanCounts {
                 committed: 0,
                 peak_committed: 0,
@@ -238,6 +246,7 @@ impl Spans {
             }
             (*seg.links()).free_slices += n;
         }
+        regions::count_free(seg, idx, n, true);
         self.nonempty[n / 64] |= 1 << (n % 64);
         if dirty > 0 {
             self.counts.retained += dirty * os_page();
@@ -269,6 +278,8 @@ impl Spans {
             }
             (*seg_of(f).links()).free_slices -= n;
         }
+        let seg = seg_of(f);
+        regions::count_free(seg, seg.index_of(f), n, false);
         if self.bins[n].is_null() {
             self.nonempty[n / 64] &= !(1 << (n % 64));
         }
@@ -303,7 +314,11 @@ impl Spans {
     ) -> Option<(*mut Page, usize)> {
         debug_assert!(n >= 1 && n + align_slices - 1 <= SPAN_SLICES);
         debug_assert!(kind == Kind::Slab || kind == Kind::Large);
-        let (p, dirty) = self.take_free(ctx, n, align_slices)?;
+        // Slab pages fill the fullest 2 MiB region first when regions may
+        // become huge pages (else: today's best fit, lowest address).
+        let fullest = kind == Kind::Slab
+            && crate::memory::huge_pages::Policy::of(ctx.config.thp(), ctx.source).on();
+        let (p, dirty) = self.take_free(ctx, n, align_slices, fullest)?;
         // SAFETY: a span just carved out of the pool, ours under the lock.
         unsafe { (*p).set_kind(kind, self) };
         Some((p, dirty))
@@ -315,6 +330,7 @@ impl Spans {
         ctx: &Ctx,
         n: usize,
         align_slices: usize,
+        fullest: bool,
     ) -> Option<(*mut Page, usize)> {
         if align_slices == 1 && !self.recent.is_null() && count_of(self.recent) == n {
             let p = self.recent;
@@ -341,7 +357,9 @@ impl Spans {
                 }
             }
         };
-        let f = if align_slices == 1 {
+        let f = if align_slices == 1 && fullest {
+            self.fullest_region_placed(bin, n)
+        } else if align_slices == 1 {
             self.best_placed(bin, n)
         } else {
             self.bins[bin]
@@ -507,14 +525,26 @@ impl Spans {
         self.give_back(p, now, dirty);
     }
 
-    /// Takes a span for a slab page. Its committed pages (if it was
-    /// retained dirty) leave this pool's accounting: the caller counts them.
-    /// Returns the page and its committed bytes.
-    pub fn take_for_slab(&mut self, ctx: &Ctx, n: usize) -> Option<(*mut Page, usize)> {
+    /// Takes a span for a slab page of a heap holding `slab_bytes` of
+    /// slab pages. Its committed pages (if it was retained dirty) leave
+    /// this pool's accounting: the caller counts them. A region the page
+    /// starts may get a huge page, committed whole (`regions.rs`): the
+    /// page's part of it is counted with the page's.
+    /// Returns the page, its committed bytes, and the bytes a huge page
+    /// committed fresh (the page's part and the free rest of the region).
+    pub fn take_for_slab(
+        &mut self,
+        ctx: &Ctx,
+        n: usize,
+        slab_bytes: usize,
+        now: u64,
+    ) -> Option<(*mut Page, usize, usize)> {
         let (p, dirty) = self.take(ctx, n, 1, Kind::Slab)?;
         let bytes = dirty * os_page();
         self.counts.committed -= bytes;
-        Some((p, bytes))
+        self.slab_taken_at = now;
+        let (own, fresh) = self.back_slab_regions(ctx, p, slab_bytes, now);
+        Some((p, bytes + own, fresh))
     }
 
     /// Returns a slab page's span; its committed pages join this pool's
@@ -693,7 +723,7 @@ mod tests {
             budget: &budget,
         };
         let mut spans = Spans::new();
-        let (slab, _) = spans.take_for_slab(&ctx, 1).unwrap();
+        let (slab, _, _) = spans.take_for_slab(&ctx, 1, 0, 0).unwrap();
         // The window: the heap has not yet initialised the slab page.
         let (large, _) = spans.take_large(&ctx, 1, 1).unwrap();
         spans.commit_whole(large);
@@ -781,7 +811,7 @@ mod loom_model {
             };
             let slab = {
                 let mut s = w.spans.lock().unwrap();
-                s.take_for_slab(&w.ctx(), 1).unwrap().0
+                s.take_for_slab(&w.ctx(), 1, 0, 0).unwrap().0
             };
             // The owner initialises the page with the lock let go.
             loom::thread::yield_now();

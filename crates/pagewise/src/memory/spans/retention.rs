@@ -65,13 +65,14 @@ impl Spans {
                 let addr = base + first * os_page();
                 // SAFETY: the run is inside a free span (no live data), page-aligned,
                 // in a mapped segment of this source.
-                let ok = unsafe {
-                    ctx.source.purge(
-                        NonNull::new_unchecked(addr as *mut u8),
-                        count * os_page(),
-                        ctx.config.purge(),
-                    )
-                };
+                let ok = Self::before_purge(ctx, seg, first, count)
+                    && unsafe {
+                        ctx.source.purge(
+                            NonNull::new_unchecked(addr as *mut u8),
+                            count * os_page(),
+                            ctx.config.purge(),
+                        )
+                    };
                 failed |= !ok;
                 ok
             },
@@ -137,9 +138,30 @@ impl Spans {
             // SAFETY: FIFO entries are free span descriptors.
             let expired = unsafe { (*f).freed_at }.saturating_add(delay) <= now;
             let total = ctx.budget.retained();
-            if !(force || total > keep.young || expired && total > keep.expired) {
+            let over = total > keep.young;
+            if !(force || over || expired && total > keep.expired) {
                 kept_expired = expired;
                 break;
+            }
+            if !(force || over) && self.growing_into(f, now, delay) {
+                // The rest of a huge page the heap is filling: kept while
+                // it grows (its age starts again), given back once the
+                // heap is quiet, or for the budget or the limit.
+                self.dirty_unlink(f);
+                // SAFETY: a free span of this pool, off the FIFO (lock held).
+                unsafe { (*f).freed_at = now };
+                self.dirty_push(f);
+                continue;
+            }
+            if let Some(g) = self.whole_before(f).filter(|_| over && !force) {
+                // For the budget, whole huge pages go back before one is
+                // split.
+                self.purge_span(ctx, g);
+                self.sync_retained(ctx.budget);
+                if self.is_dirty(g) {
+                    break; // the purge failed and it went back on the FIFO: do not spin
+                }
+                continue;
             }
             self.purge_span(ctx, f);
             self.sync_retained(ctx.budget);

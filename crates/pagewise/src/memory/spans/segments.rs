@@ -3,6 +3,7 @@
 //! the next user). Runs under the heap's span lock.
 
 use super::*;
+use crate::memory::huge_pages::Policy;
 
 impl Spans {
     pub(super) fn new_segment(&mut self, ctx: &Ctx) -> Option<()> {
@@ -12,11 +13,14 @@ impl Spans {
             self.over_limit = true;
             return None;
         }
-        let Some(base) =
-            ctx.reservations
-                .lock()
-                .take(ctx.source, 1, SEGMENT, ctx.config.reservation_bytes())
-        else {
+        let refuse_huge = Policy::of(ctx.config.thp(), ctx.source).refuses_elsewhere(ctx.source);
+        let Some(base) = ctx.reservations.lock().take(
+            ctx.source,
+            1,
+            SEGMENT,
+            ctx.config.reservation_bytes(),
+            refuse_huge,
+        ) else {
             ctx.budget.uncharge(header_bytes());
             return None;
         };
@@ -96,6 +100,14 @@ impl Spans {
         // Unregistered first: a stray free of a pointer in the run then gets
         // the foreign-pointer abort, not a read of a zeroed header.
         crate::memory::registry::unregister(base, nsegs);
+        // Nothing of it is committed, so nothing is advised
+        // (`memory/huge_pages.rs`): the next user's pages start small.
+        debug_assert!({
+            // SAFETY: the run's header, still ours.
+            let seg = unsafe { &*Segment::of(base) };
+            // SAFETY: as above.
+            seg.huge_regions() == 0 && unsafe { (*seg.huge_state()).thp.is_empty() }
+        });
         for k in 0..nsegs {
             zero_header(ctx, base + k * SEGMENT);
         }
