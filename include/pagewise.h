@@ -40,7 +40,7 @@
  * Policy (also as PAGEWISE_CONF keys, and pagewise_option_get/set names):
  *   PAGEWISE_CONF=decay_ms:500,retain_max:32M   all settings in one string
  *                              (keys: decay_ms, retain_max, limit, purge,
- *                              background, reserve, mesh)
+ *                              background, reserve, mesh, thp)
  *   PAGEWISE_DECAY_MS=1000     ms a freed span stays committed before purging
  *                              (-1: never)
  *   PAGEWISE_RETAIN_MAX=64M    committed free bytes the whole process keeps
@@ -184,7 +184,8 @@ void pagewise_stats_print(int fd);
 size_t pagewise_stats_json(char *buf, size_t len);
 
 /* Options at run time: decay_ms, retain_max, limit, reserve (changeable),
- * purge, background, mesh (fixed at start). get returns -1 for none/never
+ * purge, background, mesh, thp (fixed at start; thp reads 0 auto, 1 never,
+ * 2 always). get returns -1 for none/never
  * (and -1 with errno = EINVAL for an unknown name); set parses value as the
  * PAGEWISE_* variable and returns 0, EINVAL (unknown, malformed, refused)
  * or EPERM (fixed at start); it prints nothing. */

@@ -459,7 +459,7 @@ fn bad_settings_are_refused_with_what_is_accepted() {
     assert_eq!(
         lines,
         [
-            "pagewise: ignoring unknown setting colour in PAGEWISE_CONF (known: decay_ms, retain_max, limit, purge, background, reserve, mesh)",
+            "pagewise: ignoring unknown setting colour in PAGEWISE_CONF (known: decay_ms, retain_max, limit, purge, background, reserve, mesh, thp)",
             "pagewise: ignoring malformed retain_max:lots in PAGEWISE_CONF (expected a size such as 64M, 64MB, 64MiB or 1.5G, or -1 for none)",
             "pagewise: ignoring malformed oops in PAGEWISE_CONF (expected key:value entries separated by commas)",
             "pagewise: ignoring malformed PAGEWISE_LIMIT=0 (expected a size above 0 such as 512M, 512MiB or 1.5G, or -1 for none)",

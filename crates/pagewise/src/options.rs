@@ -145,7 +145,7 @@ pub enum OptionError {
 /// let e = pagewise::options::set("colour", "blue").unwrap_err();
 /// assert_eq!(
 ///     e.to_string(),
-///     "unknown option (decay_ms, retain_max, limit, purge, background, reserve, mesh)"
+///     "unknown option (decay_ms, retain_max, limit, purge, background, reserve, mesh, thp)"
 /// );
 /// ```
 impl core::fmt::Display for OptionError {

@@ -80,7 +80,7 @@ fn run_child(mode: &str, vars: &[(&str, &str)]) -> (Vec<String>, String) {
 
 /// The list of known variables that ends an unknown variable's line.
 const KNOWN: &str = "known: PAGEWISE_CONF, PAGEWISE_DECAY_MS, PAGEWISE_RETAIN_MAX, \
-PAGEWISE_LIMIT, PAGEWISE_PURGE, PAGEWISE_BACKGROUND, PAGEWISE_RESERVE, PAGEWISE_MESH, \
+PAGEWISE_LIMIT, PAGEWISE_PURGE, PAGEWISE_BACKGROUND, PAGEWISE_RESERVE, PAGEWISE_MESH, PAGEWISE_THP, \
 PAGEWISE_STATS, PAGEWISE_STATS_FILE, PAGEWISE_STATS_SIGNAL, PAGEWISE_STATS_INTERVAL_MS, \
 PAGEWISE_PROF, PAGEWISE_PROF_SAMPLE, PAGEWISE_PROF_FILE, PAGEWISE_GUARD_SAMPLE, \
 PAGEWISE_GUARD_SLOTS, PAGEWISE_SAMPLE_FILE, PAGEWISE_SAMPLE_MS, PAGEWISE_SAMPLE_PARENT, \
@@ -114,7 +114,7 @@ fn an_unknown_conf_key_lists_every_key_and_mesh_is_one() {
         lines,
         [
             "pagewise: ignoring unknown setting colour in PAGEWISE_CONF \
-          (known: decay_ms, retain_max, limit, purge, background, reserve, mesh)"
+          (known: decay_ms, retain_max, limit, purge, background, reserve, mesh, thp)"
         ]
     );
     let (lines, stdout) = run_child("plain", &[("PAGEWISE_CONF", "mesh:on,decay_ms:250")]);
