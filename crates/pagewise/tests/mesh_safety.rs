@@ -13,7 +13,7 @@ mod reexec;
 use std::io::Read;
 use std::time::{Duration, Instant};
 
-const CHILD: &str = "PAGEWISE_MESH_SAFETY_CHILD";
+const CHILD: &str = "PAGEWISE_TEST_MESH_SAFETY_CHILD";
 
 fn os_page() -> usize {
     pagewise::layout::os_page()

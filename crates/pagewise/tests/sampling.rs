@@ -13,7 +13,7 @@ use std::hint::black_box;
 #[global_allocator]
 static A: pagewise::Pagewise = pagewise::Pagewise;
 
-const CASE: &str = "PAGEWISE_SAMPLING_CASE";
+const CASE: &str = "PAGEWISE_TEST_SAMPLING_CASE";
 
 /// 64 MiB of 4,000-byte objects (about 256 samples at the mean below:
 /// a standard error of 6 %).
@@ -142,7 +142,9 @@ fn guard_rate() {
 }
 
 /// At one in 1, a block of exactly an OS page is guarded (its class's slot
-/// fits in a page), one a byte larger is not.
+/// fits in a page), one a byte larger is not. Asked of the block itself:
+/// the pool's counters are the process's, and a thread of the runtime
+/// (the purger starting, the test harness) may allocate meanwhile.
 fn guard_page() {
     assert_eq!(pagewise::guard::sample_rate(), 1);
     // SAFETY: no preconditions.
@@ -151,19 +153,13 @@ fn guard_page() {
     if pagewise::raw::good_size(page, 16) == page {
         let before = guarded();
         let p = black_box(vec![1u8; page]);
-        assert_eq!(
-            guarded(),
-            before + 1,
-            "a block of {page} bytes is not guarded"
-        );
+        assert!(guarded() > before, "a block of {page} bytes is not guarded");
         assert!(pagewise::guard::owns(p.as_ptr() as usize));
         drop(p);
     }
-    let before = guarded();
     let p = black_box(vec![1u8; page + 1]);
-    assert_eq!(
-        guarded(),
-        before,
+    assert!(
+        !pagewise::guard::owns(p.as_ptr() as usize),
         "a block of {} bytes is guarded",
         page + 1
     );

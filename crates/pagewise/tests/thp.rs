@@ -426,7 +426,7 @@ fn a_tight_limit_holds_with_huge_pages_committed_ahead() {
 
 // ----- on the kernel, in a child process -----------------------------------
 
-const CHILD: &str = "PAGEWISE_THP_CHILD";
+const CHILD: &str = "PAGEWISE_TEST_THP_CHILD";
 
 fn resident() -> u64 {
     let s = std::fs::read_to_string("/proc/self/statm").unwrap();
