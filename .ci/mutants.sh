@@ -81,7 +81,8 @@ for f in $FILES; do file_args+=(--file "$f"); done
 # a caught mutant usually costs a build and the unit tests; a missed one
 # costs all of them (about 15 s).
 targets=(--lib --test misuse --test hollow --test cache --test transfer
-    --test turnover --test miri_heap --test pending_remote --test stress --test guard)
+    --test turnover --test miri_heap --test pending_remote --test stress --test guard
+    --test thread_bytes)
 # MUTANTS_TESTS adds targets for files outside the CI set (the sampler's,
 # heap/sample.rs and profile/gap.rs, are seen by `--test sampling`).
 # shellcheck disable=SC2206

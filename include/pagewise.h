@@ -122,8 +122,10 @@ size_t malloc_good_size(size_t size);
  * stats.metadata, stats.resident, stats.mapped, stats.retained,
  * arenas.narenas (1), arenas.page, arenas.dirty_decay_ms (pagewise's
  * decay_ms, read and written), opt.dirty_decay_ms, opt.background_thread,
- * background_thread (pagewise's background: fixed at start, EPERM to change)
- * and arena.<i>.purge (pagewise_trim), with jemalloc's convention: a value is
+ * background_thread (pagewise's background: fixed at start, EPERM to change),
+ * arena.<i>.purge (pagewise_trim), and thread.allocated and
+ * thread.deallocated (uint64_t: bytes the calling thread allocated and
+ * freed; not their p forms), with jemalloc's convention: a value is
  * read when oldp and oldlenp are both non-NULL (*oldlenp must be its size:
  * EINVAL otherwise, with what fits copied and *oldlenp set to it), written
  * when newp is non-NULL (newlen must be its size: EINVAL); EPERM to write a

@@ -184,6 +184,14 @@ unsafe fn serve(found: Found, call: &Call) -> Result<(), c_int> {
                     _ => Ok(()),
                 }
             }
+            Name::ThreadAllocated => {
+                call.read_only()?;
+                call.read(pw::thread::allocated_bytes())
+            }
+            Name::ThreadDeallocated => {
+                call.read_only()?;
+                call.read(pw::thread::freed_bytes())
+            }
             Name::Purge => {
                 call.neither()?;
                 let i = found.index.unwrap_or(0);

@@ -40,10 +40,14 @@ pub enum Name {
     BackgroundThread,
     /// `arena.<i>.purge`: gives back everything retained (`pagewise_trim`).
     Purge,
+    /// `thread.allocated`: bytes the calling thread allocated.
+    ThreadAllocated,
+    /// `thread.deallocated`: bytes the calling thread freed.
+    ThreadDeallocated,
 }
 
 /// Every name, in MIB order.
-pub const TABLE: [(&str, Name); 15] = [
+pub const TABLE: [(&str, Name); 17] = [
     ("version", Name::Version),
     ("epoch", Name::Epoch),
     ("stats.allocated", Name::Allocated),
@@ -59,6 +63,8 @@ pub const TABLE: [(&str, Name); 15] = [
     ("opt.background_thread", Name::OptBackgroundThread),
     ("background_thread", Name::BackgroundThread),
     ("arena.#.purge", Name::Purge),
+    ("thread.allocated", Name::ThreadAllocated),
+    ("thread.deallocated", Name::ThreadDeallocated),
 ];
 
 /// Components in a MIB at most (the longest pattern's).

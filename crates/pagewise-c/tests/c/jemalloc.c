@@ -15,6 +15,7 @@
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <errno.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -317,6 +318,52 @@ static void collect(void *opaque, const char *s) {
     free(malloc(n + 1));
 }
 
+static uint64_t thread_stat(const char *name) {
+    uint64_t v = 0;
+    size_t sz = sizeof v;
+    CHECK(je_mallctl(name, &v, &sz, NULL, 0) == 0 && sz == sizeof v);
+    return v;
+}
+
+enum { TN = 1000, TSIZE = 1000 };
+static char *handed[TN];
+
+/* Frees what the main thread allocated: counted here, not there. */
+static void *free_handed(void *arg) {
+    (void)arg;
+    free(malloc(8));
+    uint64_t a0 = thread_stat("thread.allocated");
+    uint64_t d0 = thread_stat("thread.deallocated");
+    for (int i = 0; i < TN; i++) free(handed[i]);
+    CHECK(thread_stat("thread.deallocated") - d0 >= TN * TSIZE);
+    CHECK(thread_stat("thread.allocated") - a0 < (64 << 10));
+    return NULL;
+}
+
+static void thread_counters(void) {
+    uint64_t a0 = thread_stat("thread.allocated");
+    uint64_t d0 = thread_stat("thread.deallocated");
+    for (int i = 0; i < TN; i++) handed[i] = malloc(TSIZE);
+    uint64_t a1 = thread_stat("thread.allocated");
+    CHECK(a1 - a0 >= TN * TSIZE && a1 - a0 <= TN * (TSIZE + 1024));
+    pthread_t t;
+    CHECK(pthread_create(&t, NULL, free_handed, NULL) == 0);
+    CHECK(pthread_join(t, NULL) == 0);
+    uint64_t d1 = thread_stat("thread.deallocated");
+    CHECK(d1 - d0 < (64 << 10));
+    char *big = malloc(3 << 20);
+    CHECK(thread_stat("thread.allocated") - a1 >= (3 << 20));
+    free(big);
+    CHECK(thread_stat("thread.deallocated") - d1 >= (3 << 20));
+    CHECK(je_mallctl("thread.allocated", NULL, NULL, &a0, sizeof a0) == EPERM);
+    if (pagewise_mode) {
+        /* No counter to point at: the figures are derived when read. */
+        uint64_t *p;
+        size_t sz = sizeof p;
+        CHECK(je_mallctl("thread.allocatedp", &p, &sz, NULL, 0) == ENOENT);
+    }
+}
+
 static void stats_print(void) {
     text_len = 0;
     pieces = 0;
@@ -347,6 +394,7 @@ int main(int argc, char **argv) {
     stats_move_with_allocations();
     mibs();
     allocx_family();
+    thread_counters();
     stats_print();
     if (failures) {
         printf("jemalloc: %d checks failed\n", failures);

@@ -121,7 +121,12 @@ pub fn take_heap() -> *mut HeapCore {
         |h| unsafe { &(*h).owner },
         thread_id(),
     );
-    adopted.unwrap_or_else(|| create().unwrap_or(null_mut()))
+    let h = adopted.unwrap_or_else(|| create().unwrap_or(null_mut()));
+    if !h.is_null() {
+        // SAFETY: heaps are never freed; the calling thread owns it now.
+        unsafe { (*h).start_thread_bytes() };
+    }
+    h
 }
 
 /// Takes the most recently abandoned heap off `list` (the head's address,

@@ -122,6 +122,55 @@ pub fn current_or_null() -> *mut HeapCore {
     tls::current_heap()
 }
 
+/// Bytes the calling thread has allocated through the global allocator
+/// since it started, in usable sizes (what jemalloc's `thread.allocated`
+/// reads). Counted from figures the heap keeps anyway: the fast paths pay
+/// nothing for it. It wraps around at 2⁶⁴. (The hardened build counts
+/// each small block's whole slot, its usable size and the bytes its checks
+/// use.)
+///
+/// ```
+/// #[global_allocator]
+/// static A: pagewise::Pagewise = pagewise::Pagewise;
+///
+/// let before = pagewise::thread::allocated_bytes();
+/// let v = vec![0u8; 1000];
+/// assert!(pagewise::thread::allocated_bytes() - before >= 1000);
+/// drop(v);
+/// ```
+pub fn allocated_bytes() -> u64 {
+    thread_bytes().0
+}
+
+/// Bytes the calling thread has freed through the global allocator since
+/// it started, in usable sizes (what jemalloc's `thread.deallocated`
+/// reads): blocks it freed, whichever thread allocated them. Frees made
+/// before the thread's first allocation (while it has no heap) are not
+/// counted. It wraps around at 2⁶⁴. (The hardened build counts a free
+/// when the block leaves its quarantine, and a small block's whole slot.)
+///
+/// ```
+/// #[global_allocator]
+/// static A: pagewise::Pagewise = pagewise::Pagewise;
+///
+/// let v = vec![0u8; 1000];
+/// let before = pagewise::thread::freed_bytes();
+/// drop(v);
+/// assert!(pagewise::thread::freed_bytes() - before >= 1000);
+/// ```
+pub fn freed_bytes() -> u64 {
+    thread_bytes().1
+}
+
+fn thread_bytes() -> (u64, u64) {
+    let h = current_or_null();
+    if h.is_null() {
+        return (0, 0);
+    }
+    // SAFETY: the calling thread's own heap, live while it runs.
+    unsafe { (*h).thread_bytes() }
+}
+
 /// A free the calling thread's cache did not take (`current` is its heap, or
 /// null): a thread without a heap caches it in the heap it adopts after
 /// [`FREES_BEFORE_HEAP`] frees; otherwise [`HeapCore::free_uncached`], whose

@@ -217,9 +217,10 @@ mod live {
         p.alloc(size, align)
     }
 
-    /// Frees a block of the pool (`owns(addr)`), or reports why it cannot.
-    pub(crate) fn free(addr: usize) {
-        let Some(p) = pool() else { return };
+    /// Frees a block of the pool (`owns(addr)`), or reports why it
+    /// cannot; returns the block's size.
+    pub(crate) fn free(addr: usize) -> usize {
+        let Some(p) = pool() else { return 0 };
         let Place::Slot(i) = p.place(addr) else {
             report::misuse(p, Kind::InvalidFree, addr, None)
         };
@@ -234,6 +235,7 @@ mod live {
                     report::misuse(p, Kind::OverflowAtFree, addr, Some(i));
                 }
                 p.release(i);
+                size
             }
             State::Freed | State::Busy if addr == start => {
                 report::misuse(p, Kind::DoubleFree, addr, Some(i))

@@ -236,13 +236,15 @@ impl ClassState {
     }
 
     /// Makes a list of `count` cached slots of this class (a batch from
-    /// the transfer cache) the cache's content.
+    /// the transfer cache) the cache's content. Reached through
+    /// `HeapCore::install_cached`, which counts them for the thread's
+    /// figures (`heap/thread_bytes.rs`).
     ///
     /// # Safety
     /// Owner only; the cache is empty; the list holds `count` slots of this
     /// class marked cached, at most the cache's limit, no longer used by
     /// anyone else.
-    pub unsafe fn install(&self, head: *mut Block, count: u32) {
+    pub(super) unsafe fn install(&self, head: *mut Block, count: u32) {
         let room = self.room.load(Relaxed);
         debug_assert_eq!(self.cached(), 0);
         debug_assert!(count <= room);
@@ -264,11 +266,13 @@ impl ClassState {
     /// older ones, which the thread is least likely to want back), with
     /// their count: the caller frees each to its page, which counts it where
     /// it lands. The caller walks the list by that count, not to its end: a
-    /// slot freed twice into the cache makes the list a cycle.
+    /// slot freed twice into the cache makes the list a cycle. Reached
+    /// through `HeapCore::take_cached`, which counts them for the thread's
+    /// figures (`heap/thread_bytes.rs`).
     ///
     /// # Safety
     /// Owner only.
-    pub unsafe fn take_older(&self, keep: u32) -> (*mut Block, u32) {
+    pub(super) unsafe fn take_older(&self, keep: u32) -> (*mut Block, u32) {
         let n = self.cached();
         if n <= keep {
             return (null_mut(), 0);

@@ -7,6 +7,7 @@
 //! use are read for a page owned by another thread.
 
 use super::remote::free_remote;
+use super::thread_bytes::note_freed_by;
 use super::*;
 use crate::memory::cache_handshake;
 use crate::memory::segment::STATE_SHIFT;
@@ -147,7 +148,9 @@ impl HeapCore {
     pub unsafe fn free_uncached(ptr: *mut u8, current: *const HeapCore) -> bool {
         let addr = ptr as usize;
         let Some((base, huge)) = registry::lookup(addr) else {
-            free_outside_segments(addr);
+            let n = free_outside_segments(addr);
+            // SAFETY: `current` is the calling thread's heap or null.
+            unsafe { note_freed_by(current, n) };
             return false;
         };
         // SAFETY: registered segments are mapped and headed by a `Segment`.
@@ -161,19 +164,21 @@ impl HeapCore {
             misuse(Misuse::WrongHeap, addr);
         }
         if huge {
-            // SAFETY: as above.
-            unsafe { (*owner).free_huge(seg, addr) };
+            // SAFETY: as above; `current` is the calling thread's heap or
+            // null.
+            unsafe { note_freed_by(current, (*owner).free_huge(seg, addr)) };
             return true;
         }
         let page = lookup_page(seg, addr);
         // SAFETY: `lookup_page` returns a descriptor of this segment. Only
         // fields fixed while the span is in use are read here (the page may
         // belong to another thread, which mutates its other fields).
-        let (kind, heap, start) = unsafe {
+        let (kind, heap, start, slot) = unsafe {
             (
                 (*page).kind(),
                 (*page).heap as *const HeapCore,
                 (*page).start,
+                (*page).slot_size as usize,
             )
         };
         match kind {
@@ -189,6 +194,8 @@ impl HeapCore {
                     misuse(Misuse::DoubleFree, addr);
                 }
                 let block = addr as *mut Block;
+                // SAFETY: `current` is the calling thread's heap or null.
+                unsafe { note_freed_by(current, slot) };
                 if heap == current {
                     // SAFETY: the calling thread owns `current`, and holds
                     // its page lists for the call, so the page's hollow
@@ -224,8 +231,9 @@ impl HeapCore {
                 if addr != start {
                     misuse(Misuse::Misaligned, addr);
                 }
-                // SAFETY: the heap outlives its pages.
-                unsafe { (*heap).free_large(page) };
+                // SAFETY: the heap outlives its pages; `current` is the
+                // calling thread's heap or null.
+                unsafe { note_freed_by(current, (*heap).free_large(page)) };
                 true
             }
             _ => misuse(Misuse::DoubleFree, addr),
@@ -409,9 +417,9 @@ unsafe fn large_usable(p: *const Page) -> usize {
 }
 
 /// A free of an address in no segment: a guarded block's
-/// ([`crate::guard`]), or misuse.
+/// ([`crate::guard`]), or misuse. Returns the block's size.
 #[cold]
-fn free_outside_segments(addr: usize) {
+fn free_outside_segments(addr: usize) -> usize {
     #[cfg(target_os = "linux")]
     if crate::guard::owns(addr) {
         return crate::guard::free(addr);

@@ -29,6 +29,9 @@ impl HeapCore {
         let (p, zero) = unsafe { self.alloc_span_with(size, align, sample, 0) };
         if p.is_null() {
             sample.release(size);
+        } else {
+            // SAFETY: the block just allocated.
+            self.note_allocated(unsafe { HeapCore::usable_size(p) });
         }
         (p, zero)
     }
@@ -126,19 +129,21 @@ impl HeapCore {
         (start as *mut u8, zero)
     }
 
-    /// Frees a large object (any thread: the span lock serialises it).
-    pub(super) unsafe fn free_large(&self, page: *mut Page) {
+    /// Frees a large object (any thread: the span lock serialises it);
+    /// returns its usable size.
+    pub(super) unsafe fn free_large(&self, page: *mut Page) -> usize {
         let now = self.source().now_ms();
         let ctx = self.ctx();
         let mut spans = self.spans.lock();
         // SAFETY: `page` is a span descriptor of this heap; under the lock
         // its kind tells whether it is still a live large object.
-        let (kind, start, size, requested, sample) = unsafe {
+        let (kind, start, size, requested, slot, sample) = unsafe {
             (
                 (*page).kind(),
                 (*page).start,
                 (*page).large_size,
                 (*page).large_requested,
+                (*page).slot_size as usize,
                 core::mem::replace(&mut (*page).sample, Sample::NONE),
             )
         };
@@ -157,6 +162,12 @@ impl HeapCore {
         }
         self.after_span_change(&ctx, &mut spans, now);
         sample.release(requested);
+        // A sampled small object's usable size is its class's slot.
+        if slot != 0 {
+            slot
+        } else {
+            size
+        }
     }
 
     #[cold]
@@ -183,8 +194,9 @@ impl HeapCore {
         })
     }
 
-    /// Frees a huge object (any thread: the span lock serialises it).
-    pub(super) fn free_huge(&self, seg: &Segment, addr: usize) {
+    /// Frees a huge object (any thread: the span lock serialises it);
+    /// returns its usable size.
+    pub(super) fn free_huge(&self, seg: &Segment, addr: usize) -> usize {
         let now = self.source().now_ms();
         let ctx = self.ctx();
         let mut spans = self.spans.lock();
@@ -203,6 +215,7 @@ impl HeapCore {
         spans.give_back_huge(seg as *const Segment as *mut Segment, now);
         self.after_span_change(&ctx, &mut spans, now);
         sample.release(st.requested);
+        st.size
     }
 
     /// Resizes the allocation at `ptr` (of `old_size` bytes, alignment
@@ -300,6 +313,10 @@ impl HeapCore {
             // SAFETY: our live large span, under the lock.
             let (old, sample) = unsafe {
                 let old = (*page).large_requested;
+                // Counted as jemalloc counts a resize in place: the new
+                // size allocated, the old one freed.
+                self.note_freed((*page).large_size);
+                self.note_allocated(want * SLICE);
                 spans.counts.large_bytes =
                     spans.counts.large_bytes - (*page).large_size + want * SLICE;
                 spans.counts.large_requested = spans.counts.large_requested - old + new_size;

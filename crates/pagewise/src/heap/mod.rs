@@ -27,6 +27,7 @@ pub(crate) mod mesh;
 pub(crate) mod mesh_plan;
 pub(crate) mod remote;
 pub(crate) mod sample;
+pub(crate) mod thread_bytes;
 pub(crate) mod transfer;
 
 use crate::config::Config;
@@ -204,6 +205,8 @@ pub struct HeapCore {
     pub page_counts: [PageCounts; CLASSES],
     /// The sampler's state (`heap/sample.rs`).
     sampling: sample::Sampling,
+    /// What the owning thread allocated and freed (`heap/thread_bytes.rs`).
+    thread_bytes: thread_bytes::ThreadBytes,
     /// Committed bytes in slab pages (owner-maintained).
     pub slab_committed: Counter,
     /// Highest `slab_committed + span_committed` seen.
@@ -299,6 +302,7 @@ impl HeapCore {
             states: ClassState::all(if huge { &HUGE_GEOMETRY } else { &GEOMETRY }),
             page_counts: [const { PageCounts::zero() }; CLASSES],
             sampling: sample::Sampling::new(),
+            thread_bytes: thread_bytes::ThreadBytes::new(),
             slab_committed: Counter::zero(),
             peak_committed: Counter::zero(),
             span_committed: Counter::zero(),

@@ -27,7 +27,7 @@ impl HeapCore {
         // SAFETY: owner only (caller); the detached list holds `n` cached
         // slots of this class.
         unsafe {
-            let (b, n) = self.class(class).take_older(keep);
+            let (b, n) = self.take_cached(class, keep);
             send_home(Some((self, l)), b, n);
         }
     }

@@ -203,6 +203,9 @@ impl HeapCore {
             };
             s.in_sampler.store(false, Relaxed);
             if !p.is_null() {
+                // Not in the class's count: counted for the thread here.
+                // SAFETY: the block just allocated.
+                self.note_allocated(unsafe { HeapCore::usable_size(p) });
                 return p;
             }
         }

@@ -24,7 +24,7 @@ impl HeapCore {
     pub(super) unsafe fn pass_older(&self, l: &mut Local, class: usize, keep: u32) {
         debug_assert!(self.global);
         // SAFETY: owner only (caller).
-        let (head, count) = unsafe { self.class(class).take_older(keep) };
+        let (head, count) = unsafe { self.take_cached(class, keep) };
         if count == 0 {
             return;
         }
@@ -52,7 +52,7 @@ impl HeapCore {
         // SAFETY: owner only; the batch holds `count` cached slots of this
         // class, which are now ours.
         unsafe {
-            state.install(b.head, b.count);
+            self.install_cached(class, b.head, b.count);
             state.pop() as *mut u8
         }
     }
