@@ -71,8 +71,22 @@ fn run_child(name: &str, envs: &[(&str, &str)]) -> Vec<u64> {
     line.split(' ').map(|x| x.parse().unwrap()).collect()
 }
 
+/// The resident set, read without allocating: the monitor runs while the
+/// threads hold the heap at the limit, where an allocation of its own
+/// would be refused (and abort the child).
 fn resident() -> usize {
-    let s = std::fs::read_to_string("/proc/self/statm").unwrap();
+    let mut buf = [0u8; 128];
+    // SAFETY: a NUL-terminated path; `buf` is writable for its length; the
+    // descriptor is closed once.
+    let n = unsafe {
+        let fd = libc::open(c"/proc/self/statm".as_ptr(), libc::O_RDONLY);
+        assert!(fd >= 0);
+        let n = libc::read(fd, buf.as_mut_ptr().cast(), buf.len());
+        libc::close(fd);
+        n
+    };
+    assert!(n > 0);
+    let s = std::str::from_utf8(&buf[..n as usize]).unwrap();
     let pages: usize = s.split_whitespace().nth(1).unwrap().parse().unwrap();
     // SAFETY: sysconf has no preconditions.
     pages * unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as usize
@@ -187,15 +201,17 @@ fn at_the_limit(threads: usize) {
                 }
             });
         }
-        ready.wait();
-        rss_base.set(resident());
-        go.wait();
-        // The monitor: this thread, until the others are done.
+        // Spawned before the start: a thread's making allocates, which the
+        // limit may refuse once the others hold the heap.
         let done = s.spawn(|| {
             while failures.load(Relaxed) < threads * FAILURES && !stop.load(Relaxed) {
                 std::thread::yield_now();
             }
         });
+        ready.wait();
+        rss_base.set(resident());
+        go.wait();
+        // The monitor: this thread, until the others are done.
         while !done.is_finished() {
             let c = pagewise::stats().committed_bytes as usize;
             max_committed = max_committed.max(c);
