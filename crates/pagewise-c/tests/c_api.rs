@@ -131,10 +131,14 @@ fn many_dlopened_tls_modules_then_malloc_in_an_older_thread() {
 /// bytes within 2 MiB of where the program started; nothing is live).
 fn assert_idle_gives_back(scenario: &str, freed_at_least: i64) {
     let Some(edge) = edge() else { return };
+    // `malloc_trim` gives back at once: a decay the run never reaches keeps
+    // the control (the frees alone leave the memory resident) true on a
+    // loaded machine, where freeing 64 MiB may take longer than 100 ms.
+    let decay = if scenario.ends_with("-trim") { "600000" } else { "100" };
     let o = preloaded({
         let mut c = command(edge);
         c.args(["idle", scenario])
-            .env("PAGEWISE_DECAY_MS", "100")
+            .env("PAGEWISE_DECAY_MS", decay)
             .env_remove("PAGEWISE_BACKGROUND")
             .env_remove("PAGEWISE_RETAIN_MAX");
         c
