@@ -134,7 +134,11 @@ fn assert_idle_gives_back(scenario: &str, freed_at_least: i64) {
     // `malloc_trim` gives back at once: a decay the run never reaches keeps
     // the control (the frees alone leave the memory resident) true on a
     // loaded machine, where freeing 64 MiB may take longer than 100 ms.
-    let decay = if scenario.ends_with("-trim") { "600000" } else { "100" };
+    let decay = if scenario.ends_with("-trim") {
+        "600000"
+    } else {
+        "100"
+    };
     let o = preloaded({
         let mut c = command(edge);
         c.args(["idle", scenario])

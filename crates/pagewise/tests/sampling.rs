@@ -147,8 +147,8 @@ fn guard_rate() {
 /// (the purger starting, the test harness) may allocate meanwhile.
 fn guard_page() {
     assert_eq!(pagewise::guard::sample_rate(), 1);
-    // SAFETY: no preconditions.
-    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as usize;
+    // pagewise's OS page (16 or 64 KiB under `PAGEWISE_OS_PAGE`).
+    let page = pagewise::layout::os_page();
     let guarded = || pagewise::guard::stats().allocations;
     if pagewise::raw::good_size(page, 16) == page {
         let before = guarded();
