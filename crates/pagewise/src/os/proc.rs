@@ -351,6 +351,7 @@ Anonymous:             0 kB
         assert_eq!(m.out.file_rss, 32 * 1024);
     }
 
+    #[cfg(not(miri))]
     #[test]
     fn reads_this_process() {
         let m = os_memory();
