@@ -18,6 +18,10 @@ use std::hint::black_box;
 const CHILD: &str = "PAGEWISE_TEST_QUIET_CHILD";
 /// Bytes the child frees before going quiet.
 const FREED: u64 = 8 << 20;
+/// The decay delay: long enough that a loaded machine does not let it pass
+/// between the child's free and its first look (which then finds the pages
+/// purged already, and proves nothing).
+const DECAY_MS: u64 = 400;
 
 /// What the child saw, before and after its idle period.
 #[derive(Debug)]
@@ -48,7 +52,7 @@ fn child_entry() {
     let before = pagewise::stats();
     let running_before = pagewise::purger::running();
     // Quiet: no allocator call for well over the decay delay.
-    std::thread::sleep(std::time::Duration::from_millis(600));
+    std::thread::sleep(std::time::Duration::from_millis(6 * DECAY_MS));
     let after = pagewise::stats();
     let running_after = pagewise::purger::running();
     drop(keep);
@@ -65,13 +69,13 @@ fn child_entry() {
     );
 }
 
-/// Runs the child with `PAGEWISE_DECAY_MS=100`, and `PAGEWISE_BACKGROUND=0`
+/// Runs the child with `PAGEWISE_DECAY_MS` at [`DECAY_MS`], and `PAGEWISE_BACKGROUND=0`
 /// if `background` is false.
 fn run_child(background: bool) -> Report {
     let mut cmd = reexec::this_binary();
     cmd.args(["--exact", "child_entry", "--nocapture", "--test-threads=1"])
         .env(CHILD, "1")
-        .env("PAGEWISE_DECAY_MS", "100")
+        .env("PAGEWISE_DECAY_MS", DECAY_MS.to_string())
         .env_remove("PAGEWISE_RETAIN_MAX")
         .env_remove("PAGEWISE_PURGE");
     if background {
