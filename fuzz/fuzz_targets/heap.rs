@@ -471,6 +471,8 @@ fuzz_target!(|data: &[u8]| {
         background: false,
         reservation_bytes: if c & 32 == 0 { 1 << 30 } else { 64 * MIB },
         mesh: false, // the global allocator's switch; an owned heap meshes by its source
+        // Huge pages and any setting added later: the defaults.
+        ..Config::DEFAULT
     };
     trace!("source byte {p} config {config:?}");
     match p {
