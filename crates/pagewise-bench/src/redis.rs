@@ -128,15 +128,41 @@ impl Server {
         let child = cmd
             .spawn()
             .map_err(|e| format!("cannot start redis-server: {e}"))?;
-        let server = Server { child, socket };
+        let mut server = Server { child, socket };
+        server.wait_until_listening()?;
+        Ok(server)
+    }
+
+    /// Waits until a client can connect. The socket file appears at
+    /// `bind`, before the server calls `listen`: a connect in between is
+    /// refused, so the file alone does not say the server is ready.
+    fn wait_until_listening(&mut self) -> Result<(), String> {
         let start = Instant::now();
-        while !server.socket.exists() {
+        loop {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return Err(format!(
+                    "redis-server exited ({status}) before listening: {}",
+                    self.stderr_tail()
+                ));
+            }
+            if UnixStream::connect(&self.socket).is_ok() {
+                return Ok(());
+            }
             if start.elapsed() > Duration::from_secs(10) {
-                return Err("redis-server did not open its socket within 10 s".into());
+                return Err("redis-server did not listen on its socket within 10 s".into());
             }
             std::thread::sleep(Duration::from_millis(10));
         }
-        Ok(server)
+    }
+
+    /// The last lines the (exited) server wrote to stderr.
+    fn stderr_tail(&mut self) -> String {
+        let mut text = String::new();
+        if let Some(mut err) = self.child.stderr.take() {
+            let _ = err.read_to_string(&mut text);
+        }
+        let lines: Vec<&str> = text.lines().rev().take(5).collect();
+        lines.into_iter().rev().collect::<Vec<_>>().join(" | ")
     }
 
     fn pid(&self) -> u32 {

@@ -280,7 +280,11 @@ fn run_profile_unwinds_redis_server_through_its_own_functions() {
         .stderr(std::fs::File::create(dir.join("report.txt")).unwrap());
     let child = run.spawn().unwrap();
     let start = std::time::Instant::now();
-    while !socket.exists() && start.elapsed() < std::time::Duration::from_secs(20) {
+    // Connectable, not only bound: the socket file appears at `bind`,
+    // before `listen`, and a connect in between is refused.
+    while std::os::unix::net::UnixStream::connect(&socket).is_err()
+        && start.elapsed() < std::time::Duration::from_secs(20)
+    {
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
     let value = "v".repeat(1000);

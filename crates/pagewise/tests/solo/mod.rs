@@ -15,21 +15,29 @@ const CHILD: &str = "PAGEWISE_TEST_SOLO";
 
 /// Waits until libtest's main thread sleeps, waiting for this test to end:
 /// it allocates a few small blocks (its channel's waker) after starting the
-/// test's thread, which would otherwise land in the test's counts. Bounded:
-/// after that many tries the test goes ahead (and an exact count may then
-/// fail, loudly).
+/// test's thread, which would otherwise land in the test's counts. The
+/// thread must be seen asleep throughout 20 ms: a moment's sleep on a
+/// contended lock before those allocations does not count. Bounded: after
+/// 10 s the test goes ahead (and an exact count may then fail, loudly).
 fn settle() {
     let stat = format!("/proc/self/task/{}/stat", std::process::id());
-    for _ in 0..1_000_000 {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut asleep_since: Option<Instant> = None;
+    while Instant::now() < deadline {
         let text = std::fs::read_to_string(&stat).unwrap();
         // "pid (comm) S ...": the state follows the last parenthesis.
         let state = text[text.rfind(')').unwrap() + 1..].trim_start().as_bytes()[0];
-        if state == b'S' {
+        if state != b'S' {
+            asleep_since = None;
+        } else if asleep_since.get_or_insert_with(Instant::now).elapsed() >= SETTLED {
             return;
         }
         std::thread::yield_now();
     }
 }
+
+/// How long libtest's main thread must be seen asleep (see [`settle`]).
+const SETTLED: Duration = Duration::from_millis(20);
 
 /// Runs `body` in a child process where `name` is the only test, and fails
 /// if the child fails, hangs past `limit` (killed), or ran no test. In the
