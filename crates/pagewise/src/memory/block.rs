@@ -43,8 +43,22 @@ pub fn init_secret() {
     if SECRET.load(Relaxed) != 0 {
         return;
     }
-    let _ = SECRET.compare_exchange(0, random_word() | 1, Relaxed, Relaxed);
+    let _ = SECRET.compare_exchange(0, secret_from(random_word()), Relaxed, Relaxed);
 }
+
+/// The secret made of a random word: odd, so no key is 0; and with the
+/// page tag's bit set, so the tag always clears a bit of the cache key (a
+/// key that merely ORed the tag in would equal the cache key in every
+/// process, not in half of them). A function of its own so that a test
+/// can give it fixed words: its mutants are then caught every run, not
+/// only when the kernel's random bytes happen to expose them.
+fn secret_from(word: usize) -> usize {
+    word | SECRET_BITS
+}
+
+/// The bits every secret has (a constant, so that no mutation of `1 |
+/// PAGE_TAG` into the equal `1 ^ PAGE_TAG` is left to triage).
+const SECRET_BITS: usize = 1 | PAGE_TAG;
 
 /// The per-process secret, drawn if it was not yet (the unit tests'; the
 /// hardened build reads it without the draw, `crate::secure::secret_now`).
@@ -307,9 +321,19 @@ mod tests {
     fn the_secret_is_drawn_once_and_odd() {
         let s = secret();
         assert_eq!(s & 1, 1, "odd, so that no key is 0");
-        assert_ne!(s, 1, "drawn, not a constant");
+        // A random word has bits beyond the two fixed ones (all 62 clear
+        // once in 2^62 draws).
+        assert_ne!(s & !(1 | PAGE_TAG), 0, "drawn, not a constant: {s:#x}");
         init_secret();
         assert_eq!(SECRET.load(Relaxed), s, "later calls keep the secret");
+    }
+
+    #[test]
+    fn the_secret_keeps_the_word_and_sets_the_two_fixed_bits() {
+        assert_eq!(secret_from(0), 1 | PAGE_TAG);
+        assert_eq!(secret_from(!0), !0, "no bit of the word is cleared");
+        assert_eq!(secret_from(0x5a50), 0x5a50 | 1 | PAGE_TAG);
+        assert_eq!(secret_from(1 | PAGE_TAG), 1 | PAGE_TAG);
     }
 
     #[test]
@@ -326,6 +350,7 @@ mod tests {
             assert_ne!(page_key(a), page_key(b), "bit {bit}");
             assert_ne!(cache_key(a), page_key(b), "bit {bit}");
         }
+        assert_eq!(s & PAGE_TAG, PAGE_TAG, "the tag's bit is set: {s:#x}");
         for a in (0..64).map(|i| base + 16 * i) {
             let (c, p) = (cache_key(a), page_key(a));
             assert_ne!(c, p, "the cache key is not the page key");
