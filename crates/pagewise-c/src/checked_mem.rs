@@ -112,6 +112,16 @@ extern "C" fn look_up() {
         let f = unsafe { libc::dlsym(libc::RTLD_NEXT, name.as_ptr()) };
         to.store(f as usize, Relaxed);
     }
+    // The allocator's own fills and copies inside blocks skip the check.
+    if let (f @ 1.., c @ 1..) = (LIBC_MEMSET.load(Relaxed), LIBC_MEMCPY.load(Relaxed)) {
+        // SAFETY: libc's `memset` and `memcpy`, looked up by name.
+        unsafe {
+            pw::raw::use_unchecked_mem(
+                core::mem::transmute::<usize, Fill>(f),
+                core::mem::transmute::<usize, Copy>(c),
+            )
+        };
+    }
 }
 
 /// Runs [`look_up`] when the library is loaded.

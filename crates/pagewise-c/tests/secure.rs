@@ -47,13 +47,19 @@ fn run(program: &Path, preload: Option<&Path>, kind: &str, size: usize) -> Resul
 
 const SIZES: [usize; 4] = [8, 4000, 1 << 20, 64 << 20];
 
+/// Requests a few bytes short of their slot's size.
+const SHORT_SIZES: [usize; 2] = [12, 4093];
+
 /// The kinds the hardened library stops at every size, and its report.
-const STOPPED: [(&str, &str); 6] = [
+const STOPPED: [(&str, &str); 7] = [
     ("overflow-1", "heap buffer overflow"),
     ("overflow-32", "heap buffer overflow"),
     ("overflow-memcpy", "heap buffer overflow"),
     ("double-free", "double free"),
     ("double-free-later", "double free"),
+    // After a write over the freed block's first 16 bytes (all of an
+    // 8-byte block's slot, its key and tail word).
+    ("double-free-written", "double free"),
     ("invalid-free", "not the start of an allocation"),
 ];
 
@@ -64,7 +70,9 @@ fn the_hardened_library_stops_each_misuse_with_its_report() {
     };
     let secure = common::secure_lib_so();
     for (kind, report) in STOPPED {
-        for size in SIZES {
+        // And requests one to seven bytes short of their slot (16 and
+        // 4,096 bytes), which get a short tail rather than a tail word.
+        for size in SIZES.into_iter().chain(SHORT_SIZES) {
             match run(program, Some(&secure), kind, size) {
                 Ok(line) => assert!(
                     line.starts_with("pagewise: ") && line.contains(report),
@@ -84,8 +92,14 @@ fn the_hardened_library_stops_each_misuse_with_its_report() {
         ("write-after-free", 4000, "write after free"),
         ("underflow-1", 8, "heap buffer underflow"),
         ("underflow-1", 4000, "heap buffer underflow"),
+        ("underflow-1", 12, "heap buffer underflow"),
+        ("underflow-1", 4093, "heap buffer underflow"),
         ("underflow-1", 1 << 20, "(signal)"),
         ("underflow-1", 64 << 20, "(signal)"),
+        // The same byte, then the block moved by realloc: its old place is
+        // freed as `free` frees a block, word before it checked.
+        ("underflow-realloc", 8, "heap buffer underflow"),
+        ("underflow-realloc", 4000, "heap buffer underflow"),
         // malloc(0): touching the block faults at once (no report line).
         ("zero-write", 0, "(signal)"),
     ] {
@@ -118,6 +132,17 @@ fn the_hardened_library_stops_each_misuse_with_its_report() {
             );
         }
     }
+    // A freed block handed out again once out of quarantine holds none of
+    // its last owner's bytes, and is not taken for one written after free.
+    for size in [64, 4000] {
+        match run(program, Some(&secure), "read-after-quarantine", size) {
+            Err(out) => assert!(
+                out.contains("reused") && !out.contains("stale data"),
+                "read-after-quarantine at {size}: {out}"
+            ),
+            Ok(line) => panic!("read-after-quarantine at {size}: stopped: {line}"),
+        }
+    }
     // Freed blocks up to 4 KiB are wiped: stale data is never seen there.
     for size in [8, 64, 4000] {
         let r = run(program, Some(&secure), "read-after-free", size);
@@ -148,8 +173,10 @@ fn table_of_what_each_allocator_catches() {
         "memcpy-far",
         "memset-far",
         "underflow-1",
+        "underflow-realloc",
         "double-free",
         "double-free-later",
+        "double-free-written",
         "write-after-free",
         "read-after-free",
         "invalid-free",

@@ -6,6 +6,10 @@
 //! it gets past the misuse, and the parent checks that it never does.
 #![cfg(feature = "secure")]
 
+// Built by the `pagewise-secure` package too, whose library has its own name.
+#[cfg(pagewise_secure_package)]
+extern crate pagewise_secure as pagewise;
+
 mod reexec;
 
 use std::alloc::{GlobalAlloc, Layout};
@@ -19,6 +23,10 @@ const CASE: &str = "PAGEWISE_TEST_SECURE_CASE";
 /// A small (one 16-byte slot), a page-sized, a slab-class, a large and a
 /// huge request.
 const SIZES: [usize; 5] = [8, 4000, 200_000, 1 << 20, 64 << 20];
+
+/// Requests one to seven bytes short of their slot: a short tail each
+/// (16, 256, 4,096 and 229,376-byte slots).
+const SHORT_SIZES: [usize; 4] = [12, 250, 4093, 229_370];
 
 fn layout(size: usize) -> Layout {
     Layout::from_size_align(size, 8).unwrap()
@@ -167,9 +175,10 @@ fn child_entry() {
                     }
                 }
             }
-            "underflow-1" | "underflow-1-free-neighbour" => {
+            "underflow-1" | "underflow-1-free-neighbour" | "underflow-realloc" => {
                 // The byte before a block, with the block before it live
-                // (its tail word is there) or freed.
+                // (its tail word is there) or freed; then the block is
+                // freed, or moved by a realloc (which frees it).
                 let q = black_box(A.alloc(l));
                 let r = black_box(A.alloc(l));
                 let (first, second) = if (q as usize) < (r as usize) {
@@ -185,7 +194,19 @@ fn child_entry() {
                     second as usize, first as usize
                 );
                 second.sub(1).write(0);
-                A.dealloc(second, l);
+                if kind == "underflow-realloc" {
+                    let moved = black_box(A.realloc(second, l, size * 2 + 100));
+                    println!("moved to {moved:?}");
+                } else {
+                    A.dealloc(second, l);
+                }
+            }
+            "double-overwritten" => {
+                // A write after free over the slot's first 16 bytes (all
+                // of a 16-byte slot: its link and key), then a second free.
+                A.dealloc(p, l);
+                p.write_bytes(b'x', 16);
+                A.dealloc(p, l);
             }
             "zero-read" | "zero-write" | "zero-double-free" => {
                 let z = black_box(pagewise::raw::malloc(0, 16));
@@ -242,16 +263,29 @@ fn expect_report(kind: &str, sizes: &[usize], message: &str) {
 #[test]
 fn a_one_byte_overflow_is_reported_at_the_free() {
     expect_report("overflow-1", &SIZES, "pagewise: heap buffer overflow");
+    expect_report("overflow-1", &SHORT_SIZES, "pagewise: heap buffer overflow");
 }
 
 #[test]
 fn a_32_byte_overflow_is_reported_at_the_free() {
     expect_report("overflow-32", &SIZES, "pagewise: heap buffer overflow");
+    expect_report(
+        "overflow-32",
+        &SHORT_SIZES,
+        "pagewise: heap buffer overflow",
+    );
 }
 
 #[test]
 fn a_double_free_is_reported_at_the_second_free() {
     expect_report("double", &SIZES, "pagewise: double free");
+    expect_report("double", &SHORT_SIZES, "pagewise: double free");
+}
+
+#[test]
+fn a_double_free_after_the_freed_block_was_overwritten_is_reported_as_one() {
+    // At the second free the slot is still in the thread's quarantine.
+    expect_report("double-overwritten", &SLAB_SIZES, "pagewise: double free");
 }
 
 #[test]
@@ -355,6 +389,22 @@ fn a_one_byte_underflow_is_reported_at_the_free() {
         &[8, 100, 4000],
         "pagewise: heap buffer underflow",
     );
+    // The block before ends in a short tail.
+    expect_report(
+        "underflow-1",
+        &SHORT_SIZES[..3],
+        "pagewise: heap buffer underflow",
+    );
+}
+
+#[test]
+fn a_byte_written_before_a_block_that_realloc_moves_is_reported_at_the_realloc() {
+    // The move frees the block as `free` does, checking the word before it.
+    expect_report(
+        "underflow-realloc",
+        &[8, 100, 4000],
+        "pagewise: heap buffer underflow",
+    );
 }
 
 #[test]
@@ -400,9 +450,11 @@ fn fresh_slots_start_at_a_slot_drawn_from_the_secret() {
     // A size no other test uses, so the slots come from fresh pages: 170
     // bytes and the tail word, in the 192-byte class (21 slots per 4 KiB
     // OS page, the unit slots are carved in, each in address order from a
-    // start drawn from the secret).
+    // start drawn from the secret). Ten OS pages' worth, whatever the OS
+    // page (PAGEWISE_OS_PAGE).
     let l = layout(170);
-    let mut v = [core::ptr::null_mut(); 200];
+    let n = 10 * (pagewise::layout::os_page() / 192);
+    let mut v = vec![core::ptr::null_mut(); n];
     // SAFETY: live blocks, each freed once.
     unsafe {
         for p in v.iter_mut() {
@@ -411,14 +463,48 @@ fn fresh_slots_start_at_a_slot_drawn_from_the_secret() {
         // Each OS page's slots come from its start on, then wrap around to
         // its first: a block below the one before.
         let wraps = v.windows(2).filter(|w| w[1] < w[0]).count();
-        assert!(wraps >= 4, "{wraps} wraps in 200 blocks over 10 OS pages");
+        assert!(wraps >= 4, "{wraps} wraps in {n} blocks over 10 OS pages");
         let next_door = v
             .windows(2)
             .filter(|w| (w[1] as usize).wrapping_sub(w[0] as usize) == 192)
             .count();
         assert!(
-            next_door > 150,
-            "locality kept: {next_door} of 199 next door"
+            next_door > n * 3 / 4,
+            "locality kept: {next_door} of {} next door",
+            n - 1
+        );
+        for p in v {
+            A.dealloc(p, l);
+        }
+    }
+}
+
+#[test]
+fn a_request_a_few_bytes_short_of_its_class_keeps_the_class() {
+    // 250 bytes leave 6 of a 256-byte slot spare: the canary and the
+    // byte that says how many fit there, so the block is not moved up to
+    // the 320-byte class (as an eight-byte tail word would move it).
+    // Blocks of a fresh page come in address order, a slot apart.
+    let l = layout(250);
+    let n = 4 * (pagewise::layout::os_page() / 256);
+    let mut v = vec![core::ptr::null_mut(); n];
+    // SAFETY: live blocks, each freed once.
+    unsafe {
+        for p in v.iter_mut() {
+            *p = A.alloc(l);
+            p.write_bytes(0x5a, 250);
+        }
+        let gaps = |slot: usize| {
+            v.windows(2)
+                .filter(|w| (w[1] as usize).wrapping_sub(w[0] as usize) == slot)
+                .count()
+        };
+        assert!(
+            gaps(256) > n * 3 / 4,
+            "{} of {} next door at 256 bytes, {} at 320",
+            gaps(256),
+            n - 1,
+            gaps(320)
         );
         for p in v {
             A.dealloc(p, l);
@@ -472,6 +558,41 @@ fn a_freed_block_does_not_come_straight_back() {
 }
 
 #[test]
+fn a_block_realloc_moved_away_does_not_come_straight_back() {
+    // The block a realloc moves away from is freed as `free` frees it:
+    // into the quarantine. Through the global allocator, then through the
+    // C library's entry points.
+    let l = layout(100);
+    let mut got = [core::ptr::null_mut(); 64];
+    let got = &mut got[..pagewise::raw::QUARANTINE];
+    // SAFETY: live blocks, each freed once; 16 is a power of two.
+    unsafe {
+        let p = A.alloc(l);
+        let q = A.realloc(p, l, 5000);
+        assert_ne!(q, p, "moved");
+        for b in got.iter_mut() {
+            *b = A.alloc(l);
+        }
+        assert!(!got.contains(&p), "{p:?} came back within the quarantine");
+        for &b in got.iter() {
+            A.dealloc(b, l);
+        }
+        A.dealloc(q, layout(5000));
+        let p = pagewise::raw::malloc(100, 16);
+        let q = pagewise::raw::realloc(p, 5000, 16);
+        assert_ne!(q, p, "moved");
+        for b in got.iter_mut() {
+            *b = pagewise::raw::malloc(100, 16);
+        }
+        assert!(!got.contains(&p), "{p:?} came back within the quarantine");
+        for &b in got.iter() {
+            pagewise::raw::free(b);
+        }
+        pagewise::raw::free(q);
+    }
+}
+
+#[test]
 fn the_c_fast_path_hands_out_armed_slots_from_the_thread_cache() {
     // The checks ride on the thread cache's paths rather than leaving
     // them: a slot freed goes to the cache once the quarantine lets it
@@ -499,9 +620,10 @@ fn the_c_fast_path_hands_out_armed_slots_from_the_thread_cache() {
         q.write_bytes(1, 104);
         pagewise::raw::free(q);
         quarantine(100);
-        let r = pagewise::raw::malloc_cached(90, 16);
+        // 98 bytes: the 112-byte class too (a byte spare at least).
+        let r = pagewise::raw::malloc_cached(98, 16);
         assert_eq!(r, p);
-        assert!((0..90).all(|i| *r.add(i) == 0), "wiped by the free");
+        assert!((0..98).all(|i| *r.add(i) == 0), "wiped by the free");
         pagewise::raw::free(r);
     }
 }

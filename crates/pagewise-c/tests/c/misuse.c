@@ -59,6 +59,18 @@ int main(int argc, char **argv) {
         free(b);
         free(b == r ? q : r);
         free(p);
+    } else if (!strcmp(kind, "underflow-realloc")) {
+        /* As underflow-1, then the block grown by realloc, which moves it
+         * and frees it where it was. */
+        char *q = malloc(n), *r = malloc(n);
+        char *b = r > q ? r : q;
+        sink = q;
+        b[-1] = 0;
+        char *moved = realloc(b, 2 * n + 100);
+        sink = moved;
+        free(b == r ? q : r);
+        free(moved);
+        free(p);
     } else if (!strcmp(kind, "double-free")) {
         free(p);
         free(p);
@@ -67,6 +79,12 @@ int main(int argc, char **argv) {
         sink = q;
         free(p);
         free(q);
+        free(p);
+    } else if (!strcmp(kind, "double-free-written")) {
+        /* A write after free over the block's first 16 bytes (all of a
+         * 16-byte slot), then the second free. */
+        free(p);
+        memset(p, 'x', 16);
         free(p);
     } else if (!strcmp(kind, "write-after-free")) {
         free(p);
@@ -85,6 +103,20 @@ int main(int argc, char **argv) {
         /* The last owner's bytes seen by the next owner. */
         if (q == p && n > 32 && q[n - 9] == 'a')
             printf("stale data\n");
+    } else if (!strcmp(kind, "read-after-quarantine")) {
+        /* The freed block handed out again, past any quarantine: is the
+         * last owner's data there? */
+        free(p);
+        for (int i = 0; i < 100; i++) {
+            char *q = malloc(n);
+            sink = q;
+            if (q == p) {
+                printf("reused\n");
+                if (n > 32 && q[n - 9] == 'a')
+                    printf("stale data\n");
+            }
+            free(q);
+        }
     } else if (!strcmp(kind, "invalid-free")) {
         free(p + 8);
     } else {

@@ -36,6 +36,10 @@ pub fn end_of_block(addr: usize) -> Option<usize> {
             let class = (state_at >> STATE_SHIFT) - 1;
             return Some(addr - into_slot(class, offset) + slot_size(class));
         }
+    } else if !registry::registered(addr) {
+        // Not pagewise's at all (a stack or a static buffer, the
+        // destination of many copies): no descriptor to read.
+        return None;
     }
     described_end(addr)
 }

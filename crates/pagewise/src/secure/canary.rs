@@ -3,15 +3,27 @@
 //!
 //! ```text
 //! | requested bytes | canary (8 to 15 bytes) | slack | tail |
+//! | requested bytes                 | canary (0 to 6) | spare byte count |
 //! ```
 //!
-//! The tail word, the last eight bytes of the usable block, holds the
+//! A block whose slot leaves eight spare bytes or more gets a tail word:
+//! the last eight bytes of the usable block, which hold the
 //! distance from the end of the request to the tail, its halves swapped and
 //! encoded with the process's secret and the block's address: the word's
 //! low half, which an overflow reaches first, holds the distance's high
 //! half, zero in any block below 4 GiB, so a change there decodes to a
 //! distance longer than the block. Canary bytes come from the same secret and are
 //! never zero, so a string's terminator written one byte too far is caught.
+//!
+//! A slot that leaves one to seven bytes spare (the request takes that
+//! class rather than the next: an eight-byte tail word would move it up)
+//! gets a short tail instead: its last byte says how many bytes are
+//! spare, encoded with the same mask (the tail word's own last byte, with
+//! its low three bits flipped: never the tail word's, never zero), and the
+//! bytes between the request and it are canary bytes. A free reads the
+//! slot's last word either way and tells the two apart by that byte. A
+//! request must leave at least one byte spare: a slot it fills exactly
+//! would have nothing after it to check.
 //!
 //! The canary is written and checked a word at a time, two words at most:
 //! the byte at offset `i` of a block is the pattern's byte `i % 8`, so the
@@ -25,6 +37,11 @@
 use super::secret_now;
 use super::TAIL;
 use crate::fault::Misuse;
+use crate::memory::size_class::SMALL_MAX;
+
+/// Bytes every request leaves spare in its block, at least: its last byte
+/// is the allocator's (a short tail's count, or the tail word's last).
+pub const MIN_SLACK: usize = 1;
 
 /// Canary bytes after a request, at most (to the next word boundary past
 /// this many): the first of them is what a linear overflow writes first.
@@ -35,11 +52,66 @@ const CANARY_MAX: usize = 8;
 const TOP: usize = 1 << (usize::BITS - 1);
 
 /// What a block at `addr` is checked with: the tail word's mask (never
-/// with its top bit clear) and the canary's pattern word (no zero byte).
+/// with its top bit clear, nor that of its low byte: the byte a short
+/// tail's count is encoded with has its top bit set in either byte order)
+/// and the canary's pattern word (no zero byte).
 #[inline(always)]
 fn marks(addr: usize) -> (usize, u64) {
     let h = (secret_now() ^ addr).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-    (h | TOP, (h.rotate_left(29) as u64) | 0x0101_0101_0101_0101)
+    (
+        h | TOP | 0x80,
+        (h.rotate_left(29) as u64) | 0x0101_0101_0101_0101,
+    )
+}
+
+/// The last byte in memory of the tail word mask `mask`, as the top byte
+/// of a little-endian word: a tail word of a block below 16 MiB ends with
+/// it (its distance's byte there is zero), a short tail with it XORed with
+/// the spare bytes' count.
+#[inline(always)]
+fn last_byte(mask: usize) -> u64 {
+    u64::from_le(mask as u64) >> 56
+}
+
+/// Whether a request of `size` bytes in a block of `u` usable bytes gets a
+/// short tail (fewer than eight bytes spare; only slots have one).
+#[inline(always)]
+fn is_short(size: usize, u: usize) -> bool {
+    u - size < TAIL
+}
+
+/// Whether a block of `u` usable bytes holds a request of `size` bytes
+/// with the bytes its checks need after it: one at least in a slot (a
+/// short tail), eight (the tail word) in a larger block.
+#[inline(always)]
+pub fn fits(size: usize, u: usize) -> bool {
+    size < u && (u - size >= TAIL || u <= SMALL_MAX)
+}
+
+/// The bytes of the last word of a block (as a little-endian word) that
+/// a short tail of `spare` bytes holds: its top `spare` bytes.
+#[inline(always)]
+fn short_mask(spare: usize) -> u64 {
+    !0u64 << (8 * (TAIL - spare))
+}
+
+/// The last word of a block (as a little-endian word) with a short tail of
+/// `spare` bytes, under [`short_mask`]: canary bytes, then the count. The
+/// canary bytes are the pattern's with the count in their high nibble, so
+/// a count changed to another (by a write that skipped the canary) makes
+/// each canary byte the new count covers differ from the one expected,
+/// and none is zero (the pattern's bytes are odd).
+#[inline(always)]
+fn short_word(mask: usize, pat: u64, spare: usize) -> u64 {
+    let canary = pat ^ (0x1010_1010_1010_1010 * spare as u64);
+    (canary & !(0xff << 56)) | ((last_byte(mask) ^ spare as u64) << 56)
+}
+
+/// The spare bytes' count a block's last word `last` (little-endian)
+/// holds if it is a short tail (1 to 7), else 0 or more than 7.
+#[inline(always)]
+fn short_spare(mask: usize, last: u64) -> usize {
+    ((last >> 56) ^ last_byte(mask)) as usize
 }
 
 /// A word with its halves swapped (its own inverse).
@@ -57,10 +129,15 @@ fn canary_end(size: usize, u: usize) -> usize {
 }
 
 /// The bytes a wipe must clear in a block of `u` bytes that held `size`:
-/// the request and its canary (the tail word is cleared on its own).
+/// the request and its canary (the tail word is cleared on its own; a
+/// short tail is the block's last bytes).
 #[inline(always)]
 pub fn written(size: usize, u: usize) -> usize {
-    canary_end(size, u)
+    if is_short(size, u) {
+        u
+    } else {
+        canary_end(size, u)
+    }
 }
 
 /// The mask of the bytes of the word at `size & !7` that belong to the
@@ -78,12 +155,24 @@ fn first_mask(size: usize) -> u64 {
 /// would fault a fresh page in twice, once to read and once to write.
 ///
 /// # Safety
-/// `p` is a live block of `u >= size + TAIL` bytes the caller may write,
-/// `u` a multiple of 8.
+/// `p` is a live block of `u` bytes the caller may write, `u` a multiple
+/// of 8, which [`fits`] `size`.
 #[inline(always)]
 pub unsafe fn arm(p: *mut u8, size: usize, u: usize, keep: bool) {
-    debug_assert!(u % 8 == 0 && size + TAIL <= u);
+    debug_assert!(u % 8 == 0 && fits(size, u));
     let (mask, pat) = marks(p as usize);
+    if is_short(size, u) {
+        let spare = u - size;
+        let at = u - TAIL;
+        let m = short_mask(spare);
+        // SAFETY: the block's last word (caller: `u >= TAIL`); its bytes
+        // below `size` are written back as they were with `keep`.
+        unsafe {
+            let w = if keep { word(p, at) } else { 0 };
+            put(p, at, (w & !m) | (short_word(mask, pat, spare) & m));
+        }
+        return;
+    }
     let end = canary_end(size, u);
     let mut at = size & !7;
     // SAFETY: the words written lie in [size & !7, end) and the tail, all
@@ -128,8 +217,15 @@ pub fn free_tail(addr: usize) -> usize {
 /// program: past the end of that slot, or before the start of the next.
 #[inline(always)]
 pub fn is_tail(addr: usize, u: usize, word: usize) -> bool {
-    let mask = marks(addr).0;
-    word == 0 || swap(word ^ mask) <= u - TAIL || word == swap(FREE_GAP) ^ mask
+    let (mask, pat) = marks(addr);
+    if word == 0 || swap(word ^ mask) <= u - TAIL || word == swap(FREE_GAP) ^ mask {
+        return true;
+    }
+    let last = u64::from_le(word as u64);
+    let spare = short_spare(mask, last);
+    (1..TAIL).contains(&spare)
+        && u <= SMALL_MAX
+        && (last ^ short_word(mask, pat, spare)) & short_mask(spare) == 0
 }
 
 /// The word at offset `at` of `p`, as the canary's byte order sees it.
@@ -152,11 +248,12 @@ unsafe fn put(p: *mut u8, at: usize, w: u64) {
     unsafe { p.add(at).cast::<u64>().write_unaligned(w.to_le()) }
 }
 
-/// Checks the tail word and the canary of a block of `u` usable bytes at
-/// `p`: the requested size, or the misuse and the address it was found at.
-/// A tail word of 0 is a block the hardened free already wiped (freed
-/// twice); any other that does not decode, or a canary byte changed, is a
-/// write past the end (the address: the first byte found changed).
+/// Checks the tail word (or short tail) and the canary of a block of `u`
+/// usable bytes at `p`: the requested size, or the misuse and the address
+/// it was found at. A tail word of 0 is a block the hardened free already
+/// wiped (freed twice); any other that does not decode, or a canary byte
+/// changed, is a write past the end (the address: the first byte found
+/// changed).
 ///
 /// # Safety
 /// `p` is a block of `u >= TAIL` bytes the caller may read, `u` a
@@ -167,12 +264,10 @@ pub unsafe fn verify(p: *const u8, u: usize) -> Result<usize, (Misuse, usize)> {
     let tail = unsafe { p.add(u - TAIL).cast::<usize>().read_unaligned() };
     let (mask, pat) = marks(p as usize);
     let gap = swap(tail ^ mask);
-    if tail == 0 || gap == FREE_GAP {
-        // Wiped (a large block) or a free slot's: freed already.
-        return Err((Misuse::DoubleFree, p as usize));
-    }
-    if gap > u - TAIL {
-        return Err((Misuse::Overflow, p as usize + (u - TAIL)));
+    // A live tail word first (a short tail never decodes as one: its
+    // count's byte lands in the distance's top half).
+    if tail == 0 || gap > u - TAIL {
+        return short_or_refused(p, u, tail, mask, pat);
     }
     let size = u - TAIL - gap;
     let end = canary_end(size, u);
@@ -195,6 +290,33 @@ pub unsafe fn verify(p: *const u8, u: usize) -> Result<usize, (Misuse, usize)> {
         }));
     }
     Ok(size)
+}
+
+/// [`verify`] of a block whose last word is no live tail word: a short
+/// tail's count and canary checked, else what the word says is wrong.
+#[inline(always)]
+fn short_or_refused(
+    p: *const u8,
+    u: usize,
+    tail: usize,
+    mask: usize,
+    pat: u64,
+) -> Result<usize, (Misuse, usize)> {
+    if tail == 0 || swap(tail ^ mask) == FREE_GAP {
+        // Wiped (a large block) or a free slot's: freed already.
+        return Err((Misuse::DoubleFree, p as usize));
+    }
+    let last = u64::from_le(tail as u64);
+    let spare = short_spare(mask, last);
+    if !(1..TAIL).contains(&spare) || u > SMALL_MAX {
+        return Err((Misuse::Overflow, p as usize + (u - TAIL)));
+    }
+    let diff = (last ^ short_word(mask, pat, spare)) & short_mask(spare);
+    if diff != 0 {
+        let first = (diff.trailing_zeros() / 8) as usize;
+        return Err((Misuse::Overflow, p as usize + u - TAIL + first));
+    }
+    Ok(u - spare)
 }
 
 /// The address of the first canary byte of `p` that does not match.
@@ -255,6 +377,79 @@ mod tests {
                             );
                         }
                     }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn every_byte_of_a_short_tail_is_checked() {
+        crate::memory::block::init_secret();
+        let mut buf = Buf([0; 512]);
+        let p = buf.0.as_mut_ptr();
+        for u in [16, 32, 48, 112, 160, 512] {
+            for size in u - TAIL + 1..u {
+                assert!(fits(size, u) && is_short(size, u));
+                // SAFETY (all below): `p` has 512 bytes, u <= 512.
+                unsafe {
+                    // An even byte: no canary byte is one.
+                    p.write_bytes(0xa4, u);
+                    arm(p, size, u, true);
+                    assert_eq!(verify(p, u), Ok(size), "u {u} size {size}");
+                    assert!((0..size).all(|i| *p.add(i) == 0xa4), "kept");
+                    assert!((size..u).all(|i| *p.add(i) != 0), "no zero byte");
+                    // The count's byte has its top bit set: no text byte
+                    // written there passes for a count.
+                    assert!(*p.add(u - 1) >= 0x80, "u {u} size {size}");
+                    let last = p.add(u - TAIL).cast::<usize>().read_unaligned();
+                    assert!(is_tail(p as usize, u, last), "u {u} size {size}");
+                    for i in size..u {
+                        for v in [0u8, b'x', *p.add(i) ^ 1] {
+                            let old = *p.add(i);
+                            if v == old {
+                                continue;
+                            }
+                            *p.add(i) = v;
+                            let r = verify(p, u);
+                            let w = p.add(u - TAIL).cast::<usize>().read_unaligned();
+                            let tail = is_tail(p as usize, u, w);
+                            *p.add(i) = old;
+                            assert!(
+                                matches!(r, Err((Misuse::Overflow, _))),
+                                "u {u} size {size} byte {i} = {v:#x}: {r:?}"
+                            );
+                            assert!(!tail, "u {u} size {size} byte {i} = {v:#x}");
+                        }
+                    }
+                }
+            }
+            assert!(!fits(u, u), "a request leaves a byte spare");
+        }
+        // Past a slot's sizes, a block keeps its tail word.
+        assert!(fits(SMALL_MAX + 4096 - TAIL, SMALL_MAX + 4096));
+        assert!(!fits(SMALL_MAX + 4096 - 1, SMALL_MAX + 4096));
+    }
+
+    #[test]
+    fn a_short_tails_count_changed_changes_what_every_canary_byte_must_be() {
+        crate::memory::block::init_secret();
+        for addr in [0x2000_0000_0010usize, 0x7f00_1234_5670, 0x10_0000] {
+            let (mask, pat) = marks(addr);
+            for a in 1..TAIL {
+                let wa = short_word(mask, pat, a);
+                // The canary bytes: the pattern's, the count in the high
+                // nibble; the count's byte: the tail word's last, XORed.
+                for i in 8 - a..7 {
+                    let byte = (wa >> (8 * i)) as u8;
+                    assert_eq!(byte ^ (pat >> (8 * i)) as u8, (a as u8) << 4);
+                }
+                assert_eq!(short_spare(mask, wa), a);
+                for b in (1..TAIL).filter(|&b| b != a) {
+                    let d = wa ^ short_word(mask, pat, b);
+                    assert!(
+                        (0..8).all(|i| (d >> (8 * i)) as u8 != 0),
+                        "counts {a} and {b}: every byte differs"
+                    );
                 }
             }
         }

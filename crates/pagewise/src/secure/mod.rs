@@ -2,10 +2,11 @@
 //! the global allocator and the C library hand out (docs/hardening.md has
 //! what each check catches and what they cost).
 //!
-//! Every block is allocated eight bytes longer than asked, and its end
+//! Every block is allocated at least a byte longer than asked, and its end
 //! carries a tail word (`canary.rs`) saying where the requested bytes end,
 //! encoded with the process's secret; the bytes between the request and the
-//! tail hold a canary. A free or realloc checks both, so a write past the
+//! tail hold a canary. A slot with fewer than eight bytes spare has a short
+//! tail instead: canary bytes and a last byte saying how many are spare. A free or realloc checks both, so a write past the
 //! end, of one byte or many, is reported at the latest when the block is
 //! freed, and a free checks the word before its block too (the end of the
 //! slot before: an underflow). A free then wipes what the block's owner
@@ -19,7 +20,10 @@
 //!
 //! A slot freed twice is reported at its second free: it still holds a
 //! free key (`memory/block.rs`), which the hardened free loads (the
-//! default build stores it blind). Free-list links are encoded there too.
+//! default build stores it blind), and a free slot's tail word; one whose
+//! key and tail a write after free overwrote is found in the thread's
+//! quarantine on the way to the report ([`refused`]). Free-list links are
+//! encoded there too.
 //!
 //! The checks run on the fast paths: an allocation from the thread cache
 //! (or, when it is empty, from its class's current page) knows its slot's
@@ -34,6 +38,7 @@ mod fence;
 mod kept;
 pub(crate) mod link;
 mod quarantine;
+pub(crate) mod unchecked;
 mod wipe;
 mod zero;
 
@@ -57,10 +62,13 @@ pub fn secret_now() -> usize {
     crate::memory::block::SECRET.load(core::sync::atomic::Ordering::Relaxed)
 }
 
-/// Bytes every block gets beyond its request: the tail word.
+/// Bytes of a tail word, which a block with that many spare bytes gets;
+/// a large block (above a slot's sizes) always gets one.
 pub const TAIL: usize = 8;
 
-/// The hardened allocation's fast path: a slot of `size + TAIL` bytes from
+use canary::MIN_SLACK;
+
+/// The hardened allocation's fast path: a slot of more than `size` bytes from
 /// the thread cache of `heap` (or, when the class's cache is empty, from
 /// its current page), aligned to 16, cleared of the heap's words and
 /// armed. Null if the request is too big for a slot or of zero bytes, or
@@ -74,7 +82,7 @@ pub unsafe fn alloc_cached(heap: &HeapCore, size: usize) -> *mut u8 {
     if size.wrapping_sub(1) >= crate::heap::alloc::CACHED_MAX - TAIL {
         return null_mut();
     }
-    let class = class_of(size + TAIL);
+    let class = class_of(size + MIN_SLACK);
     // SAFETY: our own heap (caller); `class_of` returns classes below
     // CLASSES.
     unsafe {
@@ -94,12 +102,12 @@ pub unsafe fn alloc_cached(heap: &HeapCore, size: usize) -> *mut u8 {
 /// out of memory.
 ///
 /// # Safety
-/// As [`alloc_cached`]; `class` is `class_of(size + TAIL)`.
+/// As [`alloc_cached`]; `class` is `class_of(size + MIN_SLACK)`.
 #[inline(never)]
 unsafe fn alloc_from_page(heap: &HeapCore, size: usize, class: usize) -> *mut u8 {
-    // SAFETY: our own heap; `class` fits `size + TAIL` (caller).
+    // SAFETY: our own heap; `class` fits `size + MIN_SLACK` (caller).
     unsafe {
-        let p = heap.alloc_past_cache_of(class, size + TAIL);
+        let p = heap.alloc_past_cache_of(class, size + MIN_SLACK);
         if !p.is_null() {
             hand_out_found(p, size);
         }
@@ -113,7 +121,8 @@ unsafe fn alloc_from_page(heap: &HeapCore, size: usize, class: usize) -> *mut u8
 /// since its free; any other block is looked up.
 ///
 /// # Safety
-/// `p` is a live block of at least `size + TAIL` bytes, just handed out.
+/// `p` is a live block of more than `size` bytes, just handed out, a slot
+/// or at least `size + TAIL` bytes.
 #[inline(always)]
 unsafe fn hand_out_found(p: *mut u8, size: usize) {
     let (u, slot) = match slot_of(p) {
@@ -122,7 +131,7 @@ unsafe fn hand_out_found(p: *mut u8, size: usize) {
         // SAFETY: a live block (caller).
         None => (unsafe { HeapCore::usable_size(p) }, false),
     };
-    // SAFETY: a live block of `u >= size + TAIL` bytes, just handed out.
+    // SAFETY: a live block of `u` bytes that fit `size`, just handed out.
     unsafe { hand_out(p, size, u, slot) };
 }
 
@@ -154,7 +163,9 @@ pub unsafe fn alloc(
         // SAFETY: forwarded.
         return unsafe { alloc_fenced(size, n, align, zeroed, inner) };
     }
-    let p = inner(n, align);
+    // A slot needs a byte spare; a larger block (an aligned request a span
+    // serves) has room for the tail word past it anyway.
+    let p = inner(size + MIN_SLACK, align);
     if !p.is_null() {
         // SAFETY: a live block of at least `n` bytes, just handed out.
         unsafe { hand_out_found(p, size) };
@@ -245,8 +256,9 @@ fn slot_offset(p: *const u8) -> Option<usize> {
 /// it was freed (aborts if something did).
 ///
 /// # Safety
-/// `p` is a live block of `u >= size + TAIL` bytes, just handed out; with
-/// `slot`, a slot of a slab page just taken off a free list.
+/// `p` is a live block of `u` bytes that [`canary::fits`] `size`, just
+/// handed out; with `slot`, a slot of a slab page just taken off a free
+/// list.
 #[inline(always)]
 unsafe fn hand_out(p: *mut u8, size: usize, u: usize, slot: bool) {
     // SAFETY: per the caller.
@@ -329,8 +341,27 @@ unsafe fn verified(p: *mut u8, u: usize) -> usize {
     // SAFETY: per the caller.
     match unsafe { canary::verify(p, u) } {
         Ok(size) => size,
-        Err((kind, at)) => misuse(kind, at),
+        Err((kind, at)) => refused(kind, at, p),
     }
+}
+
+/// Aborts with what [`verified`] found wrong at `at` in the block `p`,
+/// unless `p` is in the calling thread's quarantine: then it is free, and
+/// handing it back is a double free (a write after free overwrote the
+/// words that say so: all of a 16-byte slot's, whose last word is both
+/// its key and its tail word). Only a block freed is ever in the ring, so
+/// no overflow of a live block is renamed; the ring is read here, on the
+/// way to the abort, never on the fast paths.
+#[cold]
+#[inline(never)]
+fn refused(kind: Misuse, at: usize, p: *mut u8) -> ! {
+    let heap = crate::global::thread::current_or_null();
+    // SAFETY: the calling thread's own heap, whose ring only it touches.
+    if kind == Misuse::Overflow && !heap.is_null() && unsafe { (*heap).quarantine.holds(p.cast()) }
+    {
+        misuse(Misuse::DoubleFree, p as usize);
+    }
+    misuse(kind, at)
 }
 
 /// The checks of a slot freed into a thread cache, before the heap marks
@@ -496,13 +527,17 @@ unsafe fn free_uncached(p: *mut u8, current: *mut HeapCore, uncached: impl FnOnc
 
 /// Resizes `p` to `size` bytes at `align`: in place if the block has room
 /// (the canary moves), else into a block from `alloc` (a hardened
-/// allocation: armed) with `p` wiped and freed through `free`. Null (and
-/// `p` unchanged) on failure. The move is made here, not by the heap's
-/// realloc, so that no block leaves or enters use without the checks.
+/// allocation: armed) with `p` freed through `free`, the program's own
+/// hardened free: checked (the word before it too), wiped and
+/// quarantined, so that the address does not come straight back. Null
+/// (and `p` unchanged) on failure. The move is made here, not by the
+/// heap's realloc, so that no block leaves or enters use without the
+/// checks.
 ///
 /// # Safety
 /// `p` is not null; `alloc` returns null or a hardened block of the size
-/// it is given; `free` frees a live block below this layer.
+/// it is given; `free` is the hardened free ([`free`] with the caller's
+/// heap and its free below this layer).
 pub unsafe fn realloc(
     p: *mut u8,
     size: usize,
@@ -523,11 +558,15 @@ pub unsafe fn realloc(
     unsafe {
         let c = check(p);
         let (old, u) = (c.size, c.u);
-        if size.checked_add(TAIL).is_some_and(|n| n <= u) && (p as usize) % align == 0 {
+        if canary::fits(size, u) && (p as usize) % align == 0 {
             // The old canary's bytes are cleared (they would show the
-            // program the block's secret pattern if it grows over them).
+            // program the block's secret pattern if it grows over them),
+            // and a tail word the new request reaches into.
             let end = canary::written(old, u);
-            core::ptr::write_bytes(p.add(old), 0, end - old);
+            unchecked::zero(p.add(old), end - old);
+            if size > u - TAIL && end < u {
+                unchecked::zero(p.add(u - TAIL), TAIL);
+            }
             canary::arm(p, size, u, true);
             return p;
         }
@@ -535,9 +574,8 @@ pub unsafe fn realloc(
         if q.is_null() {
             return null_mut();
         }
-        core::ptr::copy_nonoverlapping(p, q, old.min(size));
-        wipe::wipe(p, old, u);
-        free(below(p, &c));
+        unchecked::copy(p, q, old.min(size));
+        free(p);
         q
     }
 }
