@@ -46,7 +46,7 @@ FILES=${MUTANTS_FILES:-"
 # double-free checks, the remote-free counts, the free-slot keys, the
 # cached free's second look at its page); cache.rs's accounting and its
 # cacheability test (`frees`, `cached`, `count_alloc`, `starts_slot`), not
-# its compile-time tables (`ClassState::all`, `build_limits`) nor the
+# its compile-time tables (`ClassState::all`, `build_limits`, `build_grown`) nor the
 # requested-bytes estimate behind stats(); in hollow.rs, page.rs and segment.rs the
 # decisions about hollow slots and cacheability, and the collection of
 # remote frees with its hollow-slot check, only, not the slot-set and
@@ -60,7 +60,7 @@ if [ -z "${MUTANTS_FILES:-}" ]; then
         --re "^$P/memory/hollow\\.rs:.*[ :]Page::(is_hollow_slot|can_refill_hollow|hollow_pages|can_hollow|stop_caching|relink_without_hollow|back_in_use)( |\$)"
         --re "^$P/memory/page\\.rs:.*[ :]Page::(hollow_slots|set_hollow_slots|set_cacheable|collect_thread_free)( |\$)"
         --re "^$P/memory/segment\\.rs:.*[ :]Segment::set_cacheable( |\$)"
-        --exclude-re "^$P/heap/cache\\.rs:.*(ClassState::all|ClassState::requested_estimate|build_limits)( |\$)"
+        --exclude-re "^$P/heap/cache\\.rs:.*(ClassState::all|ClassState::requested_estimate|build_limits|build_grown)( |\$)"
     )
 fi
 file_args=("${select[@]}")

@@ -33,7 +33,9 @@ pub struct ClassStats {
     /// Slots in those pages not holding live objects.
     pub free_slots: u64,
     /// Of those, slots waiting in threads' caches to be handed out again
-    /// (at most 128 slots and 128 KiB per class and thread; they go back to
+    /// (at most 128 slots and 128 KiB per class and thread, or 128 KiB for
+    /// a cache that grew because its thread took its own overflow back
+    /// from the transfer cache; they go back to
     /// their pages on `trim()`, thread exit, and over the next maintenance
     /// passes).
     pub cached_slots: u64,

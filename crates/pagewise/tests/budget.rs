@@ -365,3 +365,60 @@ fn an_exited_threads_retention_makes_room_for_a_live_thread() {
     // Not vacuous: the process does hold the main thread's 32 MiB.
     assert!(after >= before + 32 * MIB, "{} MiB", (after - before) >> 20);
 }
+
+/// Child: as `child_exited_thread_then_main`, but the thread that writes
+/// and frees 32 MiB of 4 KiB blocks stays alive, blocked, while the main
+/// thread writes its 32 MiB (a heap adopted by a thread that needs less
+/// than its last one, or a thread that freed much and went on to other
+/// work).
+#[test]
+fn child_live_thread_then_main() {
+    if !in_child("child_live_thread_then_main") {
+        return;
+    }
+    let blocks = || -> Vec<Box<[u8]>> {
+        (0..8192)
+            .map(|i| vec![i as u8 | 1; 4096].into_boxed_slice())
+            .collect()
+    };
+    black_box(vec![1u8; 64]); // the main thread's heap, made now
+    let before = resident();
+    let (freed_tx, freed_rx) = std::sync::mpsc::channel::<()>();
+    let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+    let t = std::thread::spawn(move || {
+        drop(black_box(blocks()));
+        freed_tx.send(()).unwrap();
+        done_rx.recv().unwrap();
+    });
+    freed_rx.recv().unwrap();
+    let mine = black_box(blocks());
+    let after = resident();
+    println!(
+        "budget-report {before} {after} {}",
+        pagewise::stats().retained_bytes
+    );
+    done_tx.send(()).unwrap();
+    t.join().unwrap();
+    drop(mine);
+}
+
+#[test]
+fn a_live_threads_retention_makes_room_for_another_thread() {
+    let r = run_child(
+        "child_live_thread_then_main",
+        &[("PAGEWISE_DECAY_MS", "60000"), ("PAGEWISE_BACKGROUND", "0")],
+    );
+    let f: Vec<usize> = r.split(' ').map(|x| x.trim().parse().unwrap()).collect();
+    let (before, after, retained) = (f[0], f[1], f[2]);
+    // The other thread's 32 MiB cannot serve the main thread, and it is
+    // not needed by the process's demand, which never fell: kept, it
+    // would double the resident set.
+    assert!(
+        after <= before + 40 * MIB,
+        "{} MiB resident after 32 MiB live, {} MiB retained",
+        (after - before) >> 20,
+        retained >> 20
+    );
+    // Not vacuous: the process does hold the main thread's 32 MiB.
+    assert!(after >= before + 32 * MIB, "{} MiB", (after - before) >> 20);
+}

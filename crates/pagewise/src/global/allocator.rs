@@ -86,14 +86,15 @@ unsafe impl GlobalAlloc for Pagewise {
     #[inline]
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
         #[cfg(feature = "secure")]
-        // SAFETY: forwarded; the closures allocate and free live blocks.
+        // SAFETY: forwarded; the closures allocate and free live blocks,
+        // the block moved away from through the program's own `dealloc`.
         return unsafe {
             crate::secure::realloc(
                 ptr,
                 new_size,
                 layout.align(),
                 |n, a| alloc_secure(n, a),
-                |p| dealloc_plain(p),
+                |p| self.dealloc(p, layout),
             )
         };
         #[cfg(not(feature = "secure"))]
@@ -131,8 +132,10 @@ unsafe fn alloc_secure(size: usize, align: usize) -> *mut u8 {
 #[inline(always)]
 unsafe fn alloc_plain(size: usize, align: usize) -> *mut u8 {
     {
-        let heap = thread::current_or_null();
-        if heap.is_null() {
+        // One comparison with the empty heap where the thread-local word
+        // is never null (x86-64 glibc), rather than two.
+        let heap = thread::current_or_empty();
+        if heap == crate::heap::empty_heap() {
             // A tail call, so the fast path below saves no registers.
             return first_alloc(size, align);
         }
@@ -145,16 +148,19 @@ unsafe fn alloc_plain(size: usize, align: usize) -> *mut u8 {
 ///
 /// # Safety
 /// As `GlobalAlloc::dealloc`.
+#[cfg(not(feature = "secure"))]
 #[inline(always)]
 unsafe fn dealloc_plain(ptr: *mut u8) {
-    let current = thread::current_or_null();
-    // SAFETY: the caller gives back a live allocation; the current heap
-    // (possibly null) is the calling thread's.
-    if unsafe { HeapCore::free_to_cache(ptr, current) } {
+    // A thread without a heap finds the empty one, whose caches take no
+    // slot: no test for it here.
+    let current = thread::current_or_empty();
+    // SAFETY: the caller gives back a live allocation; the current heap is
+    // the calling thread's or the empty one.
+    if unsafe { HeapCore::free_to_cache_or_empty(ptr, current) } {
         return;
     }
     // SAFETY: as above. A tail call, so the fast path saves no registers.
-    unsafe { dealloc_uncached(ptr, current) }
+    unsafe { dealloc_uncached(ptr, thread::current_or_null()) }
 }
 
 /// `GlobalAlloc::alloc_zeroed` below the hardened layer.
@@ -175,6 +181,12 @@ unsafe fn alloc_zeroed_plain(size: usize, align: usize) -> *mut u8 {
 #[cfg(not(feature = "secure"))]
 #[inline(always)]
 unsafe fn realloc_plain(ptr: *mut u8, old: usize, align: usize, new_size: usize) -> *mut u8 {
+    // SAFETY: forwarded: a live block of `old` bytes (at most its slot).
+    let moved =
+        unsafe { crate::global::raw::realloc_cached_slot(ptr, old, new_size.max(1), align) };
+    if !moved.is_null() {
+        return moved;
+    }
     // SAFETY: `with_heap` lends the calling thread's own heap; `ptr` is
     // live with `old` bytes to keep (caller).
     thread::with_heap(|h| unsafe { h.realloc(ptr, old, align, new_size, h) })
@@ -310,7 +322,7 @@ pub fn mesh() -> usize {
     heaps::visit_all(core::ptr::null(), heaps::Busy::Wait, |h, l, _| {
         // SAFETY: `visit_all` hands over the page lists; other threads'
         // stores wait in the barrier while a page is copied.
-        joined += unsafe { h.mesh_pass(l) };
+        joined += unsafe { h.mesh_pass(l, crate::heap::mesh::MeshWhen::Now) };
     });
     joined
 }

@@ -281,20 +281,27 @@ pub fn purge_all_for_limit() {
     });
 }
 
-/// Heap `me` committed `bytes` of fresh memory: retention in heaps whose
-/// thread exited cannot serve it (a heap takes spans from its own pool
-/// only, and an abandoned heap's pool waits for a thread that may never
-/// come), so as much of theirs goes back, oldest first, and the process's
-/// committed memory follows its demand instead of growing by every exited
-/// thread's pool. Live threads keep theirs, which they reuse. Never waits
-/// (busy pools are skipped); does not allocate.
+/// Heap `me` committed `bytes` of fresh memory: retention in other heaps
+/// cannot serve it (a heap takes spans from its own pool only), so as much
+/// of theirs goes back, oldest first, and the process's committed memory
+/// follows its demand instead of growing by every other heap's pool.
+/// Heaps whose thread exited go first (their pool waits for a thread that
+/// may never come); then live ones, whose oldest retained spans are the
+/// ones they have gone longest without reusing: under thread churn a heap
+/// adopted by a thread that needs less than its last one, or a thread
+/// that freed much and went on to other work, would otherwise hold its
+/// pool while its neighbours fault in as much again. Never waits (busy
+/// pools are skipped); does not allocate.
 pub fn reclaim_elsewhere(me: *const HeapCore, bytes: usize) {
     let mut left = bytes;
-    for_each_heap(|h| {
-        if left > 0 && !core::ptr::eq(h, me) && h.owner.load(Relaxed) == ABANDONED {
-            left = left.saturating_sub(h.purge_for_another(left));
-        }
-    });
+    for exited in [true, false] {
+        for_each_heap(|h| {
+            let others = !core::ptr::eq(h, me);
+            if left > 0 && others && (h.owner.load(Relaxed) == ABANDONED) == exited {
+                left = left.saturating_sub(h.purge_for_another(left));
+            }
+        });
+    }
 }
 
 /// Pushes a new heap onto the list of all heaps. Only with META held (the

@@ -28,7 +28,10 @@ use core::sync::atomic::{AtomicBool, AtomicU8, Ordering::*};
 const NOT_STARTED: u8 = 0;
 const RUNNING: u8 = 1;
 const OFF: u8 = 2;
-/// A free retained memory; the next allocation starts the purger.
+/// A free retained memory; the next allocation starts the purger. The C
+/// library's small `malloc`s find it out on their slow path, where the
+/// request sends them (`heap::alloc::divert_small_mallocs`); the others
+/// test for it.
 const REQUESTED: u8 = 3;
 
 static STATE: AtomicU8 = AtomicU8::new(NOT_STARTED);
@@ -45,7 +48,27 @@ static PASS: Locked<()> = Locked::new(());
 #[inline]
 pub fn request() {
     if STATE.load(Relaxed) == NOT_STARTED {
-        STATE.store(REQUESTED, Relaxed);
+        divert();
+    }
+}
+
+/// [`request`] past its test: asks once, and sends every small `malloc`
+/// of the C library to its slow path, which starts the purger ([`poll`]).
+#[cold]
+fn divert() {
+    if STATE
+        .compare_exchange(NOT_STARTED, REQUESTED, SeqCst, Relaxed)
+        .is_err()
+    {
+        return;
+    }
+    crate::heap::alloc::divert_small_mallocs();
+    // A `malloc` that started the purger between the request and the
+    // diversion undid nothing: undo it here. (Otherwise the start comes
+    // later in the single order of these operations, and so does its
+    // undoing, after the diversion's stores.)
+    if STATE.load(SeqCst) != REQUESTED {
+        crate::heap::alloc::undivert_small_mallocs();
     }
 }
 
@@ -99,13 +122,19 @@ pub fn ensure() {
 
 #[cold]
 fn start() {
+    start_thread();
+    // The small `malloc`s a request diverted go back to their fast path.
+    crate::heap::alloc::undivert_small_mallocs();
+}
+
+fn start_thread() {
     if !thread::config().background {
-        STATE.store(OFF, Relaxed);
+        STATE.store(OFF, SeqCst);
         return;
     }
     let s = STATE.load(Relaxed);
     let startable = s == NOT_STARTED || s == REQUESTED;
-    if !startable || STATE.compare_exchange(s, RUNNING, AcqRel, Relaxed).is_err() {
+    if !startable || STATE.compare_exchange(s, RUNNING, SeqCst, Relaxed).is_err() {
         return;
     }
     // glibc carves a thread's static TLS out of its stack, so a program
@@ -184,11 +213,12 @@ extern "C" fn run(_: *mut libc::c_void) -> *mut libc::c_void {
         });
         if heaps::meshing() && now >= next_mesh {
             // Once per decay period, after the visits above have hollowed
-            // what can simply be purged.
+            // what can simply be purged; a heap meshes once it is quiet
+            // (`MeshWhen::IfQuiet`).
             heaps::visit_all(core::ptr::null(), heaps::Busy::Skip, |h, l, _| {
                 // SAFETY: `visit_all` hands over the page lists; other
                 // threads' stores wait in the barrier during a copy.
-                unsafe { h.mesh_pass(l) };
+                unsafe { h.mesh_pass(l, crate::heap::mesh::MeshWhen::IfQuiet(now)) };
             });
             next_mesh = now.saturating_add(thread::config().decay_ms);
         }
@@ -223,5 +253,9 @@ pub fn after_fork_child() {
     unsafe { PASS.reset_after_fork() };
     if STATE.load(Relaxed) == RUNNING {
         STATE.store(NOT_STARTED, Relaxed);
+    }
+    // A request the parent diverted for may not have been undone yet.
+    if STATE.load(Relaxed) != REQUESTED {
+        crate::heap::alloc::undivert_small_mallocs();
     }
 }

@@ -59,18 +59,28 @@ pub unsafe fn malloc(size: usize, align: usize) -> *mut u8 {
 /// ```
 #[inline(always)]
 pub unsafe fn malloc_cached(size: usize, align: usize) -> *mut u8 {
-    let heap = thread::current_or_null();
-    if heap.is_null() || align > 16 || crate::global::purger::poll_pending() {
-        return core::ptr::null_mut();
-    }
     // The hardened build arms the slot on the way out.
     #[cfg(feature = "secure")]
-    // SAFETY: the calling thread's own heap.
-    return unsafe { crate::secure::alloc_cached(&*heap, size) };
+    {
+        let heap = thread::current_or_null();
+        if heap.is_null() || align > 16 || crate::global::purger::poll_pending() {
+            return core::ptr::null_mut();
+        }
+        // SAFETY: the calling thread's own heap.
+        unsafe { crate::secure::alloc_cached(&*heap, size) }
+    }
     #[cfg(not(feature = "secure"))]
-    // SAFETY: the calling thread's own heap.
-    unsafe {
-        (*heap).alloc_cached16(size)
+    {
+        // A thread without a heap finds the empty one, whose caches are
+        // empty, and a request for the purger makes the small sizes find
+        // an empty cache too (`HeapCore::alloc_cached16`): no test for
+        // either here.
+        let heap = thread::current_or_empty();
+        if align > 16 {
+            return core::ptr::null_mut();
+        }
+        // SAFETY: the calling thread's own heap or the empty one.
+        unsafe { HeapCore::alloc_cached16(heap, size) }
     }
 }
 
@@ -150,13 +160,16 @@ pub unsafe fn free(ptr: *mut u8) {
 #[inline(always)]
 #[cfg_attr(feature = "secure", allow(dead_code))]
 unsafe fn free_plain(ptr: *mut u8) {
-    let current = thread::current_or_null();
-    // SAFETY: forwarded; the current heap is the calling thread's.
-    if unsafe { HeapCore::free_to_cache(ptr, current) } {
+    // A thread without a heap finds the empty one, whose caches take no
+    // slot: no test for it here.
+    let current = thread::current_or_empty();
+    // SAFETY: forwarded; the current heap is the calling thread's or the
+    // empty one.
+    if unsafe { HeapCore::free_to_cache_or_empty(ptr, current) } {
         return;
     }
     // SAFETY: as above; a tail call keeps the fast path free of spills.
-    unsafe { free_uncached(ptr, current) }
+    unsafe { free_uncached(ptr, thread::current_or_null()) }
 }
 
 /// A free the thread cache did not take.
@@ -194,7 +207,7 @@ pub unsafe fn calloc(size: usize, align: usize) -> *mut u8 {
         let p = unsafe { malloc_cached(size, align) };
         if !p.is_null() {
             // SAFETY: as above.
-            unsafe { core::ptr::write_bytes(p, 0, size) };
+            unsafe { crate::secure::unchecked::zero(p, size) };
             return p;
         }
     }
@@ -243,28 +256,15 @@ pub unsafe fn realloc(ptr: *mut u8, new_size: usize, align: usize) -> *mut u8 {
     }
     crate::global::purger::poll();
     #[cfg(feature = "secure")]
-    // SAFETY: forwarded; the closures allocate and free live blocks.
+    // SAFETY: forwarded; the closures allocate and free live blocks, the
+    // block moved away from through the program's own `free`.
     return unsafe {
-        crate::secure::realloc(ptr, new_size, align, |n, a| malloc(n, a), |p| free_below(p))
+        crate::secure::realloc(ptr, new_size, align, |n, a| malloc(n, a), |p| free(p))
     };
     #[cfg(not(feature = "secure"))]
     // SAFETY: forwarded.
     unsafe {
         realloc_plain(ptr, new_size, align)
-    }
-}
-
-/// Frees a block below the hardened layer, checked and wiped already.
-///
-/// # Safety
-/// As [`free`].
-#[cfg(feature = "secure")]
-unsafe fn free_below(ptr: *mut u8) {
-    let current = thread::current_or_null();
-    // SAFETY: forwarded.
-    if !unsafe { HeapCore::free_to_cache(ptr, current) } {
-        // SAFETY: forwarded.
-        unsafe { free_uncached(ptr, current) }
     }
 }
 
@@ -274,6 +274,11 @@ unsafe fn free_below(ptr: *mut u8) {
 /// As [`realloc`].
 #[cfg(not(feature = "secure"))]
 unsafe fn realloc_plain(ptr: *mut u8, new_size: usize, align: usize) -> *mut u8 {
+    // SAFETY: forwarded.
+    let moved = unsafe { realloc_cached_slot(ptr, usize::MAX, new_size.max(1), align) };
+    if !moved.is_null() {
+        return moved;
+    }
     // SAFETY: `with_heap` lends the calling thread's own heap; `ptr` is
     // live (caller); the usable size bounds what the caller may have
     // written, so it is the size to preserve.
@@ -282,6 +287,54 @@ unsafe fn realloc_plain(ptr: *mut u8, new_size: usize, align: usize) -> *mut u8 
         h.realloc(ptr, old, align, new_size.max(1), h)
     })
     .unwrap_or(core::ptr::null_mut())
+}
+
+/// [`realloc_plain`] of a slot the thread cache takes, to a size a slot
+/// serves, on the fast paths alone: its size from the slab table (as a
+/// free reads it), and if it moves, the new slot from the thread cache and
+/// the old one into it. A program that builds text and then trims it
+/// (python3's strings are allocated with room to grow and shrunk to fit)
+/// resizes this way all the time. Null if the block is not such a slot or
+/// the size not such a size (then the general path decides), or if the
+/// allocation failed (which the general path then reports).
+///
+/// `old` bounds the bytes to keep (`usize::MAX`: the whole slot, for a
+/// caller that does not know the size it asked for).
+///
+/// # Safety
+/// As [`realloc`], `ptr` not null, `new_size` not 0; `ptr` holds `old`
+/// bytes the program may have written, if it is a slot.
+#[cfg(not(feature = "secure"))]
+#[inline]
+pub(crate) unsafe fn realloc_cached_slot(
+    ptr: *mut u8,
+    old: usize,
+    new_size: usize,
+    align: usize,
+) -> *mut u8 {
+    use crate::memory::size_class::SMALL_MAX;
+    let current = thread::current_or_null();
+    if current.is_null() || align > 16 || new_size > SMALL_MAX {
+        return core::ptr::null_mut();
+    }
+    // SAFETY: the calling thread's own heap; `ptr` is live (caller).
+    let slot = unsafe { (*current).cached_slot_size(ptr as usize) };
+    if slot == 0 {
+        return core::ptr::null_mut();
+    }
+    if crate::heap::large::stays_in_place(slot, new_size) {
+        return ptr;
+    }
+    // SAFETY: a power of two at most 16; both blocks live and distinct,
+    // the old one holding `slot` bytes the program may have written.
+    unsafe {
+        let new = malloc(new_size, align);
+        if !new.is_null() {
+            core::ptr::copy_nonoverlapping(ptr, new, slot.min(old).min(new_size));
+            free_plain(ptr);
+        }
+        new
+    }
 }
 
 /// Usable size of a live block.
@@ -373,6 +426,50 @@ pub const QUARANTINE: usize = crate::secure::QUARANTINE;
 #[inline]
 pub fn check_write(dst: *const u8, len: usize) {
     crate::secure::check_write(dst, len);
+}
+
+/// The hardened build's own fills and copies inside blocks (the wipe of a
+/// freed block, `calloc`'s zeroing, `realloc`'s copy) call these, the C
+/// library's unchecked `memset` and `memcpy`, rather than whatever the
+/// process's `memset` and `memcpy` are: the hardened C library's are
+/// checked ([`check_write`]), and looking the block up again for a write
+/// the allocator knows to be inside it would be wasted. The hardened C
+/// library calls this when it loads; without it, Rust's are used.
+///
+/// ```
+/// use core::ffi::{c_int, c_void};
+/// unsafe extern "C" fn fill(d: *mut c_void, c: c_int, n: usize) -> *mut c_void {
+///     // SAFETY: as C's `memset` (the caller's contract).
+///     unsafe { core::ptr::write_bytes(d.cast::<u8>(), c as u8, n) };
+///     d
+/// }
+/// unsafe extern "C" fn copy(d: *mut c_void, s: *const c_void, n: usize) -> *mut c_void {
+///     // SAFETY: as C's `memcpy` (the caller's contract).
+///     unsafe { core::ptr::copy_nonoverlapping(s.cast::<u8>(), d.cast::<u8>(), n) };
+///     d
+/// }
+/// pagewise::raw::use_unchecked_mem(fill, copy);
+/// // SAFETY: a live block, freed once.
+/// unsafe {
+///     let p = pagewise::raw::calloc(1000, 16);
+///     assert_eq!(*p.add(999), 0);
+///     pagewise::raw::free(p);
+/// }
+/// ```
+#[cfg(feature = "secure")]
+pub fn use_unchecked_mem(
+    memset: unsafe extern "C" fn(
+        *mut core::ffi::c_void,
+        core::ffi::c_int,
+        usize,
+    ) -> *mut core::ffi::c_void,
+    memcpy: unsafe extern "C" fn(
+        *mut core::ffi::c_void,
+        *const core::ffi::c_void,
+        usize,
+    ) -> *mut core::ffi::c_void,
+) {
+    crate::secure::unchecked::set(memset, memcpy);
 }
 
 /// Whether `ptr` lies in memory pagewise manages (it may still be free).

@@ -122,6 +122,15 @@ pub fn current_or_null() -> *mut HeapCore {
     tls::current_heap()
 }
 
+/// The calling thread's heap, or [`crate::heap::empty_heap`] (whose
+/// caches are empty and take no slot) if it has none: the C library's
+/// fast paths, which then test for no missing heap.
+#[inline(always)]
+#[cfg_attr(feature = "secure", allow(dead_code))]
+pub(crate) fn current_or_empty() -> *mut HeapCore {
+    tls::current_or_empty()
+}
+
 /// Bytes the calling thread has allocated through the global allocator
 /// since it started, in usable sizes (what jemalloc's `thread.allocated`
 /// reads). Counted from figures the heap keeps anyway: the fast paths pay

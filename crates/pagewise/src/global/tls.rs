@@ -19,15 +19,50 @@
 //! startup: always so for an executable or a preloaded library; a library
 //! loaded later with `dlopen` takes its 8 bytes from glibc's static TLS
 //! reserve. Elsewhere (other targets, Miri) a `thread_local!` serves.
+//!
+//! A thread without a heap holds [`empty_heap`] there rather than null,
+//! so the C library's fast paths test for no missing heap: that pointer's
+//! caches are all empty and take no slot. On x86-64 Linux with glibc the
+//! word starts so (its TLS image holds the address, which the loader
+//! relocates before any thread's block is copied from it); elsewhere it
+//! starts at null, which [`current_or_empty`] turns into `empty_heap`.
 
-use crate::heap::HeapCore;
+use crate::heap::{empty_heap, HeapCore};
+
+/// Whether the word starts at [`empty_heap`] (else at null).
+#[cfg(test)]
+const STARTS_EMPTY: bool = cfg!(all(
+    target_arch = "x86_64",
+    target_os = "linux",
+    target_env = "gnu",
+    not(miri)
+));
 
 #[cfg(all(target_arch = "x86_64", target_os = "linux", not(miri)))]
 mod imp {
     use crate::heap::HeapCore;
 
-    // One zero-initialised, 8-byte-aligned word in `.tbss`, hidden so that a
-    // shared library does not export it.
+    // One 8-byte-aligned word in `.tdata` holding `empty_heap()` (the
+    // address of the empty states less their offset in a heap), hidden so
+    // that a shared library does not export it. With glibc, the loader
+    // relocates a TLS image before it copies it into any thread's block.
+    #[cfg(target_env = "gnu")]
+    core::arch::global_asm!(
+        ".pushsection .tdata,\"awT\",@progbits",
+        ".p2align 3",
+        ".globl pagewise_current_heap",
+        ".hidden pagewise_current_heap",
+        ".type pagewise_current_heap,@object",
+        ".size pagewise_current_heap,8",
+        "pagewise_current_heap:",
+        ".quad {empty} - {offset}",
+        ".popsection",
+        empty = sym crate::heap::EMPTY_STATES,
+        offset = const crate::heap::STATES_OFFSET,
+    );
+
+    // Elsewhere (musl) one zero-initialised word in `.tbss`.
+    #[cfg(not(target_env = "gnu"))]
     core::arch::global_asm!(
         ".pushsection .tbss,\"awT\",@nobits",
         ".p2align 3",
@@ -159,13 +194,34 @@ mod imp {
 /// The calling thread's heap, or null if it has none.
 #[inline(always)]
 pub fn current_heap() -> *mut HeapCore {
-    imp::get()
+    let h = imp::get();
+    if h == empty_heap() {
+        return core::ptr::null_mut();
+    }
+    h
 }
 
-/// Makes `heap` (or null) the calling thread's heap.
+/// The calling thread's heap, or [`empty_heap`] if it has none: one load
+/// where the word starts at `empty_heap` (there it is never null).
+#[inline(always)]
+pub fn current_or_empty() -> *mut HeapCore {
+    let h = imp::get();
+    #[cfg(not(all(
+        target_arch = "x86_64",
+        target_os = "linux",
+        target_env = "gnu",
+        not(miri)
+    )))]
+    if h.is_null() {
+        return empty_heap();
+    }
+    h
+}
+
+/// Makes `heap` (or none, for null) the calling thread's heap.
 #[inline(always)]
 pub fn set_current_heap(heap: *mut HeapCore) {
-    imp::set(heap)
+    imp::set(if heap.is_null() { empty_heap() } else { heap })
 }
 
 #[cfg(test)]
@@ -180,12 +236,17 @@ mod tests {
         assert_eq!(current_heap(), fake);
         std::thread::spawn(|| {
             assert!(current_heap().is_null(), "a new thread starts at null");
+            assert_eq!(current_or_empty(), empty_heap());
+            assert_eq!(imp::get() == empty_heap(), STARTS_EMPTY, "its word's start");
             set_current_heap(0x2000 as *mut HeapCore);
             assert_eq!(current_heap(), 0x2000 as *mut HeapCore);
         })
         .join()
         .unwrap();
         assert_eq!(current_heap(), fake, "untouched by the other thread");
+        set_current_heap(core::ptr::null_mut());
+        assert!(current_heap().is_null());
+        assert_eq!(current_or_empty(), empty_heap(), "no heap: the empty one");
         set_current_heap(before);
     }
 }

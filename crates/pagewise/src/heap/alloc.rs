@@ -15,6 +15,8 @@
 //! span pool (under its lock).
 
 use super::*;
+use crate::memory::segment::STATE_SHIFT;
+use core::sync::atomic::AtomicU32;
 
 /// Fresh memory a heap commits before other heaps' retention is reclaimed
 /// for it.
@@ -25,6 +27,59 @@ const FULLEST_CANDIDATES: usize = 8;
 
 /// Largest request [`HeapCore::alloc_cached16`] serves: every slab class.
 pub const CACHED_MAX: usize = SMALL_MAX;
+
+/// Requests up to this size find their class state with one table load.
+const STATE_TABLE_MAX: usize = 1024;
+
+/// The byte offset of the class state serving each request size rounded up
+/// to 16 bytes, up to [`STATE_TABLE_MAX`]: `(class_of(size) + 1) <<
+/// STATE_SHIFT`, the offset the slab table gives the free path. Sizes
+/// rounded up to 16 find the class of the size itself, since every slot
+/// is a multiple of 16 bytes.
+const STATE_AT: [u16; STATE_TABLE_MAX / 16 + 1] = {
+    let mut t = [0u16; STATE_TABLE_MAX / 16 + 1];
+    let mut i = 0;
+    while i < t.len() {
+        let class = crate::memory::size_class::computed_class_of(i * 16);
+        t[i] = ((class + 1) << STATE_SHIFT) as u16;
+        i += 1;
+    }
+    t
+};
+
+/// [`STATE_AT`] as the C library's `malloc` reads it: the same but while
+/// the background purger is asked for and not yet started, when every
+/// entry is 0, the state that caches nothing, so that the next small
+/// `malloc` of any thread takes the slow path, which starts the purger
+/// (`global/purger.rs`), and the fast path tests for no request. Entries
+/// of 32 bits: a 16-bit atomic load would be widened by one more
+/// instruction.
+static STATE_AT_BY_16: [AtomicU32; STATE_TABLE_MAX / 16 + 1] = {
+    let mut t = [const { AtomicU32::new(0) }; STATE_TABLE_MAX / 16 + 1];
+    let mut i = 0;
+    while i < t.len() {
+        t[i] = AtomicU32::new(STATE_AT[i] as u32);
+        i += 1;
+    }
+    t
+};
+
+/// Sends every small `malloc` of the C library to its slow path (see
+/// [`STATE_AT_BY_16`]) until [`undivert_small_mallocs`].
+pub(crate) fn divert_small_mallocs() {
+    for e in &STATE_AT_BY_16 {
+        e.store(0, SeqCst);
+    }
+}
+
+/// Undoes [`divert_small_mallocs`] (nothing to undo: no store).
+pub(crate) fn undivert_small_mallocs() {
+    for (e, &at) in STATE_AT_BY_16.iter().zip(&STATE_AT) {
+        if e.load(Relaxed) != at as u32 {
+            e.store(at as u32, SeqCst);
+        }
+    }
+}
 // Every class has slots of a multiple of 16 bytes in 64 KiB aligned pages,
 // so any request with an alignment of at most 16 takes `class_of(size)`.
 const _: () = {
@@ -84,22 +139,37 @@ impl HeapCore {
     }
 
     /// A slot of at least `size` bytes (up to [`CACHED_MAX`]), aligned to 16,
-    /// from this heap's thread cache; null if the request is bigger or the
-    /// cache of its class is empty (then take [`HeapCore::alloc`]). The C
-    /// `malloc`'s fast path: no page, no size or alignment branches beyond
-    /// one comparison.
+    /// from the thread cache of `heap`; null if the request is bigger or the
+    /// cache of its class is empty (then take [`HeapCore::alloc`]), as every
+    /// cache of [`empty_heap`] is, or if the background purger was asked
+    /// for and not started yet (the slow path starts it: for sizes up to
+    /// [`STATE_TABLE_MAX`], the table sends them to the state that caches
+    /// nothing). The C `malloc`'s fast path: no page, no test for a missing
+    /// heap or for the purger, no size or alignment branches beyond one
+    /// comparison.
     ///
     /// # Safety
-    /// Owner only.
+    /// `heap` is the calling thread's own heap, or [`empty_heap`].
     #[inline(always)]
-    pub unsafe fn alloc_cached16(&self, size: usize) -> *mut u8 {
-        if size > CACHED_MAX {
-            return null_mut();
-        }
+    pub unsafe fn alloc_cached16(heap: *const HeapCore, size: usize) -> *mut u8 {
         // Every class has 16-byte-multiple slots in 64 KiB aligned pages.
-        let class = class_of(size);
-        // SAFETY: `class_of` returns classes below CLASSES; owner only.
-        unsafe { self.states.get_unchecked(class + 1).pop() as *mut u8 }
+        // The common sizes first: one comparison and one table load give
+        // the class state's offset, with no shift to scale a class index.
+        let state_at = if size <= STATE_TABLE_MAX {
+            // SAFETY: (size + 15) / 16 <= STATE_TABLE_MAX / 16, the last index.
+            unsafe { STATE_AT_BY_16.get_unchecked((size + 15) >> 4) }.load(Relaxed) as usize
+        } else if size <= CACHED_MAX && !crate::global::purger::poll_pending() {
+            (class_of(size) + 1) << STATE_SHIFT
+        } else {
+            return null_mut();
+        };
+        // SAFETY: `state_at` is the byte offset of the state of a class below
+        // CLASSES in the heap's states (as in `cache_free`), which start
+        // `STATES_OFFSET` bytes into it, [`empty_heap`]'s too; owner only.
+        unsafe {
+            let states = (heap as *const u8).wrapping_add(STATES_OFFSET);
+            (*(states.add(state_at) as *const ClassState)).pop() as *mut u8
+        }
     }
 
     /// A slot of `class` from this heap's thread cache, null if it has none
@@ -534,4 +604,36 @@ fn next_carved_os_pages(page: &Page) -> (usize, usize) {
     let first = begin & !(os - 1);
     let last = (end - 1) & !(os - 1);
     (first, (last - first) / os + 1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The malloc fast path's table gives, for every size it covers, the
+    /// offset of the state of the class `class_of` picks: the offset the
+    /// slab table gives the free path for that class's slots.
+    #[test]
+    fn the_state_table_finds_the_class_of_every_size() {
+        for size in 0..=STATE_TABLE_MAX {
+            let at = STATE_AT[(size + 15) >> 4] as usize;
+            assert_eq!(at, (class_of(size) + 1) << STATE_SHIFT, "size {size}");
+        }
+    }
+
+    /// A diverted table sends every small size to the state that caches
+    /// nothing; undoing it puts every entry back.
+    #[test]
+    fn a_diverted_table_finds_the_state_that_caches_nothing() {
+        // The purger started (or turned off) first: no start undoes the
+        // diversion below meanwhile.
+        crate::global::purger::ensure();
+        divert_small_mallocs();
+        let diverted: Vec<u32> = STATE_AT_BY_16.iter().map(|e| e.load(Relaxed)).collect();
+        undivert_small_mallocs();
+        assert!(diverted.iter().all(|&at| at == 0), "{diverted:?}");
+        for (e, &at) in STATE_AT_BY_16.iter().zip(&STATE_AT) {
+            assert_eq!(e.load(Relaxed), at as u32);
+        }
+    }
 }

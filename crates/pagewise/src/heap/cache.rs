@@ -17,6 +17,15 @@
 //! half decay period halves every cache, so slots a thread stopped asking
 //! for go home; `trim()` empties them, and thread exit passes them on.
 //!
+//! A thread whose own batch comes back to it from the transfer cache (it
+//! passed slots on, then asked for as many again before anyone else took
+//! them) cycles through more slots of the class than its cache holds: each
+//! cycle costs a pass and a take that move the slots nowhere. Its cache's
+//! bound then doubles, up to the class's 128 KiB of slots ([`GROWN`]), as
+//! tcmalloc's thread caches grow a list that keeps overflowing; each
+//! maintenance pass halves it again towards [`LIMITS`], so a thread that
+//! stops cycling goes back to the short cache, and thread exit resets it.
+//!
 //! The cache shares its cache line with the class's slot geometry and
 //! counters, which the same fast paths read and update.
 
@@ -50,12 +59,28 @@ const fn build_limits() -> [u32; CLASSES] {
     t
 }
 
+const fn build_grown() -> [u32; CLASSES] {
+    let mut t = [0u32; CLASSES];
+    let mut i = 0;
+    while i < CLASSES {
+        // At least the usual bound, which is this one capped at LIMIT.
+        let n = (LIMIT_BYTES / SLOT_SIZE[i] as usize) as u32;
+        t[i] = if n == 0 { 1 } else { n };
+        i += 1;
+    }
+    t
+}
+
 /// `ClassState::left` of a heap that does not sample: about 2^61
 /// allocations of one class, more than any process makes.
 pub const NOT_SAMPLING: i64 = i64::MAX / 4;
 
-/// Slots cached at most, per class.
+/// Slots cached at most, per class, until the cache grows.
 pub static LIMITS: [u32; CLASSES] = build_limits();
+
+/// Slots cached at most, per class, by a cache that grew: 128 KiB of
+/// slots (at least [`LIMITS`]).
+pub static GROWN: [u32; CLASSES] = build_grown();
 
 /// One size class of a heap: its cache of free slots, the class's slot
 /// geometry, and its counters, on one cache line: the fast paths touch no
@@ -65,10 +90,12 @@ pub struct ClassState {
     /// Cached free slots (owner only).
     head: UnsafeCell<*mut Block>,
     /// Slots the cache can still take (owner writes with plain stores;
-    /// stats read). Counting down saves the free path a table lookup.
+    /// stats read). Counting down saves the free path a table lookup. The
+    /// owner's fast paths read it with plain loads: no other thread writes it.
     room: AtomicU32,
-    /// Most slots the cache holds (fixed).
-    limit: u32,
+    /// Most slots the cache holds now: between the class's [`LIMITS`] and
+    /// [`GROWN`] (owner writes, on slow paths only; stats read).
+    limit: AtomicU32,
     /// The class's slot geometry (a copy of the heap's table, `GEOMETRY`
     /// or `HUGE_GEOMETRY`; fixed), which the free path checks the address
     /// against.
@@ -78,7 +105,8 @@ pub struct ClassState {
     /// down where they used to count allocations up, and the heap derives
     /// its allocations from it ([`HeapCore::allocs`]). At 1 the cache
     /// declines the allocation, and the heap samples it (`alloc_sampled`).
-    /// Not sampling: so high it never gets there.
+    /// Not sampling: so high it never gets there. The owner's pop reads
+    /// it with a plain load: no other thread writes it.
     ///
     /// [`HeapCore::allocs`]: crate::heap::HeapCore::allocs
     left: AtomicI64,
@@ -106,7 +134,7 @@ impl ClassState {
         ClassState {
             head: UnsafeCell::new(null_mut()),
             room: AtomicU32::new(limit),
-            limit,
+            limit: AtomicU32::new(limit),
             geometry,
             left: AtomicI64::new(NOT_SAMPLING),
             returned: Counter::zero(),
@@ -166,7 +194,22 @@ impl ClassState {
 
     /// Slots in the cache (any thread; a snapshot).
     pub fn cached(&self) -> u32 {
-        self.limit - self.room.load(Relaxed)
+        // Saturating: another thread may see a new bound with the old room.
+        self.limit().saturating_sub(self.room.load(Relaxed))
+    }
+
+    /// Most slots the cache holds now (any thread; a snapshot).
+    pub fn limit(&self) -> u32 {
+        self.limit.load(Relaxed)
+    }
+
+    /// Makes `limit` the cache's bound, keeping its slots (owner only, on
+    /// a slow path; the cache holds at most `limit` slots).
+    pub fn set_limit(&self, limit: u32) {
+        let cached = self.cached();
+        debug_assert!(cached <= limit, "{cached} cached over a bound of {limit}");
+        self.limit.store(limit, Relaxed);
+        self.room.store(limit - cached, Relaxed);
     }
 
     /// A state per class at index `class + 1`, each cache bounded by
@@ -194,11 +237,14 @@ impl ClassState {
     pub unsafe fn pop(&self) -> *mut Block {
         // SAFETY: owner only (caller): the list is ours, and holds free slots
         // whose first word links the next and whose second holds the key.
+        // Only the owner writes `left`; other threads only read it, so a
+        // plain read of it races with no write.
         unsafe {
             let b = *self.head.get();
-            let left = self.left.load(Relaxed);
-            // One branch for both: an empty cache, or a sample due.
-            if b.is_null() | (left <= 1) {
+            // Two branches, each on a flag its own comparison sets (one
+            // branch on both costs two `set`s and an `or`). The plain read
+            // of `left` is an operand of the comparison.
+            if b.is_null() || *self.left.as_ptr() <= 1 {
                 return null_mut();
             }
             let next = Block::next(b);
@@ -207,8 +253,10 @@ impl ClassState {
             }
             *self.head.get() = next;
             Block::mark_live(b);
+            // Each counter loaded again where it is updated: the compiler
+            // makes each update one instruction on memory.
             self.room.store(self.room.load(Relaxed) + 1, Relaxed);
-            self.left.store(left - 1, Relaxed);
+            self.left.store(self.left.load(Relaxed) - 1, Relaxed);
             b
         }
     }
@@ -220,18 +268,19 @@ impl ClassState {
     /// (`Block::mark_cached`), no longer used by the caller.
     #[inline]
     pub unsafe fn push(&self, block: *mut Block) -> bool {
-        let room = self.room.load(Relaxed);
-        // SAFETY: owner only (caller).
-        let head = unsafe { *self.head.get() };
-        if room == 0 {
+        // SAFETY: only the owner (the caller) writes `room`; other threads
+        // only read it, so a plain read races with no write (and is an
+        // operand of the comparison).
+        if unsafe { *self.room.as_ptr() } == 0 {
             return false;
         }
         // SAFETY: the slot is ours to link (caller); the list is owner-only.
         unsafe {
-            Block::set_next(block, head);
+            Block::set_next(block, *self.head.get());
             *self.head.get() = block;
         }
-        self.room.store(room - 1, Relaxed);
+        // Loaded again where it is updated: one instruction on memory.
+        self.room.store(self.room.load(Relaxed) - 1, Relaxed);
         true
     }
 
@@ -242,12 +291,14 @@ impl ClassState {
     ///
     /// # Safety
     /// Owner only; the cache is empty; the list holds `count` slots of this
-    /// class marked cached, at most the cache's limit, no longer used by
-    /// anyone else.
+    /// class marked cached, at most the class's [`GROWN`] bound, no longer
+    /// used by anyone else.
     pub(super) unsafe fn install(&self, head: *mut Block, count: u32) {
-        let room = self.room.load(Relaxed);
         debug_assert_eq!(self.cached(), 0);
-        debug_assert!(count <= room);
+        // A batch passed by a cache that had grown may be more than this
+        // one holds: it grows to take it (no further than that cache had).
+        self.set_limit(self.limit().max(count));
+        let room = self.room.load(Relaxed);
         // SAFETY: owner only (caller).
         unsafe { *self.head.get() = head };
         self.room.store(room - count, Relaxed);
@@ -411,6 +462,45 @@ mod tests {
         }
         assert_eq!(LIMITS[crate::memory::size_class::class_of(64)], LIMIT);
         assert_eq!(LIMITS[crate::memory::size_class::class_of(256 << 10)], 1);
+        // A cache that grew holds 128 KiB of slots, never fewer than before.
+        for c in 0..CLASSES {
+            let g = GROWN[c];
+            assert!(g >= LIMITS[c]);
+            assert!(g == LIMITS[c] || g as usize * SLOT_SIZE[c] as usize <= LIMIT_BYTES);
+            assert!((g as usize + 1) * SLOT_SIZE[c] as usize > LIMIT_BYTES);
+        }
+        assert_eq!(GROWN[crate::memory::size_class::class_of(16)], 8192);
+    }
+
+    /// A bound set on a slow path keeps the cached slots and counts the
+    /// room from them; a batch larger than the cache's bound (passed by a
+    /// cache that had grown) grows it to take the batch whole.
+    #[test]
+    fn a_new_bound_keeps_the_slots_and_a_large_batch_fits() {
+        let mut slots = [Slot([0; 2]); 4];
+        let p = |s: &mut [Slot; 4], i: usize| s[i].0.as_mut_ptr() as *mut Block;
+        let c = ClassState::new(2, GEOMETRY[0]);
+        // SAFETY: test-local slots, each in one list at a time, marked
+        // cached as a free does.
+        unsafe {
+            for i in 0..4 {
+                Block::mark_cached(p(&mut slots, i));
+            }
+            assert!(c.push(p(&mut slots, 0)));
+            c.set_limit(3);
+            assert_eq!((c.limit(), c.cached()), (3, 1));
+            assert!(c.push(p(&mut slots, 1)) && c.push(p(&mut slots, 2)));
+            assert!(!c.push(p(&mut slots, 3)), "full at the new bound");
+            let (list, n) = c.take_older(0);
+            assert_eq!(n, 3);
+            c.set_limit(2);
+            assert_eq!((c.limit(), c.cached()), (2, 0));
+            // The three slots, as a batch, into a cache of two.
+            c.install(list, n);
+            assert_eq!((c.limit(), c.cached()), (3, 3));
+            c.verify();
+            assert_eq!(c.pop(), p(&mut slots, 2));
+        }
     }
 
     #[test]

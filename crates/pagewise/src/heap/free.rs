@@ -48,7 +48,24 @@ impl HeapCore {
         // slot of a thread heap of the global allocator.
         !current.is_null()
             && registry::in_shared_segment(addr)
-            && unsafe { (*current).cache_free(addr) }
+            && unsafe { HeapCore::cache_free_at(current, addr) }
+    }
+
+    /// [`HeapCore::free_to_cache`] for a `current` that is never null: the
+    /// calling thread's heap, or [`empty_heap`] for a thread with none
+    /// (whose states take no slot), so that the C library's `free` tests
+    /// for no missing heap.
+    ///
+    /// # Safety
+    /// As `free_any`, `current` being the calling thread's heap or
+    /// [`empty_heap`]; on true, the free is done.
+    #[inline]
+    #[cfg_attr(feature = "secure", allow(dead_code))]
+    pub(crate) unsafe fn free_to_cache_or_empty(ptr: *mut u8, current: *const HeapCore) -> bool {
+        let addr = ptr as usize;
+        // SAFETY: as in `free_to_cache`; `empty_heap`'s states pass no
+        // address, so only a real heap's cache takes the slot.
+        registry::in_shared_segment(addr) && unsafe { HeapCore::cache_free_at(current, addr) }
     }
 
     /// Puts `addr` in this heap's cache if it starts a slot of a live slab
@@ -60,16 +77,33 @@ impl HeapCore {
     /// slot of this heap, or of any thread heap if this is one).
     #[inline]
     pub(super) unsafe fn cache_free(&self, addr: usize) -> bool {
+        // SAFETY: forwarded.
+        unsafe { HeapCore::cache_free_at(self, addr) }
+    }
+
+    /// [`HeapCore::cache_free`] into the cache of `heap`, which may be
+    /// [`empty_heap`] (then false: its states take no slot).
+    ///
+    /// # Safety
+    /// As `cache_free`, `heap` being the calling thread's heap or
+    /// [`empty_heap`].
+    #[inline(always)]
+    unsafe fn cache_free_at(heap: *const HeapCore, addr: usize) -> bool {
         // SAFETY: registered segments are mapped and headed by a `Segment`.
         let seg = unsafe { &*Segment::of(crate::memory::layout::segment_base(addr)) };
         let word = seg.slab_word(addr);
         let (state_at, offset) = seg.split_slab_word(word, addr);
         // SAFETY: slab-table entries are 0 or `(class + 1) << STATE_SHIFT`
-        // (`mark_slab`), the byte offset of a state in `states` (CLASSES + 1
-        // states of `1 << STATE_SHIFT` bytes). Entry 0 (no slab page) finds
-        // the state whose geometry no offset passes.
-        let state =
-            unsafe { &*((self.states.as_ptr() as *const u8).add(state_at) as *const ClassState) };
+        // (`mark_slab`), the byte offset of a state in the heap's states
+        // (CLASSES + 1 states of `1 << STATE_SHIFT` bytes, `STATES_OFFSET`
+        // bytes into the heap, `empty_heap`'s too). Entry 0 (no slab page)
+        // finds the state whose geometry no offset passes, and so does
+        // every entry in `empty_heap`.
+        let state = unsafe {
+            &*((heap as *const u8)
+                .wrapping_add(STATES_OFFSET)
+                .add(state_at) as *const ClassState)
+        };
         if !state.starts_slot(offset) {
             return false; // not a slot start: the uncached path says so
         }
@@ -90,10 +124,40 @@ impl HeapCore {
                 return false;
             }
             if !state.push(block) {
-                self.cache_full((state_at >> STATE_SHIFT) - 1, block);
+                // A real heap: `empty_heap`'s states took no slot above.
+                (*heap).cache_full((state_at >> STATE_SHIFT) - 1, block);
             }
         }
         true
+    }
+
+    /// The slot size of the block at `addr` if it is a slot the thread
+    /// cache takes (a slot of a live slab page of a global-allocator thread
+    /// heap whose frees may be cached), read as the free fast path reads
+    /// it: the segment's slab table, on a line the program's frees keep
+    /// warm, not the page's descriptor. 0 otherwise (then ask
+    /// [`HeapCore::usable_size`]).
+    ///
+    /// # Safety
+    /// Owner only (this heap is the calling thread's); `addr` is a live
+    /// allocation of some pagewise heap.
+    #[inline]
+    #[cfg_attr(feature = "secure", allow(dead_code))]
+    pub(crate) unsafe fn cached_slot_size(&self, addr: usize) -> usize {
+        if !registry::in_shared_segment(addr) {
+            return 0;
+        }
+        // SAFETY: registered segments are mapped and headed by a `Segment`.
+        let seg = unsafe { &*Segment::of(crate::memory::layout::segment_base(addr)) };
+        let (state_at, offset) = seg.slab_entry(addr);
+        // SAFETY: as in `cache_free`: entry 0 finds the state whose
+        // geometry no offset passes.
+        let state =
+            unsafe { &*((self.states.as_ptr() as *const u8).add(state_at) as *const ClassState) };
+        if !state.starts_slot(offset) {
+            return 0;
+        }
+        SLOT_SIZE[(state_at >> STATE_SHIFT) - 1] as usize
     }
 
     /// A free found its class's cache full: pass the older half on (to the
@@ -123,7 +187,7 @@ impl HeapCore {
             }
             let mut l = self.lock_local();
             if self.global {
-                self.pass_older(&mut l, class, keep);
+                self.pass_older(&mut l, class, keep, true);
             } else {
                 self.flush_cache(&mut l, class, keep);
             }

@@ -238,7 +238,7 @@ impl HeapCore {
         }
         // SAFETY: `ptr` is live (caller).
         let usable = unsafe { HeapCore::usable_size(ptr) };
-        if new_size <= usable && (new_size >= usable / 2 || usable <= 64) {
+        if stays_in_place(usable, new_size) {
             return ptr;
         }
         // SAFETY: forwarded.
@@ -333,4 +333,12 @@ impl HeapCore {
         }
         ok
     }
+}
+
+/// Whether a block of `usable` bytes resized to `new_size` stays where it
+/// is: it fits, and shrinks by no more than half (a small block always:
+/// moving it frees at most 48 bytes).
+#[inline]
+pub(crate) fn stays_in_place(usable: usize, new_size: usize) -> bool {
+    new_size <= usable && (new_size >= usable / 2 || usable <= 64)
 }

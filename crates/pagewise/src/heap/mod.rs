@@ -268,6 +268,41 @@ pub struct HeapCore {
 // SAFETY: owner-only state is behind `local` and only touched by the owning
 // thread (documented on each method); everything else is atomic or locked.
 unsafe impl Sync for HeapCore {}
+
+/// Where a heap's class states start in it: the fast paths reach a class
+/// state from a heap pointer that may be [`empty_heap`]'s, which only has
+/// states.
+pub(crate) const STATES_OFFSET: usize = core::mem::offset_of!(HeapCore, states);
+
+/// The class states behind [`empty_heap`]: every cache empty, every
+/// geometry one no address passes.
+pub(crate) struct EmptyStates(
+    // Read only through `empty_heap()`'s pointer.
+    #[allow(dead_code)] [ClassState; CLASSES + 1],
+);
+
+// SAFETY: nothing writes these states: a pop finds the cache empty before
+// it writes, and a free into them finds no slot start before it writes.
+unsafe impl Sync for EmptyStates {}
+
+/// The states of [`empty_heap`] (the thread-local word's initial value
+/// points into it: `global/tls.rs`).
+pub(crate) static EMPTY_STATES: EmptyStates = EmptyStates(
+    [const { ClassState::new(0, crate::memory::size_class::Geometry::NONE) }; CLASSES + 1],
+);
+
+/// What a thread without a heap finds where the fast paths look for its
+/// heap: a pointer whose class states are [`EMPTY_STATES`], so that the
+/// thread cache's pop finds nothing and its push no slot, with no test for
+/// null. Only its states are ever read ([`HeapCore::alloc_cached16`],
+/// [`HeapCore::free_to_cache_or_empty`]); it is no heap.
+#[inline(always)]
+pub(crate) fn empty_heap() -> *mut HeapCore {
+    (&EMPTY_STATES as *const EmptyStates as *const u8)
+        .wrapping_sub(STATES_OFFSET)
+        .cast_mut()
+        .cast()
+}
 // SAFETY: as above; a heap moves between threads only when abandoned/adopted.
 unsafe impl Send for HeapCore {}
 

@@ -274,7 +274,7 @@ const CLASS_BY_8: [u8; TABLE_MAX / 8 + 1] = {
 };
 
 /// The class formula behind [`class_of`].
-const fn computed_class_of(size: usize) -> usize {
+pub(crate) const fn computed_class_of(size: usize) -> usize {
     if size <= MIN_SLOT {
         0
     } else if size <= 128 {

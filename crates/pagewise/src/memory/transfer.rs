@@ -43,6 +43,10 @@ pub struct Batch {
     pub count: u32,
     /// When it was put here (the purger's clock), for the decay.
     pub at_ms: u64,
+    /// The address of the heap whose full cache passed it on (0 for none:
+    /// a thread's last caches), so that a heap taking its own batch back
+    /// knows its cache was too short for what it cycles through.
+    pub from: usize,
 }
 
 impl Batch {
@@ -50,6 +54,7 @@ impl Batch {
         head: null_mut(),
         count: 0,
         at_ms: 0,
+        from: 0,
     };
 }
 
@@ -201,6 +206,7 @@ mod tests {
             head: (tag * 4096) as *mut Block,
             count,
             at_ms,
+            from: 0,
         }
     }
 
@@ -312,6 +318,7 @@ mod loom_model {
                 head: self.slot(first),
                 count: count as u32,
                 at_ms,
+                from: 0,
             };
             self.transfer.put(CLASS, b).unwrap();
         }
