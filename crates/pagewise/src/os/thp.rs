@@ -36,8 +36,9 @@ pub enum Thp {
     /// cannot be read, nothing.
     #[default]
     Auto = 0,
-    /// Never ask: no `madvise` of either advice (what the kernel does under
-    /// its own `always` setting is then up to it).
+    /// No huge pages: never `MADV_HUGEPAGE`; under the kernel's own
+    /// `always`, `MADV_NOHUGEPAGE` on each reservation, so that the kernel
+    /// backs none either; elsewhere no advice at all.
     Never = 1,
     /// Ask for every 2 MiB region a slab page starts in, however small the
     /// heap, and make the calls even where the system setting reads

@@ -39,8 +39,7 @@ impl Spans {
                     self.over_limit = true;
                     return None;
                 }
-                let refuse_huge =
-                    Policy::of(ctx.config.thp(), ctx.source).refuses_elsewhere(ctx.source);
+                let refuse_huge = Policy::refuses_elsewhere(ctx.source);
                 let Some(base) = ctx.reservations.lock().take(
                     ctx.source,
                     nsegs,
