@@ -29,7 +29,7 @@ pub struct BenchArgs {
 
     /// Workloads to run, comma-separated (default: all): churn,
     /// arena-on-malloc, block-cohorts, phases, survivors-clustered,
-    /// survivors-sparse, threads, mixed, arena-churn, jit-pools
+    /// survivors-sparse, survivors-random, threads, mixed, arena-churn, jit-pools
     /// (allocator-independent: run under one allocator only), the idle
     /// workloads idle-one-thread, idle-threads-exit, idle-handoff,
     /// idle-handoff-blocked and idle-thread-rounds, big-buffers, and redis

@@ -21,6 +21,7 @@ pub const WORKLOADS: &[&str] = &[
     "phases",
     "survivors-clustered",
     "survivors-sparse",
+    "survivors-random",
     "threads",
     "mixed",
     "arena-churn",
@@ -71,6 +72,7 @@ pub fn describe(name: &str) -> &'static str {
         "phases" => "three phases of 16-512 B objects, most freed: survivors at random, in clustered runs, and one per OS page",
         "survivors-clustered" => "16-512 B objects, one run of 256 consecutive allocations in ten kept through the idle period, the rest freed",
         "survivors-sparse" => "16-512 B objects, one kept per OS page through the idle period, the rest freed",
+        "survivors-random" => "ten phases of 16-512 B objects, after each one object kept, chosen at random, on each 4 KiB page holding none yet, the rest freed; the survivors stay through the idle period",
         "threads" => "larson-like server: slot arrays handed on each round, every slot replaced once, every object freed by the other thread; 2 then 4 threads",
         "mixed" => "alloc-test shape: short-lived objects, Pareto sizes (16 B..64 KiB), some realloc",
         "arena-churn" => "short-lived arenas of 1-64 MiB (4 alive) filled and dropped: pagewise Arena, bumpalo, arena on malloc",
@@ -240,6 +242,7 @@ pub fn run(name: &str, scale: Scale, seed: u64, rec: &mut Rec) -> Result<MmapVec
         "phases" => Ok(phases(scale, &mut rng, rec)),
         "survivors-clustered" => Ok(survivors("clustered", scale, &mut rng, rec)),
         "survivors-sparse" => Ok(survivors("sparse", scale, &mut rng, rec)),
+        "survivors-random" => Ok(survivors_random(scale, &mut rng, rec)),
         "threads" => Ok(threads(scale, seed, rec)),
         "mixed" => Ok(mixed(scale, &mut rng, rec)),
         "arena-churn" => Ok(arena_churn(scale, seed, rec)),
@@ -567,6 +570,58 @@ fn survivors(phase: &str, scale: Scale, rng: &mut Rng, rec: &mut Rec) -> MmapVec
     let mut all: MmapVec<Obj> = MmapVec::with_capacity(n);
     let mut survivors: MmapVec<Obj> = MmapVec::with_capacity(n);
     one_phase(phase, n, rng, rec, &mut all, &mut survivors);
+    survivors
+}
+
+/// Ten phases of `n` objects of 16-512 B; after each, on every 4 KiB page
+/// the phase's objects start on that holds no survivor yet, one of them,
+/// chosen at random, survives; the rest are freed. What meshing is for,
+/// phase after phase: no page empties, and where its survivor sits is
+/// random.
+fn survivors_random(scale: Scale, rng: &mut Rng, rec: &mut Rec) -> MmapVec<Obj> {
+    let n: usize = scale.pick(20_000, 300_000, 2_000_000);
+    let mut all: MmapVec<Obj> = MmapVec::with_capacity(n);
+    let mut survivors: MmapVec<Obj> = MmapVec::with_capacity(n);
+    let mut pages = crate::util::PageSet::with_capacity(n);
+    for phase in 0..10 {
+        rec.mark(&format!("phase {phase}"));
+        let t = Instant::now();
+        for _ in 0..n {
+            let size = rng.range(2, 64) as usize * 8;
+            all.push(new_obj(size, size));
+        }
+        let mut ops = n as u64;
+        // Sorted by address, a page's objects are one run: one of each run
+        // stays.
+        all.as_mut_slice().sort_unstable_by_key(|o| o.addr);
+        let objs = all.as_slice();
+        let mut start = 0;
+        while start < objs.len() {
+            let page = objs[start].addr / crate::util::PAGE;
+            let end = start
+                + objs[start..]
+                    .iter()
+                    .position(|o| o.addr / crate::util::PAGE != page)
+                    .unwrap_or(objs.len() - start);
+            let keep = if pages.insert(page) {
+                start + rng.below((end - start) as u64) as usize
+            } else {
+                usize::MAX
+            };
+            for (i, &o) in objs.iter().enumerate().take(end).skip(start) {
+                if i == keep {
+                    survivors.push(o);
+                } else {
+                    free_obj(o);
+                    ops += 1;
+                }
+            }
+            start = end;
+        }
+        all.clear();
+        rec.ops += ops;
+        part_since(rec, &format!("phase {phase}"), ops, t);
+    }
     survivors
 }
 

@@ -339,6 +339,39 @@ impl<S: PageSource + 'static> Heap<S> {
         unsafe { self.core().mesh() }
     }
 
+    /// The mesh pass the global allocator's background purger makes, by
+    /// the page source's clock ([`PageSource::now_ms`]): nothing meshes
+    /// while the heap has taken a new slab page within a decay period (a
+    /// phase still running would find a meshed page's free slots withheld
+    /// and take fresh pages instead), and then only pages out of use for a
+    /// decay period, whose clock the first such call starts. Before it,
+    /// thread caches are emptied and empty pages released, as the purger's
+    /// visits do. Returns the OS pages that joined groups.
+    ///
+    /// # Safety
+    /// As [`Heap::mesh`].
+    ///
+    /// ```
+    /// # #[cfg(target_os = "linux")] {
+    /// use core::alloc::Layout;
+    /// use pagewise::{Heap, SharedPages};
+    /// let heap = Heap::with_source(SharedPages::new(), Default::default());
+    /// let l = Layout::from_size_align(64, 8).unwrap();
+    /// let p = heap.allocate(l).unwrap();
+    /// // The heap has just grown: a background pass leaves it alone.
+    /// // SAFETY: this thread is the only one using the heap.
+    /// assert_eq!(unsafe { heap.mesh_if_quiet() }, 0);
+    /// // SAFETY: allocated above with `l`, freed once.
+    /// unsafe { heap.deallocate(p.cast(), l) };
+    /// # }
+    /// ```
+    ///
+    /// [`PageSource::now_ms`]: crate::PageSource::now_ms
+    pub unsafe fn mesh_if_quiet(&self) -> usize {
+        // SAFETY: owner (see `allocate`); no writer, per the caller.
+        unsafe { self.core().mesh_if_quiet() }
+    }
+
     /// A snapshot of this heap's counters.
     ///
     /// ```

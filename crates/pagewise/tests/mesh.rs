@@ -393,6 +393,9 @@ unsafe impl pagewise::source::SharePages for Tweaked {
     fn group_of(&self, addr: usize) -> Option<usize> {
         self.pages.sharing().unwrap().group_of(addr)
     }
+    fn members(&self, founder: usize) -> usize {
+        self.pages.sharing().unwrap().members(founder)
+    }
     fn shared(&self) -> (usize, usize) {
         self.pages.sharing().unwrap().shared()
     }

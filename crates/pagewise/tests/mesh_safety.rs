@@ -363,11 +363,17 @@ fn child_signal_store() {
             while !stop.load(Relaxed) {
                 // SAFETY: plain system calls.
                 unsafe { libc::kill(libc::getpid(), libc::SIGUSR1) };
-                std::thread::sleep(Duration::from_micros(200));
+                std::thread::sleep(Duration::from_micros(50));
             }
         })
     };
-    // Rounds of sparse pages for the purger's passes (every 20 ms here).
+    // Rounds of sparse pages for the purger's passes. The purger meshes a
+    // heap once it has taken no new slab page for a decay period (20 ms
+    // here): each round allocates, frees all but one object in 64, then
+    // goes quiet, the signals still coming, until a pass has meshed more
+    // or 200 ms have passed (the parent checks that something was). A
+    // meshed page's free slots are withheld, so the next round takes
+    // fresh pages.
     let mut kept = Vec::new();
     for round in 0..TARGETS / 64 {
         let all: Vec<Box<[u8]>> = (0..4096)
@@ -379,7 +385,13 @@ fn child_signal_store() {
                 kept.push(b);
             }
         }
-        std::thread::sleep(Duration::from_millis(30));
+        let before = pagewise::stats().meshed_bytes;
+        let quiet = std::time::Instant::now();
+        while pagewise::stats().meshed_bytes == before
+            && quiet.elapsed() < Duration::from_millis(200)
+        {
+            std::thread::sleep(Duration::from_millis(5));
+        }
     }
     stop.store(true, Relaxed);
     sender.join().unwrap();

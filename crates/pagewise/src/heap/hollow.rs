@@ -86,7 +86,7 @@ impl HeapCore {
     /// Whether `page` has been out of use for a decay period: the first
     /// visit that finds it so starts the clock, a later one past the delay
     /// says yes. Making the page current stops the clock.
-    fn out_of_use_long_enough(&self, page: &mut Page, now: u64) -> bool {
+    pub(super) fn out_of_use_long_enough(&self, page: &mut Page, now: u64) -> bool {
         let delay = self.config.decay_ms();
         if page.out_of_use_since == 0 {
             page.out_of_use_since = now.max(1);

@@ -7,7 +7,7 @@
 //! `trim_shared` and `purge_expired` touch only the span pool, under its
 //! lock, and may run on any thread.
 
-use super::cache::{walk_to_cache, walk_to_page};
+use super::cache::{walk_to_cache, walk_to_page, LIMITS};
 use super::hollow::Hollow;
 use super::*;
 
@@ -25,15 +25,21 @@ impl HeapCore {
             return;
         }
         l.next_maintenance = now.saturating_add((self.config.decay_ms() / 2).max(1));
-        for class in 0..CLASSES {
+        for (class, &usual) in LIMITS.iter().enumerate() {
             // Halve the caches: slots still wanted come back from their
             // pages cheaply; slots no longer wanted go home within a few
-            // passes, so their pages can empty.
-            let n = self.class(class).cached();
-            if n > 0 {
+            // passes, so their pages can empty. A cache that grew halves
+            // its bound too (`heap/cache.rs`): a thread still cycling grows
+            // it again at its next round trip.
+            let state = self.class(class);
+            let limit = (state.limit() / 2).max(usual);
+            let n = state.cached();
+            let keep = (n / 2).min(limit);
+            if n > keep {
                 // SAFETY: owner only (caller).
-                unsafe { self.flush_cache(l, class, n / 2) };
+                unsafe { self.flush_cache(l, class, keep) };
             }
+            state.set_limit(limit);
         }
         // SAFETY: owner only, with the page lists held (caller).
         unsafe { self.hollow_stale_pages(l, now) };
@@ -199,13 +205,17 @@ impl HeapCore {
                     // The next threads to allocate take them, instead of
                     // this heap's pages holding them for an adopter.
                     for class in 0..CLASSES {
-                        self.pass_older(&mut l, class, 0);
+                        self.pass_older(&mut l, class, 0, false);
                     }
                 } else {
                     self.flush_caches(&mut l);
                 }
                 self.release_empty_pages(&mut l, Access::Owner, Hollow::Never);
             }
+        }
+        // Empty now: the next owner's caches start short.
+        for (class, &usual) in LIMITS.iter().enumerate() {
+            self.class(class).set_limit(usual);
         }
     }
 

@@ -9,7 +9,9 @@
 //!    gathered (`Page::mesh_candidates`) and grouped (`heap/mesh_plan.rs`),
 //!    as densely as the class's share of the kernel mapping budget allows:
 //!    left over is split between classes by their candidates, half kept for
-//!    later passes;
+//!    later passes; groups made before (found through every meshed OS page
+//!    of the class's pages, the full ones too) take new members where
+//!    none of the positions their members may use is met;
 //! 3. every group of two members or more is made: the pages' slots on the
 //!    planned OS pages are withheld first (their free list runs through
 //!    memory that is about to show another page's bytes), then the
@@ -25,6 +27,17 @@ use crate::memory::mesh::{Candidate, Withheld, MAX_POSITIONS};
 use crate::os::source::{map_table, unmap_table, Leave, SharePages};
 use core::mem::size_of;
 use core::ptr::NonNull;
+
+/// Which pages a mesh pass may group.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MeshWhen {
+    /// Every sparse page that is no thread's current page (`mesh()`).
+    Now,
+    /// The background pass at this time (the source's clock): nothing
+    /// while the heap has taken a new slab page within a decay period, and
+    /// then only pages out of use for a decay period.
+    IfQuiet(u64),
+}
 
 /// Withheld-slot records: a free list of them in chunks of anonymous
 /// memory, kept with the page lists.
@@ -109,9 +122,28 @@ impl HeapCore {
         unsafe {
             self.flush_caches(&mut l);
             self.release_empty_pages(&mut l, Access::Owner, Hollow::Now);
-            let joined = self.mesh_pass(&mut l);
+            let joined = self.mesh_pass(&mut l, MeshWhen::Now);
             self.release_empty_pages(&mut l, Access::Owner, Hollow::Now);
             joined
+        }
+    }
+
+    /// What the background purger does to a quiet heap, by the source's
+    /// clock: releases empty pages, hollows those out of use for a decay
+    /// period, then a mesh pass over the pages out of use for a decay
+    /// period if the heap has taken no new slab page for one
+    /// ([`MeshWhen::IfQuiet`]). Returns the OS pages that joined groups.
+    ///
+    /// # Safety
+    /// Owner only; as [`HeapCore::mesh_pass`] for writers.
+    pub unsafe fn mesh_if_quiet(&self) -> usize {
+        let mut l = self.lock_local();
+        let now = self.source().now_ms();
+        // SAFETY: owner (caller), with the page lists held.
+        unsafe {
+            self.flush_caches(&mut l);
+            self.release_empty_pages(&mut l, Access::Owner, Hollow::IfStale(now));
+            self.mesh_pass(&mut l, MeshWhen::IfQuiet(now))
         }
     }
 
@@ -120,15 +152,15 @@ impl HeapCore {
         self.lock_local().records.unmap_all();
     }
 
-    /// One mesh pass (see the module). Returns the OS pages that joined
-    /// groups.
+    /// One mesh pass (see the module) over the pages `when` allows.
+    /// Returns the OS pages that joined groups.
     ///
     /// # Safety
     /// The page lists are held (by the owner or a visitor); no thread
     /// writes to memory of this heap during the call (a store to a page
     /// being copied would be lost) unless the write barrier's handler is
     /// installed (`os/barrier.rs`), which makes such a store wait.
-    pub(crate) unsafe fn mesh_pass(&self, l: &mut Local) -> usize {
+    pub(crate) unsafe fn mesh_pass(&self, l: &mut Local, when: MeshWhen) -> usize {
         let Some(sharing) = self.source().sharing() else {
             return 0;
         };
@@ -138,7 +170,7 @@ impl HeapCore {
         #[cfg(target_os = "linux")]
         let mask = crate::os::barrier::installed().then(crate::os::signals::block_async);
         // SAFETY: per the caller.
-        let joined = unsafe { self.mesh_classes(l, sharing) };
+        let joined = unsafe { self.mesh_classes(l, sharing, when) };
         #[cfg(target_os = "linux")]
         if let Some(mask) = mask {
             crate::os::signals::restore(mask);
@@ -146,67 +178,206 @@ impl HeapCore {
         joined
     }
 
-    /// [`HeapCore::mesh_pass`] with the source's sharing.
+    /// Whether the heap has taken no new slab page for a decay period as of
+    /// `now`: a heap still growing is running a phase whose sparse pages it
+    /// will fill again, and a meshed page's free slots are withheld, so
+    /// meshing it now would send its next allocations to fresh pages (a
+    /// higher peak) and spend the mapping budget on groups that are not
+    /// the program's last state.
+    fn quiet_since_growing(&self, now: u64) -> bool {
+        now >= self
+            .slab_grown_at
+            .get()
+            .saturating_add(self.config.decay_ms())
+    }
+
+    /// Whether a pass `when` may group page `p` (not a current page; for a
+    /// background pass, out of use for a decay period).
+    ///
+    /// # Safety
+    /// A slab page of this heap, with the page lists held.
+    unsafe fn may_mesh(&self, p: *mut Page, current: *mut Page, when: MeshWhen) -> bool {
+        p != current
+            && match when {
+                MeshWhen::Now => true,
+                // SAFETY: per the caller.
+                MeshWhen::IfQuiet(now) => self.out_of_use_long_enough(unsafe { &mut *p }, now),
+            }
+    }
+
+    /// [`HeapCore::mesh_pass`] with the source's sharing. Every class's
+    /// candidates are planned in rounds of as many as the scratch holds
+    /// until none is left: what a pass meshes is paced by what there is to
+    /// gain and the mapping budget, not by the scratch memory's size.
     ///
     /// # Safety
     /// As [`HeapCore::mesh_pass`].
-    unsafe fn mesh_classes(&self, l: &mut Local, sharing: &dyn SharePages) -> usize {
+    unsafe fn mesh_classes(
+        &self,
+        l: &mut Local,
+        sharing: &dyn SharePages,
+        when: MeshWhen,
+    ) -> usize {
         // SAFETY: per the caller.
         unsafe { self.leave_unused_groups(l, sharing) };
+        if let MeshWhen::IfQuiet(now) = when {
+            if !self.quiet_since_growing(now) {
+                return 0;
+            }
+        }
         let Some(mut scratch) = Scratch::map() else {
             return 0;
         };
         let mut counts = [0usize; CLASSES];
         for (class, n) in counts.iter_mut().enumerate() {
             // SAFETY: per the caller.
-            unsafe { self.candidates(l, class, |_| *n += 1) };
+            unsafe { self.candidates(l, class, when, |_| *n += 1) };
         }
         let total: usize = counts.iter().sum();
         let mut joined = 0;
         for (class, &count) in counts.iter().enumerate() {
-            if count < 2 {
-                continue;
-            }
-            scratch.n = 0;
-            // SAFETY: per the caller.
-            unsafe { self.candidates(l, class, |c| scratch.push(c)) };
-            if scratch.n < 2 {
+            // One candidate meshes only with an old group.
+            if count == 0 {
                 continue;
             }
             // The class's share of what is left of the budget, by its
-            // candidates, half kept for later passes.
+            // candidates, half kept for later passes; each round takes its
+            // part of it by the candidates it plans.
             let (used, cap) = sharing.seam_budget();
-            let share =
+            let class_share =
                 (cap.saturating_sub(used) / 2) as u128 * count as u128 / total.max(1) as u128;
-            let packing = Packing::choose(scratch.n, scratch.pages(), share as usize);
-            scratch.place_all(
-                self.source().now_ms() ^ (class as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15),
-                packing,
-            );
-            // SAFETY: per the caller.
-            joined += unsafe { self.make_groups(l, &mut scratch, sharing) };
+            let mut from = l.queues[class].head;
+            let mut round = 0u64;
+            while !from.is_null() {
+                // SAFETY: per the caller.
+                from = unsafe { self.gather(class, from, when, &mut scratch) };
+                if scratch.n == 0 {
+                    continue;
+                }
+                // SAFETY: per the caller.
+                unsafe { self.load_old_groups(l, class, sharing, &mut scratch) };
+                if scratch.n < 2 && scratch.old == 0 {
+                    continue;
+                }
+                let share = class_share * scratch.n as u128 / count as u128;
+                let packing = Packing::choose(scratch.n, scratch.pages(), share as usize);
+                round += 1;
+                scratch.place_all(
+                    self.source().now_ms()
+                        ^ (class as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15)
+                        ^ round.wrapping_mul(0xbf58_476d_1ce4_e5b9),
+                    packing,
+                );
+                // SAFETY: per the caller.
+                joined += unsafe { self.make_groups(l, &mut scratch, sharing) };
+            }
         }
         joined
     }
 
-    /// Passes every mesh candidate of `class` to `found`, page by page (the
-    /// current page left alone).
+    /// Passes every mesh candidate of `class` a pass `when` may group to
+    /// `found`, page by page.
     ///
     /// # Safety
     /// As [`HeapCore::mesh_pass`].
-    unsafe fn candidates(&self, l: &Local, class: usize, mut found: impl FnMut(Candidate)) {
+    unsafe fn candidates(
+        &self,
+        l: &Local,
+        class: usize,
+        when: MeshWhen,
+        mut found: impl FnMut(Candidate),
+    ) {
         let current = self.current_page(class);
         let mut p = l.queues[class].head;
         while !p.is_null() {
             // SAFETY: queue entries are slab pages of this heap, with the
             // page lists held; the current page is left alone.
             unsafe {
-                if p != current {
+                if self.may_mesh(p, current, when) {
                     (*p).mesh_candidates(&mut found);
                 }
                 p = (*p).next;
             }
         }
+    }
+
+    /// Fills `s` (emptied first) with the candidates of `class`'s pages
+    /// from `from` on, whole pages only, as many as it holds. Returns the
+    /// page to go on from (null: the queue's end).
+    ///
+    /// # Safety
+    /// As [`HeapCore::mesh_pass`]; `from` is on `class`'s queue.
+    unsafe fn gather(
+        &self,
+        class: usize,
+        from: *mut Page,
+        when: MeshWhen,
+        s: &mut Scratch,
+    ) -> *mut Page {
+        s.n = 0;
+        s.overflowed = false;
+        let current = self.current_page(class);
+        let mut p = from;
+        while !p.is_null() {
+            // SAFETY: as in `candidates`.
+            unsafe {
+                if self.may_mesh(p, current, when) {
+                    let before = s.n;
+                    (*p).mesh_candidates(|c| s.push(c));
+                    if s.overflowed && before > 0 {
+                        // This page's candidates go into the next round.
+                        s.n = before;
+                        s.overflowed = false;
+                        return p;
+                    }
+                    s.overflowed = false;
+                }
+                p = (*p).next;
+            }
+        }
+        null_mut()
+    }
+
+    /// Loads the groups `class`'s meshed OS pages are members of into `s`
+    /// as old groups, with every position their members may use, from
+    /// every page of the class (on its queue or the full list; the current
+    /// page is on its queue); a group with a member elsewhere (a page of
+    /// another heap) stays closed.
+    ///
+    /// # Safety
+    /// As [`HeapCore::mesh_pass`].
+    unsafe fn load_old_groups(
+        &self,
+        l: &Local,
+        class: usize,
+        sharing: &dyn SharePages,
+        s: &mut Scratch,
+    ) {
+        s.clear_old();
+        let mut load = |p: *mut Page| {
+            // SAFETY: a slab page of this heap, with the page lists held.
+            unsafe {
+                (*p).meshed_positions(|c| {
+                    if let Some(at) = sharing.group_of(c.addr()) {
+                        s.add_old(at, &c);
+                    }
+                })
+            };
+        };
+        for queue in [&l.queues[class], &l.full] {
+            let mut p = queue.head;
+            while !p.is_null() {
+                // SAFETY: queue entries are slab pages of this heap, with
+                // the page lists held.
+                unsafe {
+                    if (*p).class as usize == class && (*p).meshed_pages() > 0 {
+                        load(p);
+                    }
+                    p = (*p).next;
+                }
+            }
+        }
+        s.close_old(|at| sharing.members(at));
     }
 
     /// Meshed OS pages with nothing in use leave their groups.
@@ -304,7 +475,7 @@ impl HeapCore {
         //    threads' stores to a page being copied wait); groups no member
         //    joined go back to their founders.
         for g in 0..s.ngroups as u32 {
-            if s.group(g).made() {
+            if s.group(g).made() && !s.group(g).old {
                 // SAFETY: per the caller.
                 unsafe { found_group(s, g, sharing) };
             }
@@ -317,7 +488,7 @@ impl HeapCore {
         }
         let mut joined = 0;
         for g in 0..s.ngroups as u32 {
-            if s.group(g).founder != NONE {
+            if s.group(g).at != 0 {
                 // SAFETY: per the caller.
                 joined += unsafe { end_lone_group(s, g, sharing) };
             }
@@ -459,6 +630,7 @@ unsafe fn found_group(s: &mut Scratch, g: u32, sharing: &dyn SharePages) {
         if !s.plan(m).failed && under_barrier(|| unsafe { sharing.share(addr) }) {
             let group = s.group(g);
             group.founder = m;
+            group.at = addr;
             group.joined = 1;
             return;
         }
@@ -469,27 +641,27 @@ unsafe fn found_group(s: &mut Scratch, g: u32, sharing: &dyn SharePages) {
 }
 
 /// Joins candidate `i` (planned, not its group's founder unless that) to
-/// its group, copying its live slots; marks it failed if the group was not
-/// founded or the source refuses.
+/// its group (new or old), copying its live slots; marks it failed if the
+/// group was not founded or the source refuses.
 ///
 /// # Safety
 /// As [`found_group`].
 unsafe fn join_group(s: &mut Scratch, i: u32, sharing: &dyn SharePages) {
     let g = s.plan(i).group;
-    let founder = s.group(g).founder;
+    let (founder, at) = (s.group(g).founder, s.group(g).at);
     if founder == i {
         return;
     }
     let c = *s.cand(i);
-    let joined = founder != NONE && {
+    let joined = at != 0 && {
         // SAFETY: `ranges` has room for every position of an OS page.
         let ranges = unsafe { core::slice::from_raw_parts_mut(s.ranges, MAX_POSITIONS) };
         // SAFETY: a slab page of this heap.
         let n = unsafe { (*c.page).live_ranges(c.k as usize, &c.live, ranges) };
-        let founder = s.cand(founder).addr();
         // SAFETY: per the caller; the group's bytes at these ranges hold
-        // nothing of the others (the union was disjoint).
-        under_barrier(|| unsafe { sharing.join(founder, c.addr(), &ranges[..n]) })
+        // nothing of the others (the union was disjoint, and an old group's
+        // holds every position its members may use).
+        under_barrier(|| unsafe { sharing.join(at, c.addr(), &ranges[..n]) })
     };
     if joined {
         s.group(g).joined += 1;
@@ -500,7 +672,8 @@ unsafe fn join_group(s: &mut Scratch, i: u32, sharing: &dyn SharePages) {
 }
 
 /// Returns the OS pages that joined group `g` (founded), the founder
-/// included, or, if none but the founder did, takes the group apart: the
+/// included (of an old group: the candidates that joined it), or, if none
+/// but the founder did, takes the group apart: the
 /// group page's bytes go back to the founder's own page (with whatever a
 /// member that failed after its copy left in the founder's free slots:
 /// their keys are rewritten by `restore_unmeshed`).
@@ -509,7 +682,7 @@ unsafe fn join_group(s: &mut Scratch, i: u32, sharing: &dyn SharePages) {
 /// As [`found_group`].
 unsafe fn end_lone_group(s: &mut Scratch, g: u32, sharing: &dyn SharePages) -> usize {
     let (founder, joined) = (s.group(g).founder, s.group(g).joined);
-    if joined > 1 || s.group(g).members == 1 {
+    if s.group(g).old || joined > 1 || s.group(g).members == 1 {
         return joined as usize;
     }
     let addr = s.cand(founder).addr();

@@ -20,6 +20,16 @@
 //!
 //! A pass picks, per size class, the densest packing whose mappings fit the
 //! class's share of what is left of the budget.
+//!
+//! Groups made by earlier passes (*old* groups, loaded first with
+//! [`Scratch::add_old`]) take new members too: a candidate placed on its
+//! own (every one under [`Packing::Free`], the misses of the others) tries
+//! the old groups of its phase first, up to [`PROBES`] of them. An old
+//! group's positions are every position any of its members may use (in
+//! use, free or hollow: all but the withheld ones), and a group is only
+//! tried if the page source counts as many members as the heap found
+//! ([`Scratch::close_old`]): a member the heap did not see, whose objects
+//! the new member's copy could overwrite, keeps the group closed.
 
 use crate::memory::layout::os_page;
 use crate::memory::mesh::{Candidate, Positions, MAX_POSITIONS};
@@ -29,14 +39,22 @@ use core::ptr::NonNull;
 
 /// Candidates one class gives a pass at most.
 pub(super) const MAX_CANDIDATES: usize = 4096;
+/// Old groups one round loads at most (more are left closed).
+const MAX_OLD: usize = MAX_CANDIDATES;
+/// Slots of the table of old groups by address (a power of two, at least
+/// twice [`MAX_OLD`]).
+const OLD_SLOTS: usize = 2 * MAX_OLD;
+/// The phase of an old group that takes no member.
+const CLOSED: u32 = u32::MAX;
 /// Open groups a candidate is tried against.
 const PROBES: usize = 64;
 /// No group.
 pub(super) const NONE: u32 = u32::MAX;
 
 /// A group being planned: its first member, the last one (members are
-/// chained through `next`), its phase and the union of live positions;
-/// once made, the member that founded it and how many joined.
+/// chained through `next`; `NONE` for an old group no candidate joined
+/// yet), its phase and the union of live positions; once made, the member
+/// that founded it and how many joined.
 #[derive(Clone, Copy)]
 pub(super) struct Group {
     pub(super) first: u32,
@@ -50,10 +68,17 @@ pub(super) struct Group {
     alone: bool,
     pub(super) founder: u32,
     pub(super) joined: u32,
+    /// The address of the OS page that founded it (the source's key for
+    /// the group), once founded; 0 before.
+    pub(super) at: usize,
+    /// Made by an earlier pass: it exists, with members not among the
+    /// candidates, and `joined` counts the candidates that joined it.
+    pub(super) old: bool,
 }
 
 impl Group {
-    /// Whether the group is to be made.
+    /// Whether the group is to be made (an old group counts its members
+    /// loaded: with a candidate, two at least).
     pub(super) fn made(&self) -> bool {
         self.members >= 2 || self.alone
     }
@@ -82,10 +107,18 @@ pub(super) struct Scratch {
     groups: *mut Group,
     /// First candidates of leader pages.
     leaders: *mut u32,
+    /// Old groups by address: index + 1 (0: empty), open addressing.
+    old_slots: *mut u32,
+    /// Old groups, at the start of `groups`.
+    pub(super) old: usize,
+    /// The old group the next candidate placed on its own tries first.
+    probe: usize,
     /// Room for the live byte ranges of one OS page.
     pub(super) ranges: *mut (usize, usize),
     /// Candidates pushed.
     pub(super) n: usize,
+    /// A candidate was dropped since this was last cleared (no room).
+    pub(super) overflowed: bool,
     pub(super) ngroups: usize,
     nleaders: usize,
     packing: Packing,
@@ -146,11 +179,12 @@ impl Scratch {
             MAX_CANDIDATES * size_of::<Candidate>(),
             MAX_CANDIDATES * size_of::<Plan>(),
             MAX_CANDIDATES * size_of::<u32>(),
-            MAX_CANDIDATES * size_of::<Group>(),
+            (MAX_OLD + MAX_CANDIDATES) * size_of::<Group>(),
             MAX_CANDIDATES * size_of::<u32>(),
             MAX_POSITIONS * size_of::<(usize, usize)>(),
+            OLD_SLOTS * size_of::<u32>(),
         ];
-        let mut offsets = [0; 6];
+        let mut offsets = [0; 7];
         let mut at = 0;
         for (o, len) in offsets.iter_mut().zip(parts) {
             *o = at;
@@ -168,7 +202,11 @@ impl Scratch {
             groups: p(3).cast(),
             leaders: p(4).cast(),
             ranges: p(5).cast(),
+            old_slots: p(6).cast(),
+            old: 0,
+            probe: 0,
             n: 0,
+            overflowed: false,
             ngroups: 0,
             nleaders: 0,
             packing: Packing::Whole,
@@ -176,12 +214,14 @@ impl Scratch {
     }
 
     /// Adds a candidate (page by page, a page's in `k` order);
-    /// past the capacity it is dropped.
+    /// past the capacity it is dropped, and `overflowed` set.
     pub(super) fn push(&mut self, c: Candidate) {
         if self.n < MAX_CANDIDATES {
             // SAFETY: `n` is below the capacity mapped for candidates.
             unsafe { self.cands.add(self.n).write(c) };
             self.n += 1;
+        } else {
+            self.overflowed = true;
         }
     }
 
@@ -208,6 +248,72 @@ impl Scratch {
             e += 1;
         }
         e
+    }
+
+    /// Forgets the old groups (before they are loaded for a round).
+    pub(super) fn clear_old(&mut self) {
+        self.old = 0;
+        self.probe = 0;
+        // SAFETY: `OLD_SLOTS` entries mapped for the table.
+        unsafe { core::ptr::write_bytes(self.old_slots, 0, OLD_SLOTS) };
+    }
+
+    /// Loads one member of the old group founded at `at`: `c.live` are
+    /// the positions it may use. Members of a group with more old groups
+    /// loaded than [`MAX_OLD`] are left out (that group stays closed).
+    pub(super) fn add_old(&mut self, at: usize, c: &Candidate) {
+        let mut h = (at / os_page()).wrapping_mul(0x9e37_79b9) % OLD_SLOTS;
+        loop {
+            // SAFETY: `h` < `OLD_SLOTS`.
+            let slot = unsafe { &mut *self.old_slots.add(h) };
+            if *slot == 0 {
+                if self.old == MAX_OLD {
+                    return;
+                }
+                let g = self.old;
+                // SAFETY: below `MAX_OLD`, inside the groups' room.
+                unsafe {
+                    self.groups.add(g).write(Group {
+                        first: NONE,
+                        last: NONE,
+                        members: 1,
+                        phase: c.phase,
+                        union: c.live,
+                        alone: false,
+                        founder: NONE,
+                        joined: 0,
+                        at,
+                        old: true,
+                    })
+                };
+                *slot = g as u32 + 1;
+                self.old += 1;
+                return;
+            }
+            let g = *slot - 1;
+            if self.group(g).at == at {
+                let group = self.group(g);
+                if group.phase != c.phase {
+                    group.phase = CLOSED;
+                }
+                group.union.union(&c.live);
+                group.members += 1;
+                return;
+            }
+            h = (h + 1) % OLD_SLOTS;
+        }
+    }
+
+    /// Closes every old group whose member count `members(at)` (the page
+    /// source's) is not the count loaded: a member not loaded could be
+    /// overwritten by a new member's copy.
+    pub(super) fn close_old(&mut self, members: impl Fn(usize) -> usize) {
+        for g in 0..self.old as u32 {
+            let group = self.group(g);
+            if members(group.at) != group.members as usize {
+                group.phase = CLOSED;
+            }
+        }
     }
 
     /// Slab pages pushed: the first candidate of each is written to
@@ -245,7 +351,7 @@ impl Scratch {
     /// xorshift from `seed`.
     pub(super) fn place_all(&mut self, seed: u64, packing: Packing) {
         self.packing = packing;
-        self.ngroups = 0;
+        self.ngroups = self.old;
         self.nleaders = 0;
         let pages = self.index_pages();
         if packing == Packing::Free {
@@ -396,14 +502,31 @@ impl Scratch {
         group.union.union(&live);
         group.members += 1;
         let last = core::mem::replace(&mut group.last, i);
-        self.plan(last).next = i;
+        if last == NONE {
+            group.first = i;
+        } else {
+            self.plan(last).next = i;
+        }
         self.plan(i).group = g;
     }
 
-    /// Puts candidate `i` in the first recent group of its phase it fits,
-    /// or a new one.
+    /// Puts candidate `i` in the first old group of its phase it fits
+    /// (trying [`PROBES`], from where the last candidate went), else the
+    /// first recent new group, else a new one.
     fn place(&mut self, i: u32) {
-        let lowest = self.ngroups.saturating_sub(PROBES);
+        let tries = self.old.min(PROBES);
+        for t in 0..tries {
+            let g = (self.probe + t) % self.old;
+            if self.fits(g as u32, i) {
+                self.probe = g;
+                self.add(g as u32, i);
+                return;
+            }
+        }
+        if self.old > 0 {
+            self.probe = (self.probe + tries) % self.old;
+        }
+        let lowest = self.ngroups.saturating_sub(PROBES).max(self.old);
         for g in (lowest..self.ngroups).rev() {
             if self.fits(g as u32, i) {
                 self.add(g as u32, i);
@@ -417,7 +540,8 @@ impl Scratch {
     fn found(&mut self, i: u32) {
         let c = *self.cand(i);
         let g = self.ngroups as u32;
-        // SAFETY: at most one group per candidate, below the capacity.
+        // SAFETY: at most `MAX_OLD` old groups, then one per candidate:
+        // below the capacity.
         unsafe {
             self.groups.add(self.ngroups).write(Group {
                 first: i,
@@ -428,6 +552,8 @@ impl Scratch {
                 alone: false,
                 founder: NONE,
                 joined: 0,
+                at: 0,
+                old: false,
             })
         };
         self.ngroups += 1;
@@ -531,6 +657,105 @@ mod tests {
             let ((a, (ga, oa)), (b, (gb, ob))) = (w[0], w[1]);
             assert!(gb < ga && ob > oa, "{a:?} -> {b:?}: {seen:?}");
         }
+    }
+
+    /// A candidate of its own fake page at OS page index 0.
+    fn at(page: usize, positions: &[usize], phase: u32) -> Candidate {
+        let mut live = Positions::EMPTY;
+        for &j in positions {
+            live.insert(j);
+        }
+        Candidate {
+            page: page as *mut Page,
+            k: 0,
+            phase,
+            live,
+        }
+    }
+
+    #[test]
+    #[cfg_attr(miri, ignore)] // maps its scratch memory
+    fn old_groups_take_candidates_that_meet_none_of_their_members_positions() {
+        let mut s = Scratch::map().unwrap();
+        let page = os_page();
+        for seed in 1..8 {
+            s.clear_old();
+            // Old group 0: two members, at positions {1, 2} and {3}.
+            s.add_old(page, &at(0x1000, &[1, 2], 0));
+            s.add_old(page, &at(0x2000, &[3], 0));
+            // Old group 1: one member loaded, but the source counts two.
+            s.add_old(2 * page, &at(0x3000, &[9], 0));
+            // Old group 2: members of two phases.
+            s.add_old(3 * page, &at(0x4000, &[20], 0));
+            s.add_old(3 * page, &at(0x5000, &[21], 16));
+            // Old group 3: complete, one member.
+            s.add_old(4 * page, &at(0x6000, &[30], 16));
+            s.close_old(|at| if at == 4 * page { 1 } else { 2 });
+            assert_eq!(s.old, 4);
+            s.n = 0;
+            // Each meets group 0; would fit group 1 or 2 were they open;
+            // meets the other.
+            s.push(at(0x7000, &[2, 8], 0));
+            s.push(at(0x8000, &[4], 0)); // fits group 0
+            s.push(at(0x9000, &[5], 16)); // fits group 3 only
+            s.push(at(0xa000, &[1, 8, 22], 0));
+            s.place_all(seed, Packing::Free);
+            let groups = [0, 1, 2, 3].map(|i| s.plan(i).group);
+            assert_eq!(groups[1], 0, "seed {seed}");
+            assert_eq!(groups[2], 3, "seed {seed}");
+            assert!(groups[0] >= 4 && groups[3] >= 4, "seed {seed}: {groups:?}");
+            assert!(s.planned(1) && s.planned(2) && !s.planned(0) && !s.planned(3));
+            assert_eq!((s.group(0).first, s.group(0).members), (1, 3));
+            assert_eq!((s.group(3).first, s.group(3).members), (2, 2));
+        }
+    }
+
+    #[test]
+    #[cfg_attr(miri, ignore)] // maps its scratch memory
+    fn old_groups_are_found_again_when_their_addresses_collide() {
+        let mut s = Scratch::map().unwrap();
+        s.clear_old();
+        // Every one of these addresses lands in the same slot of the table.
+        let key = |i: usize| (i + 1) * OLD_SLOTS * os_page();
+        for i in 0..100 {
+            s.add_old(key(i), &at(0x1000, &[i % 7], 0));
+        }
+        for i in 0..100 {
+            s.add_old(key(i), &at(0x2000, &[7 + i % 7], 0));
+        }
+        assert_eq!(s.old, 100);
+        for g in 0..100u32 {
+            let group = *s.group(g);
+            assert_eq!((group.at, group.members), (key(g as usize), 2));
+        }
+        // Past `MAX_OLD` groups, the others are left out.
+        s.clear_old();
+        for i in 0..MAX_OLD + 10 {
+            s.add_old((i + 1) * os_page(), &at(0x1000, &[0], 0));
+        }
+        assert_eq!(s.old, MAX_OLD);
+    }
+
+    #[test]
+    #[cfg_attr(miri, ignore)] // maps its scratch memory
+    fn a_candidate_that_fits_none_of_the_probed_old_groups_moves_the_probe_on() {
+        let mut s = Scratch::map().unwrap();
+        s.clear_old();
+        // 100 old groups: the first 64 hold position 5, the others not.
+        for g in 0..100 {
+            let taken: &[usize] = if g < PROBES { &[5] } else { &[6] };
+            s.add_old((g + 1) * os_page(), &at(0x1000 * (g + 1), taken, 0));
+        }
+        s.close_old(|_| 1);
+        s.n = 0;
+        s.push(at(0x100_0000, &[5], 0));
+        s.push(at(0x200_0000, &[5], 0));
+        s.place_all(3, Packing::Free);
+        // The first placed tries groups 0-63 and founds a new one; the
+        // second starts where those tries ended, and joins group 64.
+        let mut groups = [s.plan(0).group, s.plan(1).group];
+        groups.sort();
+        assert_eq!(groups, [PROBES as u32, 100], "{groups:?}");
     }
 
     #[test]

@@ -180,6 +180,43 @@ impl Page {
         true
     }
 
+    /// The meshed OS pages of this page, each passed to `found` with, as
+    /// its `live` positions, every position a slot of this page may use on
+    /// it: each slot overlapping it that is not withheld, whether in use,
+    /// free or hollow (a free slot is handed out again at any time, and a
+    /// hollow one once its other OS page is carved again). A group that
+    /// takes a new member must keep clear of all of them.
+    ///
+    /// # Safety
+    /// The owner's page lists are held; a slab page of the heap.
+    pub unsafe fn meshed_positions(&self, mut found: impl FnMut(Candidate)) {
+        if self.meshed_pages == 0 {
+            return;
+        }
+        let slot = self.slot_size as usize;
+        // SAFETY: a slab page lies in a registered, mapped segment.
+        let seg = unsafe { &*Segment::of(segment_base(self.start)) };
+        let base = seg.os_page(self.start);
+        for k in 0..self.carved_os_pages() {
+            if !seg.is_meshed(base + k) {
+                continue;
+            }
+            let (first, last) = self.slots_on(k);
+            let mut owned = Positions::EMPTY;
+            for i in first..=last {
+                if !self.is_withheld(i) {
+                    owned.insert(i - first);
+                }
+            }
+            found(Candidate {
+                page: self as *const Page as *mut Page,
+                k: k as u32,
+                phase: ((k * os_page()) % slot) as u32,
+                live: owned,
+            });
+        }
+    }
+
     /// Free-listed slots (carved, not in use, not hollow or withheld), or
     /// `None` if the counts say more are in use than carved.
     fn free_slots(&self) -> Option<usize> {

@@ -87,6 +87,15 @@ pub fn in_shared_segment(addr: usize) -> bool {
     entry(addr) == HEADER
 }
 
+/// Whether `addr` lies in any segment the map records (a thread heap's,
+/// an owned heap's, or a huge run's): one load, so that an address that is
+/// none of pagewise's (a stack, a static) is told so at once.
+#[inline]
+#[cfg_attr(not(feature = "secure"), allow(dead_code))]
+pub fn registered(addr: usize) -> bool {
+    entry(addr) != NONE
+}
+
 /// Whether `addr` lies in a (non-huge) segment of an owned `Heap`.
 #[inline]
 pub fn in_owned_segment(addr: usize) -> bool {

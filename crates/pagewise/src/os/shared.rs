@@ -836,6 +836,18 @@ unsafe impl SharePages for SharedPages {
         .flatten()
     }
 
+    fn members(&self, founder: usize) -> usize {
+        self.with_mapping(founder, |m| {
+            if m.members.is_null() {
+                0
+            } else {
+                // SAFETY: the tables are mapped; `founder` is a page of `m`.
+                unsafe { *m.members.add(m.index(founder)) as usize }
+            }
+        })
+        .unwrap_or(0)
+    }
+
     fn shared(&self) -> (usize, usize) {
         let mut maps = self.maps.lock();
         maps.used()

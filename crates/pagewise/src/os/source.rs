@@ -304,6 +304,13 @@ pub unsafe trait SharePages {
     unsafe fn leave(&self, member: usize, how: Leave) -> bool;
     /// The founder of the group the OS page at `addr` is a member of.
     fn group_of(&self, addr: usize) -> Option<usize>;
+    /// Members of the group the OS page at `founder` founded (0: none
+    /// lives). A source that cannot say answers 0, and no group it keeps
+    /// takes a member in a later pass.
+    fn members(&self, founder: usize) -> usize {
+        let _ = founder;
+        0
+    }
     /// OS pages that are group members now, and groups (physical pages).
     fn shared(&self) -> (usize, usize);
     /// Kernel mappings the groups add now: boundaries inside the source's
