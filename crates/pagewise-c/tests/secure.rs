@@ -90,6 +90,17 @@ fn the_hardened_library_stops_each_misuse_with_its_report() {
     for (kind, size, report) in [
         ("write-after-free", 8, "write after free"),
         ("write-after-free", 4000, "write after free"),
+        // A write after free over a block's bytes (its free key, and the
+        // free slot's tail word of one with a short tail), then a second
+        // free past the quarantine or by another thread.
+        ("double-free-rewritten-later", 8, "double free"),
+        ("double-free-rewritten-later", 12, "double free"),
+        ("double-free-rewritten-later", 4000, "double free"),
+        ("double-free-rewritten-later", 4093, "double free"),
+        ("double-free-rewritten-thread", 8, "double free"),
+        ("double-free-rewritten-thread", 12, "double free"),
+        ("double-free-rewritten-thread", 4000, "double free"),
+        ("double-free-rewritten-thread", 4093, "double free"),
         ("underflow-1", 8, "heap buffer underflow"),
         ("underflow-1", 4000, "heap buffer underflow"),
         ("underflow-1", 12, "heap buffer underflow"),
@@ -177,6 +188,8 @@ fn table_of_what_each_allocator_catches() {
         "double-free",
         "double-free-later",
         "double-free-written",
+        "double-free-rewritten-later",
+        "double-free-rewritten-thread",
         "write-after-free",
         "read-after-free",
         "invalid-free",

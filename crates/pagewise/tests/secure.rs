@@ -208,6 +208,35 @@ fn child_entry() {
                 p.write_bytes(b'x', 16);
                 A.dealloc(p, l);
             }
+            "double-rewritten" | "double-rewritten-past" | "double-rewritten-thread" => {
+                // A write after free over the block's bytes as the program
+                // knew them (16 at least: all of a 16-byte slot), its free
+                // key among them and, for a block with a short tail, the
+                // free slot's tail word at its end; then a second free, with
+                // the slot still in the thread's quarantine, past it (in the
+                // thread cache), or by another thread (running before the
+                // first free, so that nothing takes the block between).
+                let q = p as usize;
+                let (go, wait) = std::sync::mpsc::channel::<()>();
+                let other = (kind == "double-rewritten-thread").then(|| {
+                    std::thread::spawn(move || {
+                        wait.recv().unwrap();
+                        A.dealloc(q as *mut u8, l)
+                    })
+                });
+                A.dealloc(p, l);
+                if kind == "double-rewritten-past" {
+                    past_quarantine(l);
+                }
+                p.write_bytes(b'x', size.max(16));
+                match other {
+                    Some(t) => {
+                        go.send(()).unwrap();
+                        t.join().unwrap();
+                    }
+                    None => A.dealloc(p, l),
+                }
+            }
             "zero-read" | "zero-write" | "zero-double-free" => {
                 let z = black_box(pagewise::raw::malloc(0, 16));
                 match kind {
@@ -286,6 +315,22 @@ fn a_double_free_is_reported_at_the_second_free() {
 fn a_double_free_after_the_freed_block_was_overwritten_is_reported_as_one() {
     // At the second free the slot is still in the thread's quarantine.
     expect_report("double-overwritten", &SLAB_SIZES, "pagewise: double free");
+}
+
+#[test]
+fn a_double_free_of_a_rewritten_block_is_named_a_double_free_wherever_it_waits() {
+    // The freed block's bytes written over (its free key, and the free
+    // slot's tail word of a block with a short tail): the slot is free by
+    // the allocator's own record, not by what its bytes say, in the
+    // thread's quarantine, past it, and freed again by another thread.
+    let sizes = [8, 12, 250, 4000, 4093, 200_000, 229_370];
+    for kind in [
+        "double-rewritten",
+        "double-rewritten-past",
+        "double-rewritten-thread",
+    ] {
+        expect_report(kind, &sizes, "pagewise: double free");
+    }
 }
 
 #[test]

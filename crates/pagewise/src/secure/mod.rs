@@ -18,12 +18,12 @@
 //! `kept.rs`). `malloc(0)` is a block that faults (`zero.rs`), and the C
 //! library's `memcpy` family asks [`check_write`] first (`bounds.rs`).
 //!
-//! A slot freed twice is reported at its second free: it still holds a
-//! free key (`memory/block.rs`), which the hardened free loads (the
-//! default build stores it blind), and a free slot's tail word; one whose
-//! key and tail a write after free overwrote is found in the thread's
-//! quarantine on the way to the report ([`refused`]). Free-list links are
-//! encoded there too.
+//! A slot freed twice is reported at its second free, decided in one
+//! place ([`slot_is_free`]) before its bytes are judged: the hardened free
+//! records each slot it frees (`freed.rs`, a bitmap apart from the
+//! blocks, which a write after free cannot reach), and a free slot holds
+//! a free key (`memory/block.rs`, which also marks slots carved and never
+//! handed out). Free-list links are encoded there too.
 //!
 //! The checks run on the fast paths: an allocation from the thread cache
 //! (or, when it is empty, from its class's current page) knows its slot's
@@ -35,6 +35,7 @@
 mod bounds;
 mod canary;
 mod fence;
+mod freed;
 mod kept;
 pub(crate) mod link;
 mod quarantine;
@@ -261,6 +262,9 @@ fn slot_offset(p: *const u8) -> Option<usize> {
 /// list.
 #[inline(always)]
 unsafe fn hand_out(p: *mut u8, size: usize, u: usize, slot: bool) {
+    if u <= SMALL_MAX {
+        freed::handed_out(p as usize);
+    }
     // SAFETY: per the caller.
     unsafe {
         if slot {
@@ -285,12 +289,13 @@ struct Checked {
 }
 
 /// Checks a block handed back (to free, realloc or `malloc_usable_size`):
-/// aborts if it is free already or its end was overwritten.
+/// aborts if it is free already or its end was overwritten. With
+/// `freeing`, a slot is recorded freed ([`slot_is_free`]).
 ///
 /// # Safety
 /// `p` is not null.
 #[inline]
-unsafe fn check(p: *mut u8) -> Checked {
+unsafe fn check(p: *mut u8, freeing: bool) -> Checked {
     // SAFETY: `usable_size_checked` aborts for anything but the start of
     // a block of a live span or slab page (or a sampled guarded block),
     // whose `u` bytes are then mapped; a fenced block lies two OS pages
@@ -305,8 +310,8 @@ unsafe fn check(p: *mut u8) -> Checked {
             None => (p, HeapCore::usable_size_checked(p)),
         };
         // A huge run freed (and cached) has no size; a slot freed twice
-        // still holds its free key.
-        if u < TAIL || (u <= SMALL_MAX && Block::is_free(p as *const Block)) {
+        // is recorded so.
+        if u < TAIL || (u <= SMALL_MAX && slot_is_free(p, freeing)) {
             misuse(Misuse::DoubleFree, p as usize);
         }
         Checked {
@@ -341,27 +346,40 @@ unsafe fn verified(p: *mut u8, u: usize) -> usize {
     // SAFETY: per the caller.
     match unsafe { canary::verify(p, u) } {
         Ok(size) => size,
-        Err((kind, at)) => refused(kind, at, p),
+        Err((kind, at)) => refused(kind, at),
     }
 }
 
-/// Aborts with what [`verified`] found wrong at `at` in the block `p`,
-/// unless `p` is in the calling thread's quarantine: then it is free, and
-/// handing it back is a double free (a write after free overwrote the
-/// words that say so: all of a 16-byte slot's, whose last word is both
-/// its key and its tail word). Only a block freed is ever in the ring, so
-/// no overflow of a live block is renamed; the ring is read here, on the
-/// way to the abort, never on the fast paths.
+/// Aborts with what [`verified`] found wrong at `at` (in a block
+/// [`slot_is_free`] found live: a slot freed is never judged by its
+/// bytes).
 #[cold]
 #[inline(never)]
-fn refused(kind: Misuse, at: usize, p: *mut u8) -> ! {
-    let heap = crate::global::thread::current_or_null();
-    // SAFETY: the calling thread's own heap, whose ring only it touches.
-    if kind == Misuse::Overflow && !heap.is_null() && unsafe { (*heap).quarantine.holds(p.cast()) }
-    {
-        misuse(Misuse::DoubleFree, p as usize);
-    }
+fn refused(kind: Misuse, at: usize) -> ! {
     misuse(kind, at)
+}
+
+/// Whether the slot `p` is free: recorded freed by the hardened free
+/// (`freed.rs`), or holding a free key (a slot carved and never handed
+/// out has one). With `freeing` (a free of `p`), it is recorded freed
+/// now: of two frees of a slot racing on two threads, one finds the
+/// other's record. The one place that decides it, before any check reads
+/// the slot's bytes: a write after free can overwrite all of them (its
+/// key, and the free slot's tail word at its end), and a slot whose bytes
+/// were judged first would be reported as a live block written past its
+/// end.
+///
+/// # Safety
+/// `p` starts a slot of a live slab page (two words at least, readable).
+#[inline(always)]
+unsafe fn slot_is_free(p: *mut u8, freeing: bool) -> bool {
+    let recorded = if freeing {
+        freed::claim(p as usize)
+    } else {
+        freed::is_freed(p as usize)
+    };
+    // SAFETY: per the caller.
+    recorded || unsafe { Block::is_free(p as *const Block) }
 }
 
 /// The checks of a slot freed into a thread cache, before the heap marks
@@ -379,7 +397,7 @@ unsafe fn free_slot(b: *mut Block, class: usize, offset: usize) {
     // resident: the thread caches take only slots of pages with no purged
     // or meshed OS page (one purged meanwhile reads zero).
     unsafe {
-        if Block::is_free(b) {
+        if slot_is_free(p, true) {
             misuse(Misuse::DoubleFree, p as usize);
         }
         let size = verified(p, u);
@@ -506,7 +524,7 @@ unsafe fn free_uncached(p: *mut u8, current: *mut HeapCore, uncached: impl FnOnc
     // SAFETY: checked live above; wiped before it is free. A slot the slab
     // table lists is on a page with no purged or meshed OS page.
     unsafe {
-        let c = check(p);
+        let c = check(p, true);
         if let Some(offset) = slot_offset(p) {
             check_neighbour(p, c.u, offset);
         }
@@ -556,7 +574,7 @@ pub unsafe fn realloc(
     // SAFETY: `check` aborts unless `p` is live, with `u` usable bytes;
     // the new block is a live one of at least `size` bytes.
     unsafe {
-        let c = check(p);
+        let c = check(p, false);
         let (old, u) = (c.size, c.u);
         if canary::fits(size, u) && (p as usize) % align == 0 {
             // The old canary's bytes are cleared (they would show the
@@ -607,5 +625,5 @@ pub unsafe fn usable_size(p: *const u8) -> usize {
         return 0;
     }
     // SAFETY: forwarded.
-    unsafe { check(p as *mut u8).size }
+    unsafe { check(p as *mut u8, false).size }
 }
