@@ -134,6 +134,13 @@ fn child_entry() {
                 println!("handed out {q:?} and {r:?}, target {:?}", target.as_ptr());
                 A.dealloc(keep, l);
             }
+            "write-after-free-large" => {
+                // A byte in the middle of a freed large or huge block (past
+                // its first 4 KiB, which the free zeroes), at once: its
+                // span is kept shut.
+                A.dealloc(p, l);
+                p.add(size / 2).write_volatile(b'w');
+            }
             "write-after-free" | "write-after-free-paged" => {
                 let keep = black_box(A.alloc(l));
                 A.dealloc(p, l);
@@ -462,6 +469,19 @@ fn large_and_huge_blocks_fault_at_an_underflow_or_a_far_overflow() {
         .chain([("underflow-kept", 1 << 20), ("underflow-aligned", 1 << 20)]);
     for (kind, size) in cases {
         let case = format!("{kind}:{size}");
+        let (status, stdout, stderr) = run_case_status(&case);
+        assert!(
+            status.signal() == Some(libc::SIGSEGV) && !stdout.contains("still running"),
+            "{case}: {status:?} {stdout}{stderr}"
+        );
+    }
+}
+
+#[test]
+fn a_write_after_free_of_a_large_or_huge_block_faults_at_the_write() {
+    use std::os::unix::process::ExitStatusExt;
+    for size in [300_000, 1 << 20, 64 << 20] {
+        let case = format!("write-after-free-large:{size}");
         let (status, stdout, stderr) = run_case_status(&case);
         assert!(
             status.signal() == Some(libc::SIGSEGV) && !stdout.contains("still running"),

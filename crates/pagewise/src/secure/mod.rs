@@ -19,7 +19,7 @@
 //! library's `memcpy` family asks [`check_write`] first (`bounds.rs`).
 //!
 //! A slot freed twice is reported at its second free, decided in one
-//! place ([`slot_is_free`]) before its bytes are judged: the hardened free
+//! place ([`block_is_free`]) before its bytes are judged: the hardened free
 //! records each slot it frees (`freed.rs`, a bitmap apart from the
 //! blocks, which a write after free cannot reach), and a free slot holds
 //! a free key (`memory/block.rs`, which also marks slots carved and never
@@ -192,8 +192,8 @@ unsafe fn alloc_fenced(
         return null_mut();
     };
     let page = crate::memory::layout::os_page();
-    // A span this thread freed, still guarded (its bytes are not known to
-    // be zero; the kept spans' blocks start a page in).
+    // A span this thread freed, still guarded, its block shut (its bytes
+    // are not known to be zero; the kept spans' blocks start a page in).
     let heap = crate::global::thread::current_or_null();
     if !zeroed && off == page && !heap.is_null() {
         // SAFETY: our own heap; a kept span is a live guarded block's,
@@ -202,6 +202,7 @@ unsafe fn alloc_fenced(
             // SAFETY: as above.
             unsafe {
                 let p = b.add(page);
+                fence::reopen(p, u - 2 * page);
                 hand_out(p, size, u - 2 * page, false);
                 return p;
             }
@@ -262,9 +263,7 @@ fn slot_offset(p: *const u8) -> Option<usize> {
 /// list.
 #[inline(always)]
 unsafe fn hand_out(p: *mut u8, size: usize, u: usize, slot: bool) {
-    if u <= SMALL_MAX {
-        freed::handed_out(p as usize);
-    }
+    freed::handed_out(p as usize);
     // SAFETY: per the caller.
     unsafe {
         if slot {
@@ -290,7 +289,7 @@ struct Checked {
 
 /// Checks a block handed back (to free, realloc or `malloc_usable_size`):
 /// aborts if it is free already or its end was overwritten. With
-/// `freeing`, a slot is recorded freed ([`slot_is_free`]).
+/// `freeing`, it is recorded freed ([`block_is_free`]).
 ///
 /// # Safety
 /// `p` is not null.
@@ -309,9 +308,9 @@ unsafe fn check(p: *mut u8, freeing: bool) -> Checked {
             ),
             None => (p, HeapCore::usable_size_checked(p)),
         };
-        // A huge run freed (and cached) has no size; a slot freed twice
-        // is recorded so.
-        if u < TAIL || (u <= SMALL_MAX && slot_is_free(p, freeing)) {
+        // A huge run freed (and cached) has no size; a block freed twice
+        // is recorded so (one kept shut is not read).
+        if u < TAIL || block_is_free(p, u, freeing) {
             misuse(Misuse::DoubleFree, p as usize);
         }
         Checked {
@@ -351,7 +350,7 @@ unsafe fn verified(p: *mut u8, u: usize) -> usize {
 }
 
 /// Aborts with what [`verified`] found wrong at `at` (in a block
-/// [`slot_is_free`] found live: a slot freed is never judged by its
+/// [`block_is_free`] found live: a slot freed is never judged by its
 /// bytes).
 #[cold]
 #[inline(never)]
@@ -359,27 +358,29 @@ fn refused(kind: Misuse, at: usize) -> ! {
     misuse(kind, at)
 }
 
-/// Whether the slot `p` is free: recorded freed by the hardened free
-/// (`freed.rs`), or holding a free key (a slot carved and never handed
-/// out has one). With `freeing` (a free of `p`), it is recorded freed
-/// now: of two frees of a slot racing on two threads, one finds the
-/// other's record. The one place that decides it, before any check reads
-/// the slot's bytes: a write after free can overwrite all of them (its
-/// key, and the free slot's tail word at its end), and a slot whose bytes
-/// were judged first would be reported as a live block written past its
-/// end.
+/// Whether the block `p` of `u` usable bytes is free: recorded freed by
+/// the hardened free (`freed.rs`), or, a slot, holding a free key (a slot
+/// carved and never handed out has one). With `freeing` (a free of `p`),
+/// it is recorded freed now: of two frees of a block racing on two
+/// threads, one finds the other's record. The one place that decides it,
+/// before any check reads the block's bytes: a write after free can
+/// overwrite all of a slot's (its key, and the free slot's tail word at
+/// its end), and a slot whose bytes were judged first would be reported as
+/// a live block written past its end; a large block kept shut
+/// (`fence::shut`) cannot be read at all.
 ///
 /// # Safety
-/// `p` starts a slot of a live slab page (two words at least, readable).
+/// `p` starts a block of `u` bytes of a live slab page or large span or
+/// huge run (a slot of two words at least, readable).
 #[inline(always)]
-unsafe fn slot_is_free(p: *mut u8, freeing: bool) -> bool {
+unsafe fn block_is_free(p: *mut u8, u: usize, freeing: bool) -> bool {
     let recorded = if freeing {
         freed::claim(p as usize)
     } else {
         freed::is_freed(p as usize)
     };
-    // SAFETY: per the caller.
-    recorded || unsafe { Block::is_free(p as *const Block) }
+    // SAFETY: a slot, readable (caller).
+    recorded || (u <= SMALL_MAX && unsafe { Block::is_free(p as *const Block) })
 }
 
 /// The checks of a slot freed into a thread cache, before the heap marks
@@ -397,7 +398,7 @@ unsafe fn free_slot(b: *mut Block, class: usize, offset: usize) {
     // resident: the thread caches take only slots of pages with no purged
     // or meshed OS page (one purged meanwhile reads zero).
     unsafe {
-        if slot_is_free(p, true) {
+        if block_is_free(p, u, true) {
             misuse(Misuse::DoubleFree, p as usize);
         }
         let size = verified(p, u);
@@ -504,15 +505,16 @@ pub unsafe fn drain_quarantine(heap: &HeapCore) {
         });
         let page = crate::memory::layout::os_page();
         while let Some((b, u)) = heap.kept.drain() {
-            fence::disarm(b.add(page), u - 2 * page);
+            fence::release(b.add(page), u - 2 * page);
             HeapCore::free_uncached(b, me);
         }
     }
 }
 
 /// [`free`] past the cache: looks the block up, checks and wipes it. The
-/// span of a block between guard pages stays in `current`, guarded, for
-/// its next large block (the one kept before goes back to the heap).
+/// span of a block between guard pages stays in `current`, guarded and
+/// shut, for its next large block (the one kept longest goes back to the
+/// heap).
 ///
 /// # Safety
 /// As [`free`].
@@ -531,10 +533,11 @@ unsafe fn free_uncached(p: *mut u8, current: *mut HeapCore, uncached: impl FnOnc
         wipe::wipe(p, c.size, c.u);
         let page = crate::memory::layout::os_page();
         if c.below == p.wrapping_sub(page) && !current.is_null() {
-            // Our own heap (caller); the span goes back to the heap
-            // disarmed, if it is not kept.
+            // Our own heap (caller); the block is shut while its span is
+            // kept, and the span pushed out goes back to the heap open.
+            fence::shut(p, c.u);
             if let Some((b, u)) = (*current).kept.put(c.below, c.u + 2 * page) {
-                fence::disarm(b.add(page), u - 2 * page);
+                fence::release(b.add(page), u - 2 * page);
                 uncached(b);
             }
             return;
