@@ -32,10 +32,13 @@
 //! (`bounds.rs`). Linux only.
 //!
 //! Each thread keeps the spans of the last few guarded blocks it freed
-//! (`kept.rs`), guards and all, wiped as any freed block is: its next
-//! large block of about one's size takes it without a system call (a
-//! program that allocates and frees large buffers over and over pays
-//! none). A trim or the thread's exit gives them back.
+//! (`kept.rs`), guards and all, wiped as any freed block is, and the block
+//! made inaccessible too ([`shut`]: a write after free faults at the
+//! access): its next large block of about one's size takes the span with
+//! one system call ([`reopen`]) where a fresh one costs four (a program that
+//! allocates and frees large buffers over and over pays two a pair). A
+//! span pushed out, a trim or the thread's exit gives them back
+//! ([`release`]).
 
 use crate::memory::layout::{os_page, SLICE_SHIFT};
 use crate::memory::page::Kind;

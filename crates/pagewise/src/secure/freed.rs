@@ -1,6 +1,6 @@
-//! The record of freed slots: one bit per 16 bytes of each segment of the
-//! global heaps, set by the hardened free of the slot starting there and
-//! cleared when a slot starting there is handed out again.
+//! The record of freed blocks: one bit per 16 bytes of each segment of
+//! the global heaps, set by the hardened free of the block starting there
+//! and cleared when a block starting there is handed out again.
 //!
 //! A free slot's own bytes say it is free (its free key, a free slot's
 //! tail word), but a write after free can change all of them: all of a
@@ -11,9 +11,11 @@
 //! segment, and a directory of them, both mapped on first use), changed
 //! only by atomic read-modify-writes (a free and a hand-out on different
 //! threads share its words), read before the block's bytes are judged. A
-//! bit left set by a slot whose memory went to other uses meanwhile is
-//! harmless: only a slot start handed out is ever freed, and its hand-out
-//! clears the bit first.
+//! large block kept shut after its free (`fence::shut`) is known freed
+//! here without a read of its bytes, which would fault. A bit left set by
+//! a block whose memory went to other uses meanwhile is harmless: only a
+//! block start handed out is ever freed, and its hand-out clears the bit
+//! first.
 //!
 //! Where a mapping is refused, nothing is recorded (the free keys still
 //! catch a second free of a slot whose key is intact).
@@ -22,7 +24,7 @@ use crate::memory::layout::{SEGMENT, SEGMENT_SHIFT};
 use crate::os::source::map_table;
 use core::sync::atomic::{AtomicU64, AtomicUsize, Ordering::*};
 
-/// Bytes per bit: every slot starts at a multiple of 16.
+/// Bytes per bit: every block starts at a multiple of 16.
 const GRANULE: usize = 16;
 /// Words of one segment's bitmap.
 const WORDS: usize = SEGMENT / GRANULE / 64;
@@ -68,7 +70,7 @@ fn map_into(cell: &AtomicUsize, bytes: usize) -> Option<usize> {
     }
 }
 
-/// The word and the bit of the slot starting at `addr`, its segment's
+/// The word and the bit of the block starting at `addr`, its segment's
 /// bitmap mapped first if `make`.
 #[inline(always)]
 fn bit(addr: usize, make: bool) -> Option<(&'static AtomicU64, u64)> {
@@ -87,7 +89,8 @@ fn bit(addr: usize, make: bool) -> Option<(&'static AtomicU64, u64)> {
     Some((word, 1 << (g % 64)))
 }
 
-/// Records the slot at `addr` freed: true if it was already (freed twice).
+/// Records the block at `addr` freed: true if it was already (freed
+/// twice).
 #[inline(always)]
 pub fn claim(addr: usize) -> bool {
     match bit(addr, true) {
@@ -96,13 +99,13 @@ pub fn claim(addr: usize) -> bool {
     }
 }
 
-/// Whether the slot at `addr` is recorded freed.
+/// Whether the block at `addr` is recorded freed.
 #[inline(always)]
 pub fn is_freed(addr: usize) -> bool {
     bit(addr, false).is_some_and(|(w, b)| w.load(Relaxed) & b != 0)
 }
 
-/// Records the slot at `addr` live again (just handed out).
+/// Records the block at `addr` live again (just handed out).
 #[inline(always)]
 pub fn handed_out(addr: usize) {
     if let Some((w, b)) = bit(addr, false) {

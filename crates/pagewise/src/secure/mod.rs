@@ -14,13 +14,14 @@
 //! handed out again: a write after free is reported then. A freed slot
 //! waits in its thread's quarantine (`quarantine.rs`) before it can be
 //! handed out again. A block above 256 KiB sits between guard pages
-//! (`fence.rs`; a thread keeps the spans of the last few it freed,
-//! `kept.rs`). `malloc(0)` is a block that faults (`zero.rs`), and the C
-//! library's `memcpy` family asks [`check_write`] first (`bounds.rs`).
+//! (`fence.rs`; a thread keeps the spans of the last few it freed, the
+//! blocks made inaccessible, `kept.rs`). `malloc(0)` is a block that
+//! faults (`zero.rs`), and the C library's `memcpy` family asks
+//! [`check_write`] first (`bounds.rs`).
 //!
-//! A slot freed twice is reported at its second free, decided in one
+//! A block freed twice is reported at its second free, decided in one
 //! place ([`block_is_free`]) before its bytes are judged: the hardened free
-//! records each slot it frees (`freed.rs`, a bitmap apart from the
+//! records each block it frees (`freed.rs`, a bitmap apart from the
 //! blocks, which a write after free cannot reach), and a free slot holds
 //! a free key (`memory/block.rs`, which also marks slots carved and never
 //! handed out). Free-list links are encoded there too.
@@ -384,8 +385,8 @@ unsafe fn block_is_free(p: *mut u8, u: usize, freeing: bool) -> bool {
 }
 
 /// The checks of a slot freed into a thread cache, before the heap marks
-/// and caches it: not free already (its key, loaded here), its end intact;
-/// then wiped.
+/// and caches it: not free already ([`block_is_free`], which records it
+/// freed), its end intact; then wiped.
 ///
 /// # Safety
 /// `b` starts a slot of `class` in a live slab page of a thread heap.
