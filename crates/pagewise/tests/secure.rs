@@ -134,6 +134,21 @@ fn child_entry() {
                 println!("handed out {q:?} and {r:?}, target {:?}", target.as_ptr());
                 A.dealloc(keep, l);
             }
+            "kept-under-limit" => {
+                // Under a limit of 128 MiB (the parent's PAGEWISE_LIMIT): a
+                // 64 MiB block freed, its span kept shut by the thread,
+                // then a 96 MiB block, which fits only if the kept span
+                // goes back to the heap first.
+                p.write_bytes(1, size);
+                A.dealloc(p, l);
+                let big = layout(96 << 20);
+                let q = black_box(A.alloc(big));
+                assert!(!q.is_null(), "the kept span was not given back");
+                q.write_bytes(2, 96 << 20);
+                A.dealloc(q, big);
+                println!("still running");
+                std::process::exit(0);
+            }
             "write-after-free-large" => {
                 // A byte in the middle of a freed large or huge block (past
                 // its first 4 KiB, which the free zeroes), at once: its
@@ -269,9 +284,14 @@ fn run_case(case: &str) -> (bool, String, String) {
 }
 
 fn run_case_status(case: &str) -> (std::process::ExitStatus, String, String) {
+    run_case_env(case, &[])
+}
+
+fn run_case_env(case: &str, env: &[(&str, &str)]) -> (std::process::ExitStatus, String, String) {
     let out = reexec::this_binary()
         .args(["--exact", "child_entry", "--nocapture", "--test-threads=1"])
         .env(CASE, case)
+        .envs(env.iter().copied())
         .output()
         .unwrap();
     (
@@ -488,6 +508,16 @@ fn a_write_after_free_of_a_large_or_huge_block_faults_at_the_write() {
             "{case}: {status:?} {stdout}{stderr}"
         );
     }
+}
+
+#[test]
+fn a_span_kept_shut_goes_back_to_the_heap_when_a_limit_refuses_a_block() {
+    let case = format!("kept-under-limit:{}", 64 << 20);
+    let (status, stdout, stderr) = run_case_env(&case, &[("PAGEWISE_LIMIT", "128M")]);
+    assert!(
+        status.success() && stdout.contains("still running"),
+        "{case}: {status:?} {stdout}{stderr}"
+    );
 }
 
 #[test]

@@ -139,7 +139,8 @@ unsafe fn hand_out_found(p: *mut u8, size: usize) {
 
 /// Allocates `size` bytes at `align` through `inner` (which takes the
 /// longer size, and zeroes the block if `zeroed`), clears the heap's words
-/// in it, and arms the canary. Null if `inner` fails or the size
+/// in it, and arms the canary. Null if `inner` fails, also once the spans
+/// the thread kept went back to the heap ([`retried`]), or the size
 /// overflows.
 ///
 /// # Safety
@@ -150,7 +151,7 @@ pub unsafe fn alloc(
     size: usize,
     align: usize,
     zeroed: bool,
-    inner: impl FnOnce(usize, usize) -> *mut u8,
+    inner: impl Fn(usize, usize) -> *mut u8,
 ) -> *mut u8 {
     if size == 0 && align <= 16 {
         let p = zero::alloc();
@@ -167,7 +168,7 @@ pub unsafe fn alloc(
     }
     // A slot needs a byte spare; a larger block (an aligned request a span
     // serves) has room for the tail word past it anyway.
-    let p = inner(size + MIN_SLACK, align);
+    let p = retried(|| inner(size + MIN_SLACK, align));
     if !p.is_null() {
         // SAFETY: a live block of at least `n` bytes, just handed out.
         unsafe { hand_out_found(p, size) };
@@ -186,7 +187,7 @@ unsafe fn alloc_fenced(
     n: usize,
     align: usize,
     zeroed: bool,
-    inner: impl FnOnce(usize, usize) -> *mut u8,
+    inner: impl Fn(usize, usize) -> *mut u8,
 ) -> *mut u8 {
     let off = fence::offset(align);
     let Some(outer) = fence::outer(n, off) else {
@@ -210,7 +211,7 @@ unsafe fn alloc_fenced(
         }
     }
     // Aligned to `off` (a page at least: the guards are whole OS pages).
-    let b = inner(outer, off);
+    let b = retried(|| inner(outer, off));
     if b.is_null() {
         return b;
     }
@@ -224,6 +225,44 @@ unsafe fn alloc_fenced(
         hand_out(p, size, u, false);
         p
     }
+}
+
+/// `inner()`, and if it fails (out of memory, or refused by a limit) while
+/// the calling thread keeps spans of freed large blocks (`kept.rs`, counted
+/// as in use), `inner()` again once they went back to the heap.
+#[inline]
+fn retried(inner: impl Fn() -> *mut u8) -> *mut u8 {
+    let p = inner();
+    if !p.is_null() {
+        return p;
+    }
+    let heap = crate::global::thread::current_or_null();
+    // SAFETY: the calling thread's own heap, between operations.
+    if heap.is_null() || !unsafe { give_back_kept(&*heap) } {
+        return p;
+    }
+    inner()
+}
+
+/// Gives the spans `heap` kept back to the heap, made accessible: whether
+/// there were any.
+///
+/// # Safety
+/// `heap` is the calling thread's own heap, between operations.
+unsafe fn give_back_kept(heap: &HeapCore) -> bool {
+    let me = heap as *const HeapCore;
+    let page = crate::memory::layout::os_page();
+    let mut any = false;
+    // SAFETY: owner only (caller); a kept span is a guarded block's,
+    // wiped and shut, which nobody uses.
+    unsafe {
+        while let Some((b, u)) = heap.kept.drain() {
+            fence::release(b.add(page), u - 2 * page);
+            HeapCore::free_uncached(b, me);
+            any = true;
+        }
+    }
+    any
 }
 
 /// If `p` starts a slot of a slab page of a thread heap whose slots the
@@ -504,11 +543,7 @@ pub unsafe fn drain_quarantine(heap: &HeapCore) {
                 HeapCore::free_uncached(b.cast(), me);
             }
         });
-        let page = crate::memory::layout::os_page();
-        while let Some((b, u)) = heap.kept.drain() {
-            fence::release(b.add(page), u - 2 * page);
-            HeapCore::free_uncached(b, me);
-        }
+        give_back_kept(heap);
     }
 }
 
