@@ -134,6 +134,28 @@ fn child_entry() {
                 println!("handed out {q:?} and {r:?}, target {:?}", target.as_ptr());
                 A.dealloc(keep, l);
             }
+            "kept-under-limit" => {
+                // Under a limit of 128 MiB (the parent's PAGEWISE_LIMIT): a
+                // 64 MiB block freed, its span kept shut by the thread,
+                // then a 96 MiB block, which fits only if the kept span
+                // goes back to the heap first.
+                p.write_bytes(1, size);
+                A.dealloc(p, l);
+                let big = layout(96 << 20);
+                let q = black_box(A.alloc(big));
+                assert!(!q.is_null(), "the kept span was not given back");
+                q.write_bytes(2, 96 << 20);
+                A.dealloc(q, big);
+                println!("still running");
+                std::process::exit(0);
+            }
+            "write-after-free-large" => {
+                // A byte in the middle of a freed large or huge block (past
+                // its first 4 KiB, which the free zeroes), at once: its
+                // span is kept shut.
+                A.dealloc(p, l);
+                p.add(size / 2).write_volatile(b'w');
+            }
             "write-after-free" | "write-after-free-paged" => {
                 let keep = black_box(A.alloc(l));
                 A.dealloc(p, l);
@@ -208,6 +230,35 @@ fn child_entry() {
                 p.write_bytes(b'x', 16);
                 A.dealloc(p, l);
             }
+            "double-rewritten" | "double-rewritten-past" | "double-rewritten-thread" => {
+                // A write after free over the block's bytes as the program
+                // knew them (16 at least: all of a 16-byte slot), its free
+                // key among them and, for a block with a short tail, the
+                // free slot's tail word at its end; then a second free, with
+                // the slot still in the thread's quarantine, past it (in the
+                // thread cache), or by another thread (running before the
+                // first free, so that nothing takes the block between).
+                let q = p as usize;
+                let (go, wait) = std::sync::mpsc::channel::<()>();
+                let other = (kind == "double-rewritten-thread").then(|| {
+                    std::thread::spawn(move || {
+                        wait.recv().unwrap();
+                        A.dealloc(q as *mut u8, l)
+                    })
+                });
+                A.dealloc(p, l);
+                if kind == "double-rewritten-past" {
+                    past_quarantine(l);
+                }
+                p.write_bytes(b'x', size.max(16));
+                match other {
+                    Some(t) => {
+                        go.send(()).unwrap();
+                        t.join().unwrap();
+                    }
+                    None => A.dealloc(p, l),
+                }
+            }
             "zero-read" | "zero-write" | "zero-double-free" => {
                 let z = black_box(pagewise::raw::malloc(0, 16));
                 match kind {
@@ -233,9 +284,14 @@ fn run_case(case: &str) -> (bool, String, String) {
 }
 
 fn run_case_status(case: &str) -> (std::process::ExitStatus, String, String) {
+    run_case_env(case, &[])
+}
+
+fn run_case_env(case: &str, env: &[(&str, &str)]) -> (std::process::ExitStatus, String, String) {
     let out = reexec::this_binary()
         .args(["--exact", "child_entry", "--nocapture", "--test-threads=1"])
         .env(CASE, case)
+        .envs(env.iter().copied())
         .output()
         .unwrap();
     (
@@ -286,6 +342,22 @@ fn a_double_free_is_reported_at_the_second_free() {
 fn a_double_free_after_the_freed_block_was_overwritten_is_reported_as_one() {
     // At the second free the slot is still in the thread's quarantine.
     expect_report("double-overwritten", &SLAB_SIZES, "pagewise: double free");
+}
+
+#[test]
+fn a_double_free_of_a_rewritten_block_is_named_a_double_free_wherever_it_waits() {
+    // The freed block's bytes written over (its free key, and the free
+    // slot's tail word of a block with a short tail): the slot is free by
+    // the allocator's own record, not by what its bytes say, in the
+    // thread's quarantine, past it, and freed again by another thread.
+    let sizes = [8, 12, 250, 4000, 4093, 200_000, 229_370];
+    for kind in [
+        "double-rewritten",
+        "double-rewritten-past",
+        "double-rewritten-thread",
+    ] {
+        expect_report(kind, &sizes, "pagewise: double free");
+    }
 }
 
 #[test]
@@ -423,6 +495,29 @@ fn large_and_huge_blocks_fault_at_an_underflow_or_a_far_overflow() {
             "{case}: {status:?} {stdout}{stderr}"
         );
     }
+}
+
+#[test]
+fn a_write_after_free_of_a_large_or_huge_block_faults_at_the_write() {
+    use std::os::unix::process::ExitStatusExt;
+    for size in [300_000, 1 << 20, 64 << 20] {
+        let case = format!("write-after-free-large:{size}");
+        let (status, stdout, stderr) = run_case_status(&case);
+        assert!(
+            status.signal() == Some(libc::SIGSEGV) && !stdout.contains("still running"),
+            "{case}: {status:?} {stdout}{stderr}"
+        );
+    }
+}
+
+#[test]
+fn a_span_kept_shut_goes_back_to_the_heap_when_a_limit_refuses_a_block() {
+    let case = format!("kept-under-limit:{}", 64 << 20);
+    let (status, stdout, stderr) = run_case_env(&case, &[("PAGEWISE_LIMIT", "128M")]);
+    assert!(
+        status.success() && stdout.contains("still running"),
+        "{case}: {status:?} {stdout}{stderr}"
+    );
 }
 
 #[test]

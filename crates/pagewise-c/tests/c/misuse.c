@@ -4,9 +4,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <pthread.h>
 
 /* The compiler must not see through the misuse and drop it. */
 static void *volatile sink;
+
+static void *free_it(void *p) {
+    free(p);
+    return 0;
+}
 
 int main(int argc, char **argv) {
     if (argc != 3)
@@ -86,6 +92,26 @@ int main(int argc, char **argv) {
         free(p);
         memset(p, 'x', 16);
         free(p);
+    } else if (!strcmp(kind, "double-free-rewritten-later") ||
+               !strcmp(kind, "double-free-rewritten-thread")) {
+        /* A write after free over the block's bytes (16 at least: all of
+         * a 16-byte slot), then the second free: after 40 other frees
+         * (past any quarantine; their blocks allocated before, so that
+         * none of them is this one again), or by another thread. */
+        char *v[40];
+        for (int i = 0; i < 40; i++)
+            sink = v[i] = malloc(n);
+        free(p);
+        for (int i = 0; i < 40; i++)
+            free(v[i]);
+        memset(p, 'x', n < 16 ? 16 : n);
+        if (kind[22] == 't') {
+            pthread_t t;
+            pthread_create(&t, 0, free_it, p);
+            pthread_join(t, 0);
+        } else {
+            free(p);
+        }
     } else if (!strcmp(kind, "write-after-free")) {
         free(p);
         p[n / 2] = 'w';

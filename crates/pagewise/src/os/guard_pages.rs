@@ -124,6 +124,18 @@ pub unsafe fn close(addr: usize, len: usize, mode: Mode) -> bool {
     }
 }
 
+/// Gives the pages `addr..addr+len` back to the OS (`MADV_DONTNEED`):
+/// they read as zeros, or as the file's bytes, when next made accessible.
+/// The hardened build's freed large blocks, made inaccessible.
+///
+/// # Safety
+/// A page-aligned range of the caller's mappings whose bytes nobody needs.
+#[cfg(feature = "secure")]
+pub unsafe fn discard(addr: usize, len: usize) -> bool {
+    // SAFETY: per the caller.
+    unsafe { libc::madvise(addr as *mut libc::c_void, len, libc::MADV_DONTNEED) == 0 }
+}
+
 /// Makes `addr..addr+len`, pages of a heap's own mapping, inaccessible in
 /// `mode`, or in whichever mode works if `mode` is `None` (guard regions
 /// first): the mode that worked, `None` if neither did (the range is then

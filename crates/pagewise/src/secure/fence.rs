@@ -32,10 +32,13 @@
 //! (`bounds.rs`). Linux only.
 //!
 //! Each thread keeps the spans of the last few guarded blocks it freed
-//! (`kept.rs`), guards and all, wiped as any freed block is: its next
-//! large block of about one's size takes it without a system call (a
-//! program that allocates and frees large buffers over and over pays
-//! none). A trim or the thread's exit gives them back.
+//! (`kept.rs`), guards and all, wiped as any freed block is, and the block
+//! made inaccessible too ([`shut`]: a write after free faults at the
+//! access): its next large block of about one's size takes the span with
+//! one system call ([`reopen`]) where a fresh one costs four (a program that
+//! allocates and frees large buffers over and over pays two a pair). A
+//! span pushed out, a trim or the thread's exit gives them back
+//! ([`release`]).
 
 use crate::memory::layout::{os_page, SLICE_SHIFT};
 use crate::memory::page::Kind;
@@ -122,6 +125,95 @@ pub unsafe fn disarm(p: *mut u8, u: usize) {
         unsafe {
             guard_pages::open(p as usize - page, page, mode);
             guard_pages::open(p as usize + u, page, mode);
+        }
+    }
+    let _ = (p, u);
+}
+
+/// The mode this process's guards are made in, if one was made.
+#[cfg(target_os = "linux")]
+#[inline]
+fn mode() -> Option<Mode> {
+    match MODE.load(Relaxed) {
+        0 => None,
+        1 => Some(Mode::Regions),
+        _ => Some(Mode::Protect),
+    }
+}
+
+/// Makes the `u` bytes of the freed guarded block at `p` inaccessible too,
+/// from guard to guard, while its span is kept (`kept.rs`): a write or a
+/// read after free faults at the access. A block of up to
+/// [`super::kept::KEPT_MAX`] bytes keeps its memory (`mprotect`: the next
+/// block to take the span faults nothing in); a larger one gives it back
+/// to the OS (guard regions, or `mprotect` and `MADV_DONTNEED`). One
+/// system call, two for a large block with `mprotect` only. Where the OS
+/// refuses, the block stays accessible.
+///
+/// # Safety
+/// `p` is a guarded block of `u` bytes which the program no longer uses,
+/// page-aligned, wiped.
+pub unsafe fn shut(p: *mut u8, u: usize) {
+    #[cfg(target_os = "linux")]
+    {
+        let Some(mode) = mode() else {
+            return; // no block was ever guarded
+        };
+        let a = p as usize;
+        // SAFETY: the block's pages, nobody's bytes (caller).
+        unsafe {
+            if u <= super::kept::KEPT_MAX {
+                guard_pages::close(a, u, Mode::Protect);
+            } else if guard_pages::close(a, u, mode) && mode == Mode::Protect {
+                guard_pages::discard(a, u);
+            }
+        }
+    }
+    let _ = (p, u);
+}
+
+/// Makes the block of `u` bytes at `p`, which [`shut`] made inaccessible,
+/// accessible again for the next block its span holds (its guards stay).
+/// Harmless where it was not made inaccessible.
+///
+/// # Safety
+/// As [`shut`]; the span was taken for a new block.
+pub unsafe fn reopen(p: *mut u8, u: usize) {
+    #[cfg(target_os = "linux")]
+    {
+        let Some(mode) = mode() else {
+            return;
+        };
+        let m = if u <= super::kept::KEPT_MAX {
+            Mode::Protect
+        } else {
+            mode
+        };
+        // SAFETY: the block's pages (caller).
+        unsafe { guard_pages::open(p as usize, u, m) };
+    }
+    let _ = (p, u);
+}
+
+/// [`reopen`] and [`disarm`] together, for a span kept shut that goes
+/// back to the heap: with `mprotect` only, or a large block's guard
+/// regions, one system call over the whole span.
+///
+/// # Safety
+/// As [`shut`]; the span goes back to the heap.
+pub unsafe fn release(p: *mut u8, u: usize) {
+    #[cfg(target_os = "linux")]
+    {
+        let Some(mode) = mode() else {
+            return;
+        };
+        let page = os_page();
+        // SAFETY: the block's pages and its guards, in its span (caller).
+        unsafe {
+            if mode == Mode::Regions && u <= super::kept::KEPT_MAX {
+                guard_pages::open(p as usize, u, Mode::Protect);
+            }
+            guard_pages::open(p as usize - page, u + 2 * page, mode);
         }
     }
     let _ = (p, u);

@@ -1,10 +1,13 @@
 //! The spans of the last few large blocks between guard pages a thread
-//! freed (`fence.rs`), kept guarded for its next large blocks: arming and
+//! freed (`fence.rs`), kept guarded and inaccessible for its next large
+//! blocks: a write after free faults while the span is kept, and arming and
 //! disarming a span's guards costs four system calls, which a program that
-//! allocates and frees large buffers over and over then does not pay.
+//! allocates and frees large buffers over and over then does not pay (it
+//! pays two: one to shut the block at the free, one to open it again).
 //!
-//! [`SPANS`] spans of at most [`KEPT_MAX`] bytes each (so at most 8 MiB a
-//! thread); a block takes the smallest kept span that holds it and is at
+//! [`SPANS`] spans; those of more than [`KEPT_MAX`] bytes are kept without
+//! their memory (`fence::shut`), so the bytes kept a thread are at most
+//! 8 MiB; a block takes the smallest kept span that holds it and is at
 //! most a quarter (or a slice) longer; a span freed when all are taken
 //! pushes out the one kept longest, which goes back to the heap.
 
@@ -14,8 +17,8 @@ use core::cell::Cell;
 /// Spans a thread keeps.
 pub const SPANS: usize = 4;
 
-/// Spans above this many bytes are not kept: their memory goes back to
-/// the heap (and its purging) at once.
+/// Spans above this many bytes are kept without their memory, which goes
+/// back to the OS at the free.
 pub const KEPT_MAX: usize = 2 << 20;
 
 /// A thread's kept spans (owner only).
@@ -53,14 +56,10 @@ impl Kept {
         Some((b as *mut u8, u))
     }
 
-    /// Keeps the span of `u` usable bytes at `b` if it is short enough,
-    /// returning what must go back to the heap instead: this span, or the
-    /// one kept longest when all are taken.
+    /// Keeps the span of `u` usable bytes at `b`, returning the one kept
+    /// longest when all are taken, which must go back to the heap.
     #[inline]
     pub fn put(&self, b: *mut u8, u: usize) -> Option<(*mut u8, usize)> {
-        if u > KEPT_MAX {
-            return Some((b, u));
-        }
         let slot = match self.spans.iter().position(|c| c.get().0 == 0) {
             Some(i) => i,
             None => {
@@ -90,11 +89,6 @@ mod tests {
         let k = Kept::new();
         let span = |i: usize| (i << 24) as *mut u8;
         let mib = 1 << 20;
-        assert_eq!(
-            k.put(span(1), 3 * mib),
-            Some((span(1), 3 * mib)),
-            "too long to keep"
-        );
         for (i, u) in [(1, mib), (2, mib / 2), (3, mib + SLICE), (4, 2 * mib)] {
             assert_eq!(k.put(span(i), u), None);
         }

@@ -14,16 +14,17 @@
 //! handed out again: a write after free is reported then. A freed slot
 //! waits in its thread's quarantine (`quarantine.rs`) before it can be
 //! handed out again. A block above 256 KiB sits between guard pages
-//! (`fence.rs`; a thread keeps the spans of the last few it freed,
-//! `kept.rs`). `malloc(0)` is a block that faults (`zero.rs`), and the C
-//! library's `memcpy` family asks [`check_write`] first (`bounds.rs`).
+//! (`fence.rs`; a thread keeps the spans of the last few it freed, the
+//! blocks made inaccessible, `kept.rs`). `malloc(0)` is a block that
+//! faults (`zero.rs`), and the C library's `memcpy` family asks
+//! [`check_write`] first (`bounds.rs`).
 //!
-//! A slot freed twice is reported at its second free: it still holds a
-//! free key (`memory/block.rs`), which the hardened free loads (the
-//! default build stores it blind), and a free slot's tail word; one whose
-//! key and tail a write after free overwrote is found in the thread's
-//! quarantine on the way to the report ([`refused`]). Free-list links are
-//! encoded there too.
+//! A block freed twice is reported at its second free, decided in one
+//! place ([`block_is_free`]) before its bytes are judged: the hardened free
+//! records each block it frees (`freed.rs`, a bitmap apart from the
+//! blocks, which a write after free cannot reach), and a free slot holds
+//! a free key (`memory/block.rs`, which also marks slots carved and never
+//! handed out). Free-list links are encoded there too.
 //!
 //! The checks run on the fast paths: an allocation from the thread cache
 //! (or, when it is empty, from its class's current page) knows its slot's
@@ -35,6 +36,7 @@
 mod bounds;
 mod canary;
 mod fence;
+mod freed;
 mod kept;
 pub(crate) mod link;
 mod quarantine;
@@ -137,7 +139,8 @@ unsafe fn hand_out_found(p: *mut u8, size: usize) {
 
 /// Allocates `size` bytes at `align` through `inner` (which takes the
 /// longer size, and zeroes the block if `zeroed`), clears the heap's words
-/// in it, and arms the canary. Null if `inner` fails or the size
+/// in it, and arms the canary. Null if `inner` fails, also once the spans
+/// the thread kept went back to the heap ([`retried`]), or the size
 /// overflows.
 ///
 /// # Safety
@@ -148,7 +151,7 @@ pub unsafe fn alloc(
     size: usize,
     align: usize,
     zeroed: bool,
-    inner: impl FnOnce(usize, usize) -> *mut u8,
+    inner: impl Fn(usize, usize) -> *mut u8,
 ) -> *mut u8 {
     if size == 0 && align <= 16 {
         let p = zero::alloc();
@@ -165,7 +168,7 @@ pub unsafe fn alloc(
     }
     // A slot needs a byte spare; a larger block (an aligned request a span
     // serves) has room for the tail word past it anyway.
-    let p = inner(size + MIN_SLACK, align);
+    let p = retried(|| inner(size + MIN_SLACK, align));
     if !p.is_null() {
         // SAFETY: a live block of at least `n` bytes, just handed out.
         unsafe { hand_out_found(p, size) };
@@ -184,15 +187,15 @@ unsafe fn alloc_fenced(
     n: usize,
     align: usize,
     zeroed: bool,
-    inner: impl FnOnce(usize, usize) -> *mut u8,
+    inner: impl Fn(usize, usize) -> *mut u8,
 ) -> *mut u8 {
     let off = fence::offset(align);
     let Some(outer) = fence::outer(n, off) else {
         return null_mut();
     };
     let page = crate::memory::layout::os_page();
-    // A span this thread freed, still guarded (its bytes are not known to
-    // be zero; the kept spans' blocks start a page in).
+    // A span this thread freed, still guarded, its block shut (its bytes
+    // are not known to be zero; the kept spans' blocks start a page in).
     let heap = crate::global::thread::current_or_null();
     if !zeroed && off == page && !heap.is_null() {
         // SAFETY: our own heap; a kept span is a live guarded block's,
@@ -201,13 +204,14 @@ unsafe fn alloc_fenced(
             // SAFETY: as above.
             unsafe {
                 let p = b.add(page);
+                fence::reopen(p, u - 2 * page);
                 hand_out(p, size, u - 2 * page, false);
                 return p;
             }
         }
     }
     // Aligned to `off` (a page at least: the guards are whole OS pages).
-    let b = inner(outer, off);
+    let b = retried(|| inner(outer, off));
     if b.is_null() {
         return b;
     }
@@ -221,6 +225,44 @@ unsafe fn alloc_fenced(
         hand_out(p, size, u, false);
         p
     }
+}
+
+/// `inner()`, and if it fails (out of memory, or refused by a limit) while
+/// the calling thread keeps spans of freed large blocks (`kept.rs`, counted
+/// as in use), `inner()` again once they went back to the heap.
+#[inline]
+fn retried(inner: impl Fn() -> *mut u8) -> *mut u8 {
+    let p = inner();
+    if !p.is_null() {
+        return p;
+    }
+    let heap = crate::global::thread::current_or_null();
+    // SAFETY: the calling thread's own heap, between operations.
+    if heap.is_null() || !unsafe { give_back_kept(&*heap) } {
+        return p;
+    }
+    inner()
+}
+
+/// Gives the spans `heap` kept back to the heap, made accessible: whether
+/// there were any.
+///
+/// # Safety
+/// `heap` is the calling thread's own heap, between operations.
+unsafe fn give_back_kept(heap: &HeapCore) -> bool {
+    let me = heap as *const HeapCore;
+    let page = crate::memory::layout::os_page();
+    let mut any = false;
+    // SAFETY: owner only (caller); a kept span is a guarded block's,
+    // wiped and shut, which nobody uses.
+    unsafe {
+        while let Some((b, u)) = heap.kept.drain() {
+            fence::release(b.add(page), u - 2 * page);
+            HeapCore::free_uncached(b, me);
+            any = true;
+        }
+    }
+    any
 }
 
 /// If `p` starts a slot of a slab page of a thread heap whose slots the
@@ -261,6 +303,7 @@ fn slot_offset(p: *const u8) -> Option<usize> {
 /// list.
 #[inline(always)]
 unsafe fn hand_out(p: *mut u8, size: usize, u: usize, slot: bool) {
+    freed::handed_out(p as usize);
     // SAFETY: per the caller.
     unsafe {
         if slot {
@@ -285,12 +328,13 @@ struct Checked {
 }
 
 /// Checks a block handed back (to free, realloc or `malloc_usable_size`):
-/// aborts if it is free already or its end was overwritten.
+/// aborts if it is free already or its end was overwritten. With
+/// `freeing`, it is recorded freed ([`block_is_free`]).
 ///
 /// # Safety
 /// `p` is not null.
 #[inline]
-unsafe fn check(p: *mut u8) -> Checked {
+unsafe fn check(p: *mut u8, freeing: bool) -> Checked {
     // SAFETY: `usable_size_checked` aborts for anything but the start of
     // a block of a live span or slab page (or a sampled guarded block),
     // whose `u` bytes are then mapped; a fenced block lies two OS pages
@@ -304,9 +348,9 @@ unsafe fn check(p: *mut u8) -> Checked {
             ),
             None => (p, HeapCore::usable_size_checked(p)),
         };
-        // A huge run freed (and cached) has no size; a slot freed twice
-        // still holds its free key.
-        if u < TAIL || (u <= SMALL_MAX && Block::is_free(p as *const Block)) {
+        // A huge run freed (and cached) has no size; a block freed twice
+        // is recorded so (one kept shut is not read).
+        if u < TAIL || block_is_free(p, u, freeing) {
             misuse(Misuse::DoubleFree, p as usize);
         }
         Checked {
@@ -341,32 +385,47 @@ unsafe fn verified(p: *mut u8, u: usize) -> usize {
     // SAFETY: per the caller.
     match unsafe { canary::verify(p, u) } {
         Ok(size) => size,
-        Err((kind, at)) => refused(kind, at, p),
+        Err((kind, at)) => refused(kind, at),
     }
 }
 
-/// Aborts with what [`verified`] found wrong at `at` in the block `p`,
-/// unless `p` is in the calling thread's quarantine: then it is free, and
-/// handing it back is a double free (a write after free overwrote the
-/// words that say so: all of a 16-byte slot's, whose last word is both
-/// its key and its tail word). Only a block freed is ever in the ring, so
-/// no overflow of a live block is renamed; the ring is read here, on the
-/// way to the abort, never on the fast paths.
+/// Aborts with what [`verified`] found wrong at `at` (in a block
+/// [`block_is_free`] found live: a slot freed is never judged by its
+/// bytes).
 #[cold]
 #[inline(never)]
-fn refused(kind: Misuse, at: usize, p: *mut u8) -> ! {
-    let heap = crate::global::thread::current_or_null();
-    // SAFETY: the calling thread's own heap, whose ring only it touches.
-    if kind == Misuse::Overflow && !heap.is_null() && unsafe { (*heap).quarantine.holds(p.cast()) }
-    {
-        misuse(Misuse::DoubleFree, p as usize);
-    }
+fn refused(kind: Misuse, at: usize) -> ! {
     misuse(kind, at)
 }
 
+/// Whether the block `p` of `u` usable bytes is free: recorded freed by
+/// the hardened free (`freed.rs`), or, a slot, holding a free key (a slot
+/// carved and never handed out has one). With `freeing` (a free of `p`),
+/// it is recorded freed now: of two frees of a block racing on two
+/// threads, one finds the other's record. The one place that decides it,
+/// before any check reads the block's bytes: a write after free can
+/// overwrite all of a slot's (its key, and the free slot's tail word at
+/// its end), and a slot whose bytes were judged first would be reported as
+/// a live block written past its end; a large block kept shut
+/// (`fence::shut`) cannot be read at all.
+///
+/// # Safety
+/// `p` starts a block of `u` bytes of a live slab page or large span or
+/// huge run (a slot of two words at least, readable).
+#[inline(always)]
+unsafe fn block_is_free(p: *mut u8, u: usize, freeing: bool) -> bool {
+    let recorded = if freeing {
+        freed::claim(p as usize)
+    } else {
+        freed::is_freed(p as usize)
+    };
+    // SAFETY: a slot, readable (caller).
+    recorded || (u <= SMALL_MAX && unsafe { Block::is_free(p as *const Block) })
+}
+
 /// The checks of a slot freed into a thread cache, before the heap marks
-/// and caches it: not free already (its key, loaded here), its end intact;
-/// then wiped.
+/// and caches it: not free already ([`block_is_free`], which records it
+/// freed), its end intact; then wiped.
 ///
 /// # Safety
 /// `b` starts a slot of `class` in a live slab page of a thread heap.
@@ -379,7 +438,7 @@ unsafe fn free_slot(b: *mut Block, class: usize, offset: usize) {
     // resident: the thread caches take only slots of pages with no purged
     // or meshed OS page (one purged meanwhile reads zero).
     unsafe {
-        if Block::is_free(b) {
+        if block_is_free(p, u, true) {
             misuse(Misuse::DoubleFree, p as usize);
         }
         let size = verified(p, u);
@@ -484,17 +543,14 @@ pub unsafe fn drain_quarantine(heap: &HeapCore) {
                 HeapCore::free_uncached(b.cast(), me);
             }
         });
-        let page = crate::memory::layout::os_page();
-        while let Some((b, u)) = heap.kept.drain() {
-            fence::disarm(b.add(page), u - 2 * page);
-            HeapCore::free_uncached(b, me);
-        }
+        give_back_kept(heap);
     }
 }
 
 /// [`free`] past the cache: looks the block up, checks and wipes it. The
-/// span of a block between guard pages stays in `current`, guarded, for
-/// its next large block (the one kept before goes back to the heap).
+/// span of a block between guard pages stays in `current`, guarded and
+/// shut, for its next large block (the one kept longest goes back to the
+/// heap).
 ///
 /// # Safety
 /// As [`free`].
@@ -506,17 +562,18 @@ unsafe fn free_uncached(p: *mut u8, current: *mut HeapCore, uncached: impl FnOnc
     // SAFETY: checked live above; wiped before it is free. A slot the slab
     // table lists is on a page with no purged or meshed OS page.
     unsafe {
-        let c = check(p);
+        let c = check(p, true);
         if let Some(offset) = slot_offset(p) {
             check_neighbour(p, c.u, offset);
         }
         wipe::wipe(p, c.size, c.u);
         let page = crate::memory::layout::os_page();
         if c.below == p.wrapping_sub(page) && !current.is_null() {
-            // Our own heap (caller); the span goes back to the heap
-            // disarmed, if it is not kept.
+            // Our own heap (caller); the block is shut while its span is
+            // kept, and the span pushed out goes back to the heap open.
+            fence::shut(p, c.u);
             if let Some((b, u)) = (*current).kept.put(c.below, c.u + 2 * page) {
-                fence::disarm(b.add(page), u - 2 * page);
+                fence::release(b.add(page), u - 2 * page);
                 uncached(b);
             }
             return;
@@ -556,7 +613,7 @@ pub unsafe fn realloc(
     // SAFETY: `check` aborts unless `p` is live, with `u` usable bytes;
     // the new block is a live one of at least `size` bytes.
     unsafe {
-        let c = check(p);
+        let c = check(p, false);
         let (old, u) = (c.size, c.u);
         if canary::fits(size, u) && (p as usize) % align == 0 {
             // The old canary's bytes are cleared (they would show the
@@ -607,5 +664,5 @@ pub unsafe fn usable_size(p: *const u8) -> usize {
         return 0;
     }
     // SAFETY: forwarded.
-    unsafe { check(p as *mut u8).size }
+    unsafe { check(p as *mut u8, false).size }
 }

@@ -52,15 +52,6 @@ impl Quarantine {
         old
     }
 
-    /// Whether `b` is in the ring: a slot freed and out of use.
-    ///
-    /// # Safety
-    /// Owner only.
-    pub unsafe fn holds(&self, b: *const Block) -> bool {
-        // SAFETY: owner only (caller).
-        unsafe { (*self.ring.get()).iter().any(|&s| core::ptr::eq(s, b)) }
-    }
-
     /// Takes every slot out, checked, oldest first (for `free`).
     ///
     /// # Safety

@@ -17,11 +17,13 @@
 //! too. Slots on purged OS pages read back zero or keep what the free
 //! left, both of which pass.
 //!
-//! Large and huge blocks are not checked: their first [`WIPE_MAX`] bytes
-//! are zeroed, but nothing marks a freed span: the same address comes back
-//! as a slab page, or a block of another size, whose bytes another owner
-//! wrote meanwhile, and a mark left there could not tell those apart from
-//! a write after free. Bytes past the first [`WIPE_MAX`] are not wiped:
+//! Large and huge blocks are not checked here: their first [`WIPE_MAX`]
+//! bytes are zeroed, and the block is made inaccessible while its span is
+//! kept (`fence::shut`), so a write after free faults at the access; once
+//! the span goes back to the heap nothing marks it: the same address comes
+//! back as a slab page, or a block of another size, whose bytes another
+//! owner wrote meanwhile, and a mark left there could not tell those apart
+//! from a write after free. Bytes past the first [`WIPE_MAX`] are not wiped:
 //! zeroing a 64 MiB block of which the program touched a page would bring
 //! all of it into memory.
 
