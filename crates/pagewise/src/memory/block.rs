@@ -56,9 +56,10 @@ fn secret_from(word: usize) -> usize {
     word | SECRET_BITS
 }
 
-/// The bits every secret has (a constant, so that no mutation of `1 |
-/// PAGE_TAG` into the equal `1 ^ PAGE_TAG` is left to triage).
-const SECRET_BITS: usize = 1 | PAGE_TAG;
+/// The bits every secret has: the lowest (odd) and [`PAGE_TAG`]'s. A
+/// literal, checked against the tag by a unit test: written `1 | PAGE_TAG`,
+/// its mutation into the equal `1 ^ PAGE_TAG` is one no test can catch.
+const SECRET_BITS: usize = 0b11;
 
 /// The per-process secret, drawn if it was not yet (the unit tests'; the
 /// hardened build reads it without the draw, `crate::secure::secret_now`).
@@ -330,6 +331,7 @@ mod tests {
 
     #[test]
     fn the_secret_keeps_the_word_and_sets_the_two_fixed_bits() {
+        assert_eq!(SECRET_BITS, 1 | PAGE_TAG, "the odd bit and the tag's");
         assert_eq!(secret_from(0), 1 | PAGE_TAG);
         assert_eq!(secret_from(!0), !0, "no bit of the word is cleared");
         assert_eq!(secret_from(0x5a50), 0x5a50 | 1 | PAGE_TAG);
