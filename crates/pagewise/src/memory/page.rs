@@ -301,7 +301,12 @@ impl Page {
         self.free = (begin + k * slot) as *mut Block;
         for i in 0..n {
             let p = begin + k * slot;
-            k = (k + step) % n;
+            // `k + step < 2 * n` (the stride is below `n`): a subtraction
+            // wraps it, where `%` would cost a division per slot.
+            k += step;
+            if k >= n {
+                k -= n;
+            }
             let next = if i + 1 < n { begin + k * slot } else { 0 };
             // SAFETY: `p` is a slot (of at least two words) inside this
             // page's span, which the heap owns and nothing else references yet.
