@@ -641,17 +641,12 @@ pub unsafe fn realloc(
 /// `memset` about to run): if `dst` lies in a pagewise block and the write
 /// runs past that block's end, aborts with an overflow report naming the
 /// first byte past it (`bounds.rs`).
-#[inline]
+#[inline(always)]
 pub fn check_write(dst: *const u8, len: usize) {
     if len == 0 {
         return;
     }
-    let at = dst as usize;
-    if let Some(end) = bounds::end_of_block(at) {
-        if len > end - at {
-            misuse(Misuse::Overflow, end);
-        }
-    }
+    bounds::check_write(dst as usize, len);
 }
 
 /// The usable size of `p`: exactly what was asked for (the bytes past it
