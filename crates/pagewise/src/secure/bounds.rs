@@ -6,8 +6,8 @@
 //! The end is the block's slot, span or run end, as the allocator's own
 //! tables say: no byte of the block is read. A slot is found as the free
 //! fast path finds it (the registry, then the segment's slab table: two
-//! loads and a multiplication); other blocks through their descriptors; a
-//! destination outside pagewise's memory costs two loads. A write into the slot's slack past the
+//! loads and a multiplication); other blocks through their descriptors,
+//! out of line; a destination outside pagewise's memory costs one load. A write into the slot's slack past the
 //! request is left to the canary, found at the free.
 //!
 //! A destination in memory that is not a block in use (a free span, a
