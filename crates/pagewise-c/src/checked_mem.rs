@@ -28,14 +28,15 @@ static LIBC_MEMSET: AtomicUsize = AtomicUsize::new(0);
 pub unsafe extern "C" fn memcpy(dst: *mut c_void, src: *const c_void, n: usize) -> *mut c_void {
     pw::raw::check_write(dst.cast(), n);
     match LIBC_MEMCPY.load(Relaxed) {
-        // SAFETY: the regions do not overlap (the caller's contract).
-        0 => unsafe { copy_bytes(dst.cast(), src.cast(), n, false) },
+        0 => {
+            // SAFETY: the regions do not overlap (the caller's contract).
+            unsafe { copy_bytes(dst.cast(), src.cast(), n, false) };
+            dst
+        }
         // SAFETY: libc's `memcpy`, looked up by name; forwarded.
-        f => unsafe {
-            core::mem::transmute::<usize, Copy>(f)(dst, src, n);
-        },
+        // Its result is `dst`: a tail call.
+        f => unsafe { core::mem::transmute::<usize, Copy>(f)(dst, src, n) },
     }
-    dst
 }
 
 /// `memmove`, checked.
@@ -46,14 +47,15 @@ pub unsafe extern "C" fn memcpy(dst: *mut c_void, src: *const c_void, n: usize) 
 pub unsafe extern "C" fn memmove(dst: *mut c_void, src: *const c_void, n: usize) -> *mut c_void {
     pw::raw::check_write(dst.cast(), n);
     match LIBC_MEMMOVE.load(Relaxed) {
-        // SAFETY: both regions are valid (the caller's contract).
-        0 => unsafe { copy_bytes(dst.cast(), src.cast(), n, true) },
+        0 => {
+            // SAFETY: both regions are valid (the caller's contract).
+            unsafe { copy_bytes(dst.cast(), src.cast(), n, true) };
+            dst
+        }
         // SAFETY: libc's `memmove`, looked up by name; forwarded.
-        f => unsafe {
-            core::mem::transmute::<usize, Copy>(f)(dst, src, n);
-        },
+        // Its result is `dst`: a tail call.
+        f => unsafe { core::mem::transmute::<usize, Copy>(f)(dst, src, n) },
     }
-    dst
 }
 
 /// `memset`, checked.
@@ -70,13 +72,12 @@ pub unsafe extern "C" fn memset(dst: *mut c_void, c: c_int, n: usize) -> *mut c_
                 // Volatile, so that the loop is not made a `memset` call.
                 unsafe { dst.cast::<u8>().add(i).write_volatile(c as u8) };
             }
+            dst
         }
         // SAFETY: libc's `memset`, looked up by name; forwarded.
-        f => unsafe {
-            core::mem::transmute::<usize, Fill>(f)(dst, c, n);
-        },
+        // Its result is `dst`: a tail call.
+        f => unsafe { core::mem::transmute::<usize, Fill>(f)(dst, c, n) },
     }
-    dst
 }
 
 /// Copies `n` bytes a byte at a time, backwards if `dst` is above `src`
@@ -85,6 +86,8 @@ pub unsafe extern "C" fn memset(dst: *mut c_void, c: c_int, n: usize) -> *mut c_
 ///
 /// # Safety
 /// As C's `memmove` (or `memcpy` without `overlap`).
+#[cold]
+#[inline(never)]
 unsafe fn copy_bytes(dst: *mut u8, src: *const u8, n: usize, overlap: bool) {
     // SAFETY: both regions hold `n` bytes (caller).
     unsafe {

@@ -423,7 +423,7 @@ pub const QUARANTINE: usize = crate::secure::QUARANTINE;
 /// }
 /// ```
 #[cfg(feature = "secure")]
-#[inline]
+#[inline(always)]
 pub fn check_write(dst: *const u8, len: usize) {
     crate::secure::check_write(dst, len);
 }

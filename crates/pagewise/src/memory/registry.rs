@@ -87,13 +87,18 @@ pub fn in_shared_segment(addr: usize) -> bool {
     entry(addr) == HEADER
 }
 
-/// Whether `addr` lies in any segment the map records (a thread heap's,
-/// an owned heap's, or a huge run's): one load, so that an address that is
-/// none of pagewise's (a stack, a static) is told so at once.
+/// Where `addr` lies, from one load: `Some(true)` in a (non-huge) segment
+/// of the global allocator's thread heaps ([`in_shared_segment`]),
+/// `Some(false)` in any other segment the map records (an owned heap's,
+/// or a huge run's), `None` in none, so that an address that is none of
+/// pagewise's (a stack, a static) is told so at once.
 #[inline]
 #[cfg_attr(not(feature = "secure"), allow(dead_code))]
-pub fn registered(addr: usize) -> bool {
-    entry(addr) != NONE
+pub fn shared_or_registered(addr: usize) -> Option<bool> {
+    match entry(addr) {
+        NONE => None,
+        e => Some(e == HEADER),
+    }
 }
 
 /// Whether `addr` lies in a (non-huge) segment of an owned `Heap`.

@@ -6,8 +6,8 @@
 //! The end is the block's slot, span or run end, as the allocator's own
 //! tables say: no byte of the block is read. A slot is found as the free
 //! fast path finds it (the registry, then the segment's slab table: two
-//! loads and a multiplication); other blocks through their descriptors; a
-//! destination outside pagewise's memory costs two loads. A write into the slot's slack past the
+//! loads and a multiplication); other blocks through their descriptors,
+//! out of line; a destination outside pagewise's memory costs one load. A write into the slot's slack past the
 //! request is left to the canary, found at the free.
 //!
 //! A destination in memory that is not a block in use (a free span, a
@@ -15,33 +15,66 @@
 //! its descriptors may be changing under another thread.
 
 use super::fence;
+use crate::fault::{misuse, Misuse};
 use crate::memory::layout::{os_page, segment_base, SLICE_SHIFT};
 use crate::memory::page::Kind;
 use crate::memory::registry;
 use crate::memory::segment::{Segment, HEADER_SLICES, STATE_SHIFT};
 use crate::memory::size_class::{GEOMETRY, SLOT_SIZE};
 
-/// The end of the pagewise block holding `addr`: its slot's end in a slab
-/// page, its span's in a large block, its run's in a huge one. None if
-/// `addr` is not in a block in use.
+/// Aborts with an overflow report (naming the first byte past the block)
+/// if a write of `len` bytes at `addr` runs past the end of the pagewise
+/// block holding `addr`: its slot's end in a slab page, its span's in a
+/// large block, its run's in a huge one. Nothing if `addr` is not in a
+/// block in use.
+///
+/// Only a slot is judged in line; any other block of pagewise's is
+/// looked up out of line ([`check_described`]), so that the common cases
+/// (a slot, or memory that is not pagewise's) make no call, and a C
+/// `memcpy` that asks this first keeps its own call a tail call.
 #[inline(always)]
-pub fn end_of_block(addr: usize) -> Option<usize> {
-    if registry::in_shared_segment(addr) {
-        // SAFETY: a registered segment is mapped and headed by a `Segment`.
-        let seg = unsafe { &*Segment::of(segment_base(addr)) };
-        // The slab table, as the free fast path reads it: one load, no
-        // descriptor (most destinations are small blocks).
-        let (state_at, offset) = seg.slab_entry(addr);
-        if state_at != 0 {
-            let class = (state_at >> STATE_SHIFT) - 1;
-            return Some(addr - into_slot(class, offset) + slot_size(class));
-        }
-    } else if !registry::registered(addr) {
+pub fn check_write(addr: usize, len: usize) {
+    // One load of the segment map says which of the three it is.
+    match registry::shared_or_registered(addr) {
         // Not pagewise's at all (a stack or a static buffer, the
         // destination of many copies): no descriptor to read.
-        return None;
+        None => {}
+        Some(true) => {
+            // SAFETY: a registered segment is mapped and headed by a `Segment`.
+            let seg = unsafe { &*Segment::of(segment_base(addr)) };
+            // The slab table, as the free fast path reads it: one load, no
+            // descriptor (most destinations are small blocks).
+            let (state_at, offset) = seg.slab_entry(addr);
+            if state_at == 0 {
+                return check_described(addr, len);
+            }
+            let class = (state_at >> STATE_SHIFT) - 1;
+            let end = addr - into_slot(class, offset) + slot_size(class);
+            if len > end - addr {
+                overflow(end);
+            }
+        }
+        Some(false) => check_described(addr, len),
     }
-    described_end(addr)
+}
+
+/// [`check_write`] of a destination in a segment of pagewise's that the
+/// slab table does not place in a slot.
+#[cold]
+#[inline(never)]
+fn check_described(addr: usize, len: usize) {
+    if let Some(end) = described_end(addr) {
+        if len > end - addr {
+            overflow(end);
+        }
+    }
+}
+
+/// Aborts: a write runs past the block ending at `end`.
+#[cold]
+#[inline(never)]
+fn overflow(end: usize) -> ! {
+    misuse(Misuse::Overflow, end)
 }
 
 /// The size of a slot of `class` (below CLASSES, as slab-table entries say).

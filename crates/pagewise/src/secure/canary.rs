@@ -51,17 +51,48 @@ const CANARY_MAX: usize = 8;
 /// a freed block), nor has its last byte zeroed by a string terminator.
 const TOP: usize = 1 << (usize::BITS - 1);
 
-/// What a block at `addr` is checked with: the tail word's mask (never
-/// with its top bit clear, nor that of its low byte: the byte a short
-/// tail's count is encoded with has its top bit set in either byte order)
-/// and the canary's pattern word (no zero byte).
+/// The keys of the block at one address, from one load of the secret and
+/// one multiplication: its tail word's mask and canary pattern
+/// ([`marks`]) and the mask of a freed slot's mark (`wipe.rs`). A free
+/// and a hand-out compute them once for the block and pass them to each
+/// check that needs them.
+#[derive(Clone, Copy)]
+pub struct Keys(usize);
+
+impl Keys {
+    /// The keys of the block at `addr`.
+    #[inline(always)]
+    pub fn of(addr: usize) -> Keys {
+        Keys((secret_now() ^ addr).wrapping_mul(0x9e37_79b9_7f4a_7c15))
+    }
+
+    /// The tail word's mask (never with its top bit clear, nor that of
+    /// its low byte: the byte a short tail's count is encoded with has its
+    /// top bit set in either byte order) and the canary's pattern word (no
+    /// zero byte).
+    #[inline(always)]
+    fn marks(self) -> (usize, u64) {
+        let h = self.0;
+        (
+            h | TOP | 0x80,
+            (h.rotate_left(29) as u64) | 0x0101_0101_0101_0101,
+        )
+    }
+
+    /// What a freed slot's mark is XORed with (`wipe.rs`): the hash
+    /// multiplied on by another odd constant (as a multiplication of the
+    /// address and the secret by it alone would be), never with its top
+    /// bit clear (no mark is 0, a fresh slot's).
+    #[inline(always)]
+    pub fn mark_mask(self) -> usize {
+        self.0.wrapping_mul(0xff51_afd7_ed55_8ccd) | TOP
+    }
+}
+
+/// What a block at `addr` is checked with ([`Keys::marks`]).
 #[inline(always)]
 fn marks(addr: usize) -> (usize, u64) {
-    let h = (secret_now() ^ addr).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-    (
-        h | TOP | 0x80,
-        (h.rotate_left(29) as u64) | 0x0101_0101_0101_0101,
-    )
+    Keys::of(addr).marks()
 }
 
 /// The last byte in memory of the tail word mask `mask`, as the top byte
@@ -159,8 +190,18 @@ fn first_mask(size: usize) -> u64 {
 /// of 8, which [`fits`] `size`.
 #[inline(always)]
 pub unsafe fn arm(p: *mut u8, size: usize, u: usize, keep: bool) {
+    // SAFETY: forwarded.
+    unsafe { arm_keyed(p, size, u, keep, Keys::of(p as usize)) }
+}
+
+/// [`arm`] with the block's keys computed already.
+///
+/// # Safety
+/// As [`arm`]; `keys` are `Keys::of(p)`.
+#[inline(always)]
+pub unsafe fn arm_keyed(p: *mut u8, size: usize, u: usize, keep: bool, keys: Keys) {
     debug_assert!(u % 8 == 0 && fits(size, u));
-    let (mask, pat) = marks(p as usize);
+    let (mask, pat) = keys.marks();
     if is_short(size, u) {
         let spare = u - size;
         let at = u - TAIL;
@@ -208,7 +249,15 @@ const FREE_GAP: usize = 1 << (usize::BITS / 2 - 2);
 /// handed out): a value the block before it must not change either.
 #[inline(always)]
 pub fn free_tail(addr: usize) -> usize {
-    swap(FREE_GAP) ^ marks(addr).0
+    Keys::of(addr).free_tail()
+}
+
+impl Keys {
+    /// [`free_tail`] of the block these are the keys of.
+    #[inline(always)]
+    pub fn free_tail(self) -> usize {
+        swap(FREE_GAP) ^ self.marks().0
+    }
 }
 
 /// Whether `word`, read at the end of the slot of `u` bytes at `addr`, is
@@ -248,6 +297,16 @@ unsafe fn put(p: *mut u8, at: usize, w: u64) {
     unsafe { p.add(at).cast::<u64>().write_unaligned(w.to_le()) }
 }
 
+/// [`verify_keyed`] with the keys of `p`.
+///
+/// # Safety
+/// As [`verify_keyed`].
+#[cfg(test)]
+unsafe fn verify(p: *const u8, u: usize) -> Result<usize, (Misuse, usize)> {
+    // SAFETY: forwarded.
+    unsafe { verify_keyed(p, u, Keys::of(p as usize)) }
+}
+
 /// Checks the tail word (or short tail) and the canary of a block of `u`
 /// usable bytes at `p`: the requested size, or the misuse and the address
 /// it was found at. A tail word of 0 is a block the hardened free already
@@ -257,12 +316,12 @@ unsafe fn put(p: *mut u8, at: usize, w: u64) {
 ///
 /// # Safety
 /// `p` is a block of `u >= TAIL` bytes the caller may read, `u` a
-/// multiple of 8.
+/// multiple of 8; `keys` are `Keys::of(p)`.
 #[inline(always)]
-pub unsafe fn verify(p: *const u8, u: usize) -> Result<usize, (Misuse, usize)> {
+pub unsafe fn verify_keyed(p: *const u8, u: usize, keys: Keys) -> Result<usize, (Misuse, usize)> {
     // SAFETY: the tail word is the block's last TAIL bytes (caller).
     let tail = unsafe { p.add(u - TAIL).cast::<usize>().read_unaligned() };
-    let (mask, pat) = marks(p as usize);
+    let (mask, pat) = keys.marks();
     let gap = swap(tail ^ mask);
     // A live tail word first (a short tail never decodes as one: its
     // count's byte lands in the distance's top half).
@@ -292,7 +351,7 @@ pub unsafe fn verify(p: *const u8, u: usize) -> Result<usize, (Misuse, usize)> {
     Ok(size)
 }
 
-/// [`verify`] of a block whose last word is no live tail word: a short
+/// [`verify_keyed`] of a block whose last word is no live tail word: a short
 /// tail's count and canary checked, else what the word says is wrong.
 #[inline(always)]
 fn short_or_refused(
@@ -322,7 +381,7 @@ fn short_or_refused(
 /// The address of the first canary byte of `p` that does not match.
 ///
 /// # Safety
-/// As [`verify`], which found one.
+/// As [`verify_keyed`], which found one.
 #[cold]
 unsafe fn first_changed(p: *const u8, size: usize, end: usize, pat: u64) -> usize {
     let bytes = pat.to_le_bytes();

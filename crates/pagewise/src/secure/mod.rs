@@ -68,7 +68,7 @@ pub fn secret_now() -> usize {
 /// a large block (above a slot's sizes) always gets one.
 pub const TAIL: usize = 8;
 
-use canary::MIN_SLACK;
+use canary::{Keys, MIN_SLACK};
 
 /// The hardened allocation's fast path: a slot of more than `size` bytes from
 /// the thread cache of `heap` (or, when the class's cache is empty, from
@@ -304,15 +304,16 @@ fn slot_offset(p: *const u8) -> Option<usize> {
 #[inline(always)]
 unsafe fn hand_out(p: *mut u8, size: usize, u: usize, slot: bool) {
     freed::handed_out(p as usize);
+    let keys = Keys::of(p as usize);
     // SAFETY: per the caller.
     unsafe {
         if slot {
-            if let Err(at) = wipe::check_freed(p, u) {
+            if let Err(at) = wipe::check_freed(p, u, keys) {
                 misuse(Misuse::WriteAfterFree, at);
             }
         }
         wipe::clear_links(p, u);
-        canary::arm(p, size, u, false);
+        canary::arm_keyed(p, size, u, false, keys);
     }
 }
 
@@ -382,8 +383,18 @@ unsafe fn below(p: *mut u8, c: &Checked) -> *mut u8 {
 /// `p` is a live block of `u` bytes.
 #[inline(always)]
 unsafe fn verified(p: *mut u8, u: usize) -> usize {
+    // SAFETY: forwarded.
+    unsafe { verified_keyed(p, u, Keys::of(p as usize)) }
+}
+
+/// [`verified`] with the block's keys computed already.
+///
+/// # Safety
+/// As [`verified`]; `keys` are `Keys::of(p)`.
+#[inline(always)]
+unsafe fn verified_keyed(p: *mut u8, u: usize, keys: Keys) -> usize {
     // SAFETY: per the caller.
-    match unsafe { canary::verify(p, u) } {
+    match unsafe { canary::verify_keyed(p, u, keys) } {
         Ok(size) => size,
         Err((kind, at)) => refused(kind, at),
     }
@@ -441,9 +452,11 @@ unsafe fn free_slot(b: *mut Block, class: usize, offset: usize) {
         if block_is_free(p, u, true) {
             misuse(Misuse::DoubleFree, p as usize);
         }
-        let size = verified(p, u);
+        // Computed once for the checks and the wipe.
+        let keys = Keys::of(p as usize);
+        let size = verified_keyed(p, u, keys);
         check_neighbour(p, u, offset);
-        wipe::wipe(p, size, u);
+        wipe::wipe(p, size, u, keys);
     }
 }
 
@@ -566,7 +579,7 @@ unsafe fn free_uncached(p: *mut u8, current: *mut HeapCore, uncached: impl FnOnc
         if let Some(offset) = slot_offset(p) {
             check_neighbour(p, c.u, offset);
         }
-        wipe::wipe(p, c.size, c.u);
+        wipe::wipe(p, c.size, c.u, Keys::of(p as usize));
         let page = crate::memory::layout::os_page();
         if c.below == p.wrapping_sub(page) && !current.is_null() {
             // Our own heap (caller); the block is shut while its span is
@@ -641,17 +654,12 @@ pub unsafe fn realloc(
 /// `memset` about to run): if `dst` lies in a pagewise block and the write
 /// runs past that block's end, aborts with an overflow report naming the
 /// first byte past it (`bounds.rs`).
-#[inline]
+#[inline(always)]
 pub fn check_write(dst: *const u8, len: usize) {
     if len == 0 {
         return;
     }
-    let at = dst as usize;
-    if let Some(end) = bounds::end_of_block(at) {
-        if len > end - at {
-            misuse(Misuse::Overflow, end);
-        }
-    }
+    bounds::check_write(dst as usize, len);
 }
 
 /// The usable size of `p`: exactly what was asked for (the bytes past it

@@ -27,7 +27,7 @@
 //! zeroing a 64 MiB block of which the program touched a page would bring
 //! all of it into memory.
 
-use super::secret_now;
+use super::canary::Keys;
 use super::TAIL;
 use crate::memory::size_class::SMALL_MAX;
 
@@ -44,19 +44,13 @@ const MARK_AT: usize = LINKS;
 /// 16-byte slot is all link and key).
 pub const MARKED_MIN: usize = 32;
 
-/// What the mark of the slot at `addr` is XORed with: secret, per address,
-/// never with its top bit clear (no mark is 0, a fresh slot's).
-#[inline(always)]
-fn mark_mask(addr: usize) -> usize {
-    (secret_now() ^ addr).wrapping_mul(0xff51_afd7_ed55_8ccd) | (1 << (usize::BITS - 1))
-}
-
-/// The mark of the slot at `addr`, zeroed to `n` bytes: `n`'s halves
+/// The mark of a slot with keys `keys`, zeroed to `n` bytes: `n`'s halves
 /// swapped (its high half, zero, where a byte changed most likely lands)
-/// and encoded.
+/// and encoded with the slot's mark mask (secret, per address, never
+/// with its top bit clear: no mark is 0, a fresh slot's).
 #[inline(always)]
-fn mark(addr: usize, n: usize) -> usize {
-    n.rotate_left(usize::BITS / 2) ^ mark_mask(addr)
+fn mark(keys: Keys, n: usize) -> usize {
+    n.rotate_left(usize::BITS / 2) ^ keys.mark_mask()
 }
 
 /// Wipes a block of `u` usable bytes at `p` that held a request of `size`
@@ -64,9 +58,9 @@ fn mark(addr: usize, n: usize) -> usize {
 ///
 /// # Safety
 /// `p` is a live block of `u > size` bytes (`u >= 16`) the caller may
-/// write, armed for `size` (`canary::arm`).
+/// write, armed for `size` (`canary::arm`); `keys` are `Keys::of(p)`.
 #[inline(always)]
-pub unsafe fn wipe(p: *mut u8, size: usize, u: usize) {
+pub unsafe fn wipe(p: *mut u8, size: usize, u: usize, keys: Keys) {
     // At least past the mark's word where there is one (a block of 32
     // bytes or more has `u - TAIL >= MARK_AT + 8`), never into the tail.
     let n = super::canary::written(size, u)
@@ -80,9 +74,10 @@ pub unsafe fn wipe(p: *mut u8, size: usize, u: usize) {
         if (MARKED_MIN..=SMALL_MAX).contains(&u) {
             // A slot's tail word guards the next slot's start too (in a
             // 16-byte slot, it is where the heap writes the slot's key).
-            let tail = super::canary::free_tail(p as usize);
-            p.add(u - TAIL).cast::<usize>().write_unaligned(tail);
-            let m = mark(p as usize, n);
+            p.add(u - TAIL)
+                .cast::<usize>()
+                .write_unaligned(keys.free_tail());
+            let m = mark(keys, n);
             p.add(MARK_AT).cast::<usize>().write_unaligned(m);
         } else {
             p.add(u - TAIL).cast::<usize>().write_unaligned(0);
@@ -115,9 +110,10 @@ pub unsafe fn carved(p: *mut u8, u: usize) {
 ///
 /// # Safety
 /// `p` is a free slot of a slab page, of `u` bytes the caller may read,
-/// just taken off a free list (its first two words are the heap's).
+/// just taken off a free list (its first two words are the heap's);
+/// `keys` are `Keys::of(p)`.
 #[inline(always)]
-pub unsafe fn check_freed(p: *const u8, u: usize) -> Result<(), usize> {
+pub unsafe fn check_freed(p: *const u8, u: usize, keys: Keys) -> Result<(), usize> {
     if u < MARKED_MIN {
         return Ok(());
     }
@@ -126,7 +122,7 @@ pub unsafe fn check_freed(p: *const u8, u: usize) -> Result<(), usize> {
     if w == 0 {
         return Ok(()); // carved fresh: nothing was zeroed
     }
-    let n = mark(p as usize, 0) ^ w;
+    let n = mark(keys, 0) ^ w;
     let n = n.rotate_left(usize::BITS / 2);
     if n > u - TAIL || n < MARK_AT + 8 || n % 8 != 0 {
         return Err(p as usize + MARK_AT);
