@@ -63,6 +63,9 @@ impl SharedPages {
             prepare_copy(m);
         }
         let mask = crate::os::signals::block_async();
+        // The handler in front: a fault in the child before its fork
+        // handler ran maps its copy (`barrier::fork_begin`).
+        crate::os::segv::ensure();
         barrier::raise();
         barrier::fork_begin(map_in_child, copy_on_fault);
         for m in maps.used().iter().filter(|m| m.child_fd >= 0) {
