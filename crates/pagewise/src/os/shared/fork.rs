@@ -99,7 +99,8 @@ impl SharedPages {
     pub(crate) fn fork_child(&self) {
         map_in_child();
         // No pass of the parent's goes on here: copies read the limit.
-        self.pass_limit.store(0, core::sync::atomic::Ordering::Relaxed);
+        self.pass_limit
+            .store(0, core::sync::atomic::Ordering::Relaxed);
         crate::os::uffd::forget_in_child();
         barrier::home_is_here();
         barrier::fork_end();
