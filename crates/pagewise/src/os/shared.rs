@@ -557,6 +557,8 @@ fn file_limit() -> u64 {
     if r.rlim_cur == libc::RLIM_INFINITY {
         u64::MAX - 1
     } else {
+        // `rlim_t` is u64 on the targets built here, not by definition.
+        #[allow(clippy::unnecessary_cast)]
         (r.rlim_cur as u64).min(u64::MAX - 1)
     }
 }
