@@ -169,8 +169,11 @@ impl HeapCore {
         // for this very copy (`os/signals.rs`).
         #[cfg(target_os = "linux")]
         let mask = crate::os::barrier::installed().then(crate::os::signals::block_async);
+        // The source may read what it checks before each copy once here.
+        sharing.begin_pass();
         // SAFETY: per the caller.
         let joined = unsafe { self.mesh_classes(l, sharing, when) };
+        sharing.end_pass();
         #[cfg(target_os = "linux")]
         if let Some(mask) = mask {
             crate::os::signals::restore(mask);

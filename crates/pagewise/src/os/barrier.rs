@@ -77,8 +77,8 @@ static CHILD_MAP: AtomicUsize = AtomicUsize::new(0);
 static PARENT_COPY: AtomicUsize = AtomicUsize::new(0);
 
 /// Turns the barrier on for the life of the process: from now on pages are
-/// made read-only while copied, and the handler is (re)installed by each
-/// [`raise`]. `owns` says whether an address belongs to the allocator's
+/// made read-only while copied, and the handler is (re)installed before
+/// each protection by `mprotect` (the one whose faults it handles). `owns` says whether an address belongs to the allocator's
 /// shared pages; it must be async-signal-safe (no locks, no allocation).
 pub fn install(owns: fn(usize) -> bool) -> bool {
     OWNS.store(owns as usize, Relaxed);
@@ -109,6 +109,10 @@ pub fn installed() -> bool {
 /// Held by the one copier at a time (the purger, a `mesh()` call, an owned
 /// heap's pass, a fork).
 static COPIER: AtomicBool = AtomicBool::new(false);
+/// The userfaultfd as the copier found it when it raised the barrier (-1:
+/// none): the copier's process does not change while it holds the
+/// barrier, so it is asked for once per raising, not per call.
+static COPIER_UFFD: AtomicI32 = AtomicI32::new(-1);
 
 /// Raises the barrier: faults on the allocator's read-only pages wait.
 /// Waits for another copier to lower it first.
@@ -119,7 +123,7 @@ pub fn raise() {
     {
         core::hint::spin_loop();
     }
-    super::segv::ensure();
+    COPIER_UFFD.store(super::uffd::fd(), Relaxed);
     WORD.fetch_add(1, AcqRel);
 }
 
@@ -128,9 +132,10 @@ pub fn lower() {
     if BY_UFFD.swap(false, Relaxed) {
         // Threads waiting in the kernel on pages since remapped retry on
         // the new mapping (counted: each left a message).
-        WAITS.fetch_add(super::uffd::take_faults(), Relaxed);
+        let fd = COPIER_UFFD.load(Relaxed);
+        WAITS.fetch_add(super::uffd::take_faults(fd), Relaxed);
         let start = PROTECTED_START.load(Relaxed);
-        super::uffd::wake(start, PROTECTED_END.load(Relaxed) - start);
+        super::uffd::wake(fd, start, PROTECTED_END.load(Relaxed) - start);
     }
     PROTECTED_END.store(0, Release);
     LOWERED.fetch_add(1, AcqRel);
@@ -174,7 +179,8 @@ pub fn fork_end() {
 /// barrier; it is remapped or made writable again before the barrier falls.
 /// One range at a time, or a range covering those before.
 pub unsafe fn protect(addr: usize, len: usize) -> bool {
-    if PROTECTED_END.load(Relaxed) == 0 && super::uffd::protect(addr, len, true) {
+    let fd = COPIER_UFFD.load(Relaxed);
+    if PROTECTED_END.load(Relaxed) == 0 && super::uffd::protect(fd, addr, len, true) {
         PROTECTED_START.store(addr, Relaxed);
         PROTECTED_END.store(addr + len, Release);
         BY_UFFD.store(true, Relaxed);
@@ -196,6 +202,9 @@ pub unsafe fn protect_by_mprotect(addr: usize, len: usize) -> bool {
     };
     PROTECTED_START.store(start, Relaxed);
     PROTECTED_END.store(end, Release);
+    // The handler in front of any the program has put in since, before a
+    // store can fault.
+    super::segv::ensure();
     // SAFETY: per the caller.
     unsafe { libc::mprotect(addr as *mut libc::c_void, len, libc::PROT_READ) == 0 }
 }
@@ -235,7 +244,7 @@ fn retry_once(addr: usize) -> bool {
 /// As [`protect`].
 pub unsafe fn unprotect(addr: usize, len: usize) -> bool {
     if BY_UFFD.load(Relaxed) {
-        return super::uffd::protect(addr, len, false);
+        return super::uffd::protect(COPIER_UFFD.load(Relaxed), addr, len, false);
     }
     // SAFETY: per the caller.
     unsafe {
@@ -342,4 +351,37 @@ fn wait_for_copy() {
     }
     WAITS.fetch_add(1, Relaxed);
     LONGEST_US.fetch_max(now_us().saturating_sub(start), Relaxed);
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::source::{PageSource, SharedPages};
+
+    #[test]
+    fn a_copy_under_the_barrier_asks_for_the_process_once() {
+        if !super::super::uffd::open() {
+            eprintln!("no userfaultfd here: nothing to count");
+            return;
+        }
+        let pages = SharedPages::new();
+        let p = pages.map(1 << 25, 1 << 25).unwrap().as_ptr() as usize;
+        let os = crate::memory::layout::os_page();
+        let lookups = || super::super::uffd::tests::FD_LOOKUPS.with(|n| n.get());
+        let before = lookups();
+        super::raise();
+        // SAFETY: a page of our shared mapping, under the raised barrier,
+        // made writable again before it falls.
+        unsafe {
+            assert!(super::protect(p, os));
+            assert!(super::unprotect(p, os));
+        }
+        super::lower();
+        assert_eq!(
+            lookups() - before,
+            1,
+            "raise, protect, unprotect, lower: one getpid"
+        );
+        // SAFETY: the whole mapping, unused.
+        unsafe { pages.unmap(core::ptr::NonNull::new(p as *mut u8).unwrap(), 1 << 25) };
+    }
 }

@@ -52,7 +52,7 @@ use crate::os::source::{
 };
 use crate::sync::lock::Locked;
 use core::ptr::{null_mut, NonNull};
-use core::sync::atomic::{AtomicU32, AtomicUsize, Ordering::Relaxed};
+use core::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering::Relaxed};
 
 /// Mappings one source can hold: reservations of 1 GiB, and huge objects
 /// with alignments of their own.
@@ -254,6 +254,12 @@ fn page() -> usize {
 pub struct SharedPages {
     counters: SyscallCounters,
     maps: Locked<Table>,
+    /// The file size limit read at the start of the mesh pass under way,
+    /// plus one (0: none read; every copy reads it), so that a pass reads
+    /// it once, not once per copy (`SharePages::begin_pass`).
+    pass_limit: AtomicU64,
+    /// Reads of the file size limit by copies and passes.
+    limit_reads: AtomicU64,
 }
 
 // SAFETY: the table is behind its lock; the raw pointers in it point to
@@ -274,6 +280,8 @@ impl SharedPages {
         SharedPages {
             counters: SyscallCounters::new(),
             maps: Locked::new(Table::EMPTY),
+            pass_limit: AtomicU64::new(0),
+            limit_reads: AtomicU64::new(0),
         }
     }
 
@@ -461,8 +469,8 @@ impl SharedPages {
     }
 
     /// Copies `len` bytes at `from` to `offset` of `fd`.
-    fn copy_in(fd: i32, from: usize, len: usize, offset: usize) -> bool {
-        if !file_limit_allows(offset + len) {
+    fn copy_in(&self, fd: i32, from: usize, len: usize, offset: usize) -> bool {
+        if !self.limit_allows(offset + len) {
             // The limit was lowered since the file was made: a write past
             // it would raise SIGXFSZ.
             private_memory_warning();
@@ -514,17 +522,52 @@ impl SharedPages {
     }
 }
 
-/// Whether the file size limit (`RLIMIT_FSIZE`, `ulimit -f`) lets a file
-/// grow to `bytes`: past it, `ftruncate` and writes raise SIGXFSZ, which
-/// kills a program that does not expect it.
-pub(crate) fn file_limit_allows(bytes: usize) -> bool {
+impl SharedPages {
+    /// [`file_limit_allows`] for a copy: with the limit read at the start
+    /// of the mesh pass under way if there is one, or read now.
+    fn limit_allows(&self, bytes: usize) -> bool {
+        let limit = match self.pass_limit.load(Relaxed) {
+            0 => {
+                self.limit_reads.fetch_add(1, Relaxed);
+                file_limit()
+            }
+            l => l - 1,
+        };
+        limit >= bytes as u64
+    }
+
+    /// Reads of the file size limit made by copies and passes so far.
+    #[cfg(test)]
+    fn limit_reads(&self) -> u64 {
+        self.limit_reads.load(Relaxed)
+    }
+}
+
+/// The file size limit (`RLIMIT_FSIZE`, `ulimit -f`) in bytes: `u64::MAX - 1`
+/// if there is none, 0 if it cannot be read.
+fn file_limit() -> u64 {
     let mut r = libc::rlimit {
         rlim_cur: 0,
         rlim_max: 0,
     };
     // SAFETY: a valid out-parameter; async-signal-safe.
-    let read = unsafe { libc::getrlimit(libc::RLIMIT_FSIZE, &mut r) } == 0;
-    read && (r.rlim_cur == libc::RLIM_INFINITY || r.rlim_cur as u128 >= bytes as u128)
+    if unsafe { libc::getrlimit(libc::RLIMIT_FSIZE, &mut r) } != 0 {
+        return 0;
+    }
+    if r.rlim_cur == libc::RLIM_INFINITY {
+        u64::MAX - 1
+    } else {
+        // `rlim_t` is u64 on the targets built here, not by definition.
+        #[allow(clippy::unnecessary_cast)]
+        (r.rlim_cur as u64).min(u64::MAX - 1)
+    }
+}
+
+/// Whether the file size limit (`RLIMIT_FSIZE`, `ulimit -f`) lets a file
+/// grow to `bytes`: past it, `ftruncate` and writes raise SIGXFSZ, which
+/// kills a program that does not expect it.
+pub(crate) fn file_limit_allows(bytes: usize) -> bool {
+    file_limit() >= bytes as u64
 }
 
 /// Says once that the heap takes private memory, which does not mesh.
@@ -726,7 +769,7 @@ unsafe impl SharePages for SharedPages {
             let spare = m.size + own;
             let guarded = hold_writers(founder);
             let ok = guarded
-                && Self::copy_in(m.fd, founder, page(), spare)
+                && self.copy_in(m.fd, founder, page(), spare)
                 && self.alias(founder, m.fd, spare);
             if ok {
                 // The founder's bytes now live in the group page; its own
@@ -769,7 +812,7 @@ unsafe impl SharePages for SharedPages {
             let copied = hold_writers(member)
                 && ranges
                     .iter()
-                    .all(|&(off, len)| Self::copy_in(m.fd, member + off, len, spare + off));
+                    .all(|&(off, len)| self.copy_in(m.fd, member + off, len, spare + off));
             // A failed copy wrote only to offsets the group does not use.
             if !copied || !self.alias(member, m.fd, spare) {
                 let_writers_in(member);
@@ -800,7 +843,7 @@ unsafe impl SharePages for SharedPages {
             let keep = how == Leave::Keep;
             let own = member - m.base;
             if keep
-                && !(m.ours() && hold_writers(member) && Self::copy_in(m.fd, member, page(), own))
+                && !(m.ours() && hold_writers(member) && self.copy_in(m.fd, member, page(), own))
                 || !self.alias(member, m.fd, own)
             {
                 if keep {
@@ -861,6 +904,19 @@ unsafe impl SharePages for SharedPages {
 
     fn seam_budget(&self) -> (usize, usize) {
         (SEAMS_NOW.load(Relaxed), seam_cap())
+    }
+
+    /// Reads the file size limit for the pass's copies (a limit lowered
+    /// during a pass is seen by the next one). Overlapping passes: the
+    /// last to begin sets it, the first to end clears it, and copies then
+    /// read it for themselves again.
+    fn begin_pass(&self) {
+        self.limit_reads.fetch_add(1, Relaxed);
+        self.pass_limit.store(file_limit() + 1, Relaxed);
+    }
+
+    fn end_pass(&self) {
+        self.pass_limit.store(0, Relaxed);
     }
 }
 
@@ -956,6 +1012,46 @@ mod tests {
         // (A read of a hole of a shared file mapping allocates a page, so
         // the zeros are checked last.)
         assert_eq!(read(b + 64), 0, "a page that left reads as zeros");
+    }
+
+    #[test]
+    fn a_pass_reads_the_file_size_limit_once_not_per_copy() {
+        let (pages, p) = mapped();
+        let s = pages.sharing().unwrap();
+        let at = |i: usize| p + i * page();
+        let copies = |first: usize| {
+            // SAFETY: our pages, one thread, nothing live but the ranges.
+            unsafe {
+                assert!(s.share(at(first)));
+                for i in 1..8 {
+                    assert!(s.join(at(first), at(first + i), &[(8 * i, 8)]));
+                }
+            }
+        };
+        let before = pages.limit_reads();
+        copies(0);
+        assert_eq!(pages.limit_reads() - before, 8, "outside a pass: per copy");
+        let before = pages.limit_reads();
+        s.begin_pass();
+        copies(8);
+        s.end_pass();
+        assert_eq!(pages.limit_reads() - before, 1, "in a pass: once");
+        let before = pages.limit_reads();
+        copies(16);
+        assert_eq!(pages.limit_reads() - before, 8, "after the pass: per copy");
+        assert_eq!(s.shared(), (24, 3));
+    }
+
+    #[test]
+    fn a_limit_read_at_the_start_of_a_pass_refuses_copies_past_it() {
+        let (pages, p) = mapped();
+        pages.pass_limit.store(SIZE as u64 + 1, Relaxed);
+        // SAFETY: our page, one thread, nothing live.
+        let shared = unsafe { pages.sharing().unwrap().share(p) };
+        pages.sharing().unwrap().end_pass();
+        assert!(!shared, "the group page lies past the limit");
+        assert_eq!(pages.sharing().unwrap().shared(), (0, 0));
+        assert_eq!(pages.limit_reads(), 0, "the pass's limit was used");
     }
 
     #[test]

@@ -324,6 +324,28 @@ pub unsafe trait SharePages {
     fn seam_budget(&self) -> (usize, usize) {
         (0, usize::MAX)
     }
+    /// A mesh pass begins: what the source checks before every copy and
+    /// cannot change unnoticed in the meantime (the file size limit) it
+    /// may read once here, until [`SharePages::end_pass`]. Nothing by
+    /// default.
+    ///
+    /// ```
+    /// use pagewise::source::{PageSource, SharePages, SharedPages};
+    /// let pages = SharedPages::new();
+    /// let sharing = pages.sharing().unwrap();
+    /// sharing.begin_pass();
+    /// sharing.end_pass();
+    /// ```
+    fn begin_pass(&self) {}
+    /// The mesh pass [`SharePages::begin_pass`] began is over: every copy
+    /// checks for itself again.
+    ///
+    /// ```
+    /// use pagewise::source::{PageSource, SharePages, SharedPages};
+    /// let pages = SharedPages::new();
+    /// pages.sharing().unwrap().end_pass();
+    /// ```
+    fn end_pass(&self) {}
 }
 
 // SAFETY: forwards every call to a source that upholds the contract.

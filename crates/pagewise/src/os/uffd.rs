@@ -24,8 +24,12 @@ use core::sync::atomic::{AtomicI32, Ordering::*};
 static FD: AtomicI32 = AtomicI32::new(-1);
 static OWNER: AtomicI32 = AtomicI32::new(0);
 
-/// The userfaultfd, if this process opened it.
-fn fd() -> i32 {
+/// The userfaultfd, if this process opened it (-1: none): what the other
+/// calls here take, so that one that makes several (the barrier, from its
+/// raising to its lowering) asks for the process once.
+pub fn fd() -> i32 {
+    #[cfg(test)]
+    tests::FD_LOOKUPS.with(|n| n.set(n.get() + 1));
     let fd = FD.load(Acquire);
     // SAFETY: plain system call.
     if fd >= 0 && OWNER.load(Relaxed) == unsafe { libc::getpid() } {
@@ -123,8 +127,7 @@ pub fn open() -> bool {
 /// Takes the fault messages queued since the last call: how many stores
 /// (or system calls) met a write-protected page and waited. Reading them
 /// does not wake their threads (waking the range does).
-pub fn take_faults() -> u64 {
-    let fd = fd();
+pub fn take_faults(fd: i32) -> u64 {
     let mut n = 0;
     // struct uffd_msg is 32 bytes.
     let mut buf = [0u8; 32 * 16];
@@ -158,10 +161,9 @@ pub fn register(addr: usize, len: usize) -> bool {
     fd >= 0 && ioctl(fd, UFFDIO_REGISTER, &mut r)
 }
 
-/// Write-protects (`on`) or releases `addr..addr+len`; releasing wakes
-/// the threads waiting there.
-pub fn protect(addr: usize, len: usize, on: bool) -> bool {
-    let fd = fd();
+/// Write-protects (`on`) or releases `addr..addr+len` through `fd` (from
+/// [`fd`]); releasing wakes the threads waiting there.
+pub fn protect(fd: i32, addr: usize, len: usize, on: bool) -> bool {
     let mut w = WriteProtect {
         range: Range {
             start: addr as u64,
@@ -173,9 +175,8 @@ pub fn protect(addr: usize, len: usize, on: bool) -> bool {
 }
 
 /// Wakes the threads waiting on `addr..addr+len` (remapped since they
-/// faulted: they retry on the new mapping).
-pub fn wake(addr: usize, len: usize) {
-    let fd = fd();
+/// faulted: they retry on the new mapping) through `fd` (from [`fd`]).
+pub fn wake(fd: i32, addr: usize, len: usize) {
     let mut r = Range {
         start: addr as u64,
         len: len as u64,
@@ -193,5 +194,13 @@ pub fn forget_in_child() {
     if fd >= 0 && OWNER.load(Relaxed) != unsafe { libc::getpid() } {
         // SAFETY: the inherited descriptor, no longer used.
         unsafe { libc::close(fd) };
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    std::thread_local! {
+        /// This thread's lookups of the userfaultfd (each a `getpid`).
+        pub(crate) static FD_LOOKUPS: core::cell::Cell<u64> = const { core::cell::Cell::new(0) };
     }
 }

@@ -63,6 +63,9 @@ impl SharedPages {
             prepare_copy(m);
         }
         let mask = crate::os::signals::block_async();
+        // The handler in front: a fault in the child before its fork
+        // handler ran maps its copy (`barrier::fork_begin`).
+        crate::os::segv::ensure();
         barrier::raise();
         barrier::fork_begin(map_in_child, copy_on_fault);
         for m in maps.used().iter().filter(|m| m.child_fd >= 0) {
@@ -95,6 +98,9 @@ impl SharedPages {
     /// In the child after `fork()`: maps its copies, unless a fault did.
     pub(crate) fn fork_child(&self) {
         map_in_child();
+        // No pass of the parent's goes on here: copies read the limit.
+        self.pass_limit
+            .store(0, core::sync::atomic::Ordering::Relaxed);
         crate::os::uffd::forget_in_child();
         barrier::home_is_here();
         barrier::fork_end();
