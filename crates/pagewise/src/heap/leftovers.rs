@@ -41,7 +41,11 @@ impl HeapCore {
     /// # Safety
     /// Owner only, with the page lists held.
     pub(super) unsafe fn alloc_from_leftovers(&self, class: usize) -> *mut u8 {
-        if cfg!(feature = "secure") || !self.global || crate::global::heaps::meshing() {
+        // Only the process's heaps: they are the ones on its list of exited
+        // heaps (a test's heaps pass slots through a transfer cache of
+        // their own, and must not take the process's).
+        let process = core::ptr::eq(self.transfer, &crate::memory::transfer::GLOBAL);
+        if cfg!(feature = "secure") || !process || crate::global::heaps::meshing() {
             return null_mut();
         }
         let state = self.class(class);
