@@ -187,3 +187,58 @@ unsafe fn take_free_slots(page: &mut crate::memory::page::Page, max: u32) -> (*m
     page.set_used(page.used() + n);
     (head, n)
 }
+
+#[cfg(test)]
+mod tests {
+    //! The exited heap's side on an owned heap over the fake page source
+    //! (the taker's side, through the global allocator, is
+    //! `tests/leftovers.rs`).
+    use crate::memory::block::Block;
+    use crate::memory::size_class::{class_of, SLOT_SIZE};
+    use crate::os::source::FakePages;
+    use crate::{Config, Heap};
+    use core::alloc::Layout;
+
+    #[test]
+    fn a_look_takes_free_slots_and_one_that_finds_none_clears_its_class_alone() {
+        let heap = Heap::with_source(FakePages::new(), Config::DEFAULT);
+        let core = heap.core();
+        let (class, other) = (class_of(48), class_of(64));
+        let layout = Layout::from_size_align(SLOT_SIZE[class] as usize, 8).unwrap();
+        assert!(!core.may_have_leftovers(class), "nothing offered yet");
+        core.offer_leftovers();
+        assert!(core.may_have_leftovers(class) && core.may_have_leftovers(other));
+        // Three blocks of the class, two freed and sent to their page.
+        let blocks: Vec<_> = (0..3).map(|_| heap.allocate(layout).unwrap()).collect();
+        for b in &blocks[1..] {
+            // SAFETY: allocated above with this layout, freed once.
+            unsafe { heap.deallocate(b.cast(), layout) };
+        }
+        heap.trim();
+        let mut l = core.lock_local();
+        // SAFETY: this thread owns the heap, and holds its page lists.
+        let (head, n) = unsafe { core.give_leftovers(&mut l, class, 8) }.unwrap();
+        // SAFETY: the chain's slots are the heap's, handed to us.
+        unsafe {
+            let mut b = head;
+            for _ in 0..n {
+                assert!(Block::is_cached(b), "given as cached slots");
+                b = Block::next(b);
+            }
+            assert!(b.is_null(), "a chain of {n} slots, ended");
+        }
+        assert!(
+            n >= 2,
+            "the two freed slots (and fresh ones) given, got {n}"
+        );
+        // The class of 64 B has no page: a look finds nothing and clears
+        // that class's bit only.
+        // SAFETY: as above.
+        assert!(unsafe { core.give_leftovers(&mut l, other, 8) }.is_none());
+        assert!(!core.may_have_leftovers(other));
+        assert!(core.may_have_leftovers(class));
+        drop(l);
+        // SAFETY: the one block still live, allocated above.
+        unsafe { heap.deallocate(blocks[0].cast(), layout) };
+    }
+}
