@@ -205,6 +205,20 @@ pub(crate) fn claim_for_visit<W: Word>(owner: &W) -> bool {
     owner.cas(ABANDONED, VISITING, Acquire, Relaxed).is_ok()
 }
 
+/// In a forked child: every heap claimed for a visit is abandoned again.
+/// Only a look for leftovers can have been in the middle of one (the other
+/// visits hold [`VISITS`], which the fork handlers held), and what it
+/// changes it changes with the heap's page lists held, which the handlers
+/// held too: the claim is all that is left of it, and the thread that
+/// made it is not in the child.
+pub(crate) fn end_visits_after_fork() {
+    for_each_heap(|h| {
+        if h.owner.load(Relaxed) == VISITING {
+            end_visit(&h.owner);
+        }
+    });
+}
+
 /// Ends a visit: the heap is abandoned again, for the next adopter.
 pub(crate) fn end_visit<W: Word>(owner: &W) {
     owner.store(ABANDONED, Release);
@@ -236,8 +250,8 @@ pub unsafe fn abandon(h: *mut HeapCore) {
 /// cache, with their count (`heap/leftovers.rs`). Looks at the most
 /// recently exited heaps first, claims at most a few, and waits for
 /// nothing: a heap being adopted, visited or looked at by another thread
-/// is passed by, and so is every heap while a purger pass, a `trim()` or a
-/// fork holds the visits' lock.
+/// is passed by. A fork in the middle of a look leaves the heap claimed in
+/// the child, which [`end_visits_after_fork`] undoes.
 pub(crate) fn take_leftovers(
     me: *const HeapCore,
     class: usize,
@@ -246,9 +260,6 @@ pub(crate) fn take_leftovers(
     if EXITED.load(Relaxed) == 0 {
         return None;
     }
-    // Claims are made only with VISITS held, which the fork handlers hold
-    // too: a child never finds a heap claimed by a thread it does not have.
-    let _pass = VISITS.try_lock()?;
     let mut candidates = [null_mut::<HeapCore>(); LEFTOVER_TRIES];
     {
         let head = ABANDONED_LIST.try_lock()?;

@@ -16,7 +16,8 @@
 //! The exited heap is claimed for the moment of the look as a visitor
 //! claims it (`global::heaps::claim_for_visit`, then its page lists with a
 //! try-lock): nothing here waits, so neither an adopter nor the purger nor
-//! a fork is held up by more than one look. Neither the hardened build
+//! a fork is held up by more than one look (a child forked in the middle
+//! of one finds the claim undone: `global::heaps::end_visits_after_fork`). Neither the hardened build
 //! (whose frees keep slots in a quarantine) nor a meshing heap (whose pages
 //! may withhold slots) takes leftovers.
 
