@@ -119,7 +119,7 @@ impl<S: PageSource + 'static> Heap<S> {
         }
     }
 
-    fn core(&self) -> &HeapCore {
+    pub(crate) fn core(&self) -> &HeapCore {
         // SAFETY: `inner` is valid for the heap's life.
         unsafe { &self.inner.as_ref().core }
     }

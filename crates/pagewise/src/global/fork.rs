@@ -105,6 +105,7 @@ extern "C" fn child() {
         ABANDONED_LIST.reset_after_fork();
         VISITS.reset_after_fork();
     }
+    crate::global::heaps::end_visits_after_fork();
     crate::global::purger::after_fork_child();
     // The sampler's thread is not in the child either: the child does not
     // sample (one that execs starts its own sampler at load).

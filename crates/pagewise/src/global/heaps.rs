@@ -32,7 +32,7 @@ use crate::os::source::{PageSource, SystemPages};
 use crate::sync::lock::{Flag, Locked};
 use crate::sync::word::Word;
 use core::ptr::null_mut;
-use core::sync::atomic::{AtomicPtr, AtomicU8, Ordering::*};
+use core::sync::atomic::{AtomicPtr, AtomicU8, AtomicUsize, Ordering::*};
 
 /// The page source of the global allocator.
 pub static SYSTEM: SystemPages = SystemPages::new();
@@ -83,6 +83,14 @@ static HEAPS: AtomicPtr<HeapCore> = AtomicPtr::new(null_mut());
 /// Heaps whose thread exited, waiting for a new thread (linked through
 /// `next_abandoned`).
 pub(crate) static ABANDONED_LIST: Locked<usize> = Locked::new(0);
+/// How many heaps are on [`ABANDONED_LIST`] (a hint, read without its
+/// lock: a thread about to open a new page looks for leftovers only while
+/// some heap's thread has exited).
+static EXITED: AtomicUsize = AtomicUsize::new(0);
+/// How many exited heaps one look for leftovers claims at most, and how
+/// many of the list it reads to find them (under the list's lock).
+const LEFTOVER_TRIES: usize = 4;
+const LEFTOVER_WALK: usize = 16;
 /// Held for a whole pass of [`visit_all`] (and by the fork
 /// handlers, so that no visit is half done in a child).
 pub(crate) static VISITS: Locked<()> = Locked::new(());
@@ -121,6 +129,9 @@ pub fn take_heap() -> *mut HeapCore {
         |h| unsafe { &(*h).owner },
         thread_id(),
     );
+    if adopted.is_some() {
+        EXITED.fetch_sub(1, Relaxed);
+    }
     let h = adopted.unwrap_or_else(|| create().unwrap_or(null_mut()));
     if !h.is_null() {
         // SAFETY: heaps are never freed; the calling thread owns it now.
@@ -194,6 +205,20 @@ pub(crate) fn claim_for_visit<W: Word>(owner: &W) -> bool {
     owner.cas(ABANDONED, VISITING, Acquire, Relaxed).is_ok()
 }
 
+/// In a forked child: every heap claimed for a visit is abandoned again.
+/// Only a look for leftovers can have been in the middle of one (the other
+/// visits hold [`VISITS`], which the fork handlers held), and what it
+/// changes it changes with the heap's page lists held, which the handlers
+/// held too: the claim is all that is left of it, and the thread that
+/// made it is not in the child.
+pub(crate) fn end_visits_after_fork() {
+    for_each_heap(|h| {
+        if h.owner.load(Relaxed) == VISITING {
+            end_visit(&h.owner);
+        }
+    });
+}
+
 /// Ends a visit: the heap is abandoned again, for the next adopter.
 pub(crate) fn end_visit<W: Word>(owner: &W) {
     owner.store(ABANDONED, Release);
@@ -210,12 +235,66 @@ pub unsafe fn abandon(h: *mut HeapCore) {
     // after `abandon`, and `h` is never freed.
     unsafe {
         (*h).abandon();
+        (*h).offer_leftovers();
         hand_on(&(*h).owner, &ABANDONED_LIST, h, |h, head| {
             // `h` is not on the list (its owner just let it go); the list
             // lock serialises the link.
             (*h).next_abandoned.store(head, Relaxed)
         });
     }
+    EXITED.fetch_add(1, Relaxed);
+}
+
+/// Up to `max` free slots of `class` that a heap whose thread exited left
+/// on one of its pages, as a chain of cached slots for `me`'s empty thread
+/// cache, with their count (`heap/leftovers.rs`). Looks at the most
+/// recently exited heaps first, claims at most a few, and waits for
+/// nothing: a heap being adopted, visited or looked at by another thread
+/// is passed by. A fork in the middle of a look leaves the heap claimed in
+/// the child, which [`end_visits_after_fork`] undoes.
+pub(crate) fn take_leftovers(
+    me: *const HeapCore,
+    class: usize,
+    max: u32,
+) -> Option<(*mut crate::memory::block::Block, u32)> {
+    if EXITED.load(Relaxed) == 0 {
+        return None;
+    }
+    let mut candidates = [null_mut::<HeapCore>(); LEFTOVER_TRIES];
+    {
+        let head = ABANDONED_LIST.try_lock()?;
+        let mut h = *head as *mut HeapCore;
+        let (mut n, mut walked) = (0, 0);
+        while !h.is_null() && n < LEFTOVER_TRIES && walked < LEFTOVER_WALK {
+            walked += 1;
+            // SAFETY: heaps are never freed; the list's links are read
+            // under its lock.
+            let heap = unsafe { &*h };
+            if !core::ptr::eq(h, me) && heap.may_have_leftovers(class) {
+                candidates[n] = h;
+                n += 1;
+            }
+            h = heap.next_abandoned.load(Relaxed);
+        }
+    }
+    for h in candidates.into_iter().take_while(|h| !h.is_null()) {
+        // SAFETY: heaps are never freed.
+        let heap = unsafe { &*h };
+        // Adopted since, or claimed by another: passed by.
+        if !claim_for_visit(&heap.owner) {
+            continue;
+        }
+        let got = heap.try_lock_local().and_then(|mut l| {
+            // SAFETY: claimed as the exited heap's owner, with its page
+            // lists.
+            unsafe { heap.give_leftovers(&mut l, class, max) }
+        });
+        end_visit(&heap.owner);
+        if got.is_some() {
+            return got;
+        }
+    }
+    None
 }
 
 fn create() -> Option<*mut HeapCore> {

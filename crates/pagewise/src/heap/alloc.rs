@@ -279,6 +279,11 @@ impl HeapCore {
                 if !p.is_null() {
                     return p;
                 }
+                // Then slots exited threads' heaps left (`leftovers.rs`).
+                let p = self.alloc_from_leftovers(class);
+                if !p.is_null() {
+                    return p;
+                }
             }
             let next = match fullest {
                 Some(p) => p,

@@ -22,6 +22,7 @@ pub(crate) mod current;
 pub(crate) mod free;
 pub(crate) mod hollow;
 pub(crate) mod large;
+pub(crate) mod leftovers;
 pub(crate) mod maintenance;
 pub(crate) mod mesh;
 pub(crate) mod mesh_plan;
@@ -243,6 +244,11 @@ pub struct HeapCore {
     pub next_heap: AtomicPtr<HeapCore>,
     /// Next heap in the list of abandoned heaps.
     pub next_abandoned: AtomicPtr<HeapCore>,
+    /// While the heap's thread has exited: one bit per class that may
+    /// still have free slots on its pages for a running thread to take
+    /// (`heap/leftovers.rs`); set when it is abandoned, cleared by a look
+    /// that finds none.
+    pub(crate) leftover_classes: AtomicU64,
     /// Earliest time a retained span of this heap expires (u64::MAX: none).
     pub next_deadline: AtomicU64,
     /// A thread heap of the global allocator (serviced by the purger).
@@ -358,6 +364,7 @@ impl HeapCore {
             owner: AtomicUsize::new(0),
             next_heap: AtomicPtr::new(null_mut()),
             next_abandoned: AtomicPtr::new(null_mut()),
+            leftover_classes: AtomicU64::new(0),
             next_deadline: AtomicU64::new(u64::MAX),
             global,
             // SAFETY: the source outlives the heap (the caller's contract).

@@ -66,6 +66,20 @@ impl HeapCore {
         self.sampling.end[class].get().wrapping_sub(left)
     }
 
+    /// Counts `n` slots of `class` this heap's pages gave another thread's
+    /// cache (`heap/leftovers.rs`) as allocations served from its pages
+    /// (at the slot's size, an upper bound of what will be asked), without
+    /// moving the countdown: the taker counts them as freed into its cache,
+    /// and as allocated again as it hands them out (owner, or a claimant).
+    pub(super) fn count_given(&self, class: usize, n: u32) {
+        self.sampling.end[class].add(n as u64);
+        let state = self.class(class);
+        state.sampled.add(n as u64);
+        state
+            .requested
+            .add(n as u64 * crate::memory::size_class::SLOT_SIZE[class] as u64);
+    }
+
     /// Starts the countdowns (owner, or the heap's maker): the first gap of
     /// every class if the process samples or guards, else never.
     pub(super) fn start_sampling(&self) {
