@@ -473,6 +473,16 @@ mod tests {
     struct Slot([usize; 2]);
 
     #[test]
+    fn a_state_reads_back_the_slot_last_announced() {
+        let c = ClassState::new(0, Geometry::NONE);
+        assert_eq!(c.announced(), 0);
+        c.announce(0x2000_0040);
+        assert_eq!(c.announced(), 0x2000_0040);
+        c.announce(0x2000_0080);
+        assert_eq!(c.announced(), 0x2000_0080);
+    }
+
+    #[test]
     fn limits_bound_slots_and_bytes() {
         for c in 0..CLASSES {
             let l = LIMITS[c];
