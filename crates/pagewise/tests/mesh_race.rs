@@ -25,6 +25,8 @@ use std::sync::OnceLock;
 
 const CHILD: &str = "PAGEWISE_TEST_MESH_RACE_CHILD";
 const SIZE: usize = 64;
+/// Blocks of the test: eight slab pages of 64 KiB.
+const N: usize = 8 * (64 << 10) / SIZE;
 
 static ARMED: AtomicBool = AtomicBool::new(false);
 /// The slot freed twice.
@@ -119,8 +121,7 @@ fn child() {
         // This thread needs a heap (a cache) of its own.
         let _warm = std::hint::black_box(a.alloc(Layout::from_size_align(4096, 8).unwrap()));
         let (survivors, victim) = std::thread::spawn(move || {
-            let n = 8 * 64 << 10 >> 6;
-            let blocks: Vec<usize> = (0..n).map(|_| a.alloc(l) as usize).collect();
+            let blocks: Vec<usize> = (0..N).map(|_| a.alloc(l) as usize).collect();
             let mut pages: Vec<usize> = blocks.iter().map(|b| b / os_page()).collect();
             pages.sort_unstable();
             pages.dedup();
@@ -158,9 +159,8 @@ fn child() {
         // Still running: the slot's OS page was left out of the pass, and
         // the slot is on its page's free list twice. A thread that takes
         // the exited thread's heap and allocates meets it there.
-        let n = 8 * 64 << 10 >> 6;
         std::thread::spawn(move || {
-            for _ in 0..4 * n {
+            for _ in 0..4 * N {
                 std::hint::black_box(a.alloc(l));
             }
         })
