@@ -567,9 +567,17 @@ impl HeapCore {
         if !self.global {
             return;
         }
+        // The planned OS pages' span: most announcements are elsewhere.
+        let (mut lo, mut hi) = (usize::MAX, 0);
+        for i in 0..s.n as u32 {
+            if s.planned(i) {
+                lo = lo.min(s.cand(i).addr());
+                hi = hi.max(s.cand(i).addr() + os_page());
+            }
+        }
         crate::global::heaps::for_each_heap(|h| {
             let at = h.announced_free();
-            if at == 0 {
+            if at < lo || at >= hi {
                 return;
             }
             for i in 0..s.n as u32 {
