@@ -284,6 +284,25 @@ impl ClassState {
         true
     }
 
+    /// On the heap's state 0 (no class's: no address passes its geometry,
+    /// so its `returned` counts nothing): says that the heap's thread is
+    /// about to free the slot at `addr` into its cache. Stored before the
+    /// free reads the slot's page's slab word, so a mesh pass that makes
+    /// the page uncacheable and then has every thread pass a barrier sees
+    /// the slot here if the free read the old word (`memory/cache_handshake.rs`,
+    /// `HeapCore::spare_announced`). One store, by the owner only (a thread
+    /// without a heap stores into [`EMPTY_STATES`](super::EMPTY_STATES),
+    /// which no pass reads).
+    #[inline(always)]
+    pub(crate) fn announce(&self, addr: usize) {
+        self.returned.0.store(addr as u64, Relaxed);
+    }
+
+    /// The slot last announced on this state 0 ([`ClassState::announce`]).
+    pub(crate) fn announced(&self) -> usize {
+        self.returned.0.load(Relaxed) as usize
+    }
+
     /// Makes a list of `count` cached slots of this class (a batch from
     /// the transfer cache) the cache's content. Reached through
     /// `HeapCore::install_cached`, which counts them for the thread's
@@ -452,6 +471,16 @@ mod tests {
     #[repr(C, align(16))]
     #[derive(Clone, Copy)]
     struct Slot([usize; 2]);
+
+    #[test]
+    fn a_state_reads_back_the_slot_last_announced() {
+        let c = ClassState::new(0, Geometry::NONE);
+        assert_eq!(c.announced(), 0);
+        c.announce(0x2000_0040);
+        assert_eq!(c.announced(), 0x2000_0040);
+        c.announce(0x2000_0080);
+        assert_eq!(c.announced(), 0x2000_0080);
+    }
 
     #[test]
     fn limits_bound_slots_and_bytes() {

@@ -91,6 +91,15 @@ impl HeapCore {
     unsafe fn cache_free_at(heap: *const HeapCore, addr: usize) -> bool {
         // SAFETY: registered segments are mapped and headed by a `Segment`.
         let seg = unsafe { &*Segment::of(crate::memory::layout::segment_base(addr)) };
+        let states = (heap as *const u8).wrapping_add(STATES_OFFSET);
+        // The slot is announced before the page's word is read: a mesh pass
+        // that stops the page's cached frees either sees it or is seen
+        // (`memory/cache_handshake.rs`), so no store below lands in a slot
+        // whose OS page shows another page's objects.
+        // SAFETY: state 0 starts the states of a heap or of `empty_heap`
+        // (as below); its announcement word is atomic.
+        unsafe { (*(states as *const ClassState)).announce(addr) };
+        cache_handshake::before_reading_the_word();
         let word = seg.slab_word(addr);
         let (state_at, offset) = seg.split_slab_word(word, addr);
         // SAFETY: slab-table entries are 0 or `(class + 1) << STATE_SHIFT`
@@ -99,11 +108,7 @@ impl HeapCore {
         // bytes into the heap, `empty_heap`'s too). Entry 0 (no slab page)
         // finds the state whose geometry no offset passes, and so does
         // every entry in `empty_heap`.
-        let state = unsafe {
-            &*((heap as *const u8)
-                .wrapping_add(STATES_OFFSET)
-                .add(state_at) as *const ClassState)
-        };
+        let state = unsafe { &*(states.add(state_at) as *const ClassState) };
         if !state.starts_slot(offset) {
             return false; // not a slot start: the uncached path says so
         }

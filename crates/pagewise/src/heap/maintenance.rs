@@ -191,6 +191,10 @@ impl HeapCore {
     /// # Safety
     /// Owner only, as its last act on the heap's owner-only state.
     pub unsafe fn abandon(&self) {
+        // Its thread frees into this cache no more: a slot it announced
+        // keeps no OS page out of mesh passes while the heap waits for an
+        // adopter.
+        self.states[0].announce(0);
         // The quarantined slots join the cache, which goes on below.
         #[cfg(feature = "secure")]
         // SAFETY: owner only (caller).

@@ -436,12 +436,23 @@ impl HeapCore {
             let page = s.cand(i).page;
             let mut end = i;
             let mut planned = 0;
+            let mut spared = false;
             while end < s.n as u32 && s.cand(end).page == page {
                 if s.planned(end) {
-                    mark_meshed(s.cand(end), true);
-                    planned += 1;
+                    if s.plan(end).failed {
+                        spared = true;
+                    } else {
+                        mark_meshed(s.cand(end), true);
+                        planned += 1;
+                    }
                 }
                 end += 1;
+            }
+            if planned == 0 && spared {
+                // SAFETY: a slab page of this heap, page lists held; none
+                // of its OS pages meshes in this pass: cacheable again if
+                // it was.
+                unsafe { (*page).set_hollow_slots((*page).hollow_slots()) };
             }
             if planned > 0 {
                 // SAFETY: a slab page of this heap, page lists held.
@@ -453,7 +464,7 @@ impl HeapCore {
                 };
                 if record.is_null() {
                     for j in i..end {
-                        if s.planned(j) {
+                        if s.planned(j) && !s.plan(j).failed {
                             mark_meshed(s.cand(j), false);
                             s.plan(j).failed = true;
                         }
@@ -464,7 +475,7 @@ impl HeapCore {
                     // SAFETY: per the caller; the record is the page's.
                     unsafe { (*page).withhold_meshed(planned, record) };
                     for j in i..end {
-                        if s.planned(j) {
+                        if s.planned(j) && !s.plan(j).failed {
                             s.plan(j).withheld = true;
                         }
                     }
@@ -527,7 +538,11 @@ impl HeapCore {
                 any = true;
             }
         }
-        if !any || self.source().serialize_threads() {
+        if !any {
+            return true;
+        }
+        if self.source().serialize_threads() {
+            self.spare_announced(s);
             return true;
         }
         for i in 0..s.n as u32 {
@@ -538,6 +553,42 @@ impl HeapCore {
             }
         }
         false
+    }
+
+    /// Leaves out of the pass every planned OS page on which a thread has
+    /// announced a free into its cache of a slot not in use (a second free
+    /// under way, or a slot that went home since that thread's last free):
+    /// run after the planned pages stopped taking cached frees and every
+    /// thread passed a barrier, so a free that read a page's word as
+    /// cacheable announced its slot before and shows here
+    /// (`memory/cache_handshake.rs`). Its key and link, however late they
+    /// are stored, land on the page's own memory, never on a group page
+    /// where another member's object is. Only a heap of the global
+    /// allocator has its slots freed into other threads' caches; an owned
+    /// heap's only cache is its owner's, which is making this pass.
+    fn spare_announced(&self, s: &mut Scratch) {
+        if !self.global {
+            return;
+        }
+        // The planned OS pages' span: most announcements are elsewhere.
+        let (mut lo, mut hi) = (usize::MAX, 0);
+        for i in 0..s.n as u32 {
+            if s.planned(i) {
+                lo = lo.min(s.cand(i).addr());
+                hi = hi.max(s.cand(i).addr() + os_page());
+            }
+        }
+        crate::global::heaps::for_each_heap(|h| {
+            let at = h.announced_free();
+            if at < lo || at >= hi {
+                return;
+            }
+            for i in 0..s.n as u32 {
+                if s.planned(i) && !s.plan(i).failed && s.cand(i).free_slot_at(at) {
+                    s.plan(i).failed = true;
+                }
+            }
+        });
     }
 
     /// Returns `page`'s withheld-slot record to the pool once it has no

@@ -287,8 +287,10 @@ pub(crate) struct EmptyStates(
     #[allow(dead_code)] [ClassState; CLASSES + 1],
 );
 
-// SAFETY: nothing writes these states: a pop finds the cache empty before
-// it writes, and a free into them finds no slot start before it writes.
+// SAFETY: nothing writes these states but the atomic word of state 0 a
+// free announces its slot in (`ClassState::announce`), which no one reads:
+// a pop finds the cache empty before it writes, and a free into them finds
+// no slot start before it writes.
 unsafe impl Sync for EmptyStates {}
 
 /// The states of [`empty_heap`] (the thread-local word's initial value
@@ -393,6 +395,12 @@ impl HeapCore {
     #[inline]
     pub fn class(&self, class: usize) -> &ClassState {
         &self.states[class + 1]
+    }
+
+    /// The slot this heap's thread last announced it was freeing into its
+    /// cache ([`ClassState::announce`]; 0 if none yet).
+    pub(crate) fn announced_free(&self) -> usize {
+        self.states[0].announced()
     }
 
     /// The states of all size classes, in class order.

@@ -28,6 +28,19 @@
 
 use crate::sync::asymmetric;
 
+/// The free's side of the second handshake, with meshing: between its
+/// announcement of the slot (`ClassState::announce`) and its read of the
+/// page's word. A mesh pass writes the word, has every thread pass a
+/// barrier, then reads every heap's announcement
+/// (`HeapCore::spare_announced`): either the free reads the new word and
+/// stores nothing into the slot, or the pass sees the slot and leaves its
+/// OS page out (a key stored late lands on the page's own memory, never on
+/// a group page showing another page's object).
+#[inline(always)]
+pub fn before_reading_the_word() {
+    asymmetric::light();
+}
+
 /// The free's side, after it stored the cache key into the slot: whether
 /// the slab table's word (`entry()`) still says what it said before the
 /// store (`seen`). False: the page stopped taking cached frees meanwhile;
@@ -95,6 +108,80 @@ mod loom_model {
             },
         );
         p.key.load(Relaxed) == PAGE_KEY
+    }
+
+    /// A page about to mesh: the slot's address shows the page's own
+    /// memory until the pass remaps it onto the group page, whose word
+    /// there is another member's object.
+    struct Meshing {
+        entry: AtomicUsize,
+        /// The freeing thread's announcement (`ClassState::announce`).
+        announced: AtomicUsize,
+        /// Whether the slot's OS page shows the group page.
+        remapped: AtomicUsize,
+        own: AtomicUsize,
+        group: AtomicUsize,
+    }
+
+    const SLOT: usize = 0x1000;
+    const OBJECT: usize = 30;
+
+    /// The freeing thread, as `HeapCore::cache_free_at` orders it: the
+    /// announcement, the read of the word, and only then any store into
+    /// the slot (through whatever the address shows at that instant).
+    fn free_announced(p: &Meshing) {
+        p.announced.store(SLOT, Relaxed);
+        before_reading_the_word();
+        if p.entry.load(Relaxed) != CACHEABLE {
+            return;
+        }
+        let shown = if p.remapped.load(Relaxed) == 1 {
+            &p.group
+        } else {
+            &p.own
+        };
+        shown.store(CACHE_KEY, Relaxed);
+    }
+
+    /// The mesh pass, as `HeapCore::stop_caching_planned` and
+    /// `spare_announced` order it: the word, the barrier, the
+    /// announcements; the slot's OS page is remapped only if no thread
+    /// announced the slot.
+    fn mesh(p: &Meshing) {
+        stop_caching(
+            || p.entry.store(UNCACHEABLE, Relaxed),
+            || {
+                fence(SeqCst);
+                true
+            },
+        );
+        if p.announced.load(Relaxed) != SLOT {
+            p.remapped.store(1, Relaxed);
+        }
+    }
+
+    #[test]
+    fn a_cached_double_free_never_stores_into_a_group_page() {
+        loom::model(|| {
+            let p = Arc::new(Meshing {
+                entry: AtomicUsize::new(CACHEABLE),
+                announced: AtomicUsize::new(0),
+                remapped: AtomicUsize::new(0),
+                own: AtomicUsize::new(PAGE_KEY),
+                group: AtomicUsize::new(OBJECT),
+            });
+            let freer = {
+                let p = p.clone();
+                loom::thread::spawn(move || free_announced(&p))
+            };
+            mesh(&p);
+            freer.join().unwrap();
+            assert_eq!(
+                p.group.load(Relaxed),
+                OBJECT,
+                "the free's key overwrote another member's object"
+            );
+        });
     }
 
     #[test]

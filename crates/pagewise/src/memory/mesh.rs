@@ -89,6 +89,22 @@ impl Candidate {
         // SAFETY: a slab page descriptor of the caller's heap.
         unsafe { (*self.page).start + self.k as usize * os_page() }
     }
+
+    /// Whether the slot starting at `addr` (16-aligned, so its first two
+    /// words are on the OS page `addr` is on) starts on this OS page at a
+    /// position not in use when the candidate was taken: a free slot, whose
+    /// position the group page gives to another member's object.
+    pub fn free_slot_at(&self, addr: usize) -> bool {
+        let start = self.addr();
+        if addr < start || addr - start >= os_page() {
+            return false;
+        }
+        // SAFETY: a slab page descriptor of the caller's heap.
+        let page = unsafe { &*self.page };
+        let i = (addr - page.start) / page.slot_size as usize;
+        let (first, _) = page.slots_on(self.k as usize);
+        !self.live.contains(i - first)
+    }
 }
 
 impl Page {
