@@ -137,7 +137,11 @@ mod tests {
         let base = 0x7e00_0000_0000usize;
         let (a, b) = (base + 4096, base + 4096 + GRANULE);
         assert_eq!(is_live(a), Some(false), "never handed out");
-        assert_eq!(release(a), Some(false), "a free of a block never handed out");
+        assert_eq!(
+            release(a),
+            Some(false),
+            "a free of a block never handed out"
+        );
         handed_out(a);
         assert_eq!(is_live(a), Some(true));
         assert_eq!(is_live(b), Some(false), "one bit a block");

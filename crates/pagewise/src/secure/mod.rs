@@ -38,9 +38,9 @@
 mod bounds;
 mod canary;
 mod fence;
-mod live;
 mod kept;
 pub(crate) mod link;
+mod live;
 mod quarantine;
 pub(crate) mod unchecked;
 mod wipe;
