@@ -179,6 +179,58 @@ fn the_hardened_library_stops_each_misuse_with_its_report() {
     }
 }
 
+/// `tests/c/refuse_record.c`, built as a library to preload; None without
+/// a C compiler.
+fn refusing_shim() -> Option<&'static Path> {
+    common::c_compiler()?;
+    static P: OnceLock<PathBuf> = OnceLock::new();
+    Some(P.get_or_init(|| {
+        let out = common::scratch("cc-refuse-record").join("refuse_record.so");
+        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/refuse_record.c");
+        let o = Command::new("cc")
+            .args(["-O1", "-shared", "-fPIC", "-o"])
+            .arg(&out)
+            .arg(src)
+            .arg("-ldl")
+            .output()
+            .expect("running cc");
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        out
+    }))
+}
+
+#[test]
+fn where_the_record_of_blocks_handed_out_is_refused_the_free_key_still_names_a_double_free() {
+    let (Some(program), Some(shim)) = (misuse_program(), refusing_shim()) else {
+        return;
+    };
+    let secure = common::secure_lib_so();
+    let mut preload = shim.as_os_str().to_owned();
+    preload.push(":");
+    preload.push(&secure);
+    let preload = PathBuf::from(preload);
+    // The slot's free key says it is free: in the quarantine, or past it.
+    for kind in ["double-free", "double-free-later"] {
+        for size in [8, 12, 4000, 4093] {
+            match run(program, Some(&preload), kind, size) {
+                Ok(line) => assert!(
+                    line.starts_with("pagewise: double free"),
+                    "{kind} at {size}: {line}"
+                ),
+                Err(out) => panic!("{kind} at {size}: went on: {out}"),
+            }
+        }
+    }
+    // The record is refused indeed: a 16-byte slot whose key a write after
+    // free overwrote is judged by its bytes, where the record names it.
+    let line = run(program, Some(&preload), "double-free-written", 8);
+    assert!(
+        line.as_ref()
+            .is_ok_and(|l| l.starts_with("pagewise: heap buffer overflow")),
+        "{line:?}"
+    );
+}
+
 /// Prints what glibc, libpagewise.so and libpagewise_secure.so do with
 /// each program (`cargo test -p pagewise-c --test secure -- --nocapture`).
 #[test]

@@ -259,6 +259,35 @@ fn child_entry() {
                     None => A.dealloc(p, l),
                 }
             }
+            "carved-intact" | "carved-overwritten" | "carved-realloc" => {
+                // A slot carved and never handed out, next to the block
+                // (and two more of a size class no other case uses, the
+                // first of their page: slots are handed out in address
+                // order from a start drawn from the secret, wrapping
+                // once in each OS page). Its bytes written over (its free
+                // key among them), or not, then freed or reallocated.
+                let (r, t) = (black_box(A.alloc(l)), black_box(A.alloc(l)));
+                let mut v = [p as usize, r as usize, t as usize];
+                v.sort();
+                let d = SLOT_170;
+                assert!(v[1] - v[0] >= d && v[2] - v[1] >= d, "{v:x?}");
+                let slice = pagewise::layout::SLICE;
+                let q = if v[2] + 2 * d <= (v[2] | (slice - 1)) + 1 {
+                    v[2] + d
+                } else {
+                    assert!(v[0] - d >= v[0] & !(slice - 1), "{v:x?}");
+                    v[0] - d
+                } as *mut u8;
+                println!("slot {:#018x}", q as usize);
+                if kind != "carved-intact" {
+                    q.write_bytes(b'x', d);
+                }
+                if kind == "carved-realloc" {
+                    black_box(A.realloc(q, l, 2 * size));
+                } else {
+                    A.dealloc(q, l);
+                }
+            }
             "zero-read" | "zero-write" | "zero-double-free" => {
                 let z = black_box(pagewise::raw::malloc(0, 16));
                 match kind {
@@ -357,6 +386,19 @@ fn a_double_free_of_a_rewritten_block_is_named_a_double_free_wherever_it_waits()
         "double-rewritten-thread",
     ] {
         expect_report(kind, &sizes, "pagewise: double free");
+    }
+}
+
+/// The slot of a 170-byte request (and its tail word).
+const SLOT_170: usize = 192;
+
+#[test]
+fn a_slot_never_handed_out_is_named_free_at_its_free_even_written_over() {
+    // The hardened layer's record of blocks handed out says so, with no
+    // read of the slot: a write over its free key (and all its bytes)
+    // does not make it a live block written past its end.
+    for kind in ["carved-intact", "carved-overwritten", "carved-realloc"] {
+        expect_report(kind, &[170], "pagewise: double free");
     }
 }
 

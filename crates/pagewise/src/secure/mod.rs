@@ -20,11 +20,13 @@
 //! [`check_write`] first (`bounds.rs`).
 //!
 //! A block freed twice is reported at its second free, decided in one
-//! place ([`block_is_free`]) before its bytes are judged: the hardened free
-//! records each block it frees (`freed.rs`, a bitmap apart from the
-//! blocks, which a write after free cannot reach), and a free slot holds
-//! a free key (`memory/block.rs`, which also marks slots carved and never
-//! handed out). Free-list links are encoded there too.
+//! place ([`block_is_free`]) before any byte of the block is read: the
+//! hardened layer records each block start it hands out and clears the
+//! record at its free (`live.rs`, a bitmap apart from the blocks, which a
+//! write after free cannot reach), so a slot freed, one carved and never
+//! handed out, and a live one are told apart there. Only where that
+//! record's mapping was refused does the free read the slot's free key
+//! (`memory/block.rs`) instead. Free-list links are encoded there too.
 //!
 //! The checks run on the fast paths: an allocation from the thread cache
 //! (or, when it is empty, from its class's current page) knows its slot's
@@ -36,9 +38,9 @@
 mod bounds;
 mod canary;
 mod fence;
-mod freed;
 mod kept;
 pub(crate) mod link;
+mod live;
 mod quarantine;
 pub(crate) mod unchecked;
 mod wipe;
@@ -303,7 +305,7 @@ fn slot_offset(p: *const u8) -> Option<usize> {
 /// list.
 #[inline(always)]
 unsafe fn hand_out(p: *mut u8, size: usize, u: usize, slot: bool) {
-    freed::handed_out(p as usize);
+    live::handed_out(p as usize);
     let keys = Keys::of(p as usize);
     // SAFETY: per the caller.
     unsafe {
@@ -409,12 +411,14 @@ fn refused(kind: Misuse, at: usize) -> ! {
     misuse(kind, at)
 }
 
-/// Whether the block `p` of `u` usable bytes is free: recorded freed by
-/// the hardened free (`freed.rs`), or, a slot, holding a free key (a slot
-/// carved and never handed out has one). With `freeing` (a free of `p`),
-/// it is recorded freed now: of two frees of a block racing on two
-/// threads, one finds the other's record. The one place that decides it,
-/// before any check reads the block's bytes: a write after free can
+/// Whether the block `p` of `u` usable bytes is not live: not recorded
+/// handed out (`live.rs`: freed, or a slot carved and never handed out),
+/// read without a load of the block; only where the record was refused,
+/// a slot holding a free key (a slot carved and never handed out has
+/// one). With `freeing` (a free of `p`), it is recorded free now: of two
+/// frees of a block racing on two threads, one finds the other's record.
+/// The one place that decides it, before any check reads the block's
+/// bytes: a write after free can
 /// overwrite all of a slot's (its key, and the free slot's tail word at
 /// its end), and a slot whose bytes were judged first would be reported as
 /// a live block written past its end; a large block kept shut
@@ -425,13 +429,17 @@ fn refused(kind: Misuse, at: usize) -> ! {
 /// huge run (a slot of two words at least, readable).
 #[inline(always)]
 unsafe fn block_is_free(p: *mut u8, u: usize, freeing: bool) -> bool {
-    let recorded = if freeing {
-        freed::claim(p as usize)
+    let live = if freeing {
+        live::release(p as usize)
     } else {
-        freed::is_freed(p as usize)
+        live::is_live(p as usize)
     };
-    // SAFETY: a slot, readable (caller).
-    recorded || (u <= SMALL_MAX && unsafe { Block::is_free(p as *const Block) })
+    match live {
+        Some(live) => !live,
+        // The record refused: the slot's own key says. SAFETY: a slot,
+        // readable (caller).
+        None => u <= SMALL_MAX && unsafe { Block::is_free(p as *const Block) },
+    }
 }
 
 /// The checks of a slot freed into a thread cache, before the heap marks
