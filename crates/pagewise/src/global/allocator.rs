@@ -365,6 +365,7 @@ pub fn stats() -> Stats {
         s.mesh_saved_bytes = (pages.saturating_sub(groups) * page) as u64;
         s.mesh_mappings = heaps::SHARED.seams() as u64;
         (s.mesh_waits, s.mesh_longest_wait_us) = crate::os::barrier::waits();
+        s.mesh_pauses = crate::heap::mesh::pauses();
     }
     {
         // Hold the reservation lock while peeking at current pages, so no

@@ -29,7 +29,7 @@ use crate::heap::hollow::Hollow;
 use crate::heap::{Access, HeapCore, Local};
 use crate::memory::reservation::Reservations;
 use crate::os::source::{PageSource, SystemPages};
-use crate::sync::lock::{Flag, Locked};
+use crate::sync::lock::{Flag, Guard, Locked};
 use crate::sync::word::Word;
 use core::ptr::null_mut;
 use core::sync::atomic::{AtomicPtr, AtomicU8, AtomicUsize, Ordering::*};
@@ -460,7 +460,7 @@ pub enum Busy {
 pub fn visit_all(
     skip: *const HeapCore,
     busy: Busy,
-    mut f: impl FnMut(&HeapCore, &mut Local, Access),
+    mut f: impl FnMut(&HeapCore, &mut Guard<'_, Local>, Access),
 ) {
     let _pass = VISITS.lock();
     for_each_heap(|h| {
@@ -479,7 +479,7 @@ pub(crate) fn visit_one<L, F: Flag, W: Word>(
     owner: &W,
     lists: &Locked<L, F>,
     busy: Busy,
-    f: impl FnOnce(&mut L, Access),
+    f: impl FnOnce(&mut Guard<'_, L, F>, Access),
 ) {
     if claim_for_visit(owner) {
         f(&mut lists.lock(), Access::Owner);

@@ -25,6 +25,7 @@ use super::mesh_plan::{Packing, Scratch, NONE};
 use super::*;
 use crate::memory::mesh::{Candidate, Withheld, MAX_POSITIONS};
 use crate::os::source::{map_table, unmap_table, Leave, SharePages};
+use crate::sync::lock::Guard;
 use core::mem::size_of;
 use core::ptr::NonNull;
 
@@ -107,6 +108,14 @@ impl Records {
     }
 }
 
+/// Times a pass let the page lists go for a waiting thread, process-wide.
+static PAUSES: AtomicU64 = AtomicU64::new(0);
+
+/// [`PAUSES`] (`Stats::mesh_pauses`).
+pub(crate) fn pauses() -> u64 {
+    PAUSES.load(Relaxed)
+}
+
 impl HeapCore {
     /// Empties the caches, releases empty pages and hollows the others
     /// (as `trim()` does to the pages), then makes a mesh pass, then
@@ -160,7 +169,7 @@ impl HeapCore {
     /// writes to memory of this heap during the call (a store to a page
     /// being copied would be lost) unless the write barrier's handler is
     /// installed (`os/barrier.rs`), which makes such a store wait.
-    pub(crate) unsafe fn mesh_pass(&self, l: &mut Local, when: MeshWhen) -> usize {
+    pub(crate) unsafe fn mesh_pass(&self, l: &mut Guard<'_, Local>, when: MeshWhen) -> usize {
         let Some(sharing) = self.source().sharing() else {
             return 0;
         };
@@ -217,7 +226,7 @@ impl HeapCore {
     /// As [`HeapCore::mesh_pass`].
     unsafe fn mesh_classes(
         &self,
-        l: &mut Local,
+        l: &mut Guard<'_, Local>,
         sharing: &dyn SharePages,
         when: MeshWhen,
     ) -> usize {
@@ -273,6 +282,16 @@ impl HeapCore {
                 );
                 // SAFETY: per the caller.
                 joined += unsafe { self.make_groups(l, &mut scratch, sharing) };
+                if self.lists_wanted() {
+                    // A thread of the program waits for the page lists (a
+                    // slow path of its allocations): it has them now,
+                    // between two rounds, not after the whole pass. The
+                    // queue may change meanwhile, so what is left of the
+                    // class waits for the next pass.
+                    PAUSES.fetch_add(1, Relaxed);
+                    l.pause(|| self.lists_wanted());
+                    break;
+                }
             }
         }
         joined
