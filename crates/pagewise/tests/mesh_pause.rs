@@ -5,8 +5,10 @@
 //! with `PAGEWISE_MESH=1`: the main thread leaves one 64-byte survivor on
 //! each of 12,288 OS pages (three rounds of candidates), another thread
 //! meshes, and the main thread keeps allocating while it does. The pass
-//! must have let the lists go for it (`mesh_pauses`), leaving the rest of
-//! the class to the next pass, which meshes it.
+//! must have let the lists go for it (`mesh_pauses`), then gone on with
+//! the class. The same for a `fork()` made while the pass runs, which
+//! needs every lock the pass holds (the child's copy of the heap must not
+//! have a pass half done in it).
 #![cfg(target_os = "linux")]
 
 #[global_allocator]
@@ -36,7 +38,30 @@ fn survivors() -> Vec<Vec<u8>> {
     kept
 }
 
-fn child() {
+/// Kernel mappings of the process now (meshing adds some as it joins
+/// pages), counted without allocating.
+fn mappings() -> usize {
+    // SAFETY: a path we own, a stack buffer, our own descriptor.
+    unsafe {
+        let fd = libc::open(c"/proc/self/maps".as_ptr(), libc::O_RDONLY);
+        assert!(fd >= 0);
+        let mut buf = [0u8; 4096];
+        let mut lines = 0;
+        loop {
+            let n = libc::read(fd, buf.as_mut_ptr().cast(), buf.len());
+            if n <= 0 {
+                break;
+            }
+            lines += buf[..n as usize].iter().filter(|&&b| b == b'\n').count();
+        }
+        libc::close(fd);
+        lines
+    }
+}
+
+/// Meshes on another thread while this one runs `meanwhile` (given
+/// whether the pass is over); prints what happened.
+fn mesh_while(meanwhile: fn(&AtomicBool) -> u64) {
     assert_eq!(pagewise::options::get("mesh"), Ok(1));
     let kept = survivors();
     static DONE: AtomicBool = AtomicBool::new(false);
@@ -50,41 +75,99 @@ fn child() {
     while !STARTED.load(Acquire) {
         std::hint::spin_loop();
     }
-    // Allocations of another class, each 64th taking a new slab page
-    // (the page lists), until the pass is over.
+    let work = meanwhile(&DONE);
+    let first = mesher.join().unwrap();
+    let pauses = pagewise::stats().mesh_pauses;
+    let second = pagewise::mesh();
+    assert!(kept.iter().all(|b| b.iter().all(|&x| x == 7)));
+    println!("pause-report {pauses} {first} {second} {work}");
+}
+
+/// The background purger's pass (`PAGEWISE_BACKGROUND=1`, a short decay)
+/// with a fork made while it meshes.
+fn purger_and_fork() {
+    assert_eq!(pagewise::options::get("mesh"), Ok(1));
+    let kept = survivors();
+    static NEVER: AtomicBool = AtomicBool::new(false);
+    let after_fork = fork_once(&NEVER);
+    let pauses = pagewise::stats().mesh_pauses;
+    assert!(kept.iter().all(|b| b.iter().all(|&x| x == 7)));
+    println!("pause-report {pauses} 0 0 {after_fork}");
+}
+
+/// Allocations of another class, each 64th taking a new slab page (the
+/// page lists), until the pass is over.
+fn allocate(done: &AtomicBool) -> u64 {
     let mut held: Vec<Vec<u8>> = Vec::new();
     let mut allocations = 0u64;
-    while !DONE.load(Acquire) {
+    while !done.load(Acquire) {
         held.push(vec![1u8; 1000]);
         allocations += 1;
         if held.len() == 20_000 {
             held.clear();
         }
     }
-    let first = mesher.join().unwrap();
-    drop(held);
-    let pauses = pagewise::stats().mesh_pauses;
-    let second = pagewise::mesh();
-    assert!(kept.iter().all(|b| b.iter().all(|&x| x == 7)));
-    println!("pause-report {pauses} {first} {second} {allocations}");
+    allocations
+}
+
+/// One fork once the pass has meshed some pages (the process's mappings
+/// grew), its child leaving at once.
+fn fork_once(done: &AtomicBool) -> u64 {
+    let before = mappings();
+    while mappings() < before + 64 {
+        assert!(!done.load(Acquire), "the pass ended before it meshed");
+        std::hint::spin_loop();
+    }
+    // SAFETY: the child only leaves.
+    let child = unsafe { libc::fork() };
+    if child == 0 {
+        // SAFETY: leaves the child at once.
+        unsafe { libc::_exit(0) };
+    }
+    let mut status = 0;
+    // SAFETY: our child.
+    assert_eq!(unsafe { libc::waitpid(child, &mut status, 0) }, child);
+    u64::from(done.load(Acquire))
 }
 
 #[test]
 fn child_entry() {
-    if std::env::var(CHILD).is_ok() {
-        child();
+    match std::env::var(CHILD).as_deref() {
+        Ok("allocate") => mesh_while(allocate),
+        Ok("fork") => mesh_while(fork_once),
+        Ok("purger-fork") => purger_and_fork(),
+        _ => {}
     }
 }
 
-#[test]
-fn a_mesh_pass_lets_a_waiting_thread_have_the_page_lists_between_rounds() {
-    let out = reexec::this_binary()
+/// Runs `scenario` in a child with meshing on: (pauses, OS pages the
+/// first pass meshed, then the second, the scenario's own figure).
+fn run(scenario: &str) -> (u64, u64, u64, u64, String) {
+    let mut child = reexec::this_binary()
         .args(["--exact", "child_entry", "--nocapture", "--test-threads=1"])
-        .env(CHILD, "1")
+        .env(CHILD, scenario)
         .env("PAGEWISE_MESH", "1")
-        .env("PAGEWISE_BACKGROUND", "0")
-        .output()
+        .env(
+            "PAGEWISE_BACKGROUND",
+            if scenario == "purger-fork" { "1" } else { "0" },
+        )
+        .env("PAGEWISE_DECAY_MS", "100")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
         .unwrap();
+    // A pass and a waiting thread that wait for each other never end: a
+    // bound, far above the seconds the scenario takes, turns that into a
+    // failure.
+    let start = std::time::Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if start.elapsed() > std::time::Duration::from_secs(300) {
+            child.kill().unwrap();
+            panic!("{scenario}: the child hung (a pass and a waiting thread deadlocked)");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let out = child.wait_with_output().unwrap();
     let text = format!(
         "{}{}",
         String::from_utf8_lossy(&out.stdout),
@@ -98,13 +181,40 @@ fn a_mesh_pass_lets_a_waiting_thread_have_the_page_lists_between_rounds() {
         .split(' ')
         .map(|x| x.parse().unwrap())
         .collect();
-    let (pauses, first, second) = (f[0], f[1], f[2]);
+    (f[0], f[1], f[2], f[3], text)
+}
+
+#[test]
+fn a_mesh_pass_lets_an_allocating_thread_have_the_page_lists_between_rounds() {
+    let (pauses, first, second, _, text) = run("allocate");
     assert!(
         pauses >= 1,
         "the pass never let the page lists go for the allocating thread: {text}"
     );
     assert!(
-        second > 0,
-        "the next pass meshes what the paused one left ({first} then {second})"
+        first > 4096,
+        "the pass went on after letting the lists go ({first} OS pages, then {second})"
+    );
+}
+
+#[test]
+fn a_fork_during_a_mesh_pass_waits_for_one_round_not_the_pass() {
+    let (pauses, first, second, _, text) = run("fork");
+    assert!(
+        pauses >= 1,
+        "the pass never let its locks go for the fork: {text}"
+    );
+    assert!(
+        first > 4096,
+        "the pass went on after the fork ({first} OS pages, then {second})"
+    );
+}
+
+#[test]
+fn a_fork_during_the_purger_s_mesh_pass_waits_for_one_round_not_the_pass() {
+    let (pauses, _, _, _, text) = run("purger-fork");
+    assert!(
+        pauses >= 1,
+        "the purger's pass never let its locks go for the fork: {text}"
     );
 }

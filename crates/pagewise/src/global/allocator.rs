@@ -322,7 +322,7 @@ pub fn mesh() -> usize {
     heaps::visit_all(core::ptr::null(), heaps::Busy::Wait, |h, l, _| {
         // SAFETY: `visit_all` hands over the page lists; other threads'
         // stores wait in the barrier while a page is copied.
-        joined += unsafe { h.mesh_pass(l, crate::heap::mesh::MeshWhen::Now) };
+        joined += unsafe { h.mesh_pass(l, crate::heap::mesh::MeshWhen::Now, &heaps::VisitsHeld) };
     });
     joined
 }

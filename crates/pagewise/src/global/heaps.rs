@@ -94,6 +94,24 @@ const LEFTOVER_WALK: usize = 16;
 /// Held for a whole pass of [`visit_all`] (and by the fork
 /// handlers, so that no visit is half done in a child).
 pub(crate) static VISITS: Locked<()> = Locked::new(());
+
+/// What a mesh pass inside [`visit_all`] holds besides the heap's page
+/// lists: [`VISITS`], let go between its rounds for a fork.
+pub(crate) struct VisitsHeld;
+
+impl crate::heap::mesh::Outer for VisitsHeld {
+    fn wanted(&self) -> bool {
+        crate::global::fork::wanted()
+    }
+    fn let_go(&self) {
+        // SAFETY: `visit_all`'s guard holds it on this thread, and
+        // `take_again` takes it back before the visit returns.
+        unsafe { crate::sync::lock::release(&VISITS) };
+    }
+    fn take_again(&self) {
+        crate::sync::lock::hold(&VISITS);
+    }
+}
 /// Bump allocator for heap structures.
 pub(crate) static META: Locked<Meta> = Locked::new(Meta { next: 0, end: 0 });
 
