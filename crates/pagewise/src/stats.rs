@@ -167,6 +167,12 @@ pub struct Stats {
     pub mesh_waits: u64,
     /// See `mesh_waits`.
     pub mesh_longest_wait_us: u64,
+    /// Times a mesh pass let a heap's page lists go between two of its
+    /// rounds for a thread of the program waiting for them (an
+    /// allocation's slow path, a `trim()`): the thread waits for at most
+    /// one round, not the pass, and the rest of that size class waits for
+    /// the next pass.
+    pub mesh_pauses: u64,
     /// Bytes of the heap's 2 MiB regions pagewise asked the kernel to
     /// back with huge pages (`PAGEWISE_THP`, docs/design.md, "Huge
     /// pages"), now: each is committed whole (in `committed_bytes`). What
@@ -237,6 +243,7 @@ impl Stats {
         mesh_mappings: 0,
         mesh_waits: 0,
         mesh_longest_wait_us: 0,
+        mesh_pauses: 0,
         thp_bytes: 0,
         thp_splits: 0,
         segments: 0,

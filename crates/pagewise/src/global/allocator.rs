@@ -322,7 +322,7 @@ pub fn mesh() -> usize {
     heaps::visit_all(core::ptr::null(), heaps::Busy::Wait, |h, l, _| {
         // SAFETY: `visit_all` hands over the page lists; other threads'
         // stores wait in the barrier while a page is copied.
-        joined += unsafe { h.mesh_pass(l, crate::heap::mesh::MeshWhen::Now) };
+        joined += unsafe { h.mesh_pass(l, crate::heap::mesh::MeshWhen::Now, &heaps::VisitsHeld) };
     });
     joined
 }
@@ -365,6 +365,7 @@ pub fn stats() -> Stats {
         s.mesh_saved_bytes = (pages.saturating_sub(groups) * page) as u64;
         s.mesh_mappings = heaps::SHARED.seams() as u64;
         (s.mesh_waits, s.mesh_longest_wait_us) = crate::os::barrier::waits();
+        s.mesh_pauses = crate::heap::mesh::pauses();
     }
     {
         // Hold the reservation lock while peeking at current pages, so no

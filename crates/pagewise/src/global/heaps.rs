@@ -29,7 +29,7 @@ use crate::heap::hollow::Hollow;
 use crate::heap::{Access, HeapCore, Local};
 use crate::memory::reservation::Reservations;
 use crate::os::source::{PageSource, SystemPages};
-use crate::sync::lock::{Flag, Locked};
+use crate::sync::lock::{Flag, Guard, Locked};
 use crate::sync::word::Word;
 use core::ptr::null_mut;
 use core::sync::atomic::{AtomicPtr, AtomicU8, AtomicUsize, Ordering::*};
@@ -94,6 +94,24 @@ const LEFTOVER_WALK: usize = 16;
 /// Held for a whole pass of [`visit_all`] (and by the fork
 /// handlers, so that no visit is half done in a child).
 pub(crate) static VISITS: Locked<()> = Locked::new(());
+
+/// What a mesh pass inside [`visit_all`] holds besides the heap's page
+/// lists: [`VISITS`], let go between its rounds for a fork.
+pub(crate) struct VisitsHeld;
+
+impl crate::heap::mesh::Outer for VisitsHeld {
+    fn wanted(&self) -> bool {
+        crate::global::fork::wanted()
+    }
+    fn let_go(&self) {
+        // SAFETY: `visit_all`'s guard holds it on this thread, and
+        // `take_again` takes it back before the visit returns.
+        unsafe { crate::sync::lock::release(&VISITS) };
+    }
+    fn take_again(&self) {
+        crate::sync::lock::hold(&VISITS);
+    }
+}
 /// Bump allocator for heap structures.
 pub(crate) static META: Locked<Meta> = Locked::new(Meta { next: 0, end: 0 });
 
@@ -460,7 +478,7 @@ pub enum Busy {
 pub fn visit_all(
     skip: *const HeapCore,
     busy: Busy,
-    mut f: impl FnMut(&HeapCore, &mut Local, Access),
+    mut f: impl FnMut(&HeapCore, &mut Guard<'_, Local>, Access),
 ) {
     let _pass = VISITS.lock();
     for_each_heap(|h| {
@@ -479,7 +497,7 @@ pub(crate) fn visit_one<L, F: Flag, W: Word>(
     owner: &W,
     lists: &Locked<L, F>,
     busy: Busy,
-    f: impl FnOnce(&mut L, Access),
+    f: impl FnOnce(&mut Guard<'_, L, F>, Access),
 ) {
     if claim_for_visit(owner) {
         f(&mut lists.lock(), Access::Owner);

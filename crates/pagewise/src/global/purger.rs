@@ -218,7 +218,7 @@ extern "C" fn run(_: *mut libc::c_void) -> *mut libc::c_void {
             heaps::visit_all(core::ptr::null(), heaps::Busy::Skip, |h, l, _| {
                 // SAFETY: `visit_all` hands over the page lists; other
                 // threads' stores wait in the barrier during a copy.
-                unsafe { h.mesh_pass(l, crate::heap::mesh::MeshWhen::IfQuiet(now)) };
+                unsafe { h.mesh_pass(l, crate::heap::mesh::MeshWhen::IfQuiet(now), &PassHeld) };
             });
             next_mesh = now.saturating_add(thread::config().decay_ms);
         }
@@ -234,6 +234,27 @@ fn sleep_ms(ms: u64) {
     };
     // SAFETY: valid timespec; an early wake-up (signal) only shortens a pass.
     unsafe { libc::nanosleep(&ts, core::ptr::null_mut()) };
+}
+
+/// What the purger's mesh pass holds besides the heap's page lists: its
+/// pass lock, then the visits' ([`heaps::VisitsHeld`]), let go between
+/// the pass's rounds for a fork.
+struct PassHeld;
+
+impl crate::heap::mesh::Outer for PassHeld {
+    fn wanted(&self) -> bool {
+        crate::global::fork::wanted()
+    }
+    fn let_go(&self) {
+        heaps::VisitsHeld.let_go();
+        // SAFETY: `run`'s guard holds it on this thread, and `take_again`
+        // takes it back before the pass goes on.
+        unsafe { lock::release(&PASS) };
+    }
+    fn take_again(&self) {
+        lock::hold(&PASS);
+        heaps::VisitsHeld.take_again();
+    }
 }
 
 /// Keeps the purger out of its pass (fork preparation).

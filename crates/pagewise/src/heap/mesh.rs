@@ -25,6 +25,7 @@ use super::mesh_plan::{Packing, Scratch, NONE};
 use super::*;
 use crate::memory::mesh::{Candidate, Withheld, MAX_POSITIONS};
 use crate::os::source::{map_table, unmap_table, Leave, SharePages};
+use crate::sync::lock::Guard;
 use core::mem::size_of;
 use core::ptr::NonNull;
 
@@ -107,6 +108,37 @@ impl Records {
     }
 }
 
+/// The locks a mesh pass's caller took before the heap's page lists,
+/// which the pass lets go with them between two rounds while another
+/// thread waits for one of them.
+pub(crate) trait Outer {
+    /// Whether a thread waits for one of them.
+    fn wanted(&self) -> bool;
+    /// Lets them go (the page lists already are).
+    fn let_go(&self);
+    /// Takes them again, in the order they were taken.
+    fn take_again(&self);
+}
+
+/// A pass that holds nothing but the page lists (an owner's).
+pub(crate) struct HeldAlone;
+
+impl Outer for HeldAlone {
+    fn wanted(&self) -> bool {
+        false
+    }
+    fn let_go(&self) {}
+    fn take_again(&self) {}
+}
+
+/// Times a pass let the page lists go for a waiting thread, process-wide.
+static PAUSES: AtomicU64 = AtomicU64::new(0);
+
+/// [`PAUSES`] (`Stats::mesh_pauses`).
+pub(crate) fn pauses() -> u64 {
+    PAUSES.load(Relaxed)
+}
+
 impl HeapCore {
     /// Empties the caches, releases empty pages and hollows the others
     /// (as `trim()` does to the pages), then makes a mesh pass, then
@@ -122,7 +154,7 @@ impl HeapCore {
         unsafe {
             self.flush_caches(&mut l);
             self.release_empty_pages(&mut l, Access::Owner, Hollow::Now);
-            let joined = self.mesh_pass(&mut l, MeshWhen::Now);
+            let joined = self.mesh_pass(&mut l, MeshWhen::Now, &HeldAlone);
             self.release_empty_pages(&mut l, Access::Owner, Hollow::Now);
             joined
         }
@@ -143,7 +175,7 @@ impl HeapCore {
         unsafe {
             self.flush_caches(&mut l);
             self.release_empty_pages(&mut l, Access::Owner, Hollow::IfStale(now));
-            self.mesh_pass(&mut l, MeshWhen::IfQuiet(now))
+            self.mesh_pass(&mut l, MeshWhen::IfQuiet(now), &HeldAlone)
         }
     }
 
@@ -160,7 +192,12 @@ impl HeapCore {
     /// writes to memory of this heap during the call (a store to a page
     /// being copied would be lost) unless the write barrier's handler is
     /// installed (`os/barrier.rs`), which makes such a store wait.
-    pub(crate) unsafe fn mesh_pass(&self, l: &mut Local, when: MeshWhen) -> usize {
+    pub(crate) unsafe fn mesh_pass(
+        &self,
+        l: &mut Guard<'_, Local>,
+        when: MeshWhen,
+        outer: &dyn Outer,
+    ) -> usize {
         let Some(sharing) = self.source().sharing() else {
             return 0;
         };
@@ -172,7 +209,7 @@ impl HeapCore {
         // The source may read what it checks before each copy once here.
         sharing.begin_pass();
         // SAFETY: per the caller.
-        let joined = unsafe { self.mesh_classes(l, sharing, when) };
+        let joined = unsafe { self.mesh_classes(l, sharing, when, outer) };
         sharing.end_pass();
         #[cfg(target_os = "linux")]
         if let Some(mask) = mask {
@@ -217,9 +254,10 @@ impl HeapCore {
     /// As [`HeapCore::mesh_pass`].
     unsafe fn mesh_classes(
         &self,
-        l: &mut Local,
+        l: &mut Guard<'_, Local>,
         sharing: &dyn SharePages,
         when: MeshWhen,
+        outer: &dyn Outer,
     ) -> usize {
         // SAFETY: per the caller.
         unsafe { self.leave_unused_groups(l, sharing) };
@@ -272,10 +310,46 @@ impl HeapCore {
                     packing,
                 );
                 // SAFETY: per the caller.
-                joined += unsafe { self.make_groups(l, &mut scratch, sharing) };
+                let made = unsafe { self.make_groups(l, &mut scratch, sharing) };
+                joined += made;
+                if self.lists_wanted() || outer.wanted() {
+                    // A thread of the program waits for the page lists (a
+                    // slow path of its allocations) or for what the pass
+                    // holds around them (a fork): it has them now, between
+                    // two rounds, not after the whole pass.
+                    self.pause(l, outer);
+                    if made == 0 {
+                        // Nothing meshed in this round: the rest of the
+                        // class waits for the next pass (each start over
+                        // follows a round that meshed, so they end).
+                        break;
+                    }
+                    // The queue may have changed meanwhile: the class
+                    // starts over (what meshed is no candidate any more).
+                    from = l.queues[class].head;
+                }
             }
         }
         joined
+    }
+
+    /// Lets the page lists, and what `outer` holds, go until no thread waits
+    /// for them (see [`Outer`]), then takes them again.
+    fn pause(&self, l: &mut Guard<'_, Local>, outer: &dyn Outer) {
+        PAUSES.fetch_add(1, Relaxed);
+        l.pause(|| {
+            outer.let_go();
+            let mut spins = 0u32;
+            while self.lists_wanted() || outer.wanted() {
+                spins += 1;
+                if spins < 64 {
+                    core::hint::spin_loop();
+                } else {
+                    crate::sync::lock::yield_now();
+                }
+            }
+            outer.take_again();
+        });
     }
 
     /// Passes every mesh candidate of `class` a pass `when` may group to

@@ -43,6 +43,9 @@ static HOME: AtomicI32 = AtomicI32::new(0);
 
 /// Odd while a copy is under way (the futex word).
 static WORD: AtomicU32 = AtomicU32::new(0);
+/// Threads in [`wait_for_copy`]: the barrier's lowering wakes the futex
+/// only when one is there.
+static SLEEPERS: AtomicU32 = AtomicU32::new(0);
 static INSTALLED: AtomicBool = AtomicBool::new(false);
 /// `fn(usize) -> bool`: whether an address is the allocator's.
 static OWNS: AtomicUsize = AtomicUsize::new(0);
@@ -82,6 +85,7 @@ static PARENT_COPY: AtomicUsize = AtomicUsize::new(0);
 /// shared pages; it must be async-signal-safe (no locks, no allocation).
 pub fn install(owns: fn(usize) -> bool) -> bool {
     OWNS.store(owns as usize, Relaxed);
+    crate::os::process_id::watch();
     home_is_here();
     // Where the kernel and the process's privileges allow, pages are
     // write-protected through a userfaultfd; `mprotect` otherwise.
@@ -97,8 +101,7 @@ pub fn install(owns: fn(usize) -> bool) -> bool {
 /// This process's heap is its own (at [`install`], and in a child the
 /// fork handlers gave a copy of the heap).
 pub fn home_is_here() {
-    // SAFETY: plain system call (async-signal-safe).
-    HOME.store(unsafe { libc::getpid() }, Relaxed);
+    HOME.store(crate::os::process_id::id(), Relaxed);
 }
 
 /// Whether the handler is installed (so pages may be made read-only).
@@ -127,29 +130,43 @@ pub fn raise() {
     WORD.fetch_add(1, AcqRel);
 }
 
-/// Lowers the barrier and wakes every thread waiting on it.
+/// Lowers the barrier and wakes every thread waiting on it (a system call
+/// each only where a thread waits: a pass lowers it once per page).
 pub fn lower() {
     if BY_UFFD.swap(false, Relaxed) {
         // Threads waiting in the kernel on pages since remapped retry on
-        // the new mapping (counted: each left a message).
+        // the new mapping once woken. Each left a message, read here; with
+        // none, no thread waits (the range is remapped or writable again,
+        // so none can start waiting now), and no wake is needed.
         let fd = COPIER_UFFD.load(Relaxed);
-        WAITS.fetch_add(super::uffd::take_faults(fd), Relaxed);
-        let start = PROTECTED_START.load(Relaxed);
-        super::uffd::wake(fd, start, PROTECTED_END.load(Relaxed) - start);
+        let faults = super::uffd::take_faults(fd);
+        WAITS.fetch_add(faults.unwrap_or(0), Relaxed);
+        if faults != Some(0) {
+            let start = PROTECTED_START.load(Relaxed);
+            super::uffd::wake(fd, start, PROTECTED_END.load(Relaxed) - start);
+        }
     }
     PROTECTED_END.store(0, Release);
     LOWERED.fetch_add(1, AcqRel);
-    WORD.fetch_add(1, AcqRel);
+    // Sequentially consistent with `wait_for_copy`'s count and load: a
+    // thread that read the word odd is counted in SLEEPERS by now, and
+    // one not counted yet will read it even (or the kernel will, at its
+    // futex wait, and return at once).
+    WORD.fetch_add(1, SeqCst);
     COPIER.store(false, Release);
-    // SAFETY: futex wake on our own word; wakes at most i32::MAX waiters.
-    unsafe {
-        libc::syscall(
-            libc::SYS_futex,
-            WORD.as_ptr(),
-            libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG,
-            i32::MAX,
-        )
-    };
+    if SLEEPERS.load(SeqCst) != 0 {
+        #[cfg(test)]
+        tests::FUTEX_WAKES.with(|n| n.set(n.get() + 1));
+        // SAFETY: futex wake on our own word; wakes at most i32::MAX waiters.
+        unsafe {
+            libc::syscall(
+                libc::SYS_futex,
+                WORD.as_ptr(),
+                libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG,
+                i32::MAX,
+            )
+        };
+    }
 }
 
 /// Marks a fork under way (the heap read-only until each page is copied
@@ -162,8 +179,7 @@ pub fn lower() {
 pub fn fork_begin(child_map: fn() -> bool, parent_copy: fn(usize) -> bool) {
     CHILD_MAP.store(child_map as usize, Relaxed);
     PARENT_COPY.store(parent_copy as usize, Relaxed);
-    // SAFETY: plain system call.
-    FORK_PARENT.store(unsafe { libc::getpid() }, Release);
+    FORK_PARENT.store(crate::os::process_id::id(), Release);
 }
 
 /// The fork is over (in parent and child).
@@ -284,8 +300,7 @@ fn claim(info: *mut libc::siginfo_t, _ctx: *mut libc::c_void) -> bool {
         return false;
     }
     let parent = FORK_PARENT.load(Acquire);
-    // SAFETY: plain system call (async-signal-safe).
-    let in_child = parent != 0 && unsafe { libc::getpid() } != parent;
+    let in_child = parent != 0 && crate::os::process_id::id() != parent;
     if code == SEGV_MAPERR {
         if in_child {
             // SAFETY: stored by `fork_begin` as a `fn() -> bool`.
@@ -321,8 +336,7 @@ fn claim(info: *mut libc::siginfo_t, _ctx: *mut libc::c_void) -> bool {
 /// inherit the heap (`MADV_DONTFORK`), one line says so before the fault
 /// takes its course (the default action, or the program's handler).
 fn not_inherited() {
-    // SAFETY: plain system call (async-signal-safe).
-    if unsafe { libc::getpid() } != HOME.load(Relaxed) {
+    if crate::os::process_id::id() != HOME.load(Relaxed) {
         crate::fault::write_stderr(&[
             b"pagewise: a child forked without the fork handlers (_Fork() or the fork system call) \
 touched the heap, which it does not inherit with PAGEWISE_MESH=1 (such a child may only exec or _exit)\n",
@@ -333,8 +347,9 @@ touched the heap, which it does not inherit with PAGEWISE_MESH=1 (such a child m
 /// Waits while the barrier is up (the fault's page is being copied).
 fn wait_for_copy() {
     let start = now_us();
+    SLEEPERS.fetch_add(1, SeqCst);
     loop {
-        let w = WORD.load(Acquire);
+        let w = WORD.load(SeqCst);
         if w & 1 == 0 {
             break;
         }
@@ -349,6 +364,7 @@ fn wait_for_copy() {
             )
         };
     }
+    SLEEPERS.fetch_sub(1, Relaxed);
     WAITS.fetch_add(1, Relaxed);
     LONGEST_US.fetch_max(now_us().saturating_sub(start), Relaxed);
 }
@@ -356,6 +372,11 @@ fn wait_for_copy() {
 #[cfg(test)]
 mod tests {
     use crate::source::{PageSource, SharedPages};
+
+    std::thread_local! {
+        /// This thread's futex wakes at a lowering.
+        pub(super) static FUTEX_WAKES: core::cell::Cell<u64> = const { core::cell::Cell::new(0) };
+    }
 
     #[test]
     fn a_copy_under_the_barrier_asks_for_the_process_once() {
@@ -367,7 +388,9 @@ mod tests {
         let p = pages.map(1 << 25, 1 << 25).unwrap().as_ptr() as usize;
         let os = crate::memory::layout::os_page();
         let lookups = || super::super::uffd::tests::FD_LOOKUPS.with(|n| n.get());
-        let before = lookups();
+        let wakes = || super::super::uffd::tests::WAKES.with(|n| n.get());
+        let futex_wakes = || FUTEX_WAKES.with(|n| n.get());
+        let (before, woken, futexed) = (lookups(), wakes(), futex_wakes());
         super::raise();
         // SAFETY: a page of our shared mapping, under the raised barrier,
         // made writable again before it falls.
@@ -379,7 +402,13 @@ mod tests {
         assert_eq!(
             lookups() - before,
             1,
-            "raise, protect, unprotect, lower: one getpid"
+            "raise, protect, unprotect, lower: one lookup of the userfaultfd"
+        );
+        assert_eq!(wakes() - woken, 0, "no thread waited: no UFFDIO_WAKE");
+        assert_eq!(
+            futex_wakes() - futexed,
+            0,
+            "no thread waited: no futex wake"
         );
         // SAFETY: the whole mapping, unused.
         unsafe { pages.unmap(core::ptr::NonNull::new(p as *mut u8).unwrap(), 1 << 25) };

@@ -31,8 +31,7 @@ pub fn fd() -> i32 {
     #[cfg(test)]
     tests::FD_LOOKUPS.with(|n| n.set(n.get() + 1));
     let fd = FD.load(Acquire);
-    // SAFETY: plain system call.
-    if fd >= 0 && OWNER.load(Relaxed) == unsafe { libc::getpid() } {
+    if fd >= 0 && OWNER.load(Relaxed) == crate::os::process_id::id() {
         fd
     } else {
         -1
@@ -115,8 +114,7 @@ pub fn open() -> bool {
         unsafe { libc::close(fd) };
         return false;
     }
-    // SAFETY: plain system call.
-    OWNER.store(unsafe { libc::getpid() }, Relaxed);
+    OWNER.store(crate::os::process_id::id(), Relaxed);
     if FD.compare_exchange(-1, fd, AcqRel, Acquire).is_err() {
         // SAFETY: our fd; another thread's is in use.
         unsafe { libc::close(fd) };
@@ -125,24 +123,28 @@ pub fn open() -> bool {
 }
 
 /// Takes the fault messages queued since the last call: how many stores
-/// (or system calls) met a write-protected page and waited. Reading them
-/// does not wake their threads (waking the range does).
-pub fn take_faults(fd: i32) -> u64 {
+/// (or system calls) met a write-protected page and wait (None: the
+/// queue could not be read, so there may be some). Reading them does not
+/// wake their threads (waking the range does).
+pub fn take_faults(fd: i32) -> Option<u64> {
     let mut n = 0;
     // struct uffd_msg is 32 bytes.
     let mut buf = [0u8; 32 * 16];
     if fd < 0 {
-        return 0;
+        return Some(0);
     }
     loop {
         // SAFETY: our descriptor (non-blocking) and buffer.
         let got = unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) };
-        if got <= 0 {
-            break;
+        if got > 0 {
+            n += got as u64 / 32;
+        // SAFETY: the calling thread's errno slot.
+        } else if got < 0 && unsafe { *libc::__errno_location() } == libc::EAGAIN {
+            return Some(n);
+        } else {
+            return None;
         }
-        n += got as u64 / 32;
     }
-    n
 }
 
 /// Registers `addr..addr+len` (shared memory of ours) for
@@ -182,6 +184,8 @@ pub fn wake(fd: i32, addr: usize, len: usize) {
         len: len as u64,
     };
     if fd >= 0 {
+        #[cfg(test)]
+        tests::WAKES.with(|n| n.set(n.get() + 1));
         let _ = ioctl(fd, UFFDIO_WAKE, &mut r);
     }
 }
@@ -190,8 +194,7 @@ pub fn wake(fd: i32, addr: usize, len: usize) {
 /// parent's memory); the child's barrier uses `mprotect`.
 pub fn forget_in_child() {
     let fd = FD.swap(-1, AcqRel);
-    // SAFETY: plain system call.
-    if fd >= 0 && OWNER.load(Relaxed) != unsafe { libc::getpid() } {
+    if fd >= 0 && OWNER.load(Relaxed) != crate::os::process_id::id() {
         // SAFETY: the inherited descriptor, no longer used.
         unsafe { libc::close(fd) };
     }
@@ -202,5 +205,7 @@ pub(crate) mod tests {
     std::thread_local! {
         /// This thread's lookups of the userfaultfd (each a `getpid`).
         pub(crate) static FD_LOOKUPS: core::cell::Cell<u64> = const { core::cell::Cell::new(0) };
+        /// This thread's `UFFDIO_WAKE` calls.
+        pub(crate) static WAKES: core::cell::Cell<u64> = const { core::cell::Cell::new(0) };
     }
 }

@@ -221,6 +221,22 @@ impl<T, F: Flag> DerefMut for Guard<'_, T, F> {
     }
 }
 
+impl<T, F: Flag> Guard<'_, T, F> {
+    /// Lets the lock go for the time of `away` (a thread waiting for it
+    /// takes it meanwhile), then takes it again. The guard is borrowed
+    /// mutably, so no reference into the data lives across the pause; what
+    /// the holder read before it may have changed after.
+    pub fn pause(&mut self, away: impl FnOnce()) {
+        // SAFETY: this access ends here; `held` is made anew below.
+        unsafe { ManuallyDrop::drop(&mut self.held) };
+        self.lock.locked.clear(Ordering::Release);
+        crate::sync::perturb::point();
+        away();
+        core::mem::forget(self.lock.lock());
+        self.held = ManuallyDrop::new(self.lock.locked.held());
+    }
+}
+
 impl<T, F: Flag> Drop for Guard<'_, T, F> {
     fn drop(&mut self) {
         // The access ends before the lock is let go (for loom; nothing in
