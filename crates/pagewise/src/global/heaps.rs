@@ -337,7 +337,7 @@ pub fn purge_all_for_limit() {
     let me = crate::global::thread::current_or_null();
     let Some(_pass) = VISITS.try_lock() else {
         for_each_heap(|h| {
-            h.purge_expired(true);
+            h.purge_expired(Some(crate::memory::spans::Why::Limit));
         });
         return;
     };
@@ -356,7 +356,7 @@ pub fn purge_all_for_limit() {
             // SAFETY: the page lists of a heap whose thread lives.
             unsafe { h.release_empty_pages(&mut l, Access::Visitor, Hollow::Now) };
         }
-        h.purge_expired(true);
+        h.purge_expired(Some(crate::memory::spans::Why::Limit));
     });
 }
 

@@ -87,7 +87,7 @@ fn write_fields(w: &mut impl Write, s: &Stats, backed: Option<u64>) -> fmt::Resu
     )?;
     write!(
         w,
-        "\"reserved_bytes\":{},\"committed_bytes\":{},\"peak_committed_bytes\":{},\"metadata_bytes\":{},\"live_bytes\":{},\"live_requested_bytes\":{},\"live_allocations\":{},\"retained_bytes\":{},\"free_slot_bytes\":{},\"hollow_bytes\":{},\"purged_bytes\":{},\"meshed_bytes\":{},\"mesh_saved_bytes\":{},\"mesh_mappings\":{},\"segments\":{},\"heaps\":{},",
+        "\"reserved_bytes\":{},\"committed_bytes\":{},\"peak_committed_bytes\":{},\"metadata_bytes\":{},\"live_bytes\":{},\"live_requested_bytes\":{},\"live_allocations\":{},\"retained_bytes\":{},\"free_slot_bytes\":{},\"hollow_bytes\":{},\"purged_bytes\":{},\"purged_by\":{{\"decay\":{},\"budget\":{},\"reclaim\":{},\"trim\":{},\"limit\":{},\"hollow\":{},\"huge_reuse\":{}}},\"meshed_bytes\":{},\"mesh_saved_bytes\":{},\"mesh_mappings\":{},\"segments\":{},\"heaps\":{},",
         s.reserved_bytes,
         s.committed_bytes,
         s.peak_committed_bytes,
@@ -99,6 +99,13 @@ fn write_fields(w: &mut impl Write, s: &Stats, backed: Option<u64>) -> fmt::Resu
         s.free_slot_bytes,
         s.hollow_bytes,
         s.purged_bytes,
+        s.purged_by.decay,
+        s.purged_by.budget,
+        s.purged_by.reclaim,
+        s.purged_by.trim,
+        s.purged_by.limit,
+        s.purged_by.hollow,
+        s.purged_by.huge_reuse,
         s.meshed_bytes,
         s.mesh_saved_bytes,
         s.mesh_mappings,

@@ -69,6 +69,19 @@ impl fmt::Display for Stats {
             Bytes(c.peak_mapped_bytes),
             Bytes(c.purged_bytes)
         )?;
+        let p = &s.purged_by;
+        writeln!(
+            w,
+            "purged {}: decay {}, budget {}, reclaim for another heap {}, trim {}, limit {}, hollow {}, huge reuse {}",
+            Bytes(s.purged_bytes),
+            Bytes(p.decay),
+            Bytes(p.budget),
+            Bytes(p.reclaim),
+            Bytes(p.trim),
+            Bytes(p.limit),
+            Bytes(p.hollow),
+            Bytes(p.huge_reuse)
+        )?;
         writeln!(
             w,
             "large objects {} ({}), huge objects {} ({}), heaps {}, segments {}",

@@ -48,7 +48,7 @@ impl Spans {
         }
     }
 
-    pub(super) fn purge_span(&mut self, ctx: &Ctx, f: *mut Page) {
+    pub(super) fn purge_span(&mut self, ctx: &Ctx, f: *mut Page, why: Why) {
         let seg = seg_of(f);
         let idx = seg.index_of(f);
         let n = count_of(f);
@@ -79,7 +79,7 @@ impl Spans {
         );
         self.counts.committed -= cleared * os_page();
         ctx.budget.uncharge(cleared * os_page());
-        self.counts.purged += cleared * os_page();
+        self.count_purged(why, cleared * os_page());
         // SAFETY: as above.
         unsafe { (*f).dirty_pages = (dirty - cleared) as u32 };
         if failed {
@@ -126,9 +126,12 @@ impl Spans {
     /// the oldest first, while the retention of every heap sharing the
     /// budget is above what demand keeps for young spans, or the span has
     /// expired and the retention is above what demand keeps for expired
-    /// ones; everything if `force`. Cached huge runs follow the same rule.
-    /// Returns the time of the next deadline, if anything is still retained.
-    pub fn decay(&mut self, ctx: &Ctx, now: u64, force: bool) -> Option<u64> {
+    /// ones; everything if `force` (counted as its cause). Cached huge runs
+    /// follow the same rule. Returns the time of the next deadline, if
+    /// anything is still retained.
+    pub fn decay(&mut self, ctx: &Ctx, now: u64, force: Option<Why>) -> Option<u64> {
+        let why = force;
+        let force = force.is_some();
         let delay = ctx.config.decay_ms();
         self.sync_retained(ctx.budget);
         let keep = ctx.budget.keep(now, &ctx.config.get());
@@ -156,20 +159,21 @@ impl Spans {
             if let Some(g) = self.whole_before(f).filter(|_| over && !force) {
                 // For the budget, whole huge pages go back before one is
                 // split.
-                self.purge_span(ctx, g);
+                self.purge_span(ctx, g, Why::Budget);
                 self.sync_retained(ctx.budget);
                 if self.is_dirty(g) {
                     break; // the purge failed and it went back on the FIFO: do not spin
                 }
                 continue;
             }
-            self.purge_span(ctx, f);
+            let cause = why.unwrap_or(if over { Why::Budget } else { Why::Decay });
+            self.purge_span(ctx, f, cause);
             self.sync_retained(ctx.budget);
             if self.dirty_tail == f && self.is_dirty(f) {
                 break; // the purge failed and it went back on the FIFO: do not spin
             }
         }
-        kept_expired |= self.decay_huge(ctx, now, force, keep);
+        kept_expired |= self.decay_huge(ctx, now, why, keep);
         self.sync_retained(ctx.budget);
         let mut next = None;
         if !self.dirty_head.is_null() {
@@ -201,7 +205,7 @@ impl Spans {
         let start = self.counts.retained;
         while !self.dirty_head.is_null() && start - self.counts.retained < bytes {
             let f = self.dirty_head;
-            self.purge_span(ctx, f);
+            self.purge_span(ctx, f, Why::Reclaim);
             if self.dirty_tail == f && self.is_dirty(f) {
                 break; // the purge failed and it went back on the FIFO: do not spin
             }
