@@ -74,11 +74,12 @@ pub struct ClassStats {
 #[non_exhaustive]
 pub struct PurgedBy {
     /// Retained spans and cached huge runs purged by the decay: freed
-    /// longer than `decay_ms` ago, while retention was above what recent
+    /// `decay_ms` ago or longer, while retention was above what recent
     /// demand keeps.
     pub decay: u64,
-    /// Purged because retention passed the budget (what recent demand
-    /// keeps for young spans, or `retain_max_bytes`), expired or not.
+    /// Retained spans and cached huge runs purged younger than `decay_ms`,
+    /// because retention passed the budget (what recent demand keeps for
+    /// young spans, or `retain_max_bytes`).
     pub budget: u64,
     /// The oldest retention of a heap, purged because another heap had to
     /// commit fresh memory (docs/design.md, "Retention, decay and purge").
@@ -114,7 +115,13 @@ impl PurgedBy {
     /// assert_eq!(s.purged_by.total(), s.purged_bytes);
     /// ```
     pub fn total(&self) -> u64 {
-        self.decay + self.budget + self.reclaim + self.trim + self.limit + self.hollow + self.huge_reuse
+        self.decay
+            + self.budget
+            + self.reclaim
+            + self.trim
+            + self.limit
+            + self.hollow
+            + self.huge_reuse
     }
 
     fn add_spans(&mut self, by: &[usize; crate::memory::spans::WHYS]) {

@@ -9,8 +9,8 @@
 
 use super::cache::{walk_to_cache, walk_to_page, LIMITS};
 use super::hollow::Hollow;
-use crate::memory::spans::Why;
 use super::*;
+use crate::memory::spans::Why;
 
 impl HeapCore {
     /// Owner-side periodic work on slow paths: release current pages that

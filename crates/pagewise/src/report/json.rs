@@ -190,6 +190,9 @@ mod tests {
         s.classes[3].slot_size = 32;
         s.classes[3].cached_slots = 5;
         s.classes[3].total_frees = 6;
+        s.purged_bytes = 12;
+        s.purged_by.reclaim = 8;
+        s.purged_by.hollow = 4;
         let r = Report::of(s, OsMemory::default());
         let mut buf = vec![0u8; 8192];
         let mut w = SliceWriter::new(&mut buf);
@@ -199,6 +202,10 @@ mod tests {
         assert!(text.contains("\"cached_slots\":5,"), "{text}");
         assert!(text.contains("\"total_frees\":6,"), "{text}");
         assert!(text.contains(",\"thp\":{\"advised_bytes\":0,"), "{text}");
+        assert!(
+            text.contains("\"purged_bytes\":12,\"purged_by\":{\"decay\":0,\"budget\":0,\"reclaim\":8,\"trim\":0,\"limit\":0,\"hollow\":4,\"huge_reuse\":0},"),
+            "{text}"
+        );
         assert_eq!(text.matches('{').count(), text.matches('}').count());
         assert!(text.ends_with("}}"));
         let pid = std::process::id();

@@ -192,8 +192,8 @@ impl Spans {
             let expired = st.freed_at.saturating_add(delay) <= now;
             let why = match force {
                 Some(why) => why,
-                None if total > keep.young => Why::Budget,
-                None => Why::Decay,
+                None if expired => Why::Decay,
+                None => Why::Budget,
             };
             let due = force.is_some() || total > keep.young || expired && total > keep.expired;
             kept_expired |= expired && !due && st.resident.any();

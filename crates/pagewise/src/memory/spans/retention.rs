@@ -89,6 +89,11 @@ impl Spans {
         }
     }
 
+    fn expired(&self, f: *mut Page, now: u64, delay: u64) -> bool {
+        // SAFETY: a free span descriptor (lock held).
+        unsafe { (*f).freed_at }.saturating_add(delay) <= now
+    }
+
     /// Adds the change of this pool's retained bytes since the last call to
     /// the budget.
     pub fn sync_retained(&mut self, budget: &Budget) {
@@ -159,14 +164,21 @@ impl Spans {
             if let Some(g) = self.whole_before(f).filter(|_| over && !force) {
                 // For the budget, whole huge pages go back before one is
                 // split.
-                self.purge_span(ctx, g, Why::Budget);
+                let cause = if self.expired(g, now, delay) {
+                    Why::Decay
+                } else {
+                    Why::Budget
+                };
+                self.purge_span(ctx, g, cause);
                 self.sync_retained(ctx.budget);
                 if self.is_dirty(g) {
                     break; // the purge failed and it went back on the FIFO: do not spin
                 }
                 continue;
             }
-            let cause = why.unwrap_or(if over { Why::Budget } else { Why::Decay });
+            // An expired span goes for the decay; a young one only for the
+            // budget.
+            let cause = why.unwrap_or(if expired { Why::Decay } else { Why::Budget });
             self.purge_span(ctx, f, cause);
             self.sync_retained(ctx.budget);
             if self.dirty_tail == f && self.is_dirty(f) {
