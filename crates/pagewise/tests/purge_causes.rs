@@ -184,14 +184,121 @@ fn zero_adds_up_to_zero() {
     assert_eq!(Stats::ZERO.purged_by, PurgedBy::ZERO);
 }
 
-// ----- reclaim, between the global allocator's heaps, in a child -----------
+// ----- between the global allocator's heaps, in a child --------------------
+
+fn run_child(test: &str, envs: &[(&str, &str)]) -> Vec<u64> {
+    let mut cmd = reexec::this_binary();
+    cmd.args(["--exact", test, "--nocapture", "--test-threads=1"])
+        .env(CHILD, test)
+        .env_remove("PAGEWISE_RETAIN_MAX")
+        .env_remove("PAGEWISE_LIMIT")
+        .env_remove("PAGEWISE_DECAY_MS");
+    for (k, v) in envs {
+        cmd.env(k, v);
+    }
+    let out = cmd.output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "child failed:\n{stdout}\n{stderr}");
+    let r = stdout
+        .lines()
+        .find_map(|l| l.split_once("causes-report ").map(|(_, r)| r.to_string()))
+        .unwrap_or_else(|| panic!("no report:\n{stdout}\n{stderr}"));
+    r.split(' ').map(|x| x.trim().parse().unwrap()).collect()
+}
+
+fn in_child(test: &str) -> bool {
+    std::env::var(CHILD).as_deref() == Ok(test)
+}
+
+/// Writes `bytes` of 4 KiB blocks and frees them.
+fn churn(bytes: usize) {
+    let v: Vec<Box<[u8]>> = (0..bytes / 4096)
+        .map(|i| vec![i as u8 | 1; 4096].into_boxed_slice())
+        .collect();
+    drop(black_box(v));
+}
+
+/// Child: rounds of two worker threads started one after the other (each
+/// takes its heap before the next starts), a small one (2 MiB) and a big
+/// one (16 MiB), which exit in that order, as a pool whose workers do
+/// unequal shares of the work restarts them. Reports what was purged over
+/// the rounds after the first two, and the causes.
+#[test]
+fn child_unequal_workers_restarted() {
+    if !in_child("child_unequal_workers_restarted") {
+        return;
+    }
+    black_box(vec![1u8; 64]); // the main thread's heap, made now
+    let mut before = pagewise::stats();
+    for round in 0..12 {
+        if round == 2 {
+            before = pagewise::stats();
+        }
+        let (small_go, big_go) = (std::sync::Barrier::new(2), std::sync::Barrier::new(2));
+        let (small_started, big_started) = (std::sync::Barrier::new(2), std::sync::Barrier::new(2));
+        std::thread::scope(|s| {
+            let small = s.spawn(|| {
+                black_box(vec![1u8; 64]); // its heap
+                small_started.wait();
+                small_go.wait();
+                churn(2 * MIB);
+            });
+            small_started.wait();
+            let big = s.spawn(|| {
+                black_box(vec![1u8; 64]);
+                big_started.wait();
+                big_go.wait();
+                churn(16 * MIB);
+            });
+            big_started.wait();
+            small_go.wait();
+            small.join().unwrap();
+            big_go.wait();
+            big.join().unwrap();
+        });
+    }
+    let s = pagewise::stats();
+    let p = s.purged_by;
+    println!(
+        "causes-report {} {} {} {} {} {} {} {}",
+        s.purged_bytes - before.purged_bytes,
+        p.decay,
+        p.budget,
+        p.reclaim,
+        p.trim,
+        p.limit,
+        p.hollow,
+        p.huge_reuse
+    );
+}
+
+#[test]
+fn a_restarted_worker_takes_back_the_heap_of_the_one_it_replaces() {
+    let f = run_child(
+        "child_unequal_workers_restarted",
+        &[("PAGEWISE_DECAY_MS", "60000"), ("PAGEWISE_BACKGROUND", "0")],
+    );
+    let (purged, causes) = (f[0], &f[1..]);
+    // Ten rounds of 18 MiB written and freed. A worker started second took
+    // the heap of the worker that exited last: the small one the big one's
+    // 16 MiB pool, the big one the small one's 2 MiB, so that the big one
+    // committed 14 MiB fresh every round and as much of the small one's
+    // pool was purged for it (140 MiB, faulted back the next round).
+    // Started in the order they exited, each takes back the pool it sized.
+    assert!(
+        purged <= 8 * MIB as u64,
+        "{} MiB purged over 10 rounds; by cause since start: {causes:?}",
+        purged >> 20
+    );
+}
 
 /// Child: a thread writes and frees 32 MiB of 4 KiB blocks and exits (its
 /// heap retains them: the decay is a minute away, no purger runs); then the
 /// main thread writes 32 MiB of its own. Reports the causes.
 #[test]
 fn child_exited_thread_then_main() {
-    if std::env::var(CHILD).as_deref() != Ok("child_exited_thread_then_main") {
+    if !in_child("child_exited_thread_then_main") {
         return;
     }
     let blocks = || -> Vec<Box<[u8]>> {
@@ -216,27 +323,11 @@ fn child_exited_thread_then_main() {
 
 #[test]
 fn another_heaps_fresh_memory_counts_what_it_reclaims() {
-    let out = reexec::this_binary()
-        .args([
-            "--exact",
-            "child_exited_thread_then_main",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env(CHILD, "child_exited_thread_then_main")
-        .env("PAGEWISE_DECAY_MS", "60000")
-        .env("PAGEWISE_BACKGROUND", "0")
-        .env_remove("PAGEWISE_RETAIN_MAX")
-        .env_remove("PAGEWISE_LIMIT")
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "child failed:\n{stdout}");
-    let r = stdout
-        .lines()
-        .find_map(|l| l.split_once("causes-report ").map(|(_, r)| r.to_string()))
-        .unwrap_or_else(|| panic!("no report:\n{stdout}"));
-    let f: Vec<u64> = r.split(' ').map(|x| x.trim().parse().unwrap()).collect();
+    let f = run_child(
+        "child_exited_thread_then_main",
+        &[("PAGEWISE_DECAY_MS", "60000"), ("PAGEWISE_BACKGROUND", "0")],
+    );
+    let r = format!("{f:?}");
     let (retained, purged, causes) = (f[0], f[1], &f[2..]);
     assert!(retained >= 30 * MIB as u64, "the thread's blocks: {r}");
     assert_eq!(causes.iter().sum::<u64>(), purged, "{r}");
