@@ -205,7 +205,7 @@ pub use owned_heap::Heap;
 #[cfg(target_os = "linux")]
 pub use source::SharedPages;
 pub use source::{FakePages, PageSource, Purge, SyscallCounts, SystemPages};
-pub use stats::{ClassStats, ObjectStats, Stats};
+pub use stats::{ClassStats, ObjectStats, PurgedBy, Stats};
 pub use thp::Thp;
 
 /// The schedule-perturbation build's hook into the free fast path's

@@ -51,6 +51,90 @@ pub struct ClassStats {
     pub live_requested_bytes: u64,
 }
 
+/// Bytes purged so far, by cause ([`Stats::purged_by`]): the fields sum
+/// to [`Stats::purged_bytes`].
+///
+/// ```
+/// use std::alloc::Layout;
+/// let heap = pagewise::Heap::new();
+/// let l = Layout::from_size_align(1 << 20, 8).unwrap();
+/// let p = heap.allocate(l).unwrap();
+/// // SAFETY: touched within its size, then freed once with its layout.
+/// unsafe {
+///     p.as_ptr().cast::<u8>().write_bytes(1, 1 << 20);
+///     heap.deallocate(p.cast(), l);
+/// }
+/// heap.trim();
+/// let s = heap.stats();
+/// assert!(s.purged_by.trim >= 1 << 20, "{:?}", s.purged_by);
+/// assert_eq!(s.purged_by.total(), s.purged_bytes);
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+#[non_exhaustive]
+pub struct PurgedBy {
+    /// Retained spans and cached huge runs purged by the decay: freed
+    /// `decay_ms` ago or longer, while retention was above what recent
+    /// demand keeps.
+    pub decay: u64,
+    /// Retained spans and cached huge runs purged younger than `decay_ms`,
+    /// because retention passed the budget (what recent demand keeps for
+    /// young spans, or `retain_max_bytes`).
+    pub budget: u64,
+    /// The oldest retention of a heap, purged because another heap had to
+    /// commit fresh memory (docs/design.md, "Retention, decay and purge").
+    pub reclaim: u64,
+    /// Purged by `trim()`.
+    pub trim: u64,
+    /// Purged because the hard limit (`limit_bytes`) refused a charge.
+    pub limit: u64,
+    /// Free OS pages inside slab pages in use (hollowing: when the page
+    /// was out of use for a decay period, on `trim()` and for the limit).
+    pub hollow: u64,
+    /// A cached huge run reused by a smaller object, or at another offset:
+    /// what the new object does not cover.
+    pub huge_reuse: u64,
+}
+
+impl PurgedBy {
+    /// All zero.
+    pub const ZERO: PurgedBy = PurgedBy {
+        decay: 0,
+        budget: 0,
+        reclaim: 0,
+        trim: 0,
+        limit: 0,
+        hollow: 0,
+        huge_reuse: 0,
+    };
+
+    /// The sum of every cause: [`Stats::purged_bytes`].
+    ///
+    /// ```
+    /// let s = pagewise::Heap::new().stats();
+    /// assert_eq!(s.purged_by.total(), s.purged_bytes);
+    /// ```
+    pub fn total(&self) -> u64 {
+        self.decay
+            + self.budget
+            + self.reclaim
+            + self.trim
+            + self.limit
+            + self.hollow
+            + self.huge_reuse
+    }
+
+    fn add_spans(&mut self, by: &[usize; crate::memory::spans::WHYS]) {
+        use crate::memory::spans::Why;
+        self.decay += by[Why::Decay as usize] as u64;
+        self.budget += by[Why::Budget as usize] as u64;
+        self.reclaim += by[Why::Reclaim as usize] as u64;
+        self.trim += by[Why::Trim as usize] as u64;
+        self.limit += by[Why::Limit as usize] as u64;
+        self.huge_reuse += by[Why::Reuse as usize] as u64;
+    }
+}
+
 /// Counts and bytes of large or huge objects.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize))]
@@ -147,6 +231,8 @@ pub struct Stats {
     pub hollow_bytes: u64,
     /// Bytes purged so far (decay, cap, trim, and inside slab pages).
     pub purged_bytes: u64,
+    /// `purged_bytes` by cause.
+    pub purged_by: PurgedBy,
     /// Bytes of OS pages that are members of mesh groups: each shows one
     /// physical page shared with other members (docs/design.md,
     /// "Meshing"). Only heaps on a page source that can share pages
@@ -238,6 +324,7 @@ impl Stats {
         free_slot_bytes: 0,
         hollow_bytes: 0,
         purged_bytes: 0,
+        purged_by: PurgedBy::ZERO,
         meshed_bytes: 0,
         mesh_saved_bytes: 0,
         mesh_mappings: 0,
@@ -301,6 +388,8 @@ impl Stats {
         self.retained_bytes += spans.retained as u64;
         self.free_slot_bytes += slab_committed; // committed in slabs for now
         self.purged_bytes += spans.purged as u64 + heap.hollowed.get();
+        self.purged_by.add_spans(&spans.purged_by);
+        self.purged_by.hollow += heap.hollowed.get();
         self.hollow_bytes += heap.hollow_bytes.get();
         self.segments += spans.segments as u64;
         self.large.count += spans.large_count as u64;

@@ -80,9 +80,14 @@ pub fn source() -> &'static dyn PageSource {
 pub static RESERVATIONS: Locked<Reservations> = Locked::new(Reservations::new());
 /// Every thread heap ever made (push-only list; heaps are reused, never freed).
 static HEAPS: AtomicPtr<HeapCore> = AtomicPtr::new(null_mut());
-/// Heaps whose thread exited, waiting for a new thread (linked through
-/// `next_abandoned`).
+/// Heaps whose thread exited, waiting for a new thread: a queue, the one
+/// that exited first at the head, each linked to the next through
+/// `next_abandoned`.
 pub(crate) static ABANDONED_LIST: Locked<usize> = Locked::new(0);
+/// The last heap of [`ABANDONED_LIST`] (read and written only with the
+/// list's lock held, and only while the list is not empty: a push onto an
+/// empty list sets it again).
+static ABANDONED_TAIL: AtomicUsize = AtomicUsize::new(0);
 /// How many heaps are on [`ABANDONED_LIST`] (a hint, read without its
 /// lock: a thread about to open a new page looks for leftovers only while
 /// some heap's thread has exited).
@@ -158,8 +163,8 @@ pub fn take_heap() -> *mut HeapCore {
     h
 }
 
-/// Takes the most recently abandoned heap off `list` (the head's address,
-/// 0 for none; `next` reads a heap's link, under the list's lock) and
+/// Takes the heap at the head of `list` (the head's address, 0 for none;
+/// `next` reads a heap's link, under the list's lock) and
 /// makes it `me`'s: its `owner` word goes from [`ABANDONED`] to `me`,
 /// waiting out a visit in progress. Generic over the lock's flag and the
 /// owner word, so the loom model at the end of this file runs it.
@@ -186,19 +191,18 @@ pub(crate) fn adopt_abandoned<'h, T: 'h, F: Flag, W: Word + 'h>(
 /// heap's owner-only state: the owner word goes to [`ABANDONED`] (Release:
 /// those last writes are visible to whoever claims the heap next, an
 /// adopter or a visitor, both with Acquire), then the heap goes on `list`
-/// (`link(h, head)` writes its link, under the list's lock), where the
-/// next thread to start finds it. Generic as [`adopt_abandoned`].
+/// (`push(head, h)` links it in, under the list's lock), where a thread
+/// starting later finds it. Generic as [`adopt_abandoned`].
 pub(crate) fn hand_on<T, F: Flag, W: Word>(
     owner: &W,
     list: &Locked<usize, F>,
     h: *mut T,
-    link: impl FnOnce(*mut T, *mut T),
+    push: impl FnOnce(&mut usize, *mut T),
 ) {
     owner.store(ABANDONED, Release);
     crate::sync::perturb::point();
     let mut head = list.lock();
-    link(h, *head as *mut T);
-    *head = h as usize;
+    push(&mut head, h);
 }
 
 /// Takes an `owner` word from [`ABANDONED`] to `me`, waiting while a
@@ -254,10 +258,20 @@ pub unsafe fn abandon(h: *mut HeapCore) {
     unsafe {
         (*h).abandon();
         (*h).offer_leftovers();
-        hand_on(&(*h).owner, &ABANDONED_LIST, h, |h, head| {
-            // `h` is not on the list (its owner just let it go); the list
-            // lock serialises the link.
-            (*h).next_abandoned.store(head, Relaxed)
+        hand_on(&(*h).owner, &ABANDONED_LIST, h, |head, h| {
+            // At the tail: the heap whose thread exited first is adopted
+            // first. `h` is not on the list (its owner just let it go); the
+            // list lock serialises the links and the tail.
+            (*h).next_abandoned.store(null_mut(), Relaxed);
+            if *head == 0 {
+                *head = h as usize;
+            } else {
+                // SAFETY: the list is not empty, so the tail is its last
+                // heap (heaps are never freed).
+                let tail = ABANDONED_TAIL.load(Relaxed) as *mut HeapCore;
+                (*tail).next_abandoned.store(h, Relaxed);
+            }
+            ABANDONED_TAIL.store(h as usize, Relaxed);
         });
     }
     EXITED.fetch_add(1, Relaxed);
@@ -265,8 +279,8 @@ pub unsafe fn abandon(h: *mut HeapCore) {
 
 /// Up to `max` free slots of `class` that a heap whose thread exited left
 /// on one of its pages, as a chain of cached slots for `me`'s empty thread
-/// cache, with their count (`heap/leftovers.rs`). Looks at the most
-/// recently exited heaps first, claims at most a few, and waits for
+/// cache, with their count (`heap/leftovers.rs`). Looks at the heaps that
+/// exited first (the next to be adopted) first, claims at most a few, and waits for
 /// nothing: a heap being adopted, visited or looked at by another thread
 /// is passed by. A fork in the middle of a look leaves the heap claimed in
 /// the child, which [`end_visits_after_fork`] undoes.
@@ -355,7 +369,7 @@ pub fn purge_all_for_limit() {
     let me = crate::global::thread::current_or_null();
     let Some(_pass) = VISITS.try_lock() else {
         for_each_heap(|h| {
-            h.purge_expired(true);
+            h.purge_expired(Some(crate::memory::spans::Why::Limit));
         });
         return;
     };
@@ -374,7 +388,7 @@ pub fn purge_all_for_limit() {
             // SAFETY: the page lists of a heap whose thread lives.
             unsafe { h.release_empty_pages(&mut l, Access::Visitor, Hollow::Now) };
         }
-        h.purge_expired(true);
+        h.purge_expired(Some(crate::memory::spans::Why::Limit));
     });
 }
 
@@ -596,9 +610,10 @@ mod loom_model {
         fn exit(&self) {
             // SAFETY: loom checks the access; the thread owns the heap.
             self.heap.state.with_mut(|s| unsafe { *s += 1 });
-            hand_on(&self.heap.owner, &self.list, self.heap_ptr(), |h, head| {
+            hand_on(&self.heap.owner, &self.list, self.heap_ptr(), |head, h| {
                 // SAFETY: loom checks the access (`h` is `self.heap`).
-                unsafe { (*h).next.with_mut(|n| *n = head) }
+                unsafe { (*h).next.with_mut(|n| *n = *head as *mut Listed) };
+                *head = h as usize;
             });
         }
 

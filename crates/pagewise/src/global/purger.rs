@@ -208,7 +208,7 @@ extern "C" fn run(_: *mut libc::c_void) -> *mut libc::c_void {
         });
         heaps::for_each_heap(|h| {
             if h.next_deadline.load(Relaxed) <= now {
-                h.purge_expired(false);
+                h.purge_expired(None);
             }
         });
         if heaps::meshing() && now >= next_mesh {

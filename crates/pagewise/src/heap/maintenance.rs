@@ -10,6 +10,7 @@
 use super::cache::{walk_to_cache, walk_to_page, LIMITS};
 use super::hollow::Hollow;
 use super::*;
+use crate::memory::spans::Why;
 
 impl HeapCore {
     /// Owner-side periodic work on slow paths: release current pages that
@@ -272,16 +273,22 @@ impl HeapCore {
         let now = self.source().now_ms();
         // SAFETY: per the caller.
         unsafe { self.release_empty_pages(l, who, Hollow::IfStale(now)) };
-        self.purge_expired(false);
+        self.purge_expired(None);
     }
 
     /// Gives back what can be given back without the owner: retained spans,
-    /// cached huge objects, wholly free segments (any thread).
+    /// cached huge objects, wholly free segments (any thread), counted as
+    /// purged for `trim()`.
     pub fn trim_shared(&self) {
+        self.trim_shared_for(Why::Trim);
+    }
+
+    /// [`HeapCore::trim_shared`], counting what it purges as `why`.
+    pub(crate) fn trim_shared_for(&self, why: Why) {
         let ctx = self.ctx();
         let now = self.source().now_ms();
         let mut spans = self.spans.lock();
-        spans.decay(&ctx, now, true);
+        spans.decay(&ctx, now, Some(why));
         spans.release_empty(&ctx);
         self.publish(&mut spans, now);
         self.next_deadline.store(u64::MAX, Relaxed);
@@ -302,9 +309,10 @@ impl HeapCore {
         purged
     }
 
-    /// Runs the decay from outside the owner (background purger, global
-    /// trim). Returns false if the span lock was busy.
-    pub fn purge_expired(&self, force: bool) -> bool {
+    /// Runs the decay from outside the owner (background purger), or
+    /// purges everything for `force`'s cause (the limit). Returns false if
+    /// the span lock was busy.
+    pub fn purge_expired(&self, force: Option<Why>) -> bool {
         let Some(mut spans) = self.spans.try_lock() else {
             return false;
         };

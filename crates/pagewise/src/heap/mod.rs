@@ -551,7 +551,7 @@ impl HeapCore {
             || retained > Budget::young_floor(ctx.config)
                 && ctx.budget.keep(now, &ctx.config.get()).young < retained;
         if spans.retained() > 0 && (due || self.next_deadline.load(Relaxed) == u64::MAX) {
-            let next = spans.decay(ctx, now, false);
+            let next = spans.decay(ctx, now, None);
             self.next_deadline.store(next.unwrap_or(u64::MAX), Relaxed);
             self.publish(spans, now);
         }
@@ -657,7 +657,7 @@ impl HeapCore {
     /// lock taken here: the caller must not hold it), then the other
     /// heaps' through the budget's hook.
     pub(crate) fn purge_for_limit(&self) {
-        self.trim_shared();
+        self.trim_shared_for(crate::memory::spans::Why::Limit);
         self.budget().purge_others();
     }
 

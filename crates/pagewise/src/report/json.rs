@@ -87,7 +87,7 @@ fn write_fields(w: &mut impl Write, s: &Stats, backed: Option<u64>) -> fmt::Resu
     )?;
     write!(
         w,
-        "\"reserved_bytes\":{},\"committed_bytes\":{},\"peak_committed_bytes\":{},\"metadata_bytes\":{},\"live_bytes\":{},\"live_requested_bytes\":{},\"live_allocations\":{},\"retained_bytes\":{},\"free_slot_bytes\":{},\"hollow_bytes\":{},\"purged_bytes\":{},\"meshed_bytes\":{},\"mesh_saved_bytes\":{},\"mesh_mappings\":{},\"segments\":{},\"heaps\":{},",
+        "\"reserved_bytes\":{},\"committed_bytes\":{},\"peak_committed_bytes\":{},\"metadata_bytes\":{},\"live_bytes\":{},\"live_requested_bytes\":{},\"live_allocations\":{},\"retained_bytes\":{},\"free_slot_bytes\":{},\"hollow_bytes\":{},\"purged_bytes\":{},\"purged_by\":{{\"decay\":{},\"budget\":{},\"reclaim\":{},\"trim\":{},\"limit\":{},\"hollow\":{},\"huge_reuse\":{}}},\"meshed_bytes\":{},\"mesh_saved_bytes\":{},\"mesh_mappings\":{},\"segments\":{},\"heaps\":{},",
         s.reserved_bytes,
         s.committed_bytes,
         s.peak_committed_bytes,
@@ -99,6 +99,13 @@ fn write_fields(w: &mut impl Write, s: &Stats, backed: Option<u64>) -> fmt::Resu
         s.free_slot_bytes,
         s.hollow_bytes,
         s.purged_bytes,
+        s.purged_by.decay,
+        s.purged_by.budget,
+        s.purged_by.reclaim,
+        s.purged_by.trim,
+        s.purged_by.limit,
+        s.purged_by.hollow,
+        s.purged_by.huge_reuse,
         s.meshed_bytes,
         s.mesh_saved_bytes,
         s.mesh_mappings,
@@ -183,6 +190,9 @@ mod tests {
         s.classes[3].slot_size = 32;
         s.classes[3].cached_slots = 5;
         s.classes[3].total_frees = 6;
+        s.purged_bytes = 12;
+        s.purged_by.reclaim = 8;
+        s.purged_by.hollow = 4;
         let r = Report::of(s, OsMemory::default());
         let mut buf = vec![0u8; 8192];
         let mut w = SliceWriter::new(&mut buf);
@@ -192,6 +202,10 @@ mod tests {
         assert!(text.contains("\"cached_slots\":5,"), "{text}");
         assert!(text.contains("\"total_frees\":6,"), "{text}");
         assert!(text.contains(",\"thp\":{\"advised_bytes\":0,"), "{text}");
+        assert!(
+            text.contains("\"purged_bytes\":12,\"purged_by\":{\"decay\":0,\"budget\":0,\"reclaim\":8,\"trim\":0,\"limit\":0,\"hollow\":4,\"huge_reuse\":0},"),
+            "{text}"
+        );
         assert_eq!(text.matches('{').count(), text.matches('}').count());
         assert!(text.ends_with("}}"));
         let pid = std::process::id();

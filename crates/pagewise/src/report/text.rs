@@ -69,6 +69,21 @@ impl fmt::Display for Stats {
             Bytes(c.peak_mapped_bytes),
             Bytes(c.purged_bytes)
         )?;
+        if s.purged_bytes > 0 {
+            let p = &s.purged_by;
+            writeln!(
+                w,
+                "purged {}: decay {}, budget {}, reclaim for another heap {}, trim {}, limit {}, hollow {}, huge reuse {}",
+                Bytes(s.purged_bytes),
+                Bytes(p.decay),
+                Bytes(p.budget),
+                Bytes(p.reclaim),
+                Bytes(p.trim),
+                Bytes(p.limit),
+                Bytes(p.hollow),
+                Bytes(p.huge_reuse)
+            )?;
+        }
         writeln!(
             w,
             "large objects {} ({}), huge objects {} ({}), heaps {}, segments {}",
@@ -154,5 +169,22 @@ mod tests {
         assert_eq!(lines[7], "    free slots in used pages      1.0 MiB");
         assert_eq!(lines[9], "    metadata                     64.0 KiB");
         assert_eq!(lines.len(), 12, "{text}");
+    }
+
+    #[test]
+    fn purges_are_shown_by_cause() {
+        let mut s = Stats::ZERO;
+        s.purged_bytes = 3 << 20;
+        s.purged_by.budget = 1 << 20;
+        s.purged_by.reclaim = 2 << 20;
+        let r = Report::of(s, OsMemory::default());
+        let mut buf = vec![0u8; 4096];
+        let mut w = SliceWriter::new(&mut buf);
+        write!(w, "{r}").unwrap();
+        let text = core::str::from_utf8(w.written()).unwrap();
+        assert!(
+            text.contains("  purged 3.0 MiB: decay 0 B, budget 1.0 MiB, reclaim for another heap 2.0 MiB, trim 0 B, limit 0 B, hollow 0 B, huge reuse 0 B\n"),
+            "{text}"
+        );
     }
 }

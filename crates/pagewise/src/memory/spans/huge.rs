@@ -125,7 +125,7 @@ impl Spans {
         let bytes = st.resident.purged_outside(lo, hi);
         self.counts.committed -= bytes;
         ctx.budget.uncharge(bytes);
-        self.counts.purged += bytes;
+        self.count_purged(Why::Reuse, bytes);
     }
 
     pub(super) fn best_cached_huge(&self, need: usize, align: usize) -> Option<*mut Segment> {
@@ -177,7 +177,7 @@ impl Spans {
         &mut self,
         ctx: &Ctx,
         now: u64,
-        force: bool,
+        force: Option<Why>,
         keep: crate::memory::budget::Keep,
     ) -> bool {
         let delay = ctx.config.decay_ms();
@@ -190,7 +190,12 @@ impl Spans {
             self.sync_retained(ctx.budget);
             let total = ctx.budget.retained();
             let expired = st.freed_at.saturating_add(delay) <= now;
-            let due = force || total > keep.young || expired && total > keep.expired;
+            let why = match force {
+                Some(why) => why,
+                None if expired => Why::Decay,
+                None => Why::Budget,
+            };
+            let due = force.is_some() || total > keep.young || expired && total > keep.expired;
             kept_expired |= expired && !due && st.resident.any();
             if let Some((offset, len)) = st.resident.range().filter(|_| due) {
                 // SAFETY: the cached run holds no live object; the range is
@@ -210,7 +215,7 @@ impl Spans {
                     self.counts.retained -= bytes;
                     self.counts.committed -= bytes;
                     ctx.budget.uncharge(bytes);
-                    self.counts.purged += bytes;
+                    self.count_purged(why, bytes);
                 } else {
                     self.counts.purge_failures += 1;
                 }

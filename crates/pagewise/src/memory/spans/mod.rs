@@ -49,6 +49,28 @@ pub struct Ctx<'a> {
     pub budget: &'a Budget,
 }
 
+/// Why a span pool purged retained pages: indexes [`SpanCounts::purged_by`].
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Why {
+    /// The decay: expired, and retention above what demand keeps for
+    /// expired spans.
+    Decay = 0,
+    /// The retention budget: retention above what demand keeps for young
+    /// spans (or `retain_max_bytes`).
+    Budget,
+    /// Another heap committed fresh memory (`heaps::reclaim_elsewhere`).
+    Reclaim,
+    /// `trim()`.
+    Trim,
+    /// The hard limit refused a charge.
+    Limit,
+    /// A cached huge run reused by a smaller object, or at another offset.
+    Reuse,
+}
+
+/// How many [`Why`]s there are.
+pub const WHYS: usize = 6;
+
 /// Byte counts kept by the span pool (all exact).
 #[derive(Clone, Copy, Default, Debug)]
 pub struct SpanCounts {
@@ -77,6 +99,8 @@ pub struct SpanCounts {
     pub huge_requested: usize,
     /// Bytes purged by decay, the cap or trim (cumulative).
     pub purged: usize,
+    /// `purged` by cause, indexed by [`Why`]; sums to `purged`.
+    pub purged_by: [usize; WHYS],
     /// Purge calls that failed (the pages stay counted as committed).
     pub purge_failures: usize,
 }
@@ -176,9 +200,16 @@ impl Spans {
                 huge_bytes: 0,
                 huge_requested: 0,
                 purged: 0,
+                purged_by: [0; WHYS],
                 purge_failures: 0,
             },
         }
+    }
+
+    /// Counts `bytes` purged for `why`.
+    fn count_purged(&mut self, why: Why, bytes: usize) {
+        self.counts.purged += bytes;
+        self.counts.purged_by[why as usize] += bytes;
     }
 
     fn add_committed(&mut self, bytes: usize) {
@@ -739,7 +770,7 @@ mod tests {
         }
         // SAFETY: links are read with the pool exclusively ours.
         assert_eq!(unsafe { (*seg.links()).free_slices }, SPAN_SLICES - 1);
-        spans.decay(&ctx, 0, true);
+        spans.decay(&ctx, 0, Some(Why::Trim));
         // SAFETY: nothing of the reservation is used afterwards.
         unsafe { reservations.lock().unmap_all(&source) };
     }
@@ -806,7 +837,7 @@ mod loom_model {
                 let w = w.clone();
                 loom::thread::spawn(move || {
                     let mut s = w.spans.lock().unwrap();
-                    s.decay(&w.ctx(), 0, true);
+                    s.decay(&w.ctx(), 0, Some(Why::Trim));
                 })
             };
             let slab = {
@@ -831,7 +862,7 @@ mod loom_model {
             }
             // SAFETY: links are read under the pool's lock.
             assert_eq!(unsafe { (*seg.links()).free_slices }, SPAN_SLICES - 1);
-            s.decay(&w.ctx(), 0, true);
+            s.decay(&w.ctx(), 0, Some(Why::Trim));
             drop(s);
             // SAFETY: nothing of the reservation is used afterwards.
             unsafe { w.reservations.lock().unmap_all(&w.source) };

@@ -48,7 +48,7 @@ impl Spans {
         }
     }
 
-    pub(super) fn purge_span(&mut self, ctx: &Ctx, f: *mut Page) {
+    pub(super) fn purge_span(&mut self, ctx: &Ctx, f: *mut Page, why: Why) {
         let seg = seg_of(f);
         let idx = seg.index_of(f);
         let n = count_of(f);
@@ -79,7 +79,7 @@ impl Spans {
         );
         self.counts.committed -= cleared * os_page();
         ctx.budget.uncharge(cleared * os_page());
-        self.counts.purged += cleared * os_page();
+        self.count_purged(why, cleared * os_page());
         // SAFETY: as above.
         unsafe { (*f).dirty_pages = (dirty - cleared) as u32 };
         if failed {
@@ -87,6 +87,11 @@ impl Spans {
             self.counts.retained += (dirty - cleared) * os_page();
             self.dirty_push(f);
         }
+    }
+
+    fn expired(&self, f: *mut Page, now: u64, delay: u64) -> bool {
+        // SAFETY: a free span descriptor (lock held).
+        unsafe { (*f).freed_at }.saturating_add(delay) <= now
     }
 
     /// Adds the change of this pool's retained bytes since the last call to
@@ -126,9 +131,12 @@ impl Spans {
     /// the oldest first, while the retention of every heap sharing the
     /// budget is above what demand keeps for young spans, or the span has
     /// expired and the retention is above what demand keeps for expired
-    /// ones; everything if `force`. Cached huge runs follow the same rule.
-    /// Returns the time of the next deadline, if anything is still retained.
-    pub fn decay(&mut self, ctx: &Ctx, now: u64, force: bool) -> Option<u64> {
+    /// ones; everything if `force` (counted as its cause). Cached huge runs
+    /// follow the same rule. Returns the time of the next deadline, if
+    /// anything is still retained.
+    pub fn decay(&mut self, ctx: &Ctx, now: u64, force: Option<Why>) -> Option<u64> {
+        let why = force;
+        let force = force.is_some();
         let delay = ctx.config.decay_ms();
         self.sync_retained(ctx.budget);
         let keep = ctx.budget.keep(now, &ctx.config.get());
@@ -156,20 +164,28 @@ impl Spans {
             if let Some(g) = self.whole_before(f).filter(|_| over && !force) {
                 // For the budget, whole huge pages go back before one is
                 // split.
-                self.purge_span(ctx, g);
+                let cause = if self.expired(g, now, delay) {
+                    Why::Decay
+                } else {
+                    Why::Budget
+                };
+                self.purge_span(ctx, g, cause);
                 self.sync_retained(ctx.budget);
                 if self.is_dirty(g) {
                     break; // the purge failed and it went back on the FIFO: do not spin
                 }
                 continue;
             }
-            self.purge_span(ctx, f);
+            // An expired span goes for the decay; a young one only for the
+            // budget.
+            let cause = why.unwrap_or(if expired { Why::Decay } else { Why::Budget });
+            self.purge_span(ctx, f, cause);
             self.sync_retained(ctx.budget);
             if self.dirty_tail == f && self.is_dirty(f) {
                 break; // the purge failed and it went back on the FIFO: do not spin
             }
         }
-        kept_expired |= self.decay_huge(ctx, now, force, keep);
+        kept_expired |= self.decay_huge(ctx, now, why, keep);
         self.sync_retained(ctx.budget);
         let mut next = None;
         if !self.dirty_head.is_null() {
@@ -201,7 +217,7 @@ impl Spans {
         let start = self.counts.retained;
         while !self.dirty_head.is_null() && start - self.counts.retained < bytes {
             let f = self.dirty_head;
-            self.purge_span(ctx, f);
+            self.purge_span(ctx, f, Why::Reclaim);
             if self.dirty_tail == f && self.is_dirty(f) {
                 break; // the purge failed and it went back on the FIFO: do not spin
             }
