@@ -6,9 +6,9 @@
 //! each of 12,288 OS pages (three rounds of candidates), another thread
 //! meshes, and the main thread keeps allocating while it does. The pass
 //! must have let the lists go for it (`mesh_pauses`), then gone on with
-//! the class. The same for a `fork()` made while the pass runs, which
-//! needs every lock the pass holds (the child's copy of the heap must not
-//! have a pass half done in it).
+//! the class. The same for a `trim()` and a `fork()` made while the pass
+//! runs, which need the locks the pass holds around the page lists (the
+//! child's copy of the heap must not have a pass half done in it).
 #![cfg(target_os = "linux")]
 
 #[global_allocator]
@@ -83,6 +83,18 @@ fn mesh_while(meanwhile: fn(&AtomicBool) -> u64) {
     println!("pause-report {pauses} {first} {second} {work}");
 }
 
+/// One `trim()` once the pass has meshed some pages (it takes the visits'
+/// lock the pass holds).
+fn trim_once(done: &AtomicBool) -> u64 {
+    let before = mappings();
+    while mappings() < before + 64 {
+        assert!(!done.load(Acquire), "the pass ended before it meshed");
+        std::hint::spin_loop();
+    }
+    pagewise::trim();
+    u64::from(done.load(Acquire))
+}
+
 /// The background purger's pass (`PAGEWISE_BACKGROUND=1`, a short decay)
 /// with a fork made while it meshes.
 fn purger_and_fork() {
@@ -135,6 +147,7 @@ fn child_entry() {
     match std::env::var(CHILD).as_deref() {
         Ok("allocate") => mesh_while(allocate),
         Ok("fork") => mesh_while(fork_once),
+        Ok("trim") => mesh_while(trim_once),
         Ok("purger-fork") => purger_and_fork(),
         _ => {}
     }
@@ -207,6 +220,19 @@ fn a_fork_during_a_mesh_pass_waits_for_one_round_not_the_pass() {
     assert!(
         first > 4096,
         "the pass went on after the fork ({first} OS pages, then {second})"
+    );
+}
+
+#[test]
+fn a_trim_during_a_mesh_pass_waits_for_one_round_not_the_pass() {
+    let (pauses, first, second, _, text) = run("trim");
+    assert!(
+        pauses >= 1,
+        "the pass never let its locks go for the trim: {text}"
+    );
+    assert!(
+        first > 4096,
+        "the pass went on after the trim ({first} OS pages, then {second})"
     );
 }
 

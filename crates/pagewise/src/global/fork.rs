@@ -19,19 +19,9 @@ use crate::global::heaps::{for_each_heap, ABANDONED_LIST, META, RESERVATIONS, VI
 use crate::memory::size_class::CLASSES;
 use crate::memory::transfer;
 use crate::sync::lock;
-use core::sync::atomic::{AtomicBool, AtomicU32, Ordering::*};
+use core::sync::atomic::{AtomicBool, Ordering::*};
 
 static REGISTERED: AtomicBool = AtomicBool::new(false);
-
-/// Forks under way in this process (their preparation has begun): a mesh
-/// pass, which holds the locks `prepare` takes for a long time, lets them
-/// go between its rounds while this is not zero.
-static WANTED: AtomicU32 = AtomicU32::new(0);
-
-/// Whether a fork waits for the allocator's locks.
-pub(crate) fn wanted() -> bool {
-    WANTED.load(Relaxed) != 0
-}
 
 /// Installs the fork handlers once per process (later calls do nothing).
 ///
@@ -51,7 +41,6 @@ extern "C" fn prepare() {
     // A config being read by another thread would leave a child waiting
     // for it forever: read it now, before any lock.
     let _ = crate::global::thread::config();
-    WANTED.fetch_add(1, Relaxed);
     crate::global::purger::pause();
     lock::hold(&VISITS);
     lock::hold(&ABANDONED_LIST);
@@ -96,7 +85,6 @@ extern "C" fn parent() {
         lock::release(&VISITS);
     }
     crate::global::purger::resume();
-    WANTED.fetch_sub(1, Relaxed);
 }
 
 extern "C" fn child() {
@@ -117,7 +105,7 @@ extern "C" fn child() {
         ABANDONED_LIST.reset_after_fork();
         VISITS.reset_after_fork();
     }
-    WANTED.store(0, Relaxed);
+
     crate::global::heaps::end_visits_after_fork();
     crate::global::purger::after_fork_child();
     // The sampler's thread is not in the child either: the child does not

@@ -101,12 +101,13 @@ const LEFTOVER_WALK: usize = 16;
 pub(crate) static VISITS: Locked<()> = Locked::new(());
 
 /// What a mesh pass inside [`visit_all`] holds besides the heap's page
-/// lists: [`VISITS`], let go between its rounds for a fork.
+/// lists: [`VISITS`], let go between its rounds for a thread that waits
+/// for it (a fork's handlers, a `trim()`).
 pub(crate) struct VisitsHeld;
 
 impl crate::heap::mesh::Outer for VisitsHeld {
     fn wanted(&self) -> bool {
-        crate::global::fork::wanted()
+        VISITS.waiting()
     }
     fn let_go(&self) {
         // SAFETY: `visit_all`'s guard holds it on this thread, and

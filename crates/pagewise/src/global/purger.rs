@@ -238,12 +238,13 @@ fn sleep_ms(ms: u64) {
 
 /// What the purger's mesh pass holds besides the heap's page lists: its
 /// pass lock, then the visits' ([`heaps::VisitsHeld`]), let go between
-/// the pass's rounds for a fork.
+/// the pass's rounds for a thread that waits for one of them (a fork's
+/// handlers take both).
 struct PassHeld;
 
 impl crate::heap::mesh::Outer for PassHeld {
     fn wanted(&self) -> bool {
-        crate::global::fork::wanted()
+        PASS.waiting() || heaps::VisitsHeld.wanted()
     }
     fn let_go(&self) {
         heaps::VisitsHeld.let_go();

@@ -51,7 +51,7 @@ use crate::os::source::PageSource;
 use crate::sync::lock::Locked;
 use core::cell::UnsafeCell;
 use core::ptr::null_mut;
-use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering::*};
+use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering::*};
 
 /// A page with no slots, so the fast path needs no null check.
 struct EmptyPage(UnsafeCell<Page>);
@@ -193,10 +193,6 @@ pub struct HeapCore {
     direct: current::CurrentPages<AtomicPtr<Page>, CLASSES>,
     /// The page lists, and with them every page but the current ones.
     local: Locked<Local>,
-    /// Threads waiting in [`HeapCore::lock_local`] for the page lists: a
-    /// mesh pass, which holds them for a long time, lets them go between
-    /// its rounds while this is not zero.
-    lists_wanted: AtomicU32,
     /// Frees from other threads into pages on the full list.
     delayed: AtomicPtr<Block>,
     /// Span pool, shared with remote large frees and the purger.
@@ -344,7 +340,6 @@ impl HeapCore {
                 next_maintenance: 0,
                 records: mesh::Records::EMPTY,
             }),
-            lists_wanted: AtomicU32::new(0),
             delayed: AtomicPtr::new(null_mut()),
             spans: Spans::locked(),
             states: ClassState::all(if huge { &HUGE_GEOMETRY } else { &GEOMETRY }),
@@ -472,18 +467,13 @@ impl HeapCore {
     /// Never reentrant: nothing that runs under it may allocate.
     #[inline]
     pub(crate) fn lock_local(&self) -> crate::sync::lock::Guard<'_, Local> {
-        if let Some(g) = self.local.try_lock() {
-            return g;
-        }
-        self.lists_wanted.fetch_add(1, Relaxed);
-        let g = self.local.lock();
-        self.lists_wanted.fetch_sub(1, Relaxed);
-        g
+        self.local.lock()
     }
 
-    /// Whether a thread waits in [`HeapCore::lock_local`].
+    /// Whether a thread waits for the page lists (a mesh pass, which holds
+    /// them for a long time, lets them go between its rounds then).
     pub(crate) fn lists_wanted(&self) -> bool {
-        self.lists_wanted.load(Relaxed) != 0
+        self.local.waiting()
     }
 
     /// As [`HeapCore::lock_local`], if no one holds it.

@@ -14,7 +14,7 @@
 use core::cell::UnsafeCell;
 use core::mem::ManuallyDrop;
 use core::ops::{Deref, DerefMut};
-use core::sync::atomic::{AtomicBool, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 
 /// The word of a spin lock: an atomic bool, and what a guard keeps. The
 /// lock's protocol (its orderings) is [`Locked`]'s, for every flag.
@@ -98,6 +98,10 @@ impl Flag for ModelFlag {
 /// Data behind a spin lock.
 pub struct Locked<T, F: Flag = AtomicBool> {
     locked: F,
+    /// Threads in [`Locked::lock`] that found it held and wait: a holder
+    /// for a long time (a mesh pass) lets it go while any does
+    /// ([`Guard::pause`]).
+    waiting: AtomicU32,
     data: UnsafeCell<T>,
 }
 
@@ -117,6 +121,7 @@ impl<T> Locked<T> {
     pub const fn new(data: T) -> Self {
         Locked {
             locked: AtomicBool::new(false),
+            waiting: AtomicU32::new(0),
             data: UnsafeCell::new(data),
         }
     }
@@ -131,20 +136,23 @@ impl<T> Locked<T, ModelFlag> {
                 locked: loom::sync::atomic::AtomicBool::new(false),
                 data: loom::cell::UnsafeCell::new(()),
             },
+            waiting: AtomicU32::new(0),
             data: UnsafeCell::new(data),
         }
     }
 }
 
 impl<T, F: Flag> Locked<T, F> {
-    /// Takes the lock, spinning (then yielding) while another thread holds it.
+    /// Takes the lock, spinning (then yielding) while another thread holds
+    /// it; counted in [`Locked::waiting`] meanwhile.
     pub fn lock(&self) -> Guard<'_, T, F> {
-        let mut spins = 0u32;
         crate::sync::perturb::point();
+        if let Some(g) = self.try_lock() {
+            return g;
+        }
+        self.waiting.fetch_add(1, Ordering::Relaxed);
+        let mut spins = 0u32;
         loop {
-            if let Some(g) = self.try_lock() {
-                return g;
-            }
             while F::SPIN_ON_LOADS && self.locked.get(Ordering::Relaxed) {
                 spins += 1;
                 F::wait(spins);
@@ -152,7 +160,16 @@ impl<T, F: Flag> Locked<T, F> {
             if !F::SPIN_ON_LOADS {
                 F::wait(spins);
             }
+            if let Some(g) = self.try_lock() {
+                self.waiting.fetch_sub(1, Ordering::Relaxed);
+                return g;
+            }
         }
+    }
+
+    /// Whether a thread waits in [`Locked::lock`] for the holder.
+    pub fn waiting(&self) -> bool {
+        self.waiting.load(Ordering::Relaxed) != 0
     }
 
     /// Takes the lock if it is free.
@@ -180,6 +197,8 @@ impl<T, F: Flag> Locked<T, F> {
     /// # Safety
     /// Only in a freshly forked child, where no other thread exists.
     pub unsafe fn reset_after_fork(&self) {
+        // The waiting threads are not in the child.
+        self.waiting.store(0, Ordering::Relaxed);
         self.locked.clear(Ordering::Release);
     }
 }
@@ -280,5 +299,33 @@ mod tests {
             t.join().unwrap();
         }
         assert_eq!(*l.lock(), 4000);
+    }
+
+    /// A holder that pauses while a thread waits lets that thread in, and
+    /// holds the lock again after; the wait is counted only while it lasts.
+    #[test]
+    fn a_pause_lets_a_waiting_thread_in() {
+        let l = std::sync::Arc::new(Locked::new(0u64));
+        let mut g = l.lock();
+        assert!(!l.waiting());
+        let waiter = {
+            let l = l.clone();
+            std::thread::spawn(move || *l.lock() += 1)
+        };
+        while !l.waiting() {
+            std::hint::spin_loop();
+        }
+        *g += 10;
+        g.pause(|| {
+            while l.waiting() {
+                std::hint::spin_loop();
+            }
+        });
+        assert!(!l.waiting());
+        assert!(l.try_lock().is_none(), "held again after the pause");
+        let seen = *g;
+        drop(g);
+        waiter.join().unwrap();
+        assert_eq!(seen, 11, "the waiter ran inside the pause");
     }
 }
