@@ -234,8 +234,14 @@ impl HeapCore {
         // pages are live slab pages of this heap or the never-written empty
         // page.
         unsafe {
-            if self.class(class).sample_due() {
+            let state = self.class(class);
+            if state.sample_due() {
                 return self.alloc_sampled(class, size, align);
+            }
+            // The list ran dry: the slots the cache's last overflow kept
+            // come next, as they would from one list.
+            if state.take_up_older() {
+                return state.pop() as *mut u8;
             }
             let page: *mut Page = self.direct.get_unchecked(class);
             if (*page).has_free() {

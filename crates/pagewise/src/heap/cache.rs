@@ -28,6 +28,21 @@
 //!
 //! The cache shares its cache line with the class's slot geometry and
 //! counters, which the same fast paths read and update.
+//!
+//! A full cache is two chains: the slots freed since its last overflow
+//! (the list the fast paths push and pop) and, below them, the *older
+//! part*: the slots that overflow kept. The next overflow passes the older
+//! part on whole and makes the list the older part, so handing half a
+//! cache over follows no link (it used to walk half the cache to find
+//! where to cut it: two thirds of the work of an overflow, and in the
+//! hardened build every step decoded and checked a link). The fast paths
+//! never see the older part: an allocation that finds the list empty takes
+//! the older part as its list on its way to the page (`alloc_past_cache`),
+//! so slots come out in the order a single list gave them. Only an
+//! overflow that finds no older part worth passing (the first after the
+//! list ran dry, or one whose parts are lopsided) still walks to the
+//! middle; the slow paths that take an arbitrary share (maintenance,
+//! flushes, thread exit) join the two chains first.
 
 use crate::fault::{misuse, Misuse};
 use crate::heap::Counter;
@@ -84,18 +99,21 @@ pub static GROWN: [u32; CLASSES] = build_grown();
 
 /// One size class of a heap: its cache of free slots, the class's slot
 /// geometry, and its counters, on one cache line: the fast paths touch no
-/// other line of the heap.
+/// other line of the heap. A second line holds what only slow paths use
+/// (the older part's chain and the cache's bound).
 #[repr(C, align(64))]
 pub struct ClassState {
-    /// Cached free slots (owner only).
+    /// Cached free slots, newest first, that the fast paths push and pop
+    /// (owner only); null-terminated, the older part apart.
     head: UnsafeCell<*mut Block>,
     /// Slots the cache can still take (owner writes with plain stores;
     /// stats read). Counting down saves the free path a table lookup. The
     /// owner's fast paths read it with plain loads: no other thread writes it.
+    /// Counts the list and the older part.
     room: AtomicU32,
-    /// Most slots the cache holds now: between the class's [`LIMITS`] and
-    /// [`GROWN`] (owner writes, on slow paths only; stats read).
-    limit: AtomicU32,
+    /// Slots in the older part (owner only; 0: none). On this line: the
+    /// allocation that finds the list empty reads it.
+    older_count: UnsafeCell<u32>,
     /// The class's slot geometry (a copy of the heap's table, `GEOMETRY`
     /// or `HUGE_GEOMETRY`; fixed), which the free path checks the address
     /// against.
@@ -121,6 +139,12 @@ pub struct ClassState {
     pub requested: Counter,
     /// Allocations served from pages (cumulative): the sample's size.
     pub sampled: Counter,
+    /// The older part: the slots the last overflow kept, newest first,
+    /// null-terminated, `older_count` of them (owner only).
+    older: UnsafeCell<*mut Block>,
+    /// Most slots the cache holds now: between the class's [`LIMITS`] and
+    /// [`GROWN`] (owner writes, on slow paths only; stats read).
+    limit: AtomicU32,
 }
 
 // The slab table holds `class + 1` scaled to the state's size (`segment.rs`).
@@ -134,12 +158,14 @@ impl ClassState {
         ClassState {
             head: UnsafeCell::new(null_mut()),
             room: AtomicU32::new(limit),
-            limit: AtomicU32::new(limit),
+            older_count: UnsafeCell::new(0),
             geometry,
             left: AtomicI64::new(NOT_SAMPLING),
             returned: Counter::zero(),
             requested: Counter::zero(),
             sampled: Counter::zero(),
+            older: UnsafeCell::new(null_mut()),
+            limit: AtomicU32::new(limit),
         }
     }
 
@@ -314,6 +340,8 @@ impl ClassState {
     /// used by anyone else.
     pub(super) unsafe fn install(&self, head: *mut Block, count: u32) {
         debug_assert_eq!(self.cached(), 0);
+        // SAFETY: owner only (caller).
+        debug_assert!(unsafe { (*self.older.get()).is_null() });
         // A batch passed by a cache that had grown may be more than this
         // one holds: it grows to take it (no further than that cache had).
         self.set_limit(self.limit().max(count));
@@ -329,7 +357,111 @@ impl ClassState {
     /// Owner only.
     pub unsafe fn newest(&self) -> *mut Block {
         // SAFETY: owner only (caller).
-        unsafe { *self.head.get() }
+        unsafe {
+            match *self.head.get() {
+                b if b.is_null() => *self.older.get(),
+                b => b,
+            }
+        }
+    }
+
+    /// Makes the older part the list, if the list is empty and the older
+    /// part is not (an allocation that found the list empty, on its way
+    /// past the cache); returns whether it did. Follows no link.
+    ///
+    /// # Safety
+    /// Owner only.
+    #[inline(always)]
+    pub unsafe fn take_up_older(&self) -> bool {
+        // SAFETY: owner only (caller): both chains are ours.
+        unsafe {
+            if *self.older_count.get() == 0 || !(*self.head.get()).is_null() {
+                return false;
+            }
+            self.take_up_older_now();
+        }
+        true
+    }
+
+    /// [`ClassState::take_up_older`]'s move, out of line (its caller
+    /// checked that the list is empty and the older part is not).
+    ///
+    /// # Safety
+    /// Owner only.
+    #[inline(never)]
+    unsafe fn take_up_older_now(&self) {
+        // SAFETY: owner only (caller).
+        unsafe {
+            *self.head.get() = *self.older.get();
+            *self.older.get() = null_mut();
+            *self.older_count.get() = 0;
+        }
+    }
+
+    /// Detaches the older slots of a full cache for an overflow to pass
+    /// on, with their count, and makes what stays the older part (the
+    /// list empty): the older part whole, following no link, when it and
+    /// the list each hold at least a quarter of the cache; otherwise all
+    /// but the newer half, walking to the middle as [`ClassState::take_older`]
+    /// does. Reached through `HeapCore::take_overflow`, which counts them
+    /// for the thread's figures.
+    ///
+    /// # Safety
+    /// Owner only.
+    pub(super) unsafe fn take_overflow(&self) -> (*mut Block, u32) {
+        let n = self.cached();
+        // SAFETY: owner only (caller): both chains are ours.
+        unsafe {
+            let s = *self.older_count.get();
+            let m = n - s;
+            let (rest, passed) = if s >= (n / 4).max(1) && m >= (n / 4).max(1) {
+                let rest = *self.older.get();
+                self.room.store(self.room.load(Relaxed) + s, Relaxed);
+                (rest, s)
+            } else {
+                self.take_older(n / 2)
+            };
+            // What stays becomes the older part: the next overflow passes
+            // it whole.
+            *self.older.get() = *self.head.get();
+            *self.older_count.get() = n - passed;
+            *self.head.get() = null_mut();
+            (rest, passed)
+        }
+    }
+
+    /// Joins the older part to the end of the list (walking the list to
+    /// its last slot), so that the cache is one list again.
+    ///
+    /// # Safety
+    /// Owner only.
+    unsafe fn join(&self) {
+        // SAFETY: owner only (caller): both chains are ours, the list
+        // holds `cached() - older_count` slots unless a double free left
+        // it shorter (then a null link ends the walk).
+        unsafe {
+            let s = *self.older_count.get();
+            if s == 0 {
+                return;
+            }
+            let older = *self.older.get();
+            let mut last = *self.head.get();
+            if last.is_null() {
+                *self.head.get() = older;
+            } else {
+                for _ in 1..self.cached() - s {
+                    let next = Block::next(last);
+                    if next.is_null() {
+                        // Shorter than counted: a slot was freed twice.
+                        misuse(Misuse::DoubleFree, last as usize);
+                    }
+                    last = next;
+                }
+                Block::set_next(last, older);
+            }
+            *self.older.get() = null_mut();
+            *self.older_count.get() = 0;
+        }
     }
 
     /// Detaches all but the `keep` most recent cached slots as a list (the
@@ -347,9 +479,11 @@ impl ClassState {
         if n <= keep {
             return (null_mut(), 0);
         }
-        // SAFETY: owner only (caller); the list holds `n` slots, unless a
-        // double free left it shorter (then a null link ends the walk).
+        // SAFETY: owner only (caller); once joined, the list holds `n`
+        // slots, unless a double free left it shorter (then a null link
+        // ends the walk).
         unsafe {
+            self.join();
             let rest = if keep == 0 {
                 let all = *self.head.get();
                 *self.head.get() = null_mut();
@@ -397,9 +531,12 @@ impl ClassState {
     /// Owner only; `keys_to_cache` follows before any other use of the
     /// cache.
     pub unsafe fn keys_to_page(&self) {
-        let n = self.cached();
-        // SAFETY: owner only (caller): the list is ours.
-        unsafe { walk_to_page(*self.head.get(), n) }
+        // SAFETY: owner only (caller): the chains are ours.
+        unsafe {
+            let s = *self.older_count.get();
+            walk_to_page(*self.head.get(), self.cached() - s);
+            walk_to_page(*self.older.get(), s);
+        }
     }
 
     /// Puts the cache keys back after [`ClassState::keys_to_page`].
@@ -407,8 +544,13 @@ impl ClassState {
     /// # Safety
     /// Owner only, after `keys_to_page`.
     pub unsafe fn keys_to_cache(&self) {
-        // SAFETY: owner only (caller): the list holds `cached()` slots.
-        unsafe { walk_to_cache(*self.head.get(), self.cached()) }
+        // SAFETY: owner only (caller): the list holds `cached()` slots
+        // less the older part's.
+        unsafe {
+            let s = *self.older_count.get();
+            walk_to_cache(*self.head.get(), self.cached() - s);
+            walk_to_cache(*self.older.get(), s);
+        }
     }
 
     /// Counts an allocation of `size` bytes served from a page (and samples
@@ -529,6 +671,150 @@ mod tests {
             assert_eq!((c.limit(), c.cached()), (3, 3));
             c.verify();
             assert_eq!(c.pop(), p(&mut slots, 2));
+        }
+    }
+
+    /// Eight test slots, marked cached as a free marks them, and the
+    /// address of each.
+    fn eight() -> (Box<[Slot; 8]>, Vec<*mut Block>) {
+        let mut slots = Box::new([Slot([0; 2]); 8]);
+        let all: Vec<*mut Block> = slots
+            .iter_mut()
+            .map(|s| s.0.as_mut_ptr() as *mut Block)
+            .collect();
+        for &b in &all {
+            // SAFETY: a test-local slot of two words.
+            unsafe { Block::mark_cached(b) };
+        }
+        (slots, all)
+    }
+
+    /// The slots of a chain of `n`, first to last.
+    ///
+    /// # Safety
+    /// `head` starts a chain of at least `n` slots.
+    unsafe fn chain(mut b: *mut Block, n: u32) -> Vec<*mut Block> {
+        let mut v = vec![];
+        for _ in 0..n {
+            v.push(b);
+            // SAFETY: per the caller.
+            b = unsafe { Block::next(b) };
+        }
+        v
+    }
+
+    /// An overflow keeps the newer half as the older part and starts an
+    /// empty list; the next one passes that older part whole, without
+    /// following a link of the list (here, a list whose first link was
+    /// overwritten: a walk to the middle, as every overflow made before,
+    /// follows it and cuts the chain at the slot it points to).
+    #[test]
+    fn an_overflow_passes_the_older_part_whole_without_reading_the_list() {
+        let (_slots, s) = eight();
+        let (a, b, c, d, e, f, x) = (s[0], s[1], s[2], s[3], s[4], s[5], s[7]);
+        let cache = ClassState::new(4, GEOMETRY[0]);
+        // SAFETY: test-local slots, each in one list at a time.
+        unsafe {
+            for b in [a, b, c, d] {
+                assert!(cache.push(b));
+            }
+            // The first overflow: no older part yet, so the older half goes
+            // (found by walking), and the newer half is kept apart.
+            let (first, n) = cache.take_overflow();
+            assert_eq!(chain(first, n), [b, a]);
+            assert_eq!((cache.cached(), cache.newest()), (2, d));
+            assert!(cache.push(e) && cache.push(f));
+            assert!(!cache.push(x), "full: two kept, two pushed");
+            // Overwrite the list's first link: to a slot that is no part of
+            // the cache, whose own link word holds a mark.
+            const MARK: usize = 0x5a5a_5a5a_5a5a_5a50;
+            (x as *mut usize).write(MARK);
+            Block::set_next(f, x);
+            let (older, n) = cache.take_overflow();
+            assert_eq!((older, n), (d, 2), "the older part, whole");
+            assert_eq!(
+                (x as *const usize).read(),
+                MARK,
+                "nothing followed the link"
+            );
+            assert_eq!(chain(older, n), [d, c]);
+            assert_eq!(cache.cached(), 2);
+            Block::set_next(f, e);
+            // Allocations: the list (now the older part) goes on through
+            // the fast path only once it is taken up.
+            assert!(cache.pop().is_null(), "the fast path sees an empty list");
+            assert!(cache.take_up_older());
+            assert!(!cache.take_up_older(), "nothing more to take up");
+            assert_eq!((cache.pop(), cache.pop()), (f, e));
+            assert!(cache.pop().is_null());
+            assert_eq!(cache.cached(), 0);
+        }
+    }
+
+    /// Slots come out of a cache with an older part in the order one list
+    /// gave: the list's, newest first, then the older part's. A flush or a
+    /// maintenance pass (which take an arbitrary share) joins the two
+    /// chains; the checks walk both.
+    #[test]
+    fn the_older_part_comes_after_the_list_everywhere() {
+        let (_slots, all) = eight();
+        let cache = ClassState::new(6, GEOMETRY[0]);
+        // SAFETY: test-local slots, each in one list at a time.
+        unsafe {
+            for &b in &all[..6] {
+                assert!(cache.push(b));
+            }
+            let (gone, n) = cache.take_overflow();
+            assert_eq!(chain(gone, n), [all[2], all[1], all[0]]);
+            assert!(cache.push(all[6]) && cache.push(all[7]));
+            // List 7, 6; older part 5, 4, 3.
+            cache.verify();
+            assert_eq!(cache.newest(), all[7]);
+            // Keep the three most recent: the older part's last two go.
+            let (rest, n) = cache.take_older(3);
+            assert_eq!(chain(rest, n), [all[4], all[3]]);
+            assert_eq!(cache.cached(), 3);
+            cache.verify();
+            let (rest, n) = cache.take_older(0);
+            assert_eq!(chain(rest, n), [all[7], all[6], all[5]]);
+            assert_eq!(cache.cached(), 0);
+            // An older part alone (the list popped dry) is the newest.
+            for &b in &all[..6] {
+                assert!(cache.push(b));
+            }
+            let _ = cache.take_overflow();
+            assert_eq!(cache.newest(), all[5]);
+            let (rest, n) = cache.take_older(1);
+            assert_eq!(chain(rest, n), [all[4], all[3]]);
+            assert_eq!(cache.pop(), all[5]);
+        }
+    }
+
+    /// An older part too small or too large a share of the cache (its
+    /// bound grew since it was kept) is not passed alone: the overflow
+    /// splits the cache in halves again.
+    #[test]
+    fn a_lopsided_cache_is_split_in_halves() {
+        let (_slots, all) = eight();
+        let cache = ClassState::new(2, GEOMETRY[0]);
+        // SAFETY: test-local slots, each in one list at a time.
+        unsafe {
+            assert!(cache.push(all[0]) && cache.push(all[1]));
+            let (gone, n) = cache.take_overflow();
+            assert_eq!(chain(gone, n), [all[0]]);
+            // One slot kept; the bound grows to eight and the list fills.
+            cache.set_limit(8);
+            for &b in &all[2..] {
+                assert!(cache.push(b));
+            }
+            assert_eq!(cache.cached(), 7);
+            assert!(cache.push(all[0]));
+            // The older part (1) is under a quarter of 8: halves.
+            let (gone, n) = cache.take_overflow();
+            assert_eq!(n, 4);
+            assert_eq!(chain(gone, n), [all[4], all[3], all[2], all[1]]);
+            assert_eq!(cache.cached(), 4);
+            cache.verify();
         }
     }
 

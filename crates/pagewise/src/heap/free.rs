@@ -191,10 +191,12 @@ impl HeapCore {
                 misuse(Misuse::DoubleFree, block as usize);
             }
             let mut l = self.lock_local();
+            // The older part whole, as a rule: no link followed.
+            let (head, count) = self.take_overflow(class);
             if self.global {
-                self.pass_older(&mut l, class, keep, true);
+                self.pass_on(&mut l, class, head, count, true);
             } else {
-                self.flush_cache(&mut l, class, keep);
+                super::remote::send_home(Some((self, &mut l)), head, count);
             }
             self.maintenance(&mut l);
             drop(l);

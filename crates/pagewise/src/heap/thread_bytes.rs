@@ -64,6 +64,19 @@ impl HeapCore {
         (head, n)
     }
 
+    /// Detaches the older slots of the full cache of `class` for an
+    /// overflow to pass on (`ClassState::take_overflow`), counting them as
+    /// passed on.
+    ///
+    /// # Safety
+    /// As `ClassState::take_overflow`.
+    pub(super) unsafe fn take_overflow(&self, class: usize) -> (*mut Block, u32) {
+        // SAFETY: forwarded.
+        let (head, n) = unsafe { self.class(class).take_overflow() };
+        self.thread_bytes.taken[class].add(n as u64);
+        (head, n)
+    }
+
     /// Makes a batch of `count` slots of `class` the (empty) cache's
     /// content (`ClassState::install`), counting them as received.
     ///

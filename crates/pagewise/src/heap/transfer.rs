@@ -26,9 +26,29 @@ impl HeapCore {
     /// # Safety
     /// Owner only, with its page lists held; a global heap.
     pub(super) unsafe fn pass_older(&self, l: &mut Local, class: usize, keep: u32, signed: bool) {
-        debug_assert!(self.global);
         // SAFETY: owner only (caller).
-        let (head, count) = unsafe { self.take_cached(class, keep) };
+        unsafe {
+            let (head, count) = self.take_cached(class, keep);
+            self.pass_on(l, class, head, count, signed);
+        }
+    }
+
+    /// Passes `count` cached slots of `class` at `head`, detached from
+    /// this heap's cache, to the transfer cache as one batch, or home to
+    /// their pages if it is full (`signed` as in [`HeapCore::pass_older`]).
+    ///
+    /// # Safety
+    /// Owner only, with its page lists held; a global heap; the chain holds
+    /// `count` cached slots of `class` no one else uses.
+    pub(super) unsafe fn pass_on(
+        &self,
+        l: &mut Local,
+        class: usize,
+        head: *mut Block,
+        count: u32,
+        signed: bool,
+    ) {
+        debug_assert!(self.global);
         if count == 0 {
             return;
         }

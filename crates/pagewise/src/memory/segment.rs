@@ -119,7 +119,7 @@ const _: () = assert!(HEADER_SLICES <= 2);
 /// A slab-table entry keeps `class + 1` shifted by this much: the size of
 /// a heap's per-class state (`heap::cache::ClassState`, which asserts it),
 /// so the free path finds the state at that byte offset without a multiply.
-pub const STATE_SHIFT: u32 = 6;
+pub const STATE_SHIFT: u32 = 7;
 const SLAB_STATE_MASK: usize = (1 << SLICE_SHIFT) - 1;
 const _: () = assert!((crate::memory::size_class::CLASSES + 1) << STATE_SHIFT <= SLAB_STATE_MASK);
 // Metadata stays under 1 % of the segment at every page size pagewise
