@@ -200,9 +200,11 @@ fn run(scenario: &str) -> (u64, u64, u64, u64, String) {
 #[test]
 fn a_mesh_pass_lets_an_allocating_thread_have_the_page_lists_between_rounds() {
     let (pauses, first, second, _, text) = run("allocate");
+    // The thread waits again at the end of every round: three rounds, and
+    // the start over after the first.
     assert!(
-        pauses >= 1,
-        "the pass never let the page lists go for the allocating thread: {text}"
+        pauses >= 2,
+        "the pass let the page lists go for the allocating thread {pauses} times: {text}"
     );
     assert!(
         first > 4096,
@@ -212,11 +214,13 @@ fn a_mesh_pass_lets_an_allocating_thread_have_the_page_lists_between_rounds() {
 
 #[test]
 fn a_fork_during_a_mesh_pass_waits_for_one_round_not_the_pass() {
-    let (pauses, first, second, _, text) = run("fork");
+    let (pauses, first, second, after, text) = run("fork");
     assert!(
         pauses >= 1,
         "the pass never let its locks go for the fork: {text}"
     );
+    // Let go, the locks went to the fork before the pass took them back.
+    assert_eq!(after, 0, "the fork returned only once the pass was over");
     assert!(
         first > 4096,
         "the pass went on after the fork ({first} OS pages, then {second})"
@@ -225,11 +229,12 @@ fn a_fork_during_a_mesh_pass_waits_for_one_round_not_the_pass() {
 
 #[test]
 fn a_trim_during_a_mesh_pass_waits_for_one_round_not_the_pass() {
-    let (pauses, first, second, _, text) = run("trim");
+    let (pauses, first, second, after, text) = run("trim");
     assert!(
         pauses >= 1,
         "the pass never let its locks go for the trim: {text}"
     );
+    assert_eq!(after, 0, "the trim returned only once the pass was over");
     assert!(
         first > 4096,
         "the pass went on after the trim ({first} OS pages, then {second})"
