@@ -142,6 +142,12 @@ fn the_limit_counts_what_it_purges_before_a_charge() {
 
 #[test]
 fn hollowing_counts_the_free_os_pages_of_pages_in_use() {
+    // A small class's slab page is 64 KiB: at a 64 KiB OS page (the suite
+    // under `PAGEWISE_OS_PAGE=64K`) it is one OS page, with none to hollow.
+    if pagewise::layout::os_page() >= 64 << 10 {
+        eprintln!("one OS page per slab page: nothing to hollow");
+        return;
+    }
     let heap = Heap::with_source(fake(), Config::DEFAULT);
     let l = layout(64);
     let blocks: Vec<_> = (0..1000).map(|_| heap.allocate(l).unwrap()).collect();
@@ -223,7 +229,7 @@ fn churn(bytes: usize) {
 /// takes its heap before the next starts), a small one (2 MiB) and a big
 /// one (16 MiB), which exit in that order, as a pool whose workers do
 /// unequal shares of the work restarts them. Reports what was purged over
-/// the rounds after the first two, and the causes.
+/// the rounds after the first four, and the causes.
 #[test]
 fn child_unequal_workers_restarted() {
     if !in_child("child_unequal_workers_restarted") {
@@ -232,7 +238,10 @@ fn child_unequal_workers_restarted() {
     black_box(vec![1u8; 64]); // the main thread's heap, made now
     let mut before = pagewise::stats();
     for round in 0..12 {
-        if round == 2 {
+        // From the fifth round: the first rounds settle which heap comes
+        // back to which worker (at a 16 KiB OS page one of them still
+        // swaps once, in the third).
+        if round == 4 {
             before = pagewise::stats();
         }
         let (small_go, big_go) = (std::sync::Barrier::new(2), std::sync::Barrier::new(2));
@@ -280,15 +289,15 @@ fn a_restarted_worker_takes_back_the_heap_of_the_one_it_replaces() {
         &[("PAGEWISE_DECAY_MS", "60000"), ("PAGEWISE_BACKGROUND", "0")],
     );
     let (purged, causes) = (f[0], &f[1..]);
-    // Ten rounds of 18 MiB written and freed. A worker started second took
+    // Eight rounds of 18 MiB written and freed. A worker started second took
     // the heap of the worker that exited last: the small one the big one's
     // 16 MiB pool, the big one the small one's 2 MiB, so that the big one
     // committed 14 MiB fresh every round and as much of the small one's
-    // pool was purged for it (140 MiB, faulted back the next round).
+    // pool was purged for it (112 MiB, faulted back the next round).
     // Started in the order they exited, each takes back the pool it sized.
     assert!(
         purged <= 8 * MIB as u64,
-        "{} MiB purged over 10 rounds; by cause since start: {causes:?}",
+        "{} MiB purged over 8 rounds; by cause since start: {causes:?}",
         purged >> 20
     );
 }
