@@ -134,7 +134,8 @@ impl Outer for HeldAlone {
 /// Times a pass let the page lists go for a waiting thread, process-wide.
 static PAUSES: AtomicU64 = AtomicU64::new(0);
 
-/// [`PAUSES`] (`Stats::mesh_pauses`).
+/// [`PAUSES`] (`Stats::mesh_pauses`; meshing is Linux's).
+#[cfg(target_os = "linux")]
 pub(crate) fn pauses() -> u64 {
     PAUSES.load(Relaxed)
 }
