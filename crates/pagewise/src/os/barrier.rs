@@ -85,7 +85,6 @@ static PARENT_COPY: AtomicUsize = AtomicUsize::new(0);
 /// shared pages; it must be async-signal-safe (no locks, no allocation).
 pub fn install(owns: fn(usize) -> bool) -> bool {
     OWNS.store(owns as usize, Relaxed);
-    crate::os::process_id::watch();
     home_is_here();
     // Where the kernel and the process's privileges allow, pages are
     // write-protected through a userfaultfd; `mprotect` otherwise.
@@ -101,7 +100,8 @@ pub fn install(owns: fn(usize) -> bool) -> bool {
 /// This process's heap is its own (at [`install`], and in a child the
 /// fork handlers gave a copy of the heap).
 pub fn home_is_here() {
-    HOME.store(crate::os::process_id::id(), Relaxed);
+    // SAFETY: plain system call (async-signal-safe).
+    HOME.store(unsafe { libc::getpid() }, Relaxed);
 }
 
 /// Whether the handler is installed (so pages may be made read-only).
@@ -179,7 +179,8 @@ pub fn lower() {
 pub fn fork_begin(child_map: fn() -> bool, parent_copy: fn(usize) -> bool) {
     CHILD_MAP.store(child_map as usize, Relaxed);
     PARENT_COPY.store(parent_copy as usize, Relaxed);
-    FORK_PARENT.store(crate::os::process_id::id(), Release);
+    // SAFETY: plain system call (async-signal-safe).
+    FORK_PARENT.store(unsafe { libc::getpid() }, Release);
 }
 
 /// The fork is over (in parent and child).
@@ -300,7 +301,8 @@ fn claim(info: *mut libc::siginfo_t, _ctx: *mut libc::c_void) -> bool {
         return false;
     }
     let parent = FORK_PARENT.load(Acquire);
-    let in_child = parent != 0 && crate::os::process_id::id() != parent;
+    // SAFETY: plain system call (async-signal-safe).
+    let in_child = parent != 0 && unsafe { libc::getpid() } != parent;
     if code == SEGV_MAPERR {
         if in_child {
             // SAFETY: stored by `fork_begin` as a `fn() -> bool`.
@@ -336,7 +338,8 @@ fn claim(info: *mut libc::siginfo_t, _ctx: *mut libc::c_void) -> bool {
 /// inherit the heap (`MADV_DONTFORK`), one line says so before the fault
 /// takes its course (the default action, or the program's handler).
 fn not_inherited() {
-    if crate::os::process_id::id() != HOME.load(Relaxed) {
+    // SAFETY: plain system call (async-signal-safe).
+    if unsafe { libc::getpid() } != HOME.load(Relaxed) {
         crate::fault::write_stderr(&[
             b"pagewise: a child forked without the fork handlers (_Fork() or the fork system call) \
 touched the heap, which it does not inherit with PAGEWISE_MESH=1 (such a child may only exec or _exit)\n",

@@ -8,8 +8,6 @@ pub(crate) mod guard_pages;
 #[cfg(target_os = "linux")]
 pub(crate) mod membarrier;
 pub(crate) mod proc;
-#[cfg(target_os = "linux")]
-pub(crate) mod process_id;
 pub(crate) mod protect;
 pub(crate) mod random;
 #[cfg(target_os = "linux")]

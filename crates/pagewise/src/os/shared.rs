@@ -582,7 +582,8 @@ and the file size limit (ulimit -f) or the open files limit refuses them; new me
 }
 
 fn getpid() -> i32 {
-    crate::os::process_id::id()
+    // SAFETY: plain system call.
+    unsafe { libc::getpid() }
 }
 
 /// With the barrier's handler installed (other threads may be writing):
@@ -653,8 +654,6 @@ fn read_max_map_count() -> Option<usize> {
 // A `DontNeed` purge punches the file, so the range reads as zeros.
 unsafe impl PageSource for SharedPages {
     fn map(&self, size: usize, align: usize) -> Option<NonNull<u8>> {
-        // Every operation on a mapping asks whether this process made it.
-        crate::os::process_id::watch();
         let mut maps = self.maps.lock();
         let slot = maps.free_entry()?;
         let (at, fd) = self.map_file(size, align)?;

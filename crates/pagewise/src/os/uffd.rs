@@ -31,7 +31,8 @@ pub fn fd() -> i32 {
     #[cfg(test)]
     tests::FD_LOOKUPS.with(|n| n.set(n.get() + 1));
     let fd = FD.load(Acquire);
-    if fd >= 0 && OWNER.load(Relaxed) == crate::os::process_id::id() {
+    // SAFETY: plain system call (async-signal-safe).
+    if fd >= 0 && OWNER.load(Relaxed) == unsafe { libc::getpid() } {
         fd
     } else {
         -1
@@ -114,7 +115,8 @@ pub fn open() -> bool {
         unsafe { libc::close(fd) };
         return false;
     }
-    OWNER.store(crate::os::process_id::id(), Relaxed);
+    // SAFETY: plain system call (async-signal-safe).
+    OWNER.store(unsafe { libc::getpid() }, Relaxed);
     if FD.compare_exchange(-1, fd, AcqRel, Acquire).is_err() {
         // SAFETY: our fd; another thread's is in use.
         unsafe { libc::close(fd) };
@@ -194,7 +196,8 @@ pub fn wake(fd: i32, addr: usize, len: usize) {
 /// parent's memory); the child's barrier uses `mprotect`.
 pub fn forget_in_child() {
     let fd = FD.swap(-1, AcqRel);
-    if fd >= 0 && OWNER.load(Relaxed) != crate::os::process_id::id() {
+    // SAFETY: plain system call (async-signal-safe).
+    if fd >= 0 && OWNER.load(Relaxed) != unsafe { libc::getpid() } {
         // SAFETY: the inherited descriptor, no longer used.
         unsafe { libc::close(fd) };
     }
