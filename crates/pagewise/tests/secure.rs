@@ -94,6 +94,7 @@ fn child_entry() {
                 A.dealloc(p, l);
                 A.dealloc(p, l);
             }
+            "realloc-beside-frees" => realloc_beside_frees(size),
             "double-other-thread" => {
                 // The thread is running (its own allocations made) before
                 // the first free, so that nothing takes the block between.
@@ -307,6 +308,72 @@ fn child_entry() {
     std::process::exit(0);
 }
 
+/// Blocks of `size` bytes (a request a few bytes short of its slot, so
+/// that it ends in a short tail) side by side in fresh pages: this thread
+/// resizes the first of each pair in place, back and forth between two
+/// short tails, while another thread frees the second, whose free checks
+/// the word before it, the first block's last word. That word must never
+/// be seen half rewritten: each pair's free lands while its neighbour is
+/// being resized.
+///
+/// # Safety
+/// None: the blocks are this function's.
+unsafe fn realloc_beside_frees(size: usize) {
+    use std::sync::atomic::{AtomicUsize, Ordering::*};
+    let l = layout(size);
+    let mut v: Vec<usize> = (0..8192).map(|_| A.alloc(l) as usize).collect();
+    v.sort_unstable();
+    // The small classes step by 16 bytes; a slot holds a byte spare.
+    let slot = (size + 1).next_multiple_of(16);
+    let pairs: Vec<(usize, usize)> = v
+        .windows(2)
+        .step_by(2)
+        .filter(|w| w[1] - w[0] == slot)
+        .map(|w| (w[0], w[1]))
+        .collect();
+    assert!(pairs.len() > 1000, "{} pairs next door", pairs.len());
+    static TURN: AtomicUsize = AtomicUsize::new(0);
+    static FREED: AtomicUsize = AtomicUsize::new(0);
+    static RESIZES: AtomicUsize = AtomicUsize::new(0);
+    let seconds: Vec<usize> = pairs.iter().map(|p| p.1).collect();
+    let freer = std::thread::spawn(move || {
+        for (k, &b) in seconds.iter().enumerate() {
+            while TURN.load(Acquire) <= k {
+                std::hint::spin_loop();
+            }
+            // The free lands while the block before is being resized.
+            let seen = RESIZES.load(Acquire);
+            while RESIZES.load(Acquire) < seen + 2 {
+                std::hint::spin_loop();
+            }
+            // SAFETY: a live block of `l`, freed once.
+            unsafe { A.dealloc(b as *mut u8, l) };
+            FREED.store(k + 1, Release);
+        }
+    });
+    let other = size - 3;
+    for (k, &(a, _)) in pairs.iter().enumerate() {
+        // Its bytes in the last word are the program's: not zero.
+        (a as *mut u8).write_bytes(0xa5, size);
+        TURN.store(k + 1, Release);
+        let mut now = size;
+        while FREED.load(Acquire) <= k {
+            let next = if now == size { other } else { size };
+            let q = A.realloc(a as *mut u8, layout(now), next);
+            assert_eq!(q as usize, a, "resized in place");
+            now = next;
+            RESIZES.fetch_add(1, Release);
+        }
+        A.dealloc(a as *mut u8, layout(now));
+    }
+    freer.join().unwrap();
+    let pairs_set: std::collections::HashSet<usize> =
+        pairs.iter().flat_map(|p| [p.0, p.1]).collect();
+    for b in v.into_iter().filter(|b| !pairs_set.contains(b)) {
+        A.dealloc(b as *mut u8, l);
+    }
+}
+
 fn run_case(case: &str) -> (bool, String, String) {
     let (status, stdout, stderr) = run_case_status(case);
     (status.success(), stdout, stderr)
@@ -508,6 +575,17 @@ fn a_one_byte_underflow_is_reported_at_the_free() {
         "underflow-1",
         &SHORT_SIZES[..3],
         "pagewise: heap buffer underflow",
+    );
+}
+
+#[test]
+fn a_block_resized_in_place_beside_a_free_is_never_taken_for_an_underflow() {
+    // 60 bytes of a 64-byte slot, resized to 57 and back: short tails.
+    let case = "realloc-beside-frees:60";
+    let (ok, stdout, stderr) = run_case(case);
+    assert!(
+        ok && stdout.contains("still running"),
+        "{case}: {stdout}{stderr}"
     );
 }
 

@@ -46,8 +46,8 @@ pub fn init_secret() {
     let _ = SECRET.compare_exchange(0, secret_from(random_word()), Relaxed, Relaxed);
 }
 
-/// The secret made of a random word: odd, so no key is 0; and with the
-/// page tag's bit set, so the tag always clears a bit of the cache key (a
+/// The secret made of a random word: odd, so no key is 0; with its top
+/// bit set ([`SECRET_BITS`]); and with the page tag's bit set, so the tag always clears a bit of the cache key (a
 /// key that merely ORed the tag in would equal the cache key in every
 /// process, not in half of them). A function of its own so that a test
 /// can give it fixed words: its mutants are then caught every run, not
@@ -56,10 +56,15 @@ fn secret_from(word: usize) -> usize {
     word | SECRET_BITS
 }
 
-/// The bits every secret has: the lowest (odd) and [`PAGE_TAG`]'s. A
-/// literal, checked against the tag by a unit test: written `1 | PAGE_TAG`,
-/// its mutation into the equal `1 ^ PAGE_TAG` is one no test can catch.
-const SECRET_BITS: usize = 0b11;
+/// The bits every secret has: the lowest (odd), [`PAGE_TAG`]'s, and the
+/// top one, so that every key's last byte in memory (its top byte: a slot
+/// address has none) is nonzero: a string's terminator written one byte
+/// before a free 16-byte slot's neighbour lands on that byte and always
+/// changes the key (the hardened build reads that key as the word before
+/// the neighbour). A literal, checked against the tag by a unit test:
+/// written `1 | PAGE_TAG`, its mutation into the equal `1 ^ PAGE_TAG` is
+/// one no test can catch.
+const SECRET_BITS: usize = 0x8000_0000_0000_0003;
 
 /// The per-process secret, drawn if it was not yet (the unit tests'; the
 /// hardened build reads it without the draw, `crate::secure::secret_now`).
@@ -322,20 +327,28 @@ mod tests {
     fn the_secret_is_drawn_once_and_odd() {
         let s = secret();
         assert_eq!(s & 1, 1, "odd, so that no key is 0");
-        // A random word has bits beyond the two fixed ones (all 62 clear
-        // once in 2^62 draws).
-        assert_ne!(s & !(1 | PAGE_TAG), 0, "drawn, not a constant: {s:#x}");
+        // A random word has bits beyond the three fixed ones (all 61
+        // clear once in 2^61 draws).
+        assert_ne!(s & !SECRET_BITS, 0, "drawn, not a constant: {s:#x}");
         init_secret();
         assert_eq!(SECRET.load(Relaxed), s, "later calls keep the secret");
     }
 
     #[test]
-    fn the_secret_keeps_the_word_and_sets_the_two_fixed_bits() {
-        assert_eq!(SECRET_BITS, 1 | PAGE_TAG, "the odd bit and the tag's");
-        assert_eq!(secret_from(0), 1 | PAGE_TAG);
+    fn the_secret_keeps_the_word_and_sets_the_three_fixed_bits() {
+        let top = 1 << (usize::BITS - 1);
+        assert_eq!(SECRET_BITS, top | 1 | PAGE_TAG, "the odd, top and tag bits");
+        assert_eq!(secret_from(0), top | 1 | PAGE_TAG);
         assert_eq!(secret_from(!0), !0, "no bit of the word is cleared");
-        assert_eq!(secret_from(0x5a50), 0x5a50 | 1 | PAGE_TAG);
-        assert_eq!(secret_from(1 | PAGE_TAG), 1 | PAGE_TAG);
+        assert_eq!(secret_from(0x5a50), 0x5a50 | top | 1 | PAGE_TAG);
+        assert_eq!(secret_from(1 | PAGE_TAG), top | 1 | PAGE_TAG);
+        // Every key of a slot (below 2^56) ends in a nonzero byte.
+        for a in [0x10usize, 0x7f12_3456_7890, 0xff_ffff_fff0] {
+            let s = secret_from(0);
+            for key in [s ^ a, s ^ a ^ PAGE_TAG] {
+                assert_ne!(key.to_le_bytes()[7], 0, "{a:#x}");
+            }
+        }
     }
 
     #[test]

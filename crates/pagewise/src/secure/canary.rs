@@ -179,41 +179,74 @@ fn first_mask(size: usize) -> u64 {
 }
 
 /// Writes the tail word and the canary of a block of `u` usable bytes at
-/// `p` holding a request of `size` bytes. With `keep`, the request's bytes
-/// are kept; without, those of its last word below `size` are zeroed (the
-/// block's owner has not written them yet, and a zeroed block stays
-/// zeroed), so that the canary is only written, not read: reading it first
-/// would fault a fresh page in twice, once to read and once to write.
+/// `p` holding a request of `size` bytes, with the block's keys `keys`.
+/// With `keep`, the request's bytes are kept; without, those of its last
+/// word below `size` are zeroed (the block's owner has not written them
+/// yet, and a zeroed block stays zeroed), so that the canary is only
+/// written, not read: reading it first would fault a fresh page in twice,
+/// once to read and once to write.
 ///
 /// # Safety
 /// `p` is a live block of `u` bytes the caller may write, `u` a multiple
-/// of 8, which [`fits`] `size`.
+/// of 8, which [`fits`] `size`; `keys` are `Keys::of(p)`.
 #[inline(always)]
-pub unsafe fn arm(p: *mut u8, size: usize, u: usize, keep: bool) {
+pub unsafe fn arm_keyed(p: *mut u8, size: usize, u: usize, keep: bool, keys: Keys) {
+    debug_assert!(u % 8 == 0 && fits(size, u));
+    if is_short(size, u) {
+        // SAFETY: the block's last word (caller: `u >= TAIL`).
+        let last = if keep {
+            unsafe { word(p, u - TAIL) }
+        } else {
+            0
+        };
+        // SAFETY: forwarded.
+        unsafe { arm_short(p, size, u, last, keys) };
+    } else {
+        // SAFETY: forwarded.
+        unsafe { arm_long(p, size, u, keep, keys) };
+    }
+}
+
+/// [`arm_keyed`] with the keys of `p` (the unit tests').
+///
+/// # Safety
+/// As [`arm_keyed`].
+#[cfg(test)]
+unsafe fn arm(p: *mut u8, size: usize, u: usize, keep: bool) {
     // SAFETY: forwarded.
     unsafe { arm_keyed(p, size, u, keep, Keys::of(p as usize)) }
 }
 
-/// [`arm`] with the block's keys computed already.
+/// Writes the short tail of a request of `size` bytes into the last word
+/// of the block of `u` bytes at `p`, in one store, over `last`: what the
+/// word holds below `size` (the request's bytes there, or zero).
 ///
 /// # Safety
-/// As [`arm`]; `keys` are `Keys::of(p)`.
+/// As [`arm_keyed`], for a request [`is_short`] says ends in a short tail.
 #[inline(always)]
-pub unsafe fn arm_keyed(p: *mut u8, size: usize, u: usize, keep: bool, keys: Keys) {
-    debug_assert!(u % 8 == 0 && fits(size, u));
+unsafe fn arm_short(p: *mut u8, size: usize, u: usize, last: u64, keys: Keys) {
     let (mask, pat) = keys.marks();
-    if is_short(size, u) {
-        let spare = u - size;
-        let at = u - TAIL;
-        let m = short_mask(spare);
-        // SAFETY: the block's last word (caller: `u >= TAIL`); its bytes
-        // below `size` are written back as they were with `keep`.
-        unsafe {
-            let w = if keep { word(p, at) } else { 0 };
-            put(p, at, (w & !m) | (short_word(mask, pat, spare) & m));
-        }
-        return;
-    }
+    let spare = u - size;
+    let m = short_mask(spare);
+    // SAFETY: the block's last word (caller).
+    unsafe {
+        put(
+            p,
+            u - TAIL,
+            (last & !m) | (short_word(mask, pat, spare) & m),
+        )
+    };
+}
+
+/// Writes the canary and the tail word of a request of `size` bytes that
+/// leaves eight bytes or more spare in the block of `u` bytes at `p`;
+/// with `keep`, the request's bytes in the canary's first word are kept.
+///
+/// # Safety
+/// As [`arm_keyed`], for a request that is not [`is_short`].
+#[inline(always)]
+unsafe fn arm_long(p: *mut u8, size: usize, u: usize, keep: bool, keys: Keys) {
+    let (mask, pat) = keys.marks();
     let end = canary_end(size, u);
     let mut at = size & !7;
     // SAFETY: the words written lie in [size & !7, end) and the tail, all
@@ -237,6 +270,48 @@ pub unsafe fn arm_keyed(p: *mut u8, size: usize, u: usize, keep: bool, keys: Key
         p.add(u - TAIL)
             .cast::<usize>()
             .write_unaligned(swap(u - TAIL - size) ^ mask);
+    }
+}
+
+/// Re-arms the live block of `u` bytes at `p` in place, from a request of
+/// `old` bytes to one of `size` (a `realloc` that keeps the block): the
+/// request's bytes below both are kept, the old canary's are cleared (a
+/// block grown over them would show the program the secret pattern), and
+/// the new canary and tail are written. The block's last word changes in
+/// one store, from the old tail to the new: a thread freeing the block
+/// after this one reads that word at any moment (the word before its own
+/// block must be a tail), and a word half rewritten, the old request's
+/// bytes with the old short tail cleared, would read as an underflow.
+///
+/// # Safety
+/// As [`arm_keyed`], with the block armed for `old` until now.
+#[inline]
+pub unsafe fn rearm(p: *mut u8, old: usize, size: usize, u: usize) {
+    let keys = Keys::of(p as usize);
+    let last = u - TAIL;
+    // The old canary below the last word.
+    let below = written(old, u).min(last);
+    // SAFETY: the bytes [old, below) lie in the block, below its last word.
+    if old < below {
+        unsafe { super::unchecked::zero(p.add(old), below - old) };
+    }
+    if is_short(size, u) {
+        // The last word as the new request finds it: the old request's
+        // bytes there kept (a short tail's), the rest (the old canary and
+        // count, or the old tail word) cleared.
+        let kept = old.saturating_sub(last);
+        let w = if kept == 0 {
+            0
+        } else {
+            // SAFETY: the block's last word.
+            unsafe { word(p, last) & !(!0u64 << (8 * kept)) }
+        };
+        // SAFETY: forwarded.
+        unsafe { arm_short(p, size, u, w, keys) };
+    } else {
+        // SAFETY: forwarded; the canary's first word keeps the request's
+        // bytes, which are the old request's or, past `old`, cleared above.
+        unsafe { arm_long(p, size, u, true, keys) };
     }
 }
 
@@ -435,6 +510,37 @@ mod tests {
                                 "u {u} size {size} byte {i} = {v:#x}"
                             );
                         }
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_block_rearmed_in_place_keeps_its_bytes_and_clears_the_old_canary() {
+        crate::memory::block::init_secret();
+        let mut buf = Buf([0; 512]);
+        let p = buf.0.as_mut_ptr();
+        for u in [16, 32, 64, 112, 160, 512] {
+            for old in (0..u).filter(|&s| fits(s, u)) {
+                for size in (0..u).filter(|&s| fits(s, u)) {
+                    // SAFETY (all below): `p` has 512 bytes, u <= 512.
+                    unsafe {
+                        p.write_bytes(0xa4, u);
+                        arm(p, old, u, true);
+                        rearm(p, old, size, u);
+                        let what = format!("u {u} from {old} to {size}");
+                        assert_eq!(verify(p, u), Ok(size), "{what}");
+                        let kept = old.min(size);
+                        assert!((0..kept).all(|i| *p.add(i) == 0xa4), "{what}: kept");
+                        // (The slack past the old canary holds what it held.)
+                        let canary = kept..size.min(written(old, u));
+                        assert!(
+                            canary.clone().all(|i| *p.add(i) == 0),
+                            "{what}: the old canary is not shown in {canary:?}"
+                        );
+                        let last = p.add(u - TAIL).cast::<usize>().read_unaligned();
+                        assert!(is_tail(p as usize, u, last), "{what}");
                     }
                 }
             }

@@ -637,15 +637,7 @@ pub unsafe fn realloc(
         let c = check(p, false);
         let (old, u) = (c.size, c.u);
         if canary::fits(size, u) && (p as usize) % align == 0 {
-            // The old canary's bytes are cleared (they would show the
-            // program the block's secret pattern if it grows over them),
-            // and a tail word the new request reaches into.
-            let end = canary::written(old, u);
-            unchecked::zero(p.add(old), end - old);
-            if size > u - TAIL && end < u {
-                unchecked::zero(p.add(u - TAIL), TAIL);
-            }
-            canary::arm(p, size, u, true);
+            canary::rearm(p, old, size, u);
             return p;
         }
         let q = alloc(size, align);

@@ -58,7 +58,7 @@ fn mark(keys: Keys, n: usize) -> usize {
 ///
 /// # Safety
 /// `p` is a live block of `u > size` bytes (`u >= 16`) the caller may
-/// write, armed for `size` (`canary::arm`); `keys` are `Keys::of(p)`.
+/// write, armed for `size` (`canary::arm_keyed`); `keys` are `Keys::of(p)`.
 #[inline(always)]
 pub unsafe fn wipe(p: *mut u8, size: usize, u: usize, keys: Keys) {
     // At least past the mark's word where there is one (a block of 32
