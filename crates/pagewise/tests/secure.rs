@@ -95,6 +95,9 @@ fn child_entry() {
                 A.dealloc(p, l);
             }
             "realloc-beside-frees" => realloc_beside_frees(size),
+            "zeroed-beside-frees" => zeroed_beside_frees(size),
+            "fresh-slots" => fresh_slots(),
+            "short-keeps-class" => short_keeps_class(),
             "double-other-thread" => {
                 // The thread is running (its own allocations made) before
                 // the first free, so that nothing takes the block between.
@@ -321,17 +324,7 @@ fn child_entry() {
 unsafe fn realloc_beside_frees(size: usize) {
     use std::sync::atomic::{AtomicUsize, Ordering::*};
     let l = layout(size);
-    let mut v: Vec<usize> = (0..8192).map(|_| A.alloc(l) as usize).collect();
-    v.sort_unstable();
-    // The small classes step by 16 bytes; a slot holds a byte spare.
-    let slot = (size + 1).next_multiple_of(16);
-    let pairs: Vec<(usize, usize)> = v
-        .windows(2)
-        .step_by(2)
-        .filter(|w| w[1] - w[0] == slot)
-        .map(|w| (w[0], w[1]))
-        .collect();
-    assert!(pairs.len() > 1000, "{} pairs next door", pairs.len());
+    let pairs = pairs_next_door(size, 8192);
     static TURN: AtomicUsize = AtomicUsize::new(0);
     static FREED: AtomicUsize = AtomicUsize::new(0);
     static RESIZES: AtomicUsize = AtomicUsize::new(0);
@@ -367,10 +360,158 @@ unsafe fn realloc_beside_frees(size: usize) {
         A.dealloc(a as *mut u8, layout(now));
     }
     freer.join().unwrap();
-    let pairs_set: std::collections::HashSet<usize> =
-        pairs.iter().flat_map(|p| [p.0, p.1]).collect();
-    for b in v.into_iter().filter(|b| !pairs_set.contains(b)) {
-        A.dealloc(b as *mut u8, l);
+}
+
+/// Slots of `size` bytes (a request a few bytes short of its slot) side
+/// by side in fresh pages: this thread takes the first of each pair again
+/// and again zeroed (an alignment past 16 takes the uncached path, where
+/// the heap zeroes the block before this layer arms it), while another
+/// thread frees the second, whose free checks the word before it: the
+/// first slot's last word, which must never be seen half zeroed.
+///
+/// # Safety
+/// None: the blocks are this function's.
+unsafe fn zeroed_beside_frees(size: usize) {
+    use std::sync::atomic::{AtomicUsize, Ordering::*};
+    let l = layout(size);
+    let zl = Layout::from_size_align(size, 32).unwrap();
+    let pairs = pairs_next_door(size, 4096);
+    static TURN: AtomicUsize = AtomicUsize::new(0);
+    static FREED: AtomicUsize = AtomicUsize::new(0);
+    static TAKEN: AtomicUsize = AtomicUsize::new(0);
+    let seconds: Vec<usize> = pairs.iter().map(|p| p.1).collect();
+    let freer = std::thread::spawn(move || {
+        for (k, &b) in seconds.iter().enumerate() {
+            while TURN.load(Acquire) <= k {
+                std::hint::spin_loop();
+            }
+            // The free lands while the block before is being taken.
+            let seen = TAKEN.load(Acquire);
+            while TAKEN.load(Acquire) < seen + 2 {
+                std::hint::spin_loop();
+            }
+            // SAFETY: a live block of `l`, freed once.
+            unsafe { A.dealloc(b as *mut u8, l) };
+            FREED.store(k + 1, Release);
+        }
+    });
+    // Takes of the slot before a free, of all takes (the thread cache's
+    // upkeep may move the slot off its top now and then).
+    let (mut hits, mut takes) = (0, 0);
+    for (k, &(a, _)) in pairs.iter().enumerate() {
+        // Onto the top of the thread cache: the next allocation takes it.
+        A.dealloc(a as *mut u8, l);
+        past_quarantine(l);
+        TURN.store(k + 1, Release);
+        while FREED.load(Acquire) <= k {
+            let q = A.alloc_zeroed(zl);
+            assert!((0..size).all(|i| *q.add(i) == 0), "zeroed");
+            hits += usize::from(q as usize == a);
+            takes += 1;
+            A.dealloc(q, zl);
+            past_quarantine(l);
+            TAKEN.fetch_add(1, Release);
+        }
+    }
+    freer.join().unwrap();
+    assert!(
+        hits * 2 > takes,
+        "{hits} of {takes} took the slot before a free"
+    );
+}
+
+/// `n` blocks of `size` bytes, of which the pairs next door to each other
+/// (the first of a pair right before the second) are returned; the others
+/// are freed.
+///
+/// # Safety
+/// None: the blocks are the caller's.
+unsafe fn pairs_next_door(size: usize, n: usize) -> Vec<(usize, usize)> {
+    let l = layout(size);
+    let mut v: Vec<usize> = (0..n).map(|_| A.alloc(l) as usize).collect();
+    v.sort_unstable();
+    // The small classes step by 16 bytes; a slot holds a byte spare.
+    let slot = (size + 1).next_multiple_of(16);
+    let mut pairs = Vec::new();
+    let mut rest = Vec::new();
+    for w in v.chunks(2) {
+        match *w {
+            [a, b] if b - a == slot => pairs.push((a, b)),
+            _ => rest.extend_from_slice(w),
+        }
+    }
+    assert!(pairs.len() > n / 4, "{} pairs next door", pairs.len());
+    for p in rest {
+        A.dealloc(p as *mut u8, l);
+    }
+    pairs
+}
+
+/// Fresh slots of a class come a slot apart from a start drawn from the
+/// secret in each OS page, wrapping around once.
+fn fresh_slots() {
+    // A size no other test uses, so the slots come from fresh pages: 170
+    // bytes and the tail word, in the 192-byte class (21 slots per 4 KiB
+    // OS page, the unit slots are carved in, each in address order from a
+    // start drawn from the secret). Ten OS pages' worth, whatever the OS
+    // page (PAGEWISE_OS_PAGE).
+    let l = layout(170);
+    let n = 10 * (pagewise::layout::os_page() / 192);
+    let mut v = vec![core::ptr::null_mut(); n];
+    // SAFETY: live blocks, each freed once.
+    unsafe {
+        for p in v.iter_mut() {
+            *p = A.alloc(l);
+        }
+        // Each OS page's slots come from its start on, then wrap around to
+        // its first: a block below the one before.
+        let wraps = v.windows(2).filter(|w| w[1] < w[0]).count();
+        assert!(wraps >= 4, "{wraps} wraps in {n} blocks over 10 OS pages");
+        let next_door = v
+            .windows(2)
+            .filter(|w| (w[1] as usize).wrapping_sub(w[0] as usize) == 192)
+            .count();
+        assert!(
+            next_door > n * 3 / 4,
+            "locality kept: {next_door} of {} next door",
+            n - 1
+        );
+        for p in v {
+            A.dealloc(p, l);
+        }
+    }
+}
+
+/// A request a few bytes short of its class keeps the class.
+fn short_keeps_class() {
+    // 250 bytes leave 6 of a 256-byte slot spare: the canary and the
+    // byte that says how many fit there, so the block is not moved up to
+    // the 320-byte class (as an eight-byte tail word would move it).
+    // Blocks of a fresh page come in address order, a slot apart.
+    let l = layout(250);
+    let n = 4 * (pagewise::layout::os_page() / 256);
+    let mut v = vec![core::ptr::null_mut(); n];
+    // SAFETY: live blocks, each freed once.
+    unsafe {
+        for p in v.iter_mut() {
+            *p = A.alloc(l);
+            p.write_bytes(0x5a, 250);
+        }
+        let gaps = |slot: usize| {
+            v.windows(2)
+                .filter(|w| (w[1] as usize).wrapping_sub(w[0] as usize) == slot)
+                .count()
+        };
+        assert!(
+            gaps(256) > n * 3 / 4,
+            "{} of {} next door at 256 bytes, {} at 320",
+            gaps(256),
+            n - 1,
+            gaps(320)
+        );
+        for p in v {
+            A.dealloc(p, l);
+        }
     }
 }
 
@@ -590,6 +731,16 @@ fn a_block_resized_in_place_beside_a_free_is_never_taken_for_an_underflow() {
 }
 
 #[test]
+fn a_block_zeroed_beside_a_free_is_never_taken_for_an_underflow() {
+    let case = "zeroed-beside-frees:60";
+    let (ok, stdout, stderr) = run_case(case);
+    assert!(
+        ok && stdout.contains("still running"),
+        "{case}: {stdout}{stderr}"
+    );
+}
+
+#[test]
 fn a_byte_written_before_a_block_that_realloc_moves_is_reported_at_the_realloc() {
     // The move frees the block as `free` does, checking the word before it.
     expect_report(
@@ -662,69 +813,17 @@ fn large_blocks_aligned_past_a_page_are_guarded_and_used_as_any() {
 
 #[test]
 fn fresh_slots_start_at_a_slot_drawn_from_the_secret() {
-    // A size no other test uses, so the slots come from fresh pages: 170
-    // bytes and the tail word, in the 192-byte class (21 slots per 4 KiB
-    // OS page, the unit slots are carved in, each in address order from a
-    // start drawn from the secret). Ten OS pages' worth, whatever the OS
-    // page (PAGEWISE_OS_PAGE).
-    let l = layout(170);
-    let n = 10 * (pagewise::layout::os_page() / 192);
-    let mut v = vec![core::ptr::null_mut(); n];
-    // SAFETY: live blocks, each freed once.
-    unsafe {
-        for p in v.iter_mut() {
-            *p = A.alloc(l);
-        }
-        // Each OS page's slots come from its start on, then wrap around to
-        // its first: a block below the one before.
-        let wraps = v.windows(2).filter(|w| w[1] < w[0]).count();
-        assert!(wraps >= 4, "{wraps} wraps in {n} blocks over 10 OS pages");
-        let next_door = v
-            .windows(2)
-            .filter(|w| (w[1] as usize).wrapping_sub(w[0] as usize) == 192)
-            .count();
-        assert!(
-            next_door > n * 3 / 4,
-            "locality kept: {next_door} of {} next door",
-            n - 1
-        );
-        for p in v {
-            A.dealloc(p, l);
-        }
-    }
+    // In a child: a heap of its own, whose pages no other test's blocks
+    // shuffled (a test thread may take over the heap of one that exited).
+    let (ok, stdout, stderr) = run_case("fresh-slots:8");
+    assert!(ok && stdout.contains("still running"), "{stdout}{stderr}");
 }
 
 #[test]
 fn a_request_a_few_bytes_short_of_its_class_keeps_the_class() {
-    // 250 bytes leave 6 of a 256-byte slot spare: the canary and the
-    // byte that says how many fit there, so the block is not moved up to
-    // the 320-byte class (as an eight-byte tail word would move it).
-    // Blocks of a fresh page come in address order, a slot apart.
-    let l = layout(250);
-    let n = 4 * (pagewise::layout::os_page() / 256);
-    let mut v = vec![core::ptr::null_mut(); n];
-    // SAFETY: live blocks, each freed once.
-    unsafe {
-        for p in v.iter_mut() {
-            *p = A.alloc(l);
-            p.write_bytes(0x5a, 250);
-        }
-        let gaps = |slot: usize| {
-            v.windows(2)
-                .filter(|w| (w[1] as usize).wrapping_sub(w[0] as usize) == slot)
-                .count()
-        };
-        assert!(
-            gaps(256) > n * 3 / 4,
-            "{} of {} next door at 256 bytes, {} at 320",
-            gaps(256),
-            n - 1,
-            gaps(320)
-        );
-        for p in v {
-            A.dealloc(p, l);
-        }
-    }
+    // In a child, as above.
+    let (ok, stdout, stderr) = run_case("short-keeps-class:8");
+    assert!(ok && stdout.contains("still running"), "{stdout}{stderr}");
 }
 
 #[test]

@@ -70,7 +70,7 @@ unsafe impl GlobalAlloc for Pagewise {
                 crate::secure::alloc_cached(&*heap, size)
             };
             if p.is_null() {
-                crate::secure::alloc(size, align, true, |n, a| alloc_zeroed_plain(n, a))
+                crate::secure::alloc(size, align, true, |n, a, z| alloc_below(n, a, z))
             } else {
                 core::ptr::write_bytes(p, 0, size);
                 p
@@ -122,7 +122,7 @@ unsafe fn alloc_secure(size: usize, align: usize) -> *mut u8 {
         }
     }
     // SAFETY: `alloc_plain` returns null or a live block of the size.
-    unsafe { crate::secure::alloc(size, align, false, |n, a| alloc_plain(n, a)) }
+    unsafe { crate::secure::alloc(size, align, false, |n, a, z| alloc_below(n, a, z)) }
 }
 
 /// `GlobalAlloc::alloc` below the hardened layer.
@@ -161,6 +161,24 @@ unsafe fn dealloc_plain(ptr: *mut u8) {
     }
     // SAFETY: as above. A tail call, so the fast path saves no registers.
     unsafe { dealloc_uncached(ptr, thread::current_or_null()) }
+}
+
+/// `GlobalAlloc::alloc` or, with `zeroed`, `alloc_zeroed` below the
+/// hardened layer (which asks for a block zeroed here only past a slot's
+/// size).
+///
+/// # Safety
+/// As `GlobalAlloc::alloc`.
+#[cfg(feature = "secure")]
+unsafe fn alloc_below(size: usize, align: usize, zeroed: bool) -> *mut u8 {
+    // SAFETY: forwarded.
+    unsafe {
+        if zeroed {
+            alloc_zeroed_plain(size, align)
+        } else {
+            alloc_plain(size, align)
+        }
+    }
 }
 
 /// `GlobalAlloc::alloc_zeroed` below the hardened layer.

@@ -103,8 +103,8 @@ pub unsafe fn malloc_cached(size: usize, align: usize) -> *mut u8 {
 pub unsafe fn malloc_uncached(size: usize, align: usize) -> *mut u8 {
     crate::global::purger::poll();
     #[cfg(feature = "secure")]
-    // SAFETY: `malloc_plain` returns null or a live block of the size.
-    return unsafe { crate::secure::alloc(size, align, false, |n, a| malloc_plain(n, a)) };
+    // SAFETY: `alloc_below` returns null or a live block of the size.
+    return unsafe { crate::secure::alloc(size, align, false, |n, a, z| alloc_below(n, a, z)) };
     #[cfg(not(feature = "secure"))]
     // SAFETY: forwarded.
     unsafe {
@@ -213,12 +213,29 @@ pub unsafe fn calloc(size: usize, align: usize) -> *mut u8 {
     }
     crate::global::purger::poll();
     #[cfg(feature = "secure")]
-    // SAFETY: `calloc_plain` returns null or a live block of the size.
-    return unsafe { crate::secure::alloc(size, align, true, |n, a| calloc_plain(n, a)) };
+    // SAFETY: `alloc_below` returns null or a live block of the size.
+    return unsafe { crate::secure::alloc(size, align, true, |n, a, z| alloc_below(n, a, z)) };
     #[cfg(not(feature = "secure"))]
     // SAFETY: forwarded.
     unsafe {
         calloc_plain(size, align)
+    }
+}
+
+/// [`malloc`] or, with `zeroed`, [`calloc`] below the hardened layer
+/// (which asks for a block zeroed here only past a slot's size).
+///
+/// # Safety
+/// As [`malloc`].
+#[cfg(feature = "secure")]
+unsafe fn alloc_below(size: usize, align: usize, zeroed: bool) -> *mut u8 {
+    // SAFETY: forwarded.
+    unsafe {
+        if zeroed {
+            calloc_plain(size, align)
+        } else {
+            malloc_plain(size, align)
+        }
     }
 }
 

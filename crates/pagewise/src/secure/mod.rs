@@ -122,13 +122,13 @@ unsafe fn alloc_from_page(heap: &HeapCore, size: usize, class: usize) -> *mut u8
 /// [`hand_out`] of a block just allocated below this layer, whose kind is
 /// not known: a slot the slab table lists has its class's size (one load,
 /// where the usable size would look the page up) and is checked for writes
-/// since its free; any other block is looked up.
+/// since its free; any other block is looked up. Returns its usable bytes.
 ///
 /// # Safety
 /// `p` is a live block of more than `size` bytes, just handed out, a slot
 /// or at least `size + TAIL` bytes.
 #[inline(always)]
-unsafe fn hand_out_found(p: *mut u8, size: usize) {
+unsafe fn hand_out_found(p: *mut u8, size: usize) -> usize {
     let (u, slot) = match slot_of(p) {
         // SAFETY: classes of the slab table are below CLASSES.
         Some((class, _)) => (unsafe { *SLOT_SIZE.get_unchecked(class) } as usize, true),
@@ -137,13 +137,22 @@ unsafe fn hand_out_found(p: *mut u8, size: usize) {
     };
     // SAFETY: a live block of `u` bytes that fit `size`, just handed out.
     unsafe { hand_out(p, size, u, slot) };
+    u
 }
 
-/// Allocates `size` bytes at `align` through `inner` (which takes the
-/// longer size, and zeroes the block if `zeroed`), clears the heap's words
-/// in it, and arms the canary. Null if `inner` fails, also once the spans
-/// the thread kept went back to the heap ([`retried`]), or the size
-/// overflows.
+/// Allocates `size` bytes at `align` (zeroed if `zeroed`) through
+/// `inner(n, align, zero)` (which allocates the longer size `n`, zeroed if
+/// `zero`), clears the heap's words in it, and arms the canary. Null if
+/// `inner` fails, also once the spans the thread kept went back to the
+/// heap ([`retried`]), or the size overflows.
+///
+/// A block up to a slot's size is zeroed here, after it is armed, and
+/// only below its last word (where the arming zeroed the request's bytes
+/// in the one store that wrote the tail): a zeroing below this layer
+/// would write a slot's last word piecemeal while another thread freeing
+/// the slot after it reads that word (`check_neighbour`), and take the
+/// half-zeroed word for an underflow. Larger blocks are zeroed below,
+/// where memory known to be zero is not written.
 ///
 /// # Safety
 /// `inner` returns null or a live block of at least the size it is given,
@@ -153,7 +162,7 @@ pub unsafe fn alloc(
     size: usize,
     align: usize,
     zeroed: bool,
-    inner: impl Fn(usize, usize) -> *mut u8,
+    inner: impl Fn(usize, usize, bool) -> *mut u8,
 ) -> *mut u8 {
     if size == 0 && align <= 16 {
         let p = zero::alloc();
@@ -170,10 +179,19 @@ pub unsafe fn alloc(
     }
     // A slot needs a byte spare; a larger block (an aligned request a span
     // serves) has room for the tail word past it anyway.
-    let p = retried(|| inner(size + MIN_SLACK, align));
+    let n = size + MIN_SLACK;
+    let zero_here = zeroed && n <= SMALL_MAX;
+    let p = retried(|| inner(n, align, zeroed && !zero_here));
     if !p.is_null() {
-        // SAFETY: a live block of at least `n` bytes, just handed out.
-        unsafe { hand_out_found(p, size) };
+        // SAFETY: a live block of at least `n` bytes, just handed out,
+        // armed for `size`: its bytes below `size` and its last word are
+        // the program's to zero.
+        unsafe {
+            let u = hand_out_found(p, size);
+            if zero_here {
+                unchecked::zero(p, size.min(u - TAIL));
+            }
+        }
     }
     p
 }
@@ -189,7 +207,7 @@ unsafe fn alloc_fenced(
     n: usize,
     align: usize,
     zeroed: bool,
-    inner: impl Fn(usize, usize) -> *mut u8,
+    inner: impl Fn(usize, usize, bool) -> *mut u8,
 ) -> *mut u8 {
     let off = fence::offset(align);
     let Some(outer) = fence::outer(n, off) else {
@@ -213,7 +231,7 @@ unsafe fn alloc_fenced(
         }
     }
     // Aligned to `off` (a page at least: the guards are whole OS pages).
-    let b = retried(|| inner(outer, off));
+    let b = retried(|| inner(outer, off, zeroed));
     if b.is_null() {
         return b;
     }
