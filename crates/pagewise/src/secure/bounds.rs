@@ -13,6 +13,14 @@
 //! A destination in memory that is not a block in use (a free span, a
 //! segment's header, the slack after a page's last slot) is not checked:
 //! its descriptors may be changing under another thread.
+//!
+//! Every block starts and ends at a multiple of [`GRANULE`] bytes (slots
+//! are 16-byte multiples from a 16-byte aligned page start; spans, runs and
+//! the ends the checks take for them are whole OS pages): a write that
+//! stays in the 16 bytes its first byte lies in cannot run past the end of
+//! the block holding that byte, and is not looked up ([`in_one_granule`]).
+//! Most of the small copies a program makes (a short string into a new
+//! block) are such writes.
 
 use super::fence;
 use crate::fault::{misuse, Misuse};
@@ -21,6 +29,18 @@ use crate::memory::page::Kind;
 use crate::memory::registry;
 use crate::memory::segment::{Segment, HEADER_SLICES, STATE_SHIFT};
 use crate::memory::size_class::{GEOMETRY, SLOT_SIZE};
+
+/// The alignment of every block's start and end.
+pub const GRANULE: usize = 16;
+const _: () = assert!(crate::memory::size_class::MIN_SLOT % GRANULE == 0);
+
+/// Whether a write of `len` bytes at `addr` stays in the [`GRANULE`] its
+/// first byte lies in (a write of no bytes does): then it cannot pass the
+/// end of a block.
+#[inline(always)]
+pub fn in_one_granule(addr: usize, len: usize) -> bool {
+    len <= GRANULE - addr % GRANULE
+}
 
 /// Aborts with an overflow report (naming the first byte past the block)
 /// if a write of `len` bytes at `addr` runs past the end of the pagewise
@@ -141,6 +161,24 @@ fn described_end(addr: usize) -> Option<usize> {
 mod tests {
     use super::*;
     use crate::memory::size_class::CLASSES;
+
+    #[test]
+    fn a_write_is_left_unchecked_only_inside_the_granule_of_its_first_byte() {
+        for class in 0..CLASSES {
+            assert_eq!(
+                slot_size(class) % GRANULE,
+                0,
+                "class {class}: slots end on a granule"
+            );
+        }
+        let a = 0x2000_0000_0000usize;
+        assert!(in_one_granule(a, 0) && in_one_granule(a + 15, 0));
+        assert!(in_one_granule(a, 16) && !in_one_granule(a, 17));
+        assert!(in_one_granule(a + 8, 8) && !in_one_granule(a + 8, 9));
+        assert!(in_one_granule(a + 15, 1) && !in_one_granule(a + 15, 2));
+        // No wrap-around for a length near the address space's size.
+        assert!(!in_one_granule(a + 15, usize::MAX) && !in_one_granule(a, usize::MAX - 7));
+    }
 
     #[test]
     fn the_reciprocal_gives_the_offset_into_the_slot_of_every_class() {

@@ -664,7 +664,7 @@ pub unsafe fn realloc(
 /// first byte past it (`bounds.rs`).
 #[inline(always)]
 pub fn check_write(dst: *const u8, len: usize) {
-    if len == 0 {
+    if bounds::in_one_granule(dst as usize, len) {
         return;
     }
     bounds::check_write(dst as usize, len);
