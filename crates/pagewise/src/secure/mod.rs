@@ -462,9 +462,12 @@ unsafe fn free_slot(b: *mut Block, class: usize, offset: usize) {
         }
         // Computed once for the checks and the wipe.
         let keys = Keys::of(p as usize);
-        let size = verified_keyed(p, u, keys);
+        let found = match canary::verify_found(p, u, keys) {
+            Ok(found) => found,
+            Err((kind, at)) => refused(kind, at),
+        };
         check_neighbour(p, u, offset);
-        wipe::wipe(p, size, u, keys);
+        wipe::wipe_written(p, found.written, u, keys);
     }
 }
 

@@ -61,12 +61,20 @@ fn mark(keys: Keys, n: usize) -> usize {
 /// write, armed for `size` (`canary::arm`); `keys` are `Keys::of(p)`.
 #[inline(always)]
 pub unsafe fn wipe(p: *mut u8, size: usize, u: usize, keys: Keys) {
+    // SAFETY: forwarded.
+    unsafe { wipe_written(p, super::canary::written(size, u), u, keys) }
+}
+
+/// [`wipe`] of a block whose owner could have written its first
+/// `written` bytes (`canary::written`, which the free's check found).
+///
+/// # Safety
+/// As [`wipe`]; `written` is `canary::written(size, u)`.
+#[inline(always)]
+pub unsafe fn wipe_written(p: *mut u8, written: usize, u: usize, keys: Keys) {
     // At least past the mark's word where there is one (a block of 32
     // bytes or more has `u - TAIL >= MARK_AT + 8`), never into the tail.
-    let n = super::canary::written(size, u)
-        .max(MARK_AT + 8)
-        .min(u - TAIL)
-        .min(WIPE_MAX);
+    let n = written.max(MARK_AT + 8).min(u - TAIL).min(WIPE_MAX);
     // SAFETY: inside the block, below its tail word (caller); in a block
     // that gets a mark, the mark lies in the zeroed bytes.
     unsafe {
