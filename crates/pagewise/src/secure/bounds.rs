@@ -42,23 +42,25 @@ pub fn in_one_granule(addr: usize, len: usize) -> bool {
     len <= GRANULE - addr % GRANULE
 }
 
-/// Aborts with an overflow report (naming the first byte past the block)
-/// if a write of `len` bytes at `addr` runs past the end of the pagewise
-/// block holding `addr`: its slot's end in a slab page, its span's in a
-/// large block, its run's in a huge one. Nothing if `addr` is not in a
-/// block in use.
+/// Whether a write of `len` bytes at `addr` is known, with no call, to
+/// stay in the pagewise block holding `addr`: it stays in its first
+/// byte's [`GRANULE`], `addr` is not pagewise's, or `addr` lies in a slot
+/// and the write ends by the slot's end. False leaves the write to
+/// [`check_write`] (a slot overrun, or a block that is not a slot).
 ///
-/// Only a slot is judged in line; any other block of pagewise's is
-/// looked up out of line ([`check_described`]), so that the common cases
-/// (a slot, or memory that is not pagewise's) make no call, and a C
-/// `memcpy` that asks this first keeps its own call a tail call.
+/// Only a slot is judged here, as the free fast path finds it, so that the
+/// common cases make no call and a C `memcpy` that asks this first keeps
+/// its own call a tail call, with no register saved on its way.
 #[inline(always)]
-pub fn check_write(addr: usize, len: usize) {
+pub fn fits_in_line(addr: usize, len: usize) -> bool {
+    if in_one_granule(addr, len) {
+        return true;
+    }
     // One load of the segment map says which of the three it is.
     match registry::shared_or_registered(addr) {
         // Not pagewise's at all (a stack or a static buffer, the
         // destination of many copies): no descriptor to read.
-        None => {}
+        None => true,
         Some(true) => {
             // SAFETY: a registered segment is mapped and headed by a `Segment`.
             let seg = unsafe { &*Segment::of(segment_base(addr)) };
@@ -66,10 +68,50 @@ pub fn check_write(addr: usize, len: usize) {
             // descriptor (most destinations are small blocks).
             let (state_at, offset) = seg.slab_entry(addr);
             if state_at == 0 {
+                return false;
+            }
+            let class = (state_at >> STATE_SHIFT) - 1;
+            len <= slot_end(addr, class, offset) - addr
+        }
+        Some(false) => false,
+    }
+}
+
+/// The end of the slot of `class` holding `addr`, `offset` bytes into its
+/// page.
+#[inline(always)]
+fn slot_end(addr: usize, class: usize, offset: usize) -> usize {
+    addr - into_slot(class, offset) + slot_size(class)
+}
+
+/// Aborts with an overflow report (naming the first byte past the block)
+/// if a write of `len` bytes at `addr` runs past the end of the pagewise
+/// block holding `addr`: its slot's end in a slab page, its span's in a
+/// large block, its run's in a huge one. Nothing if `addr` is not in a
+/// block in use. What [`fits_in_line`] passes makes no call.
+#[inline(always)]
+pub fn check_write(addr: usize, len: usize) {
+    if !fits_in_line(addr, len) {
+        check_looked_up(addr, len);
+    }
+}
+
+/// [`check_write`] of a write [`fits_in_line`] did not pass: a slot
+/// overrun reported, any other block of pagewise's looked up.
+#[cold]
+#[inline(never)]
+fn check_looked_up(addr: usize, len: usize) {
+    match registry::shared_or_registered(addr) {
+        None => {}
+        Some(true) => {
+            // SAFETY: a registered segment is mapped and headed by a `Segment`.
+            let seg = unsafe { &*Segment::of(segment_base(addr)) };
+            let (state_at, offset) = seg.slab_entry(addr);
+            if state_at == 0 {
                 return check_described(addr, len);
             }
             let class = (state_at >> STATE_SHIFT) - 1;
-            let end = addr - into_slot(class, offset) + slot_size(class);
+            let end = slot_end(addr, class, offset);
             if len > end - addr {
                 overflow(end);
             }

@@ -667,10 +667,14 @@ pub unsafe fn realloc(
 /// first byte past it (`bounds.rs`).
 #[inline(always)]
 pub fn check_write(dst: *const u8, len: usize) {
-    if bounds::in_one_granule(dst as usize, len) {
-        return;
-    }
     bounds::check_write(dst as usize, len);
+}
+
+/// Whether a write of `len` bytes at `dst` is known to stay in its block
+/// without a call (`bounds.rs`); false leaves it to [`check_write`].
+#[inline(always)]
+pub fn write_fits_in_line(dst: *const u8, len: usize) -> bool {
+    bounds::fits_in_line(dst as usize, len)
 }
 
 /// The usable size of `p`: exactly what was asked for (the bytes past it
