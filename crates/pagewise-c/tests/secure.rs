@@ -158,6 +158,28 @@ fn the_hardened_library_stops_each_misuse_with_its_report() {
             );
         }
     }
+    // A short write across a 16-byte slot's end, by memcpy or memset:
+    // stopped at the call too (a write that stays in the 16 bytes around
+    // its first byte is not looked up; this one leaves them).
+    for kind in ["memcpy-near", "memset-near"] {
+        for size in [8, 12] {
+            let out = Command::new(program)
+                .args([kind, &size.to_string()])
+                .env("LD_PRELOAD", &secure)
+                .output()
+                .unwrap();
+            let stdout = String::from_utf8_lossy(&out.stdout);
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert!(
+                !out.status.success() && !stdout.contains("copied"),
+                "{kind} at {size}: not stopped at the call: {stdout}{stderr}"
+            );
+            assert!(
+                stderr.starts_with("pagewise: heap buffer overflow"),
+                "{kind} at {size}: {stderr}"
+            );
+        }
+    }
     // A freed block handed out again once out of quarantine holds none of
     // its last owner's bytes, and is not taken for one written after free.
     for size in [64, 4000] {

@@ -47,6 +47,18 @@ int main(int argc, char **argv) {
         printf("copied\n");
         fflush(stdout);
         free(p);
+    } else if (!strcmp(kind, "memcpy-near") || !strcmp(kind, "memset-near")) {
+        /* A short write across the end of a 16-byte slot (a block of up
+         * to 15 bytes): 8 bytes from the slot's 13th byte on. */
+        char src[8];
+        memset(src, 'y', sizeof src);
+        if (kind[3] == 'c')
+            memcpy(p + 12, src, sizeof src);
+        else
+            memset(p + 12, 'z', sizeof src);
+        printf("copied\n");
+        fflush(stdout);
+        free(p);
     } else if (!strcmp(kind, "zero-write")) {
         /* A zero-byte block written (its size is the argument's, 0). */
         p[0] = 'z';

@@ -141,16 +141,28 @@ pub unsafe fn free(ptr: *mut u8) {
         return;
     }
     #[cfg(feature = "secure")]
-    let current = thread::current_or_null();
-    #[cfg(feature = "secure")]
-    // SAFETY: forwarded; the current heap is the calling thread's, and
-    // `free_uncached` frees a live block.
-    return unsafe { crate::secure::free(ptr, current, |p| free_uncached(p, current)) };
+    // SAFETY: forwarded.
+    return unsafe { free_hardened(ptr) };
     #[cfg(not(feature = "secure"))]
     // SAFETY: forwarded.
     unsafe {
         free_plain(ptr)
     }
+}
+
+/// The hardened [`free`] of a block that is not null: out of line, so
+/// that a free of null (a quarter of lua5.4's) returns before the checks
+/// save the registers they use.
+///
+/// # Safety
+/// As [`free`].
+#[cfg(feature = "secure")]
+#[inline(never)]
+unsafe fn free_hardened(ptr: *mut u8) {
+    let current = thread::current_or_null();
+    // SAFETY: forwarded; the current heap is the calling thread's, and
+    // `free_uncached` frees a live block.
+    unsafe { crate::secure::free(ptr, current, |p| free_uncached(p, current)) }
 }
 
 /// [`free`] below the hardened layer, of a block that is not null.
@@ -443,6 +455,32 @@ pub const QUARANTINE: usize = crate::secure::QUARANTINE;
 #[inline(always)]
 pub fn check_write(dst: *const u8, len: usize) {
     crate::secure::check_write(dst, len);
+}
+
+/// The part of [`check_write`] that makes no call: true if a write of
+/// `len` bytes at `dst` is known to stay in its block (it stays in the 16
+/// bytes its first byte lies in, `dst` is not pagewise's, or it ends by
+/// the end of the slot holding `dst`); false leaves it to
+/// [`check_write`], which looks the block up or reports the overflow. A C
+/// `memcpy` that asks this first and calls out only when it is false
+/// saves no register on its common path.
+///
+/// ```
+/// // SAFETY: 16 is a power of two; the block is freed below.
+/// unsafe {
+///     let p = pagewise::raw::malloc(100, 16);
+///     assert!(pagewise::raw::write_fits_in_line(p, 100)); // in its slot
+///     assert!(pagewise::raw::write_fits_in_line(p.add(99), 1));
+///     let x = [0u8; 64];
+///     assert!(pagewise::raw::write_fits_in_line(x.as_ptr(), 1 << 20)); // not pagewise's
+///     assert!(!pagewise::raw::write_fits_in_line(p, 1 << 20)); // for check_write
+///     pagewise::raw::free(p);
+/// }
+/// ```
+#[cfg(feature = "secure")]
+#[inline(always)]
+pub fn write_fits_in_line(dst: *const u8, len: usize) -> bool {
+    crate::secure::write_fits_in_line(dst, len)
 }
 
 /// The hardened build's own fills and copies inside blocks (the wipe of a

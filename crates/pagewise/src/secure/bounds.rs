@@ -13,6 +13,14 @@
 //! A destination in memory that is not a block in use (a free span, a
 //! segment's header, the slack after a page's last slot) is not checked:
 //! its descriptors may be changing under another thread.
+//!
+//! Every block starts and ends at a multiple of [`GRANULE`] bytes (slots
+//! are 16-byte multiples from a 16-byte aligned page start; spans, runs and
+//! the ends the checks take for them are whole OS pages): a write that
+//! stays in the 16 bytes its first byte lies in cannot run past the end of
+//! the block holding that byte, and is not looked up ([`in_one_granule`]).
+//! Most of the small copies a program makes (a short string into a new
+//! block) are such writes.
 
 use super::fence;
 use crate::fault::{misuse, Misuse};
@@ -22,23 +30,37 @@ use crate::memory::registry;
 use crate::memory::segment::{Segment, HEADER_SLICES, STATE_SHIFT};
 use crate::memory::size_class::{GEOMETRY, SLOT_SIZE};
 
-/// Aborts with an overflow report (naming the first byte past the block)
-/// if a write of `len` bytes at `addr` runs past the end of the pagewise
-/// block holding `addr`: its slot's end in a slab page, its span's in a
-/// large block, its run's in a huge one. Nothing if `addr` is not in a
-/// block in use.
-///
-/// Only a slot is judged in line; any other block of pagewise's is
-/// looked up out of line ([`check_described`]), so that the common cases
-/// (a slot, or memory that is not pagewise's) make no call, and a C
-/// `memcpy` that asks this first keeps its own call a tail call.
+/// The alignment of every block's start and end.
+pub const GRANULE: usize = 16;
+const _: () = assert!(crate::memory::size_class::MIN_SLOT % GRANULE == 0);
+
+/// Whether a write of `len` bytes at `addr` stays in the [`GRANULE`] its
+/// first byte lies in (a write of no bytes does): then it cannot pass the
+/// end of a block.
 #[inline(always)]
-pub fn check_write(addr: usize, len: usize) {
+pub fn in_one_granule(addr: usize, len: usize) -> bool {
+    len <= GRANULE - addr % GRANULE
+}
+
+/// Whether a write of `len` bytes at `addr` is known, with no call, to
+/// stay in the pagewise block holding `addr`: it stays in its first
+/// byte's [`GRANULE`], `addr` is not pagewise's, or `addr` lies in a slot
+/// and the write ends by the slot's end. False leaves the write to
+/// [`check_write`] (a slot overrun, or a block that is not a slot).
+///
+/// Only a slot is judged here, as the free fast path finds it, so that the
+/// common cases make no call and a C `memcpy` that asks this first keeps
+/// its own call a tail call, with no register saved on its way.
+#[inline(always)]
+pub fn fits_in_line(addr: usize, len: usize) -> bool {
+    if in_one_granule(addr, len) {
+        return true;
+    }
     // One load of the segment map says which of the three it is.
     match registry::shared_or_registered(addr) {
         // Not pagewise's at all (a stack or a static buffer, the
         // destination of many copies): no descriptor to read.
-        None => {}
+        None => true,
         Some(true) => {
             // SAFETY: a registered segment is mapped and headed by a `Segment`.
             let seg = unsafe { &*Segment::of(segment_base(addr)) };
@@ -46,10 +68,50 @@ pub fn check_write(addr: usize, len: usize) {
             // descriptor (most destinations are small blocks).
             let (state_at, offset) = seg.slab_entry(addr);
             if state_at == 0 {
+                return false;
+            }
+            let class = (state_at >> STATE_SHIFT) - 1;
+            len <= slot_end(addr, class, offset) - addr
+        }
+        Some(false) => false,
+    }
+}
+
+/// The end of the slot of `class` holding `addr`, `offset` bytes into its
+/// page.
+#[inline(always)]
+fn slot_end(addr: usize, class: usize, offset: usize) -> usize {
+    addr - into_slot(class, offset) + slot_size(class)
+}
+
+/// Aborts with an overflow report (naming the first byte past the block)
+/// if a write of `len` bytes at `addr` runs past the end of the pagewise
+/// block holding `addr`: its slot's end in a slab page, its span's in a
+/// large block, its run's in a huge one. Nothing if `addr` is not in a
+/// block in use. What [`fits_in_line`] passes makes no call.
+#[inline(always)]
+pub fn check_write(addr: usize, len: usize) {
+    if !fits_in_line(addr, len) {
+        check_looked_up(addr, len);
+    }
+}
+
+/// [`check_write`] of a write [`fits_in_line`] did not pass: a slot
+/// overrun reported, any other block of pagewise's looked up.
+#[cold]
+#[inline(never)]
+fn check_looked_up(addr: usize, len: usize) {
+    match registry::shared_or_registered(addr) {
+        None => {}
+        Some(true) => {
+            // SAFETY: a registered segment is mapped and headed by a `Segment`.
+            let seg = unsafe { &*Segment::of(segment_base(addr)) };
+            let (state_at, offset) = seg.slab_entry(addr);
+            if state_at == 0 {
                 return check_described(addr, len);
             }
             let class = (state_at >> STATE_SHIFT) - 1;
-            let end = addr - into_slot(class, offset) + slot_size(class);
+            let end = slot_end(addr, class, offset);
             if len > end - addr {
                 overflow(end);
             }
@@ -141,6 +203,24 @@ fn described_end(addr: usize) -> Option<usize> {
 mod tests {
     use super::*;
     use crate::memory::size_class::CLASSES;
+
+    #[test]
+    fn a_write_is_left_unchecked_only_inside_the_granule_of_its_first_byte() {
+        for class in 0..CLASSES {
+            assert_eq!(
+                slot_size(class) % GRANULE,
+                0,
+                "class {class}: slots end on a granule"
+            );
+        }
+        let a = 0x2000_0000_0000usize;
+        assert!(in_one_granule(a, 0) && in_one_granule(a + 15, 0));
+        assert!(in_one_granule(a, 16) && !in_one_granule(a, 17));
+        assert!(in_one_granule(a + 8, 8) && !in_one_granule(a + 8, 9));
+        assert!(in_one_granule(a + 15, 1) && !in_one_granule(a + 15, 2));
+        // No wrap-around for a length near the address space's size.
+        assert!(!in_one_granule(a + 15, usize::MAX) && !in_one_granule(a, usize::MAX - 7));
+    }
 
     #[test]
     fn the_reciprocal_gives_the_offset_into_the_slot_of_every_class() {

@@ -394,6 +394,27 @@ unsafe fn verify(p: *const u8, u: usize) -> Result<usize, (Misuse, usize)> {
 /// multiple of 8; `keys` are `Keys::of(p)`.
 #[inline(always)]
 pub unsafe fn verify_keyed(p: *const u8, u: usize, keys: Keys) -> Result<usize, (Misuse, usize)> {
+    // SAFETY: forwarded.
+    unsafe { verify_found(p, u, keys) }.map(|f| f.size)
+}
+
+/// What [`verify_found`] found in a block: the requested size, and the
+/// bytes a wipe must clear ([`written`]), known on the way.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Found {
+    /// The bytes the program asked for.
+    pub size: usize,
+    /// `written(size, u)`.
+    pub written: usize,
+}
+
+/// [`verify_keyed`], with the bytes a wipe must clear too (a free needs
+/// both, and the check computes the second on its way).
+///
+/// # Safety
+/// As [`verify_keyed`].
+#[inline(always)]
+pub unsafe fn verify_found(p: *const u8, u: usize, keys: Keys) -> Result<Found, (Misuse, usize)> {
     // SAFETY: the tail word is the block's last TAIL bytes (caller).
     let tail = unsafe { p.add(u - TAIL).cast::<usize>().read_unaligned() };
     let (mask, pat) = keys.marks();
@@ -423,7 +444,8 @@ pub unsafe fn verify_keyed(p: *const u8, u: usize, keys: Keys) -> Result<usize, 
             first_changed(p, size, end, pat)
         }));
     }
-    Ok(size)
+    // A tail word leaves eight bytes spare or more: no short tail.
+    Ok(Found { size, written: end })
 }
 
 /// [`verify_keyed`] of a block whose last word is no live tail word: a short
@@ -435,7 +457,7 @@ fn short_or_refused(
     tail: usize,
     mask: usize,
     pat: u64,
-) -> Result<usize, (Misuse, usize)> {
+) -> Result<Found, (Misuse, usize)> {
     if tail == 0 || swap(tail ^ mask) == FREE_GAP {
         // Wiped (a large block) or a free slot's: freed already.
         return Err((Misuse::DoubleFree, p as usize));
@@ -450,7 +472,11 @@ fn short_or_refused(
         let first = (diff.trailing_zeros() / 8) as usize;
         return Err((Misuse::Overflow, p as usize + u - TAIL + first));
     }
-    Ok(u - spare)
+    // A short tail: the block's last bytes are the allocator's.
+    Ok(Found {
+        size: u - spare,
+        written: u,
+    })
 }
 
 /// The address of the first canary byte of `p` that does not match.
@@ -486,6 +512,9 @@ mod tests {
                     p.write_bytes(0xa5, u);
                     arm(p, size, u, true);
                     assert_eq!(verify(p, u), Ok(size), "u {u} size {size}");
+                    let found = verify_found(p, u, Keys::of(p as usize));
+                    let written = written(size, u);
+                    assert_eq!(found, Ok(Found { size, written }), "u {u} size {size}");
                     assert!(
                         (0..size).all(|i| *p.add(i) == 0xa5),
                         "u {u} size {size}: the request's bytes are kept"
@@ -561,6 +590,9 @@ mod tests {
                     p.write_bytes(0xa4, u);
                     arm(p, size, u, true);
                     assert_eq!(verify(p, u), Ok(size), "u {u} size {size}");
+                    let found = verify_found(p, u, Keys::of(p as usize));
+                    let written = written(size, u);
+                    assert_eq!(found, Ok(Found { size, written }), "u {u} size {size}");
                     assert!((0..size).all(|i| *p.add(i) == 0xa4), "kept");
                     assert!((size..u).all(|i| *p.add(i) != 0), "no zero byte");
                     // The count's byte has its top bit set: no text byte

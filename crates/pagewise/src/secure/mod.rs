@@ -480,9 +480,12 @@ unsafe fn free_slot(b: *mut Block, class: usize, offset: usize) {
         }
         // Computed once for the checks and the wipe.
         let keys = Keys::of(p as usize);
-        let size = verified_keyed(p, u, keys);
+        let found = match canary::verify_found(p, u, keys) {
+            Ok(found) => found,
+            Err((kind, at)) => refused(kind, at),
+        };
         check_neighbour(p, u, offset);
-        wipe::wipe(p, size, u, keys);
+        wipe::wipe_written(p, found.written, u, keys);
     }
 }
 
@@ -674,10 +677,14 @@ pub unsafe fn realloc(
 /// first byte past it (`bounds.rs`).
 #[inline(always)]
 pub fn check_write(dst: *const u8, len: usize) {
-    if len == 0 {
-        return;
-    }
     bounds::check_write(dst as usize, len);
+}
+
+/// Whether a write of `len` bytes at `dst` is known to stay in its block
+/// without a call (`bounds.rs`); false leaves it to [`check_write`].
+#[inline(always)]
+pub fn write_fits_in_line(dst: *const u8, len: usize) -> bool {
+    bounds::fits_in_line(dst as usize, len)
 }
 
 /// The usable size of `p`: exactly what was asked for (the bytes past it
