@@ -8,13 +8,18 @@
  *   /tmp/fault-cost shared        # memfd, MAP_SHARED
  *   /tmp/fault-cost populate 512  # memfd, MADV_POPULATE_WRITE 512 pages at a time, then touched
  *   /tmp/fault-cost fallocate 512 # memfd, fallocate 512 pages at a time, then touched
+ *   /tmp/fault-cost uffd          # memfd, registered for write-protection through a
+ *                                 # userfaultfd first, as meshing's barrier registers it
  */
 #define _GNU_SOURCE
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/userfaultfd.h>
+#include <sys/ioctl.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 #ifndef MADV_POPULATE_WRITE
@@ -45,6 +50,14 @@ int main(int argc, char **argv) {
     }
     if (p == MAP_FAILED || step == 0)
         return perror("mmap"), 1;
+    if (strcmp(mode, "uffd") == 0) {
+        int u = syscall(SYS_userfaultfd, O_CLOEXEC | O_NONBLOCK);
+        struct uffdio_api api = {.api = UFFD_API,
+                                 .features = UFFD_FEATURE_PAGEFAULT_FLAG_WP | UFFD_FEATURE_WP_HUGETLBFS_SHMEM};
+        struct uffdio_register r = {.range = {(unsigned long)p, size}, .mode = UFFDIO_REGISTER_MODE_WP};
+        if (u < 0 || ioctl(u, UFFDIO_API, &api) != 0 || ioctl(u, UFFDIO_REGISTER, &r) != 0)
+            return perror("userfaultfd (needs CAP_SYS_PTRACE or vm.unprivileged_userfaultfd=1)"), 1;
+    }
     double t = now();
     for (size_t o = 0; o < size; o += step) {
         if (strcmp(mode, "populate") == 0 && madvise(p + o, step, MADV_POPULATE_WRITE) != 0)
