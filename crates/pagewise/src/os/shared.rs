@@ -317,9 +317,9 @@ impl SharedPages {
 
     /// Maps a fresh memfd of `2 * size` bytes, its first half at an
     /// address aligned to `align`; or, if the process may not have such a
-    /// file (the file size limit, `ulimit -f`, is below it, or no memfd can
-    /// be made), private anonymous memory (fd -1), which never meshes,
-    /// saying so once.
+    /// file (the file size limit, `ulimit -f`, is below it, no memfd can
+    /// be made, or the kernel will not size or map it), private anonymous
+    /// memory (fd -1), which never meshes, saying so once.
     fn map_file(&self, size: usize, align: usize) -> Option<(usize, i32)> {
         let file = if file_limit_allows(2 * size) {
             memfd()
@@ -327,13 +327,11 @@ impl SharedPages {
             None
         };
         let Some(fd) = file else {
-            private_memory_warning();
-            return self.map_private(size, align).map(|at| (at, -1));
+            return self.map_private_instead(size, align);
         };
-        // SAFETY: `fd` is the memfd just made; a size past i64 fails.
-        if unsafe { libc::ftruncate(fd, (2 * size) as libc::off_t) } != 0 {
+        if !ftruncate(fd, 2 * size) {
             close(fd);
-            return None;
+            return self.map_private_instead(size, align);
         }
         let Some(at) = self.aligned_place(size, align) else {
             close(fd);
@@ -342,26 +340,26 @@ impl SharedPages {
         self.counters.mmap.fetch_add(1, Relaxed);
         // SAFETY: `at..at+size` is an anonymous placeholder this source just
         // mapped; MAP_FIXED replaces it with the file.
-        let p = unsafe {
-            libc::mmap(
-                at as *mut libc::c_void,
-                size,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED | libc::MAP_FIXED | libc::MAP_NORESERVE,
-                fd,
-                0,
-            )
-        };
+        let p = unsafe { map_shared(at, size, fd) };
         if p == libc::MAP_FAILED {
+            // Whatever a failed MAP_FIXED left there goes with the
+            // placeholder; the memory comes from a fresh one.
             self.munmap(at, size);
             close(fd);
-            return None;
+            return self.map_private_instead(size, align);
         }
         // SAFETY: our mapping; failure only means a child would inherit it.
         unsafe { libc::madvise(p, size, libc::MADV_DONTFORK) };
         // Write-protectable through the userfaultfd, if the barrier has one.
         crate::os::uffd::register(at, size);
         Some((at, fd))
+    }
+
+    /// Private anonymous memory in place of a file, as [`Self::map_file`]
+    /// returns it (fd -1), saying once that meshing stops.
+    fn map_private_instead(&self, size: usize, align: usize) -> Option<(usize, i32)> {
+        private_memory_warning();
+        self.map_private(size, align).map(|at| (at, -1))
     }
 
     /// Private anonymous memory, read-write, aligned to `align`.
@@ -576,7 +574,7 @@ fn private_memory_warning() {
     if !SAID.swap(true, Relaxed) {
         crate::fault::write_stderr(&[
             b"pagewise: meshing stops: its heap needs memfd files, \
-and the file size limit (ulimit -f) or the open files limit refuses them; new memory is private\n",
+and the file size limit (ulimit -f), the open files limit or the kernel refuses them; new memory is private\n",
         ]);
     }
 }
@@ -601,6 +599,39 @@ fn let_writers_in(addr: usize) {
     if barrier::installed() {
         // SAFETY: as in `hold_writers`.
         unsafe { barrier::unprotect(addr, page()) };
+    }
+}
+
+/// Sizes the memfd `fd` to `len` bytes (the caller checked the file size
+/// limit). False if the kernel refuses.
+fn ftruncate(fd: i32, len: usize) -> bool {
+    #[cfg(test)]
+    if tests::REFUSE.with(|r| r.get()) == tests::Refuse::Ftruncate {
+        return false;
+    }
+    // SAFETY: plain system call on our own file; a size past i64 fails.
+    unsafe { libc::ftruncate(fd, len as libc::off_t) == 0 }
+}
+
+/// Maps `size` bytes of `fd` from offset 0 shared, read-write, at `at`.
+///
+/// # Safety
+/// `at..at+size` is a placeholder of the caller's, which MAP_FIXED replaces.
+unsafe fn map_shared(at: usize, size: usize, fd: i32) -> *mut libc::c_void {
+    #[cfg(test)]
+    if tests::REFUSE.with(|r| r.get()) == tests::Refuse::Mmap {
+        return libc::MAP_FAILED;
+    }
+    // SAFETY: as the caller promises.
+    unsafe {
+        libc::mmap(
+            at as *mut libc::c_void,
+            size,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED | libc::MAP_FIXED | libc::MAP_NORESERVE,
+            fd,
+            0,
+        )
     }
 }
 
@@ -936,6 +967,50 @@ mod tests {
     use super::*;
 
     const SIZE: usize = 1 << 25;
+
+    /// A system call this thread's next maps see refused (as a seccomp
+    /// filter or the kernel could refuse it).
+    #[derive(Clone, Copy, PartialEq, Eq)]
+    pub(super) enum Refuse {
+        Nothing,
+        Ftruncate,
+        Mmap,
+    }
+
+    std::thread_local! {
+        pub(super) static REFUSE: core::cell::Cell<Refuse> = const { core::cell::Cell::new(Refuse::Nothing) };
+    }
+
+    /// A memfd the kernel will not size, or not map: the mapping is
+    /// private memory (it was no mapping at all: the heap could not grow),
+    /// usable, purged in place, never shared.
+    #[test]
+    fn a_file_the_kernel_refuses_gives_private_memory() {
+        for refused in [Refuse::Ftruncate, Refuse::Mmap] {
+            let pages = SharedPages::new();
+            REFUSE.with(|r| r.set(refused));
+            let got = pages.map(SIZE, SIZE);
+            REFUSE.with(|r| r.set(Refuse::Nothing));
+            let p = got.expect("private memory instead of none").as_ptr() as usize;
+            assert_eq!(p % SIZE, 0, "aligned as asked");
+            assert_eq!(pages.with_mapping(p, |m| m.fd), Some(-1), "no file");
+            fill(p, 3);
+            fill(p + page(), 4);
+            assert_eq!((read(p), read(p + page())), (3, 4));
+            assert_eq!(pages.file_bytes(), 0);
+            let s = pages.sharing().unwrap();
+            let at = NonNull::new(p as *mut u8).unwrap();
+            // SAFETY: our pages; nothing live in what is purged.
+            unsafe {
+                assert!(!s.share(p), "private memory never shares");
+                assert!(pages.purge(at, page(), Purge::DontNeed));
+                assert_eq!(read(p), 0, "purged in place");
+                assert_eq!(read(p + page()), 4);
+                pages.unmap(at, SIZE);
+            }
+            assert_eq!(pages.maps.lock().used().len(), 0, "the entry is gone");
+        }
+    }
 
     fn mapped() -> (SharedPages, usize) {
         let pages = SharedPages::new();
