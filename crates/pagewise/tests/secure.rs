@@ -96,6 +96,7 @@ fn child_entry() {
             }
             "realloc-beside-frees" => realloc_beside_frees(size),
             "zeroed-beside-frees" => zeroed_beside_frees(size),
+            "taken-beside-frees" => taken_beside_frees(size),
             "fresh-slots" => fresh_slots(),
             "short-keeps-class" => short_keeps_class(),
             "double-other-thread" => {
@@ -420,6 +421,62 @@ unsafe fn zeroed_beside_frees(size: usize) {
     );
 }
 
+/// 16-byte slots (a request of `size` bytes, 15 at most) side by side in
+/// fresh pages: this thread takes the first of each pair from its cache
+/// again and again, while another thread frees the second, whose free
+/// checks the word before it. In a 16-byte slot that word is the slot's
+/// key while it is free, and it goes from the cache key to zero and to a
+/// tail word as the slot is taken: whatever moment the free reads it at,
+/// it is one the allocator wrote.
+///
+/// # Safety
+/// None: the blocks are this function's.
+unsafe fn taken_beside_frees(size: usize) {
+    use std::sync::atomic::{AtomicUsize, Ordering::*};
+    assert!(size < 16, "a 16-byte slot");
+    let l = layout(size);
+    let pairs = pairs_next_door(size, 8192);
+    static TURN: AtomicUsize = AtomicUsize::new(0);
+    static FREED: AtomicUsize = AtomicUsize::new(0);
+    static TAKEN: AtomicUsize = AtomicUsize::new(0);
+    let seconds: Vec<usize> = pairs.iter().map(|p| p.1).collect();
+    let freer = std::thread::spawn(move || {
+        for (k, &b) in seconds.iter().enumerate() {
+            while TURN.load(Acquire) <= k {
+                std::hint::spin_loop();
+            }
+            // The free lands while the block before is being taken.
+            let seen = TAKEN.load(Acquire);
+            while TAKEN.load(Acquire) < seen + 1 {
+                std::hint::spin_loop();
+            }
+            // SAFETY: a live block of `l`, freed once.
+            unsafe { A.dealloc(b as *mut u8, l) };
+            FREED.store(k + 1, Release);
+        }
+    });
+    let (mut hits, mut takes) = (0, 0);
+    for (k, &(a, _)) in pairs.iter().enumerate() {
+        // Onto the top of the thread cache: the next allocation takes it.
+        A.dealloc(a as *mut u8, l);
+        past_quarantine(l);
+        TURN.store(k + 1, Release);
+        while FREED.load(Acquire) <= k {
+            let q = A.alloc(l);
+            hits += usize::from(q as usize == a);
+            takes += 1;
+            A.dealloc(q, l);
+            past_quarantine(l);
+            TAKEN.fetch_add(1, Release);
+        }
+    }
+    freer.join().unwrap();
+    assert!(
+        hits * 2 > takes,
+        "{hits} of {takes} took the slot before a free"
+    );
+}
+
 /// `n` blocks of `size` bytes, of which the pairs next door to each other
 /// (the first of a pair right before the second) are returned; the others
 /// are freed.
@@ -733,6 +790,18 @@ fn a_block_resized_in_place_beside_a_free_is_never_taken_for_an_underflow() {
 #[test]
 fn a_block_zeroed_beside_a_free_is_never_taken_for_an_underflow() {
     let case = "zeroed-beside-frees:60";
+    let (ok, stdout, stderr) = run_case(case);
+    assert!(
+        ok && stdout.contains("still running"),
+        "{case}: {stdout}{stderr}"
+    );
+}
+
+#[test]
+fn a_16_byte_slot_taken_beside_a_free_is_never_taken_for_an_underflow() {
+    // 8 bytes and the tail word: 16-byte slots, whose last word is the
+    // free slot's key.
+    let case = "taken-beside-frees:8";
     let (ok, stdout, stderr) = run_case(case);
     assert!(
         ok && stdout.contains("still running"),

@@ -92,8 +92,14 @@ fn random_word() -> usize {
 const PAGE_TAG: usize = 2;
 
 /// Told apart from both in the quarantine key (the hardened build).
-#[cfg(feature = "secure")]
+#[cfg_attr(not(feature = "secure"), allow(dead_code))]
 const QUARANTINE_TAG: usize = 4;
+
+/// The tag bits in which the free keys differ from the cache key
+/// (`PAGE_TAG | QUARANTINE_TAG`, checked by a unit test: a literal, since
+/// that OR's mutation into the equal XOR is one no test can catch).
+#[cfg_attr(not(feature = "secure"), allow(dead_code))]
+const FREE_TAGS: usize = 6;
 
 /// The key a free slot at `addr` holds in a thread cache.
 #[inline(always)]
@@ -249,12 +255,22 @@ impl Block {
     #[cfg(feature = "secure")]
     #[inline(always)]
     pub unsafe fn is_free(block: *const Block) -> bool {
+        // SAFETY: per the caller.
+        Block::is_free_key(block as usize, unsafe { (*block).key })
+    }
+
+    /// Whether `key`, a word read where the slot at `addr` keeps its key,
+    /// is one of its free keys ([`Block::is_free`] of a word read once: a
+    /// check that reads the key while another thread may change it judges
+    /// the value it read, not a second load of the slot). In every build,
+    /// so that the default build's unit tests check it too.
+    #[cfg_attr(not(feature = "secure"), allow(dead_code))]
+    #[inline(always)]
+    pub fn is_free_key(addr: usize, key: usize) -> bool {
         // The three keys differ from `cache_key` only in the tag bits: one
         // compare under a mask (which also takes a fourth tag, 6, that no
         // slot is given: as unlikely in a live slot as the three).
-        const TAGS: usize = PAGE_TAG | QUARANTINE_TAG;
-        // SAFETY: per the caller.
-        unsafe { ((*block).key ^ cache_key(block as usize)) & !TAGS == 0 }
+        (key ^ cache_key(addr)) & !FREE_TAGS == 0
     }
 
     /// Marks a slot freed into its thread's quarantine (the hardened
@@ -374,6 +390,27 @@ mod tests {
             // linking to itself).
             for live in [0, 1, 2, 3, a, a ^ PAGE_TAG, a + 8] {
                 assert!(c != live && p != live, "{a:#x}: {live:#x}, secret {s:#x}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_word_is_a_free_key_only_if_it_is_one_of_the_slots_three() {
+        assert_eq!(FREE_TAGS, PAGE_TAG | QUARANTINE_TAG);
+        init_secret();
+        let base = 0x7f12_3456_7890usize & !15;
+        for a in (0..64).map(|i| base + 16 * i) {
+            let c = cache_key(a);
+            for key in [c, page_key(a), c ^ QUARANTINE_TAG] {
+                assert!(Block::is_free_key(a, key), "{a:#x}: {key:#x}");
+            }
+            // Live values, another slot's keys, a key a bit off.
+            let other = a + 16;
+            for live in [0, 1, 2, a, a + 8, !0, c ^ 1, c ^ 8, c ^ (1 << 63)]
+                .into_iter()
+                .chain([cache_key(other), page_key(other)])
+            {
+                assert!(!Block::is_free_key(a, live), "{a:#x}: {live:#x}");
             }
         }
     }

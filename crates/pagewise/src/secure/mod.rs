@@ -514,14 +514,15 @@ unsafe fn check_neighbour(p: *const u8, u: usize, offset: usize) {
         return; // the page's first slot: what lies before is not a slot
     }
     let prev = p as usize - u;
-    // SAFETY: the previous slot's last word, inside the page (caller). A
-    // free 16-byte slot's is its key.
-    unsafe {
-        let word = p.sub(TAIL).cast::<usize>().read_unaligned();
-        let free_key = u < wipe::MARKED_MIN && Block::is_free(prev as *const Block);
-        if !(canary::is_tail(prev, u, word) || free_key) {
-            misuse(Misuse::Underflow, p as usize);
-        }
+    // SAFETY: the previous slot's last word, inside the page (caller).
+    let word = unsafe { p.sub(TAIL).cast::<usize>().read_unaligned() };
+    // A free 16-byte slot's last word is its key, judged as read: its
+    // owner may take the slot meanwhile (the key, then zero, then a tail
+    // word), and a second load would see the tail after the first saw
+    // the key.
+    let free_key = u < wipe::MARKED_MIN && Block::is_free_key(prev, word);
+    if !(canary::is_tail(prev, u, word) || free_key) {
+        misuse(Misuse::Underflow, p as usize);
     }
 }
 
