@@ -422,3 +422,91 @@ fn a_live_threads_retention_makes_room_for_another_thread() {
     // Not vacuous: the process does hold the main thread's 32 MiB.
     assert!(after >= before + 32 * MIB, "{} MiB", (after - before) >> 20);
 }
+
+/// Child: a thread writes and frees 24 large objects of 1 MiB and stays
+/// alive, blocked (its heap retains them: the decay is a minute away and no
+/// purger runs); then the main thread, with a heap of its own, writes 24
+/// large objects of 1 MiB. Reports the committed bytes before and after the
+/// main thread's objects, the bytes purged meanwhile (for another heap,
+/// and in all), and whether one of the main thread's objects resized in
+/// place.
+#[test]
+fn child_large_objects_of_a_live_thread_then_main() {
+    if !in_child("child_large_objects_of_a_live_thread_then_main") {
+        return;
+    }
+    let objects = || -> Vec<Box<[u8]>> {
+        (0..24)
+            .map(|i| vec![i as u8 | 1; MIB].into_boxed_slice())
+            .collect()
+    };
+    black_box(vec![1u8; 64]); // the main thread's heap, made now
+                              // Barriers, which allocate nothing once made: the other thread takes no
+                              // slab page from its pool after its frees (a channel's first send
+                              // would, off the front of the freed span).
+    let freed = std::sync::Arc::new(std::sync::Barrier::new(2));
+    let done = std::sync::Arc::new(std::sync::Barrier::new(2));
+    let (f2, d2) = (freed.clone(), done.clone());
+    let t = std::thread::spawn(move || {
+        drop(black_box(objects()));
+        f2.wait();
+        d2.wait();
+    });
+    freed.wait();
+    let mut mine = Vec::with_capacity(24);
+    let before = pagewise::stats();
+    mine.extend(objects());
+    let after = pagewise::stats();
+    // An object on the other heap's memory still resizes in place (its
+    // span lock is taken): shrunk by a slice, then grown back over it.
+    let p = mine[0].as_mut_ptr();
+    // SAFETY: a live block, back at its size before the box frees it.
+    let resized = unsafe {
+        pagewise::raw::resize_in_place(p, MIB - (64 << 10))
+            && pagewise::raw::resize_in_place(p, MIB)
+    };
+    println!(
+        "budget-report {} {} {} {} {}",
+        before.committed_bytes,
+        after.committed_bytes,
+        after.purged_by.reclaim - before.purged_by.reclaim,
+        after.purged_bytes - before.purged_bytes,
+        resized as usize,
+    );
+    done.wait();
+    t.join().unwrap();
+    drop(black_box(mine));
+}
+
+#[test]
+fn a_large_object_takes_resident_memory_another_heap_retains() {
+    let r = run_child(
+        "child_large_objects_of_a_live_thread_then_main",
+        &[("PAGEWISE_DECAY_MS", "60000"), ("PAGEWISE_BACKGROUND", "0")],
+    );
+    let f: Vec<usize> = r.split(' ').map(|x| x.trim().parse().unwrap()).collect();
+    let (before, after, reclaimed, purged, resized) = (f[0], f[1], f[2], f[3], f[4]);
+    // The other thread's 24 MiB stay retained while the demand they were
+    // freed from is recent. Once the main thread's own objects bring
+    // committed memory past that demand (the other heap's retention is
+    // then more than any recent demand accounts for), the rest of its
+    // objects take that retention: a few MiB committed afresh (the demand
+    // history and the published retention move by grains), where before
+    // the main heap committed all 24 MiB while the other's waited for its
+    // decay. Nothing is purged either way.
+    assert_eq!(
+        purged,
+        0,
+        "{} MiB purged, {} MiB of it for another heap",
+        purged >> 20,
+        reclaimed >> 20
+    );
+    assert!(
+        after <= before + 6 * MIB,
+        "committed {before} bytes before the main thread's 24 MiB, {after} after"
+    );
+    assert_eq!(
+        resized, 1,
+        "a block on another heap's memory did not resize in place"
+    );
+}

@@ -416,6 +416,32 @@ pub fn reclaim_elsewhere(me: *const HeapCore, bytes: usize) {
     }
 }
 
+/// The first `Some` that `f` returns for a thread heap other than `me`:
+/// heaps whose thread exited first (what they hold waits for a thread that
+/// may never come), then, if `live`, live ones. `f` may only touch what
+/// any thread may (as for [`for_each_heap`]) and must not wait for a lock.
+pub fn find_elsewhere<T>(
+    me: *const HeapCore,
+    live: bool,
+    mut f: impl FnMut(&HeapCore) -> Option<T>,
+) -> Option<T> {
+    let mut found = None;
+    for exited in [true, false] {
+        if !exited && !live {
+            break;
+        }
+        for_each_heap(|h| {
+            if found.is_none()
+                && !core::ptr::eq(h, me)
+                && (h.owner.load(Relaxed) == ABANDONED) == exited
+            {
+                found = f(h);
+            }
+        });
+    }
+    found
+}
+
 /// Pushes a new heap onto the list of all heaps. Only with META held (the
 /// `&mut Meta` is the proof), so that a fork sees one list throughout.
 fn publish(heap: *mut HeapCore, _meta: &mut Meta) {

@@ -392,11 +392,11 @@ pub unsafe fn usable_size(ptr: *const u8) -> usize {
 }
 
 /// Resizes a live block to hold at least `new_size` bytes without moving
-/// it, if it can: a large block (above 256 KiB, up to 32 MiB) of the
-/// calling thread's heap grows over the free slices after it or gives back
-/// its tail. Returns whether it did; the block is untouched when not (small
-/// and huge blocks, another thread's blocks, a sampled block, the hardened
-/// build's blocks). jemalloc's `xallocx` is built on it; [`usable_size`]
+/// it, if it can: a large block (above 256 KiB, up to 32 MiB) of a thread
+/// heap (whichever thread allocated it) grows over the free slices after it
+/// or gives back its tail. Returns whether it did; the block is untouched
+/// when not (small and huge blocks, blocks of an owned heap or an arena, a
+/// sampled block, the hardened build's blocks). jemalloc's `xallocx` is built on it; [`usable_size`]
 /// tells the size after.
 ///
 /// # Safety
@@ -421,7 +421,8 @@ pub unsafe fn resize_in_place(ptr: *mut u8, new_size: usize) -> bool {
         return false;
     }
     // SAFETY: `with_heap` lends the calling thread's own heap; `ptr` is
-    // live (caller), and only a block of that heap is resized.
+    // live (caller), and only a block of a thread heap is resized, under
+    // the span lock of the heap it belongs to.
     thread::with_heap(|h| unsafe { h.resize_large_in_place(ptr, new_size) }).unwrap_or(false)
 }
 

@@ -80,6 +80,11 @@ impl HeapCore {
             return self.alloc_huge(size, align, sample);
         }
         let now = self.source().now_ms();
+        if self.global && slot == 0 && !sample.is_some() && align_slices == 1 {
+            if let Some(start) = self.alloc_large_resident(n, size, now) {
+                return (start as *mut u8, false);
+            }
+        }
         // The pages of the span not committed yet are charged against the
         // limit before they are: refused, the span goes back.
         let taken = self.take_spans_within_limit(|ctx, spans| {
@@ -127,6 +132,66 @@ impl HeapCore {
         let zero = newly == n * SLICE / os_page()
             && self.config.purge() == crate::os::source::Purge::DontNeed;
         (start as *mut u8, zero)
+    }
+
+    /// A large object of `n` slices on memory already resident: a free
+    /// span of this heap's pool whose OS pages are all committed, else one
+    /// of another thread heap's pool (those of exited threads first, each
+    /// pool by `try_lock`), rather than commit fresh memory while that one
+    /// waits (docs/design.md, "Retention, decay and purge"). The object
+    /// belongs to the pool it was taken from, as any large object does to
+    /// its segment's heap: whichever thread frees it returns it there.
+    /// None if no pool has such a span; nothing is committed here. For
+    /// thread heaps of the global allocator (the others it looks at).
+    fn alloc_large_resident(&self, n: usize, size: usize, now: u64) -> Option<usize> {
+        if let Some(start) = self.take_large_resident(n, size, now, true) {
+            return Some(start);
+        }
+        // Every other heap is looked at (a `try_lock` each): the published
+        // retention lags by a grain, too coarse to tell a pool that has the
+        // span from one that has not, and a look costs far less than the
+        // page faults of committing a slice (64 KiB or more) afresh.
+        // Retention within what recent demand says comes back is for the
+        // heaps' threads (and the next to adopt an exited one) to reuse:
+        // taken, they commit as much afresh. Past it (the budget's slack for
+        // young spans) it is memory no demand accounts for, which goes to
+        // whoever needs it.
+        let budget = self.budget();
+        if budget.retained() <= budget.keep(now, &self.config.get()).expired {
+            return None;
+        }
+        crate::global::heaps::find_elsewhere(self, true, |h| {
+            h.take_large_resident(n, size, now, false)
+        })
+    }
+
+    /// A large object of `n` slices (unsampled, unaligned) on a span of
+    /// this heap's pool whose OS pages are all committed, if it has one;
+    /// the span lock waited for if `wait`, else tried. Any thread.
+    fn take_large_resident(&self, n: usize, size: usize, now: u64, wait: bool) -> Option<usize> {
+        let mut spans = if wait {
+            self.spans.lock()
+        } else {
+            self.spans.try_lock()?
+        };
+        let ctx = self.ctx();
+        let (page, dirty) = spans.take_large_resident(&ctx, n)?;
+        // SAFETY: a freshly taken span, exclusively ours under the lock.
+        let start = unsafe {
+            (*page).large_size = n * SLICE;
+            (*page).large_requested = size;
+            (*page).slot_size = 0;
+            (*page).sample = Sample::NONE;
+            (*page).start
+        };
+        let newly = spans.commit_whole_of(page, dirty);
+        debug_assert_eq!(newly, 0, "a resident span committed fresh pages");
+        spans.back_large(&ctx, page);
+        spans.counts.large_count += 1;
+        spans.counts.large_bytes += n * SLICE;
+        spans.counts.large_requested += size;
+        self.after_span_change(&ctx, &mut spans, now);
+        Some(start)
     }
 
     /// Frees a large object (any thread: the span lock serialises it);
@@ -257,7 +322,8 @@ impl HeapCore {
         new
     }
 
-    /// Grows or shrinks a large object of this heap in place.
+    /// Grows or shrinks a large object in place: one of this heap, or, for
+    /// a thread heap of the global allocator, of any thread heap.
     pub(crate) unsafe fn resize_large_in_place(&self, ptr: *mut u8, new_size: usize) -> bool {
         let addr = ptr as usize;
         let Some(base) = registry::header_of(addr) else {
@@ -265,13 +331,30 @@ impl HeapCore {
         };
         // SAFETY: registered segment.
         let seg = unsafe { &*Segment::of(base) };
-        if seg.huge || seg.heap != self.me() || new_size > LARGE_MAX || new_size <= SMALL_MAX {
+        if seg.huge || new_size > LARGE_MAX || new_size <= SMALL_MAX {
             return false;
         }
+        // The span pool the object belongs to: this heap's, or, for a thread
+        // heap, another thread heap's (a large object taken from memory
+        // that heap retained, `alloc_large_resident`), under its span lock
+        // as a free from any thread is.
+        let owner: &HeapCore = if seg.heap == self.me() {
+            self
+        } else if self.global {
+            // SAFETY: a registered segment's heap outlives its pages (heaps
+            // are never freed).
+            let h = unsafe { &*(seg.heap as *const HeapCore) };
+            if !h.global {
+                return false;
+            }
+            h
+        } else {
+            return false;
+        };
         let page = lookup_page(seg, addr);
-        let now = self.source().now_ms();
-        let ctx = self.ctx();
-        let mut spans = self.spans.lock();
+        let now = owner.source().now_ms();
+        let ctx = owner.ctx();
+        let mut spans = owner.spans.lock();
         // SAFETY: descriptor of this segment, read under the span lock.
         let (kind, start, have, slot) = unsafe {
             (
@@ -326,7 +409,7 @@ impl HeapCore {
             };
             spans.commit_whole(page);
             spans.back_large(&ctx, page);
-            self.after_span_change(&ctx, &mut spans, now);
+            owner.after_span_change(&ctx, &mut spans, now);
             // A sampled object stays one, as an unsampled object stays
             // where it is: what it stands for is now of the new size.
             sample.resized(old, new_size);

@@ -329,6 +329,29 @@ impl Spans {
         self.take(ctx, n, align_slices, Kind::Large)
     }
 
+    /// [`Spans::take_large`] (unaligned) only if the span it would take has
+    /// all its OS pages committed; else None, and the pool is as it was (no
+    /// segment mapped, no span split). What an allocation of another heap
+    /// takes rather than commit fresh memory while this pool's sits unused
+    /// (`HeapCore::alloc_large_resident`).
+    pub fn take_large_resident(&mut self, ctx: &Ctx, n: usize) -> Option<(*mut Page, usize)> {
+        let full = n * os_pages_per_slice();
+        // The span `take_free` would pick: the recent span if it has the
+        // size, else the best placed in the first bin that fits.
+        let candidate = if !self.recent.is_null() && count_of(self.recent) == n {
+            self.recent
+        } else {
+            let bin = self.first_bin_at_least(n)?;
+            self.best_placed(bin, n)
+        };
+        if Self::committed_pages(candidate, n) != full {
+            return None;
+        }
+        let (p, dirty) = self.take_large(ctx, n, 1)?;
+        debug_assert_eq!(dirty, full);
+        Some((p, dirty))
+    }
+
     /// Takes a span of `n` slices whose start is aligned to `align_slices`
     /// slices (1 for no alignment): best fit, lowest address. Maps a new
     /// segment if no free span fits. Every descriptor of the span points
