@@ -95,8 +95,10 @@ pub fn malloc(size: usize) -> *mut c_void {
 /// ```
 #[inline]
 pub unsafe fn free(ptr: *mut c_void) {
-    // SAFETY: `ptr` is null or a live block (caller); `raw::free` ignores
-    // null (the default build past its fast path, which takes no null).
+    if ptr.is_null() {
+        return;
+    }
+    // SAFETY: `ptr` is a live block (caller).
     unsafe { crate::raw::free(ptr.cast()) };
 }
 
