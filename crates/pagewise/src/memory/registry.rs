@@ -34,7 +34,9 @@ static MAP: [AtomicU8; ENTRIES + 1] = [const { AtomicU8::new(NONE) }; ENTRIES + 
 
 fn index(addr: usize) -> Option<usize> {
     let i = addr >> SEGMENT_SHIFT;
-    (i < MAP.len()).then_some(i)
+    // `<=`: the map has `ENTRIES + 1` entries. (Not `MAP.len()`: that
+    // borrows the whole 4 MiB map, which Miri tracks byte by byte.)
+    (i <= ENTRIES).then_some(i)
 }
 
 /// Records `nsegs` segments starting at `base` (a segment header at `base`),
@@ -104,9 +106,15 @@ pub fn in_shared_segment(addr: usize) -> bool {
     }
     let i = addr >> SEGMENT_SHIFT;
     debug_assert!(i <= ENTRIES);
+    // A pointer to the entry, not a borrow of the whole map (which
+    // `get_unchecked` takes, and Miri tracks byte by byte: 4 MiB per free).
+    let map = core::ptr::addr_of!(MAP).cast::<AtomicU8>();
     // SAFETY: `1 <= addr <= 1 << ADDRESS_BITS` (just tested), so `i` is at
-    // most `ENTRIES`, the map's last index.
-    unsafe { MAP.get_unchecked(i) }.load(Ordering::Acquire) == HEADER
+    // most `ENTRIES`, the map's last index: the entry is inside the static,
+    // which lives for the whole program and is only ever accessed through
+    // atomics.
+    let e = unsafe { &*map.add(i) };
+    e.load(Ordering::Acquire) == HEADER
 }
 
 /// Where `addr` lies, from one load: `Some(true)` in a (non-huge) segment
