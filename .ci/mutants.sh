@@ -57,7 +57,7 @@ select=()
 if [ -z "${MUTANTS_FILES:-}" ]; then
     select=(
         --re "^$P/(heap/(free|remote|cache)|memory/(block|cache_handshake))\\.rs:"
-        --re "^$P/memory/hollow\\.rs:.*[ :]Page::(is_hollow_slot|can_refill_hollow|hollow_pages|can_hollow|stop_caching|relink_without_hollow|back_in_use)( |\$)"
+        --re "^$P/memory/hollow\\.rs:.*[ :]Page::(is_hollow_slot|is_hollow_slot_of_hollow_page|can_refill_hollow|hollow_pages|can_hollow|stop_caching|relink_without_hollow|back_in_use)( |\$)"
         --re "^$P/memory/page\\.rs:.*[ :]Page::(hollow_slots|set_hollow_slots|set_cacheable|collect_thread_free)( |\$)"
         --re "^$P/memory/segment\\.rs:.*[ :]Segment::set_cacheable( |\$)"
         --exclude-re "^$P/heap/cache\\.rs:.*(ClassState::all|ClassState::requested_estimate|build_limits|build_grown)( |\$)"

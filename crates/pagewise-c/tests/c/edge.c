@@ -11,8 +11,10 @@
  *   edge tls-modules DIR N dlopens DIR/tls<i>.so, i < N, while a thread waits
  *   edge double-free | double-free-aba | double-free-consumer |
  *        double-free-hollow SIZE STRIDE |
- *        foreign-free | interior-free | free-sized-wrong   misuse (must abort;
- *        free-sized-wrong only with a debug build of the library)
+ *        foreign-free | far-free | top-free | interior-free |
+ *        free-sized-wrong   misuse (must abort; free-sized-wrong only with a
+ *        debug build of the library; far-free and top-free free an address
+ *        just past the 47-bit range and one at the top of the address space)
  *   edge idle one-thread | threads-exit | handoff | handoff-blocked |
  *        handoff-blocked-trim   issue 11's quiet scenarios (prints "edge:
  *        idle BEFORE FREED AFTER", resident bytes)
@@ -839,6 +841,14 @@ int main(int argc, char **argv) {
     if (!strcmp(mode, "foreign-free")) {
         static char not_heap[64];
         free(not_heap + 16);
+        return 0;
+    }
+    if (!strcmp(mode, "far-free")) {
+        free((void *)(((uintptr_t)1 << 47) + 16));
+        return 0;
+    }
+    if (!strcmp(mode, "top-free")) {
+        free((void *)(uintptr_t)-16);
         return 0;
     }
     if (!strcmp(mode, "free-sized-wrong")) {

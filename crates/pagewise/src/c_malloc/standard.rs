@@ -95,10 +95,8 @@ pub fn malloc(size: usize) -> *mut c_void {
 /// ```
 #[inline]
 pub unsafe fn free(ptr: *mut c_void) {
-    if ptr.is_null() {
-        return;
-    }
-    // SAFETY: `ptr` is a live block (caller).
+    // SAFETY: `ptr` is null or a live block (caller); `raw::free` ignores
+    // null (the default build past its fast path, which takes no null).
     unsafe { crate::raw::free(ptr.cast()) };
 }
 

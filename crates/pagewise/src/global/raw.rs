@@ -137,12 +137,17 @@ unsafe fn malloc_plain(size: usize, align: usize) -> *mut u8 {
 /// ```
 #[inline]
 pub unsafe fn free(ptr: *mut u8) {
-    if ptr.is_null() {
-        return;
-    }
     #[cfg(feature = "secure")]
-    // SAFETY: forwarded.
-    return unsafe { free_hardened(ptr) };
+    {
+        if ptr.is_null() {
+            return;
+        }
+        // SAFETY: forwarded.
+        unsafe { free_hardened(ptr) }
+    }
+    // Null is ruled out past the cache: the registry's test that takes a
+    // slot into the cache takes no null, and the free past it ignores null
+    // (`free_uncached`), so a free of a block makes no test for it.
     #[cfg(not(feature = "secure"))]
     // SAFETY: forwarded.
     unsafe {
@@ -165,13 +170,21 @@ unsafe fn free_hardened(ptr: *mut u8) {
     unsafe { crate::secure::free(ptr, current, |p| free_uncached(p, current)) }
 }
 
-/// [`free`] below the hardened layer, of a block that is not null.
+/// [`free`] below the hardened layer (null is ignored).
 ///
 /// # Safety
 /// As [`free`].
 #[inline(always)]
 #[cfg_attr(feature = "secure", allow(dead_code))]
 unsafe fn free_plain(ptr: *mut u8) {
+    // One test for null and for an address past the registry's map, the
+    // one the cache's lookup below starts with (and so makes no more):
+    // a free of a block makes no test for null of its own, and a free of
+    // null still returns after a few instructions.
+    if !registry::in_range_not_null(ptr as usize) {
+        // SAFETY: forwarded.
+        return unsafe { free_null_or_far(ptr) };
+    }
     // A thread without a heap finds the empty one, whose caches take no
     // slot: no test for it here.
     let current = thread::current_or_empty();
@@ -182,6 +195,21 @@ unsafe fn free_plain(ptr: *mut u8) {
     }
     // SAFETY: as above; a tail call keeps the fast path free of spills.
     unsafe { free_uncached(ptr, thread::current_or_null()) }
+}
+
+/// [`free_plain`] of null (ignored) or of an address past the registry's
+/// map (never pagewise's: the path past the cache says what it is).
+///
+/// # Safety
+/// As [`free`].
+#[cold]
+#[inline(never)]
+#[cfg_attr(feature = "secure", allow(dead_code))]
+unsafe fn free_null_or_far(ptr: *mut u8) {
+    if !ptr.is_null() {
+        // SAFETY: forwarded.
+        unsafe { free_uncached(ptr, thread::current_or_null()) }
+    }
 }
 
 /// A free the thread cache did not take.

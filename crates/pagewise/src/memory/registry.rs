@@ -26,11 +26,17 @@ const HUGE: u8 = 3;
 /// must not take).
 const OWNED: u8 = 4;
 
-static MAP: [AtomicU8; ENTRIES] = [const { AtomicU8::new(NONE) }; ENTRIES];
+/// One entry more than the address range needs: the entry of the address
+/// `1 << ADDRESS_BITS` (never registered, [`addressable`]), so that
+/// [`in_shared_segment`] rules out null and the addresses past the range
+/// with one test and then tests no bound.
+static MAP: [AtomicU8; ENTRIES + 1] = [const { AtomicU8::new(NONE) }; ENTRIES + 1];
 
 fn index(addr: usize) -> Option<usize> {
     let i = addr >> SEGMENT_SHIFT;
-    (i < ENTRIES).then_some(i)
+    // `<=`: the map has `ENTRIES + 1` entries. (Not `MAP.len()`: that
+    // borrows the whole 4 MiB map, which Miri tracks byte by byte.)
+    (i <= ENTRIES).then_some(i)
 }
 
 /// Records `nsegs` segments starting at `base` (a segment header at `base`),
@@ -74,6 +80,14 @@ pub fn lookup(addr: usize) -> Option<(usize, bool)> {
     }
 }
 
+/// Whether `addr` is neither null nor past the map's last entry (the
+/// address `1 << ADDRESS_BITS`): one test for both, [`in_shared_segment`]'s
+/// first.
+#[inline(always)]
+pub fn in_range_not_null(addr: usize) -> bool {
+    addr.wrapping_sub(1) >> ADDRESS_BITS == 0
+}
+
 /// The map's entry for the segment containing `addr` (NONE outside the map).
 #[inline]
 fn entry(addr: usize) -> u8 {
@@ -81,10 +95,26 @@ fn entry(addr: usize) -> u8 {
 }
 
 /// Whether `addr` lies in a (non-huge) segment of the global allocator's
-/// thread heaps: one load, the free fast path's ownership check.
+/// thread heaps: one load, the free fast path's ownership check. Null is
+/// in none (no segment starts at address 0), and one test rules it out
+/// with the addresses past the map, so that the C library's `free` makes
+/// no test of its own for null before this one.
 #[inline]
 pub fn in_shared_segment(addr: usize) -> bool {
-    entry(addr) == HEADER
+    if !in_range_not_null(addr) {
+        return false;
+    }
+    let i = addr >> SEGMENT_SHIFT;
+    debug_assert!(i <= ENTRIES);
+    // A pointer to the entry, not a borrow of the whole map (which
+    // `get_unchecked` takes, and Miri tracks byte by byte: 4 MiB per free).
+    let map = core::ptr::addr_of!(MAP).cast::<AtomicU8>();
+    // SAFETY: `1 <= addr <= 1 << ADDRESS_BITS` (just tested), so `i` is at
+    // most `ENTRIES`, the map's last index: the entry is inside the static,
+    // which lives for the whole program and is only ever accessed through
+    // atomics.
+    let e = unsafe { &*map.add(i) };
+    e.load(Ordering::Acquire) == HEADER
 }
 
 /// Where `addr` lies, from one load: `Some(true)` in a (non-huge) segment
@@ -121,6 +151,40 @@ pub fn addressable(base: usize, nsegs: usize) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The fast path's lookup rules out null and the addresses past the
+    /// map with one test: registered or not, they are in no segment, and
+    /// the entry of the first address past the range is there and says
+    /// none (the address where a shift test would index past the map).
+    #[test]
+    fn null_and_addresses_past_the_map_are_in_no_segment() {
+        let top = 1usize << ADDRESS_BITS;
+        // The segment at the top of the range registered, and for a
+        // moment the one at address 0, whose entry a lookup of null
+        // without the test would read.
+        let last = top - SEGMENT;
+        register(last, 1, false);
+        register(0, 1, false);
+        let low = [0, 1, 16].map(in_shared_segment);
+        assert!(in_shared_segment(16), "a registered segment at 0 is found");
+        unregister(0, 1);
+        assert_eq!(low, [false, true, true], "null is in no segment");
+        assert!(in_shared_segment(last) && in_shared_segment(top - 1));
+        for a in [0, 16, top, top + 1, top + SEGMENT, 1 << 56, usize::MAX] {
+            assert!(!in_shared_segment(a), "{a:#x}");
+        }
+        for a in [1, top - 1, top] {
+            assert!(in_range_not_null(a), "{a:#x}");
+        }
+        for a in [0, top + 1, usize::MAX] {
+            assert!(!in_range_not_null(a), "{a:#x}");
+        }
+        assert_eq!(index(top), Some(ENTRIES));
+        assert_eq!(lookup(top + 16), None);
+        assert_eq!(index(top + SEGMENT), None);
+        assert!(!addressable(last, 2), "the extra entry is never registered");
+        unregister(last, 1);
+    }
 
     #[test]
     fn finds_headers_and_interiors() {

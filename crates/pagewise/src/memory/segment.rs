@@ -301,7 +301,12 @@ impl Segment {
     #[inline]
     pub fn split_slab_word(&self, e: usize, addr: usize) -> (usize, usize) {
         let offset = addr - self.base();
-        (e & SLAB_STATE_MASK, offset - (e & !SLAB_STATE_MASK))
+        let state = e & SLAB_STATE_MASK;
+        // The page's offset is the word less its state: a subtraction and
+        // an add of the state already taken apart, where masking the
+        // state off takes a copy and a mask. (Wrapping: the offset less
+        // the whole word is below 0 for a slot near the page's start.)
+        (state, offset.wrapping_sub(e).wrapping_add(state))
     }
 
     /// The raw slab-table entry of the slice `offset` bytes into the
