@@ -142,6 +142,7 @@ static BEGUN: AtomicUsize = AtomicUsize::new(0);
 /// [`BEGUN`] as of now, read before a page's slab word: a later read of
 /// it through [`none_begun_since`] says whether a pass may have remapped
 /// the page's OS pages meanwhile.
+#[cfg(feature = "secure")]
 #[inline(always)]
 pub(crate) fn passes_begun() -> usize {
     BEGUN.load(Acquire)
@@ -157,6 +158,7 @@ pub(crate) fn passes_begun() -> usize {
 /// had made the page uncacheable, which the slab word the reader read
 /// after `begun` would have said (the page is cacheable again only once
 /// no OS page of it is meshed).
+#[cfg(feature = "secure")]
 #[inline(always)]
 pub(crate) fn none_begun_since(begun: usize) -> bool {
     crate::sync::asymmetric::light();
