@@ -93,10 +93,14 @@ pub unsafe fn free_aligned_sized(ptr: *mut c_void, _align: usize, size: usize) {
 }
 
 /// `malloc_good_size`: the usable size `malloc(size)` would give, the slot
-/// size of its class or whole slices or pages for large and huge blocks.
-/// At least `size`.
+/// size of its class or whole slices or pages for large and huge blocks
+/// (in the hardened build, `size` itself: the rest of a block holds its
+/// canary). At least `size`.
 ///
 /// ```
+/// assert!(pagewise::c_malloc::malloc_good_size(100) >= 100);
+/// // The slot of its class; not in the hardened build (see above).
+/// #[cfg(not(feature = "secure"))]
 /// assert_eq!(pagewise::c_malloc::malloc_good_size(100), 112);
 /// ```
 pub fn malloc_good_size(size: usize) -> usize {

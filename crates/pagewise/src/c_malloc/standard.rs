@@ -315,7 +315,8 @@ pub fn pvalloc(size: usize) -> *mut c_void {
 }
 
 /// `malloc_usable_size`: bytes usable in a live block (at least the size
-/// asked for); 0 for null.
+/// asked for; in the hardened build, exactly that: the rest of the block
+/// holds its canary); 0 for null.
 ///
 /// # Safety
 /// `ptr` is null or a live block of this allocator (a foreign pointer aborts).
@@ -325,7 +326,12 @@ pub fn pvalloc(size: usize) -> *mut c_void {
 /// let p = malloc(100);
 /// // SAFETY: a live block, freed once.
 /// unsafe {
+///     assert!(malloc_usable_size(p) >= 100);
+///     // The slot of its class; the hardened build's is the request.
+///     #[cfg(not(feature = "secure"))]
 ///     assert_eq!(malloc_usable_size(p), 112);
+///     #[cfg(feature = "secure")]
+///     assert_eq!(malloc_usable_size(p), 100);
 ///     free(p);
 /// }
 /// ```

@@ -236,7 +236,8 @@ fn first_alloc(size: usize, align: usize) -> *mut u8 {
 }
 
 /// Usable size of a live allocation made by the global allocator (or any
-/// pagewise heap): at least the requested size.
+/// pagewise heap): at least the requested size (in the hardened build,
+/// exactly that: the rest of the block holds its canary).
 ///
 /// # Safety
 /// `ptr` is a live pagewise allocation. A foreign pointer aborts.
@@ -247,7 +248,12 @@ fn first_alloc(size: usize, align: usize) -> *mut u8 {
 /// // SAFETY: as documented.
 /// unsafe {
 ///     let p = pagewise::Pagewise.alloc(l);
+///     assert!(pagewise::usable_size(p) >= 100);
+///     // The slot of its class; the hardened build's is the request.
+///     #[cfg(not(feature = "secure"))]
 ///     assert_eq!(pagewise::usable_size(p), 112);
+///     #[cfg(feature = "secure")]
+///     assert_eq!(pagewise::usable_size(p), 100);
 ///     pagewise::Pagewise.dealloc(p, l);
 /// }
 /// ```

@@ -51,10 +51,16 @@ pub unsafe fn malloc(size: usize, align: usize) -> *mut u8 {
 ///     pagewise::raw::free(pagewise::raw::malloc(100, 16));
 ///     let p = pagewise::raw::malloc(100, 16);
 ///     pagewise::raw::free(p);
+///     let q = pagewise::raw::malloc_cached(100, 16);
 ///     // The slot just freed is in this thread's cache.
-///     assert_eq!(pagewise::raw::malloc_cached(100, 16), p);
+///     #[cfg(not(feature = "secure"))]
+///     assert_eq!(q, p);
+///     // The hardened build keeps a freed slot in the thread's quarantine
+///     // a while, and takes another from the class's page.
+///     #[cfg(feature = "secure")]
+///     assert!(!q.is_null() && q != p);
 ///     assert!(pagewise::raw::malloc_cached(1 << 20, 16).is_null(), "too big for this path");
-///     pagewise::raw::free(p);
+///     pagewise::raw::free(q);
 /// }
 /// ```
 #[inline(always)]
@@ -571,12 +577,22 @@ pub fn owns(ptr: *const u8) -> bool {
 /// for large ones, whole OS pages for huge ones. What
 /// [`usable_size`] reports for the block [`malloc`] returns (the C
 /// library's `malloc_good_size`, jemalloc's `nallocx`). A request no heap
-/// can serve (above `isize::MAX / 2`) answers `size` itself.
+/// can serve (above `isize::MAX / 2`) answers `size` itself, and so does
+/// every request in the hardened build, whose blocks are exactly the
+/// request (the rest of a block holds its canary).
 ///
 /// ```
-/// assert_eq!(pagewise::raw::good_size(100, 16), 112);
-/// assert_eq!(pagewise::raw::good_size(0, 16), 16);
-/// assert_eq!(pagewise::raw::good_size(300 << 10, 16), 320 << 10);
+/// // Rounded up to the slot, the slices or the pages that serve it.
+/// #[cfg(not(feature = "secure"))]
+/// {
+///     assert_eq!(pagewise::raw::good_size(100, 16), 112);
+///     assert_eq!(pagewise::raw::good_size(0, 16), 16);
+///     assert_eq!(pagewise::raw::good_size(300 << 10, 16), 320 << 10);
+/// }
+/// // The hardened build's blocks are the request (see above).
+/// #[cfg(feature = "secure")]
+/// assert_eq!(pagewise::raw::good_size(100, 16), 100);
+/// // In both builds, the size `usable_size` reports.
 /// // SAFETY: 16 is a power of two; freed below.
 /// unsafe {
 ///     let p = pagewise::raw::malloc(5000, 16);

@@ -165,6 +165,10 @@ pub fn allocated_bytes() -> u64 {
 /// let v = vec![0u8; 1000];
 /// let before = pagewise::thread::freed_bytes();
 /// drop(v);
+/// // The hardened build counts the free once the block leaves the
+/// // thread's quarantine, which a trim empties.
+/// #[cfg(feature = "secure")]
+/// pagewise::trim();
 /// assert!(pagewise::thread::freed_bytes() - before >= 1000);
 /// ```
 pub fn freed_bytes() -> u64 {

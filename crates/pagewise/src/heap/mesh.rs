@@ -134,6 +134,37 @@ impl Outer for HeldAlone {
 /// Times a pass let the page lists go for a waiting thread, process-wide.
 static PAUSES: AtomicU64 = AtomicU64::new(0);
 
+/// Mesh passes that made pages stop taking cached frees to mesh them,
+/// process-wide: counted after the pages' slab words changed and before
+/// the threads pass the barrier, so before any OS page is remapped.
+static BEGUN: AtomicUsize = AtomicUsize::new(0);
+
+/// [`BEGUN`] as of now, read before a page's slab word: a later read of
+/// it through [`none_begun_since`] says whether a pass may have remapped
+/// the page's OS pages meanwhile.
+#[cfg(feature = "secure")]
+#[inline(always)]
+pub(crate) fn passes_begun() -> usize {
+    BEGUN.load(Acquire)
+}
+
+/// Whether no mesh pass began since [`passes_begun`] said `begun`. A
+/// reader of the page's memory between the two (the hardened free's check
+/// of the word before a slot) read it on the page's own memory, never on
+/// a group page, if so: a pass that remapped the OS page the read saw
+/// counted itself and then made every thread pass a barrier before the
+/// remap, so the read of the count after it sees that pass (the pairing
+/// of `sync/asymmetric.rs`); and a pass counted before `begun` was read
+/// had made the page uncacheable, which the slab word the reader read
+/// after `begun` would have said (the page is cacheable again only once
+/// no OS page of it is meshed).
+#[cfg(feature = "secure")]
+#[inline(always)]
+pub(crate) fn none_begun_since(begun: usize) -> bool {
+    crate::sync::asymmetric::light();
+    BEGUN.load(Relaxed) == begun
+}
+
 /// [`PAUSES`] (`Stats::mesh_pauses`; meshing is Linux's).
 #[cfg(target_os = "linux")]
 pub(crate) fn pauses() -> u64 {
@@ -616,6 +647,9 @@ impl HeapCore {
         if !any {
             return true;
         }
+        // After the words (release: a reader that sees the count sees
+        // them), before the barrier (`none_begun_since`).
+        BEGUN.fetch_add(1, Release);
         if self.source().serialize_threads() {
             self.spare_announced(s);
             return true;

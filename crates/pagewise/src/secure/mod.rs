@@ -288,7 +288,8 @@ unsafe fn give_back_kept(heap: &HeapCore) -> bool {
 /// If `p` starts a slot of a slab page of a thread heap whose slots the
 /// thread caches take, its class and its offset in its page (the slab
 /// table says so, as the cache's free path reads it; a page with purged or
-/// meshed OS pages is left out, and its slots are not checked).
+/// meshed OS pages is left out, and its slots are not checked). A page
+/// meshed after its word was read: `check_neighbour`.
 #[inline(always)]
 fn slot_of(p: *const u8) -> Option<(usize, usize)> {
     let addr = p as usize;
@@ -465,9 +466,10 @@ unsafe fn block_is_free(p: *mut u8, u: usize, freeing: bool) -> bool {
 /// freed), its end intact; then wiped.
 ///
 /// # Safety
-/// `b` starts a slot of `class` in a live slab page of a thread heap.
+/// `b` starts a slot of `class` in a live slab page of a thread heap, as
+/// its slab word said after `begun` (`heap::mesh::passes_begun`) was read.
 #[inline(always)]
-unsafe fn free_slot(b: *mut Block, class: usize, offset: usize) {
+unsafe fn free_slot(b: *mut Block, class: usize, offset: usize, begun: usize) {
     let p = b as *mut u8;
     // SAFETY: classes of the slab table are below CLASSES.
     let u = unsafe { *SLOT_SIZE.get_unchecked(class) } as usize;
@@ -484,7 +486,7 @@ unsafe fn free_slot(b: *mut Block, class: usize, offset: usize) {
             Ok(found) => found,
             Err((kind, at)) => refused(kind, at),
         };
-        check_neighbour(p, u, offset);
+        check_neighbour(p, u, offset, begun);
         wipe::wipe_written(p, found.written, u, keys);
     }
 }
@@ -502,20 +504,35 @@ pub unsafe fn carved(p: *mut u8, u: usize) {
 
 /// Checks the tail word of the slot before the slot of `u` bytes at `p`
 /// (if `p` is not its page's first): a write before `p`'s start, or past
-/// the end of that slot, changed it. Aborts then.
+/// the end of that slot, changed it. Aborts then. Not checked if a mesh
+/// pass began since `begun` (`heap::mesh::passes_begun`, read before the
+/// page's slab word): the page may be meshed by now.
 ///
 /// # Safety
 /// `p` starts a slot of `u` bytes `offset` bytes into a slab page whose
 /// slots are carved up to it and resident (no OS page purged, none
-/// meshed; one purged meanwhile reads zero, which passes).
+/// meshed; one purged meanwhile reads zero, which passes), as the slab
+/// word read after `begun` said.
 #[inline(always)]
-unsafe fn check_neighbour(p: *const u8, u: usize, offset: usize) {
+unsafe fn check_neighbour(p: *const u8, u: usize, offset: usize, begun: usize) {
     if offset < u {
         return; // the page's first slot: what lies before is not a slot
     }
     let prev = p as usize - u;
+    // The caller's read of the page's slab word (after `begun`) comes
+    // before this one's: a word that said cacheable after a pass was
+    // counted was written once the page had no meshed OS page again.
+    core::sync::atomic::fence(core::sync::atomic::Ordering::Acquire);
+    crate::sync::perturb::window();
     // SAFETY: the previous slot's last word, inside the page (caller).
     let word = unsafe { p.sub(TAIL).cast::<usize>().read_unaligned() };
+    // A mesh pass may have remapped the page since its word was read: the
+    // address may show a group page, where the slot before is another
+    // page's object (armed for its own address) or free memory. Not a
+    // word of this page's: nothing to judge.
+    if !crate::heap::mesh::none_begun_since(begun) {
+        return;
+    }
     // A free 16-byte slot's last word is its key, judged as read: its
     // owner may take the slot meanwhile (the key, then zero, then a tail
     // word), and a second load would see the tail after the first saw
@@ -537,12 +554,13 @@ unsafe fn check_neighbour(p: *const u8, u: usize, offset: usize) {
 #[inline(always)]
 pub unsafe fn free(p: *mut u8, current: *mut HeapCore, uncached: impl FnOnce(*mut u8)) {
     if !current.is_null() {
+        let begun = crate::heap::mesh::passes_begun();
         if let Some((class, offset)) = slot_of(p) {
             let b = p as *mut Block;
             // SAFETY: a slot of a thread heap's live slab page whose slots
             // the caches take, so resident; `current` is ours (caller).
             unsafe {
-                free_slot(b, class, offset);
+                free_slot(b, class, offset, begun);
                 Block::mark_quarantined(b);
                 let old = (*current).quarantine.swap(b);
                 if !old.is_null() {
@@ -606,8 +624,9 @@ unsafe fn free_uncached(p: *mut u8, current: *mut HeapCore, uncached: impl FnOnc
     // table lists is on a page with no purged or meshed OS page.
     unsafe {
         let c = check(p, true);
+        let begun = crate::heap::mesh::passes_begun();
         if let Some(offset) = slot_offset(p) {
-            check_neighbour(p, c.u, offset);
+            check_neighbour(p, c.u, offset, begun);
         }
         wipe::wipe(p, c.size, c.u, Keys::of(p as usize));
         let page = crate::memory::layout::os_page();
