@@ -255,8 +255,13 @@ impl Segment {
             0
         };
         let entry = (state | first << SLICE_SHIFT) as u32;
+        // Release: a page made cacheable again once its OS pages are no
+        // longer meshed publishes that unmeshing to the hardened free,
+        // which reads this word, then (after an acquire fence) the slot
+        // before its block, and trusts that word only on the page's own
+        // memory.
         for e in &self.slab_slices[first..first + n] {
-            e.store(entry, Relaxed);
+            e.store(entry, core::sync::atomic::Ordering::Release);
         }
     }
 
