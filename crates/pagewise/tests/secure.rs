@@ -94,6 +94,32 @@ fn child_entry() {
                 A.dealloc(p, l);
                 A.dealloc(p, l);
             }
+            // The size asked of a block (what `malloc_usable_size` and
+            // `realloc` look up) checks it as a free does: the child stops
+            // at the call, not at a free after it.
+            "usable-overflow-1" => {
+                p.add(size).write(0);
+                black_box(pagewise::usable_size(p));
+                println!("still running");
+                std::process::exit(0);
+            }
+            "usable-freed" => {
+                A.dealloc(p, l);
+                black_box(pagewise::usable_size(p));
+                println!("still running");
+                std::process::exit(0);
+            }
+            "usable-inside" => {
+                black_box(pagewise::usable_size(p.add(8)));
+                println!("still running");
+                std::process::exit(0);
+            }
+            "realloc-overflow-1" => {
+                p.add(size).write(0);
+                black_box(A.realloc(p, l, size + 100));
+                println!("still running");
+                std::process::exit(0);
+            }
             "realloc-beside-frees" => realloc_beside_frees(size),
             "zeroed-beside-frees" => zeroed_beside_frees(size),
             "taken-beside-frees" => taken_beside_frees(size),
@@ -636,6 +662,29 @@ fn a_32_byte_overflow_is_reported_at_the_free() {
 fn a_double_free_is_reported_at_the_second_free() {
     expect_report("double", &SIZES, "pagewise: double free");
     expect_report("double", &SHORT_SIZES, "pagewise: double free");
+}
+
+#[test]
+fn the_usable_size_and_realloc_check_the_block_as_a_free_does() {
+    // Slots are found through the slab table there, as the free finds
+    // them; the checks are the free's.
+    let sizes = [8, 40, 48, 250, 4000, 4093, 200_000, 1 << 20];
+    expect_report(
+        "usable-overflow-1",
+        &sizes,
+        "pagewise: heap buffer overflow",
+    );
+    expect_report(
+        "realloc-overflow-1",
+        &sizes,
+        "pagewise: heap buffer overflow",
+    );
+    expect_report("usable-freed", &sizes, "pagewise: double free");
+    expect_report(
+        "usable-inside",
+        &sizes,
+        "pagewise: free of a pointer that is not the start of an allocation",
+    );
 }
 
 #[test]

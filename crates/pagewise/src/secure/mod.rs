@@ -308,12 +308,6 @@ fn slot_of(p: *const u8) -> Option<(usize, usize)> {
     slot.then_some((class, offset))
 }
 
-/// The offset in its page of a slot [`slot_of`] finds.
-#[inline]
-fn slot_offset(p: *const u8) -> Option<usize> {
-    slot_of(p).map(|(_, offset)| offset)
-}
-
 /// Makes a block of `u` usable bytes just handed out a hardened block of
 /// `size` bytes; with `slot`, after checking that nothing wrote to it since
 /// it was freed (aborts if something did).
@@ -347,6 +341,9 @@ struct Checked {
     /// What the heap below handed out for it: the block itself, or the
     /// span around a block between guard pages.
     below: *mut u8,
+    /// Its offset in its page if it is a slot the slab table lists
+    /// ([`slot_of`]).
+    offset: Option<usize>,
 }
 
 /// Checks a block handed back (to free, realloc or `malloc_usable_size`):
@@ -357,18 +354,28 @@ struct Checked {
 /// `p` is not null.
 #[inline]
 unsafe fn check(p: *mut u8, freeing: bool) -> Checked {
-    // SAFETY: `usable_size_checked` aborts for anything but the start of
-    // a block of a live span or slab page (or a sampled guarded block),
-    // whose `u` bytes are then mapped; a fenced block lies two OS pages
-    // inside its span.
+    // A slot the slab table lists has its class's size: one load, as
+    // the free's fast path finds it, where the checked lookup walks the
+    // segment's page descriptors (`malloc_usable_size`, which some
+    // programs call at every allocation and free, takes this path).
+    let offset = slot_of(p);
+    // SAFETY: a slot of the slab table is mapped, of its class's size;
+    // `usable_size_checked` aborts for anything but the start of a block
+    // of a live span or slab page (or a sampled guarded block), whose `u`
+    // bytes are then mapped; a fenced block lies two OS pages inside its
+    // span.
     unsafe {
-        let (below, u) = match fence::start_of(p) {
-            Some(b) => (
-                b,
-                HeapCore::usable_size_checked(b)
-                    .saturating_sub(p as usize - b as usize + crate::memory::layout::os_page()),
-            ),
-            None => (p, HeapCore::usable_size_checked(p)),
+        let (below, u) = match offset {
+            // Classes of the slab table are below CLASSES.
+            Some((class, _)) => (p, *SLOT_SIZE.get_unchecked(class) as usize),
+            None => match fence::start_of(p) {
+                Some(b) => (
+                    b,
+                    HeapCore::usable_size_checked(b)
+                        .saturating_sub(p as usize - b as usize + crate::memory::layout::os_page()),
+                ),
+                None => (p, HeapCore::usable_size_checked(p)),
+            },
         };
         // A huge run freed (and cached) has no size; a block freed twice
         // is recorded so (one kept shut is not read).
@@ -379,6 +386,7 @@ unsafe fn check(p: *mut u8, freeing: bool) -> Checked {
             size: verified(p, u),
             u,
             below,
+            offset: offset.map(|(_, offset)| offset),
         }
     }
 }
@@ -623,9 +631,10 @@ unsafe fn free_uncached(p: *mut u8, current: *mut HeapCore, uncached: impl FnOnc
     // SAFETY: checked live above; wiped before it is free. A slot the slab
     // table lists is on a page with no purged or meshed OS page.
     unsafe {
-        let c = check(p, true);
+        // Before `check` reads the page's slab word (`c.offset`).
         let begun = crate::heap::mesh::passes_begun();
-        if let Some(offset) = slot_offset(p) {
+        let c = check(p, true);
+        if let Some(offset) = c.offset {
             check_neighbour(p, c.u, offset, begun);
         }
         wipe::wipe(p, c.size, c.u, Keys::of(p as usize));
@@ -713,6 +722,21 @@ pub fn write_fits_in_line(dst: *const u8, len: usize) -> bool {
 /// # Safety
 /// `p` is not null.
 pub unsafe fn usable_size(p: *const u8) -> usize {
+    // A slot the slab table lists, checked in line: some programs ask at
+    // every allocation and free (redis keeps its memory count so).
+    if let Some((class, _)) = slot_of(p) {
+        let p = p as *mut u8;
+        // SAFETY: a slot of a live slab page, of its class's size (classes
+        // of the slab table are below CLASSES); read only once
+        // `block_is_free` found it live.
+        unsafe {
+            let u = *SLOT_SIZE.get_unchecked(class) as usize;
+            if block_is_free(p, u, false) {
+                misuse(Misuse::DoubleFree, p as usize);
+            }
+            return verified(p, u);
+        }
+    }
     if zero::owns(p) {
         return 0;
     }
