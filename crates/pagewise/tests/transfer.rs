@@ -18,6 +18,12 @@ static SERIAL: Mutex<()> = Mutex::new(());
 /// (starting a thread allocates and frees a few small structures).
 const FEW: u64 = 4;
 
+/// Live blocks of a class that the harness holds: none in the default
+/// build; in the hardened one, a block whose request fills a smaller
+/// class's slot exactly takes a slot of the next class for its canary
+/// (2,048 bytes in a 2,560-byte slot), and the harness keeps a few such.
+const HARNESS_LIVE: u64 = if cfg!(feature = "secure") { FEW } else { 0 };
+
 /// Blocks of `size` bytes allocated on the calling thread, as addresses.
 fn allocate(size: usize, n: usize) -> Vec<usize> {
     let layout = Layout::from_size_align(size, 8).unwrap();
@@ -107,7 +113,7 @@ fn trim_sends_the_transfer_cache_home() {
     // at most a slot or two that the harness's own threads (starting ours)
     // freed into their caches, which only they touch, and their pages.
     assert!(
-        c.live_slots == 0 && c.cached_slots <= FEW && c.pages <= FEW,
+        c.live_slots <= HARNESS_LIVE && c.cached_slots <= FEW && c.pages <= FEW,
         "{c:?}"
     );
 }
@@ -137,7 +143,7 @@ fn the_purger_sends_them_home_when_the_program_is_quiet() {
     pagewise::options::set("decay_ms", "1000").unwrap();
     // As after `trim()`: a slot or two in the harness threads' caches.
     assert!(
-        c.live_slots == 0 && c.cached_slots <= FEW && c.pages <= FEW,
+        c.live_slots <= HARNESS_LIVE && c.cached_slots <= FEW && c.pages <= FEW,
         "{c:?}"
     );
 }
