@@ -4,6 +4,10 @@
 //! binary: it reads the global statistics, and `trim()` empties the
 //! transfer cache of every class). Tests take `SERIAL`: one at a time.
 
+// Built by the `pagewise-secure` package too, whose library has its own name.
+#[cfg(pagewise_secure_package)]
+extern crate pagewise_secure as pagewise;
+
 #[global_allocator]
 static A: pagewise::Pagewise = pagewise::Pagewise;
 
