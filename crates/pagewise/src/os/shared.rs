@@ -2,47 +2,54 @@
 //! physical page, the kernel mechanism of meshing (docs/design.md,
 //! "Meshing"). Linux only.
 //!
-//! Every mapping is a `MAP_SHARED` view of a `memfd` of its own, twice the
-//! mapping's size: the first half backs the mapping one to one (the *own*
-//! page of each OS page), the second half holds the physical pages of mesh
-//! groups. A group is keyed by the OS page that founded it, and its
-//! physical page sits at that page's offset in the second half, so no
-//! allocator of group pages is needed: a page that founded a group which
-//! still has members cannot found another until the group ends.
+//! Every mapping is private anonymous memory (its OS pages' *own* pages:
+//! the kernel faults them as cheaply as any, where a page of a shared file
+//! costs it half as much again), with a `memfd` of its own, twice the
+//! mapping's size, whose second half holds the physical pages of mesh
+//! groups (the first half is never written). A group is keyed by the OS
+//! page that founded it, and its physical page sits at that page's offset
+//! in the second half, so no allocator of group pages is needed: a page
+//! that founded a group which still has members cannot found another
+//! until the group ends.
 //!
-//! - [`SharePages::share`] copies an OS page into its group page and points
-//!   the OS page there;
+//! - [`SharePages::share`] copies an OS page into its group page and maps
+//!   the group page there (`MAP_SHARED`), which frees its own page;
 //! - [`SharePages::join`] copies the given byte ranges of another OS page
-//!   into a group page and points that OS page there too;
-//! - [`SharePages::leave`] points an OS page back at its own page (which
-//!   reads as zeros) and frees the group page when its last member leaves.
+//!   into a group page and maps the group page there too;
+//! - [`SharePages::leave`] maps fresh private memory (zeros) at an OS page,
+//!   or with [`Leave::Keep`] moves a private copy of its bytes there in one
+//!   step (`mremap`), and frees the group page when its last member leaves.
 //!
-//! The own page of a member is punched (`fallocate(PUNCH_HOLE)`) when it
-//! joins, so sharing saves the memory at once. Purging punches the own
-//! pages as well: `MADV_DONTNEED` alone does not free the pages of a shared
-//! file mapping.
+//! Purging drops own pages in place (`MADV_DONTNEED`); a group page is
+//! never purged (its members leave first), and its file page is punched
+//! (`fallocate(PUNCH_HOLE)`) when its last member leaves.
 //!
-//! An alias splits the kernel's mapping where the file offsets stop
-//! running on: a page alone among its own neighbours splits it into three,
-//! but a run of OS pages showing consecutive group pages (the pages of one
-//! slab page meshed onto the consecutive pages of another) is one kernel
-//! mapping, since the kernel merges neighbours with the same file, flags
-//! and consecutive offsets. `vm.max_map_count` (65,530 by default) bounds
-//! the mappings of a process, so the *seams* (boundaries inside a mapping
-//! where the offsets jump) are counted, exactly as the kernel splits, and
-//! capped at a third of the limit, process-wide, as Mesh caps its meshed
-//! pages after crashing at the limit (plasma-umass/Mesh issues 37 and 91).
-//! A page that leaves its group merges back with its neighbours.
+//! A group page splits the kernel's mapping where it is not the neighbour
+//! of the same kind: a run of OS pages showing consecutive group pages
+//! (the pages of one slab page meshed onto the consecutive pages of
+//! another) is one kernel mapping, since the kernel merges neighbours with
+//! the same file, flags and consecutive offsets; and private neighbours
+//! merge when they share their `anon_vma` (the kernel's record of where
+//! their pages came from), tracked here as *lineages*. `vm.max_map_count`
+//! (65,530 by default) bounds the mappings of a process, so the *seams*
+//! (boundaries inside a mapping between OS pages the kernel does not
+//! merge) are counted, exactly as the kernel splits, and capped at a third
+//! of the limit, process-wide, as Mesh caps its meshed pages after
+//! crashing at the limit (plasma-umass/Mesh issues 37 and 91). A page that
+//! leaves its group merges back with its private neighbour of the left,
+//! or failing that of the right; with both, only if they are of one
+//! lineage.
 //!
-//! A forked child would share these pages with its parent (`MAP_SHARED`),
-//! so every mapping is `MADV_DONTFORK` (every remap again): a child does
-//! not inherit them (touching the heap there faults), and used in the
-//! child the source refuses to change the parent's file (purges, shares)
-//! and only unmaps: a mapping may be changed only by the process that made
-//! it. The global allocator's fork handlers, when they run, let a child
-//! inherit the heap for the moment of the fork and give it a copy of its
-//! own (`SharedPages::fork_prepare`); a fork that runs no handlers
-//! (`_Fork()`, the raw system call) leaves the child without the heap.
+//! A forked child would share the group pages with its parent
+//! (`MAP_SHARED`), so every mapping is `MADV_DONTFORK` (every remap again):
+//! a child does not inherit them (touching the heap there faults), and
+//! used in the child the source refuses to change the parent's file
+//! (purges, shares) and only unmaps: a mapping may be changed only by the
+//! process that made it. The global allocator's fork handlers, when they
+//! run, let a child inherit the own pages (copy-on-write) and give it a
+//! copy of the group pages (`SharedPages::fork_prepare`); a fork that runs
+//! no handlers (`_Fork()`, the raw system call) leaves the child without
+//! the heap.
 
 mod fork;
 
@@ -136,6 +143,10 @@ struct Mapping {
     /// The highest lineage its pages have had ([`LINEAGE`]; 0: only the
     /// first).
     lineages: u32,
+    /// Lineages up to this one are private memory inherited at a fork
+    /// (the kernel merges a new mapping with none of them: their
+    /// `anon_vma` has a parent's). 0 in a process that made the mapping.
+    sealed: u32,
     /// OS pages `.0...1` of the mapping: a run of released pages (a slab
     /// page leaving in address order) with no private neighbour yet, not
     /// yet written to, so the kernel merges it with any private neighbour
@@ -164,6 +175,7 @@ impl Mapping {
         members: null_mut(),
         shared: 0,
         lineages: 0,
+        sealed: 0,
         unset: (0, 0),
         groups: 0,
         seams: 0,
@@ -1101,8 +1113,16 @@ unsafe impl SharePages for SharedPages {
             if !extends {
                 m.settle();
             }
-            let left = i.checked_sub(1).and_then(|l| m.lineage_of(l));
-            let right = (i + 1 < m.pages()).then(|| m.lineage_of(i + 1)).flatten();
+            // A lineage inherited at a fork takes no new page.
+            let open = |l: u32| l > m.sealed;
+            let left = i
+                .checked_sub(1)
+                .and_then(|l| m.lineage_of(l))
+                .filter(|&l| open(l));
+            let right = (i + 1 < m.pages())
+                .then(|| m.lineage_of(i + 1))
+                .flatten()
+                .filter(|&l| open(l));
             let run_entry = m.entry(run.0);
             let (to, alone, start) = if keep {
                 (MOVED, false, false)
@@ -1648,6 +1668,116 @@ mod tests {
         assert!(take_seams(&now, -3, 10, false), "giving back always works");
         assert_eq!(now.load(Relaxed), 9);
         assert!(take_seams(&now, 0, 0, false));
+    }
+
+    /// Kernel mappings inside `p..p+SIZE`, counted with no allocation (in
+    /// a forked child of a threaded process); `buf` is scratch memory.
+    fn kernel_mappings_raw(p: usize, buf: &mut [u8]) -> usize {
+        // SAFETY: a C string literal; plain system calls into our buffer.
+        let fd = unsafe { libc::open(c"/proc/self/maps".as_ptr(), libc::O_RDONLY) };
+        let mut len = 0;
+        loop {
+            // SAFETY: the rest of our buffer.
+            let n = unsafe { libc::read(fd, buf[len..].as_mut_ptr().cast(), buf.len() - len) };
+            if n <= 0 {
+                break;
+            }
+            len += n as usize;
+        }
+        // SAFETY: our fd.
+        unsafe { libc::close(fd) };
+        let hex = |t: &[u8]| {
+            t.iter().fold(0usize, |a, &c| {
+                a * 16 + (c as char).to_digit(16).unwrap() as usize
+            })
+        };
+        buf[..len]
+            .split(|&c| c == b'\n')
+            .filter(|l| !l.is_empty())
+            .filter(|l| {
+                let dash = l.iter().position(|&c| c == b'-').unwrap();
+                let space = l.iter().position(|&c| c == b' ').unwrap();
+                let (a, b) = (hex(&l[..dash]), hex(&l[dash + 1..space]));
+                a < p + SIZE && b > p
+            })
+            .count()
+    }
+
+    /// A prepared fork: the child inherits the own pages and maps copies of
+    /// the group pages, and its seams stay the kernel's mappings as pages
+    /// leave there (a new private mapping merges with none it inherited,
+    /// whose `anon_vma` has the parent's).
+    #[test]
+    fn a_prepared_childs_seams_are_the_kernels_mappings() {
+        let pages: &'static SharedPages =
+            std::boxed::Box::leak(std::boxed::Box::new(SharedPages::new()));
+        let p = pages.map(SIZE, SIZE).expect("map").as_ptr() as usize;
+        let s = pages.sharing().unwrap();
+        let at = |i: usize| p + i * page();
+        fill(at(16), 0);
+        // SAFETY: our pages, one thread; live bytes only where copied.
+        unsafe {
+            *(at(0) as *mut u8) = 5;
+            *((at(16) + 8) as *mut u8) = 6;
+            *((at(30) + 4) as *mut u8) = 3;
+            for i in 0..16 {
+                assert!(s.share(at(i)));
+            }
+            assert!(s.join(at(0), at(16), &[(8, 1)]));
+            assert!(s.share(at(30)));
+            assert!(s.share(at(29)));
+        }
+        fill(at(31), 7);
+        assert_eq!(kernel_mappings(p), 1 + s.seams());
+        let buf = std::vec![0u8; 1 << 20].leak();
+        pages.fork_prepare();
+        // SAFETY: the child makes system calls and uses this source only.
+        let pid = unsafe { libc::fork() };
+        if pid == 0 {
+            pages.fork_child();
+            let mut bad = 0;
+            // The group page's copy, and an own page inherited.
+            if read(at(16)) != 5 || read(at(0) + 8) != 6 || read(at(31)) != 7 {
+                bad |= 1;
+            }
+            // SAFETY: the child's pages; nothing live moves wrongly.
+            unsafe {
+                *(at(31) as *mut u8) = 9;
+                // 16 between a group page and an inherited own page: a
+                // mapping of its own; then 15 merges with it.
+                for (i, how) in [
+                    (16, Leave::Unused),
+                    (15, Leave::Unused),
+                    (30, Leave::Keep),
+                    (14, Leave::Released),
+                    (29, Leave::Unused),
+                ] {
+                    if !s.leave(at(i), how) {
+                        bad |= 2;
+                    }
+                    if kernel_mappings_raw(p, buf) != 1 + s.seams() {
+                        bad |= 4;
+                    }
+                }
+            }
+            if read(at(30) + 4) != 3 {
+                bad |= 8;
+            }
+            // SAFETY: leaves the child at once.
+            unsafe { libc::_exit(bad) };
+        }
+        pages.fork_parent();
+        let mut status = 0;
+        // SAFETY: our child.
+        assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+        assert!(libc::WIFEXITED(status));
+        assert_eq!(
+            libc::WEXITSTATUS(status),
+            0,
+            "bytes (1), a leave refused (2), seams not the kernel's (4), kept bytes (8)"
+        );
+        assert_eq!(read(at(31)), 7, "the child's store stayed there");
+        assert_eq!(kernel_mappings(p), 1 + s.seams());
     }
 
     #[test]

@@ -431,20 +431,10 @@ fn map_copy(m: &mut Mapping) -> bool {
         }
     }
     // Each private mapping the child inherited has an `anon_vma` of its
-    // own (the kernel's fork gives each one), so a lineage of its own.
-    let mut i = 0;
-    while i < m.pages() && !m.group.is_null() {
-        let Some(l) = m.lineage_of(i) else {
-            i += 1;
-            continue;
-        };
-        let end = (i..m.pages())
-            .find(|&j| m.lineage_of(j) != Some(l))
-            .unwrap_or(m.pages());
-        let e = Mapping::lineage_entry(m.new_lineage());
-        m.relabel(i, end, e);
-        i = end;
-    }
+    // own (the kernel's fork gives each one; neighbours of one lineage
+    // were one mapping, so they stay one), and a new mapping never merges
+    // with one of them (its `anon_vma` has the parent's as well).
+    m.sealed = m.lineages.max(1);
     // The child's own children inherit none of it either.
     // SAFETY: our mapping; only whether a child inherits it changes.
     unsafe { libc::madvise(m.base as *mut libc::c_void, m.size, libc::MADV_DONTFORK) };
