@@ -396,9 +396,9 @@ impl SharedPages {
     /// let pages = SharedPages::new();
     /// let p = pages.map(1 << 25, 1 << 25).unwrap();
     /// let before = pages.held_bytes();
-    /// // SAFETY: our mapping.
-    /// unsafe { p.as_ptr().write(1) };
-    /// assert_eq!(pages.held_bytes() - before, pagewise::layout::os_page() as u64);
+    /// // SAFETY: our mapping, an OS page in.
+    /// unsafe { p.as_ptr().add(pagewise::layout::os_page()).write(1) };
+    /// assert!(pages.held_bytes() > before);
     /// ```
     pub fn held_bytes(&self) -> u64 {
         let files = self.file_bytes();
@@ -406,7 +406,7 @@ impl SharedPages {
         let private: usize = maps
             .used()
             .iter()
-            .filter(|m| m.size != 0 && m.fd >= 0 && m.ours())
+            .filter(|m| m.size != 0 && m.ours())
             .map(|m| {
                 let mut n = 0;
                 let mut i = 0;
@@ -414,13 +414,13 @@ impl SharedPages {
                     let end = (i..m.pages())
                         .find(|&j| m.group_of(j) != 0)
                         .unwrap_or(m.pages());
-                    n += resident(m.base + i * page(), end - i);
+                    n += resident(m.base + i * page(), (end - i) * page());
                     i = end + 1;
                 }
                 n
             })
             .sum();
-        files + (private * page()) as u64
+        files + private as u64
     }
 
     /// Bytes of memory the kernel holds for this source's files now (as
@@ -781,34 +781,51 @@ and the file size limit (ulimit -f), the open files limit or the kernel refuses 
     }
 }
 
-/// Writes to the private OS page at `addr` (of ours, fresh, holding
-/// nothing), so that the kernel gives its mapping an `anon_vma` now: the
-/// lineage the seams count on ([`LINEAGE`]).
+/// Writes to the private OS page at `addr` (of ours) without changing its
+/// bytes, so that the kernel gives its mapping an `anon_vma` now: the
+/// lineage the seams count on ([`LINEAGE`]). `MADV_POPULATE_WRITE` (Linux
+/// 5.14) faults it in for writing without touching it; before that
+/// kernel, an atomic add of a zero the compiler cannot see (a store, where
+/// a load would not do), which loses no store of the program's to the
+/// same byte meanwhile (the page may be handed out again by then).
 fn first_write(addr: usize) {
-    // SAFETY: a fresh page of ours; nothing on it is live, and it reads as
-    // zeros either way.
-    unsafe { core::ptr::write_volatile(addr as *mut u8, 0) };
+    /// `MADV_POPULATE_WRITE`, named here for the libc crates without it.
+    const POPULATE_WRITE: i32 = 23;
+    // SAFETY: a page of ours; the advice changes no byte.
+    if unsafe { libc::madvise(addr as *mut libc::c_void, 1, POPULATE_WRITE) } == 0 {
+        return;
+    }
+    // SAFETY: a mapped, writable byte of ours. The program may store to
+    // it meanwhile (not through this atomic): at the machine's level an
+    // atomic read-modify-write of zero loses no such store.
+    let byte = unsafe { &*(addr as *const core::sync::atomic::AtomicU8) };
+    byte.fetch_add(core::hint::black_box(0), Relaxed);
 }
 
-/// OS pages of `addr..addr + pages * page()` (our mapping) resident now.
-fn resident(addr: usize, pages: usize) -> usize {
+/// Bytes of `addr..addr + len` (our mapping) resident now, counted in the
+/// kernel's own pages (`mincore` reports those, which the run-time OS page
+/// may be a multiple of: `PAGEWISE_OS_PAGE`).
+fn resident(addr: usize, len: usize) -> usize {
+    // SAFETY: plain library call.
+    let kernel = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap_or(4096);
     let mut vec = [0u8; 1024];
+    let pages = len / kernel;
     let mut n = 0;
     for first in (0..pages).step_by(vec.len()) {
-        let len = (pages - first).min(vec.len());
-        // SAFETY: a range of our mapping; `vec` has room for `len` pages.
+        let k = (pages - first).min(vec.len());
+        // SAFETY: a range of our mapping; `vec` has room for its `k` pages.
         let rc = unsafe {
             libc::mincore(
-                (addr + first * page()) as *mut libc::c_void,
-                len * page(),
+                (addr + first * kernel) as *mut libc::c_void,
+                k * kernel,
                 vec.as_mut_ptr(),
             )
         };
         if rc == 0 {
-            n += vec[..len].iter().filter(|&&b| b & 1 != 0).count();
+            n += vec[..k].iter().filter(|&&b| b & 1 != 0).count();
         }
     }
-    n
+    n * kernel
 }
 
 fn getpid() -> i32 {
