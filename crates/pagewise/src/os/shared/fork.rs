@@ -7,13 +7,13 @@
 //! (the parent's and the child's handlers make them `MADV_DONTFORK`
 //! again). Its group pages, shared, are never inherited: before the fork,
 //! with every allocator lock held, the forking thread makes a new file per
-//! mapping and copies the group pages into it: the heap is made read-only
+//! mapping and copies the group pages into it: they are made read-only
 //! first, so that what is copied is the group pages of one instant, and
 //! writable again once they are copied. Another thread that stores to a
 //! group page not yet copied takes a write-protection fault, and the
 //! barrier's handler copies that page's chunk (16 OS pages) itself (or
 //! waits for the chunk being copied), makes the page writable and returns;
-//! a store to an own page is let through at once. Each chunk of each file
+//! own pages are never made read-only. Each chunk of each file
 //! has a state (untouched, being copied, copied), so a chunk is copied
 //! once, by whoever comes first, and never after it may have changed.
 //!
@@ -23,7 +23,7 @@
 //! did not inherit, which the barrier hands to
 //! [`map_in_child`]. The parent closes its copies of the new files.
 //!
-//! What it cannot do: a system call that writes into a page not yet
+//! What it cannot do: a system call that writes into a group page not yet
 //! copied fails with `EFAULT` (the kernel does not fault on its behalf),
 //! while the copy lasts.
 
@@ -78,16 +78,18 @@ impl SharedPages {
             for c in 0..m.chunks_per_half() {
                 m.state(c).store(COPIED, Relaxed);
             }
-            // SAFETY: our mapping, made writable again below. By
+            // SAFETY: our group pages, made writable again below. By
             // `mprotect`: a store's fault copies its page at once.
-            unsafe { barrier::protect_by_mprotect(m.base, m.size) };
+            group_runs(m, |at, len| unsafe {
+                barrier::protect_by_mprotect(at, len)
+            });
         }
         for m in maps.used().iter_mut().filter(|m| m.child_fd >= 0) {
             if !copy_for_child(m) {
                 close(core::mem::replace(&mut m.child_fd, -1));
             }
-            // SAFETY: as above (all of it, whatever the copy did).
-            unsafe { barrier::unprotect(m.base, m.size) };
+            // SAFETY: as above (all of them, whatever the copy did).
+            group_runs(m, |at, len| unsafe { barrier::unprotect(at, len) });
         }
         barrier::lower();
         for m in maps.used().iter().filter(|m| m.child_fd >= 0) {
@@ -251,6 +253,23 @@ impl Mapping {
 fn copy_for_child(m: &mut Mapping) -> bool {
     let pages = m.pages();
     copy_chunks(m, pages, 2 * pages, false)
+}
+
+/// Calls `f` on every run of `m`'s OS pages that show group pages, as an
+/// address and a length.
+fn group_runs(m: &Mapping, mut f: impl FnMut(usize, usize) -> bool) {
+    let mut i = 0;
+    while i < m.pages() {
+        if m.group_of(i) == 0 {
+            i += 1;
+            continue;
+        }
+        let end = (i..m.pages())
+            .find(|&j| m.group_of(j) == 0)
+            .unwrap_or(m.pages());
+        f(m.base + i * page(), (end - i) * page());
+        i = end;
+    }
 }
 
 /// `madvise(advice)` on every run of `m`'s OS pages that show their own
