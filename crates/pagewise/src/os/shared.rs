@@ -134,7 +134,8 @@ struct Mapping {
     /// process it is not ours to change.
     pid: i32,
     /// Per OS page (lazily mapped, 0 while none is shared): the group it
-    /// is a member of, as the founder's page index + 1 (0: its own page).
+    /// is a member of, as the founder's page index + 1, or what its own
+    /// page is ([`LINEAGE`], [`MOVED`]; 0: of the mapping's first lineage).
     group: *mut u32,
     /// Per OS page: members of the group it founded (0: no group).
     members: *mut u32,
@@ -230,7 +231,7 @@ impl Mapping {
     /// Gives the run of [`Mapping::unset`] the `anon_vma` of its lineage
     /// now (a write), if there is one.
     fn settle(&mut self) {
-        let (first, end) = core::mem::replace(&mut self.unset, (0, 0));
+        let (first, end) = core::mem::take(&mut self.unset);
         if end > first && self.ours() {
             first_write(self.base + first * page());
         }
@@ -251,8 +252,8 @@ impl Mapping {
         self.lineages
     }
 
-    /// OS page `i`'s entry in the group table: its group (founder's index
-    /// + 1), its lineage, or [`MOVED`].
+    /// OS page `i`'s entry in the group table: its group (the founder's
+    /// index plus one), its lineage, or [`MOVED`].
     fn entry(&self, i: usize) -> u32 {
         if self.group.is_null() {
             0
@@ -297,10 +298,11 @@ impl Mapping {
         self.seams_at(i, to) as isize - self.seams_at(i, self.shows(i)) as isize
     }
 
-    /// Records that OS page `i` has entry `group` (a group: founder index
-    /// + 1; or its own page of a lineage, or [`MOVED`]) now: the group table and the seams, which change by
-    /// `change` (the caller took that budget before remapping, with the
-    /// table locked since, so no neighbour has moved).
+    /// Records that OS page `i` has entry `group` (a group, the founder's
+    /// index plus one; or its own page of a lineage, or [`MOVED`]) now:
+    /// the group table and the seams, which change by `change` (the
+    /// caller took that budget before remapping, with the table locked
+    /// since, so no neighbour has moved).
     fn set_shows(&mut self, i: usize, group: u32, change: isize) {
         let to = self.would_show(i, group);
         debug_assert_eq!(change, self.seam_change(i, to), "a neighbour moved");
@@ -1158,9 +1160,12 @@ unsafe impl SharePages for SharedPages {
             if !Self::take_seams(change, how == Leave::Released) {
                 return false;
             }
-            if keep && !(m.ours() && hold_writers(member) && self.own_copy(member))
-                || !keep && !self.own_page(member, alone)
-            {
+            let remapped = if keep {
+                m.ours() && hold_writers(member) && self.own_copy(member)
+            } else {
+                self.own_page(member, alone)
+            };
+            if !remapped {
                 if keep {
                     let_writers_in(member);
                 }
@@ -1280,9 +1285,9 @@ mod tests {
     /// usable, purged in place, never shared.
     #[test]
     fn a_file_the_kernel_refuses_gives_private_memory() {
-        for refused in [Refuse::Ftruncate] {
+        {
             let pages = SharedPages::new();
-            REFUSE.with(|r| r.set(refused));
+            REFUSE.with(|r| r.set(Refuse::Ftruncate));
             let got = pages.map(SIZE, SIZE);
             REFUSE.with(|r| r.set(Refuse::Nothing));
             let p = got.expect("private memory instead of none").as_ptr() as usize;
