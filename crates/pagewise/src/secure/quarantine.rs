@@ -49,8 +49,10 @@ impl Quarantine {
     /// Owner only; `b` is a slot freed, zeroed and marked quarantined.
     #[inline(always)]
     pub unsafe fn swap(&self, b: *mut Block, word: usize) -> Held {
-        let i = self.next.get();
-        self.next.set((i + 1) % SLOTS);
+        // The index masked where it is used, so the ring's bound needs no
+        // check (`next` runs up to SLOTS, taken modulo SLOTS at each use).
+        let i = self.next.get() % SLOTS;
+        self.next.set(i + 1);
         // SAFETY: owner only (caller).
         let old = unsafe { core::mem::replace(&mut (*self.ring.get())[i], (b, word)) };
         if !old.0.is_null() {
