@@ -112,6 +112,29 @@ impl HeapCore {
         if !state.starts_slot(offset) {
             return false; // not a slot start: the uncached path says so
         }
+        // SAFETY: per the caller; `addr` starts a slot of `state`'s class in
+        // the live slab page `word` (read after the announcement) names.
+        unsafe { HeapCore::cache_push(heap, seg, addr, word, state_at, state) }
+    }
+
+    /// The end of a cached free, once the page's word `word` (read after
+    /// `addr` was announced) said that `addr` starts a slot of the class
+    /// of `state`, at `state_at` in `heap`'s states: the cache key, the
+    /// second look at the word, the push (or the overflow).
+    ///
+    /// # Safety
+    /// As `cache_free_at`; `addr` starts a slot of `state`'s class in a
+    /// live slab page of `seg` whose slab word read `word`, after `addr`
+    /// was announced in `heap`'s states.
+    #[inline(always)]
+    unsafe fn cache_push(
+        heap: *const HeapCore,
+        seg: &Segment,
+        addr: usize,
+        word: usize,
+        state_at: usize,
+        state: &ClassState,
+    ) -> bool {
         let block = addr as *mut Block;
         crate::sync::perturb::window();
         // SAFETY: owner only (caller); `addr` starts a slot (of two words at
@@ -134,6 +157,49 @@ impl HeapCore {
             }
         }
         true
+    }
+
+    /// [`HeapCore::free_to_cache`] of a slot the hardened free already
+    /// found in the slab table, as the word `seen` (`Segment::slab_word`,
+    /// a cacheable slab page's), and has kept out of use since (its
+    /// quarantine): the slot's segment and its start are known, and while
+    /// the slot is live its page cannot go, so only what can change
+    /// meanwhile is read again, the page's word. A page that stopped
+    /// taking cached frees (hollowed, meshed) reads another word: false,
+    /// and the caller frees the slot past the cache.
+    ///
+    /// # Safety
+    /// `current` is the calling thread's heap; `ptr` is a live slot of a
+    /// thread heap's slab page whose word read `seen` when the slot was
+    /// freed, in use by nobody since.
+    #[cfg(feature = "secure")]
+    #[inline(always)]
+    pub(crate) unsafe fn free_seen_to_cache(
+        ptr: *mut u8,
+        current: *const HeapCore,
+        seen: usize,
+    ) -> bool {
+        let addr = ptr as usize;
+        // SAFETY: the segment of a live slot is registered, so mapped and
+        // headed by a `Segment`.
+        let seg = unsafe { &*Segment::of(crate::memory::layout::segment_base(addr)) };
+        let states = (current as *const u8).wrapping_add(STATES_OFFSET);
+        // SAFETY: as in `cache_free_at`: announced before the word is read.
+        unsafe { (*(states as *const ClassState)).announce(addr) };
+        cache_handshake::before_reading_the_word();
+        let word = seg.slab_word(addr);
+        if word != seen {
+            return false; // no longer cacheable: past the cache
+        }
+        let (state_at, _) = seg.split_slab_word(word, addr);
+        // SAFETY: `seen` was a cacheable slab word of `addr`'s slot (caller),
+        // whose state is one of `current`'s (as in `cache_free_at`); the
+        // page, live while its slot is, still names the same class and
+        // start, of which `addr` is a slot.
+        unsafe {
+            let state = &*(states.add(state_at) as *const ClassState);
+            HeapCore::cache_push(current, seg, addr, word, state_at, state)
+        }
     }
 
     /// The slot size of the block at `addr` if it is a slot the thread

@@ -47,7 +47,7 @@ mod wipe;
 mod zero;
 
 pub use kept::Kept;
-pub use quarantine::{Quarantine, SLOTS as QUARANTINE};
+pub use quarantine::{Held, Quarantine, SLOTS as QUARANTINE};
 
 use crate::fault::{misuse, Misuse};
 use crate::heap::HeapCore;
@@ -292,20 +292,27 @@ unsafe fn give_back_kept(heap: &HeapCore) -> bool {
 /// meshed after its word was read: `check_neighbour`.
 #[inline(always)]
 fn slot_of(p: *const u8) -> Option<(usize, usize)> {
+    slot_word_of(p).map(|(class, offset, _)| (class, offset))
+}
+
+/// [`slot_of`], with the slab word it read (`Segment::slab_word`).
+#[inline(always)]
+fn slot_word_of(p: *const u8) -> Option<(usize, usize, usize)> {
     let addr = p as usize;
     if !registry::in_shared_segment(addr) {
         return None;
     }
     // SAFETY: a registered segment is mapped and headed by a `Segment`.
     let seg = unsafe { &*Segment::of(segment_base(addr)) };
-    let (state_at, offset) = seg.slab_entry(addr);
+    let word = seg.slab_word(addr);
+    let (state_at, offset) = seg.split_slab_word(word, addr);
     if state_at == 0 {
         return None;
     }
     let class = (state_at >> STATE_SHIFT) - 1;
     // SAFETY: slab-table entries hold `class + 1` for classes below CLASSES.
     let slot = unsafe { GEOMETRY.get_unchecked(class) }.starts_slot(offset);
-    slot.then_some((class, offset))
+    slot.then_some((class, offset, word))
 }
 
 /// Makes a block of `u` usable bytes just handed out a hardened block of
@@ -552,9 +559,9 @@ unsafe fn check_neighbour(p: *const u8, u: usize, offset: usize, begun: usize) {
 }
 
 /// Frees `p`: a slot the thread cache could take is checked, wiped and put
-/// in the thread's quarantine, and the slot it displaces goes to the cache
-/// (or through `uncached`); anything else is checked and wiped, then freed
-/// through `uncached`.
+/// in the thread's quarantine with the slab word that said so, and the
+/// slot it displaces goes to the cache (or through `uncached`); anything
+/// else is checked and wiped, then freed through `uncached`.
 ///
 /// # Safety
 /// `p` is not null; `current` is the calling thread's heap or null;
@@ -563,15 +570,15 @@ unsafe fn check_neighbour(p: *const u8, u: usize, offset: usize, begun: usize) {
 pub unsafe fn free(p: *mut u8, current: *mut HeapCore, uncached: impl FnOnce(*mut u8)) {
     if !current.is_null() {
         let begun = crate::heap::mesh::passes_begun();
-        if let Some((class, offset)) = slot_of(p) {
+        if let Some((class, offset, word)) = slot_word_of(p) {
             let b = p as *mut Block;
             // SAFETY: a slot of a thread heap's live slab page whose slots
             // the caches take, so resident; `current` is ours (caller).
             unsafe {
                 free_slot(b, class, offset, begun);
                 Block::mark_quarantined(b);
-                let old = (*current).quarantine.swap(b);
-                if !old.is_null() {
+                let old = (*current).quarantine.swap(b, word);
+                if !old.0.is_null() {
                     release(old, current, uncached);
                 }
             }
@@ -583,15 +590,18 @@ pub unsafe fn free(p: *mut u8, current: *mut HeapCore, uncached: impl FnOnce(*mu
 }
 
 /// Frees a slot out of quarantine below this layer: to the thread cache,
-/// or through `uncached` if its page no longer lets the caches take it.
+/// or through `uncached` if its page no longer lets the caches take it
+/// (its slab word is no longer the one its free read).
 ///
 /// # Safety
-/// `b` left `current`'s quarantine; `current` is the calling thread's heap.
+/// `(b, word)` left `current`'s quarantine; `current` is the calling
+/// thread's heap.
 #[inline(always)]
-unsafe fn release(b: *mut Block, current: *mut HeapCore, uncached: impl FnOnce(*mut u8)) {
-    // SAFETY: a live slot to its page (the quarantine key is no free key).
+unsafe fn release((b, word): Held, current: *mut HeapCore, uncached: impl FnOnce(*mut u8)) {
+    // SAFETY: a live slot to its page (the quarantine key is no free key),
+    // whose word read `word` at its free, out of use since.
     unsafe {
-        if !HeapCore::free_to_cache(b.cast(), current) {
+        if !HeapCore::free_seen_to_cache(b.cast(), current, word) {
             uncached(b.cast());
         }
     }
@@ -607,8 +617,8 @@ pub unsafe fn drain_quarantine(heap: &HeapCore) {
     // SAFETY: owner only (caller); each slot left the quarantine; the kept
     // span is a guarded block's, wiped, which nobody uses.
     unsafe {
-        heap.quarantine.drain(|b| {
-            if !HeapCore::free_to_cache(b.cast(), me) {
+        heap.quarantine.drain(|(b, word)| {
+            if !HeapCore::free_seen_to_cache(b.cast(), me, word) {
                 HeapCore::free_uncached(b.cast(), me);
             }
         });
@@ -742,4 +752,60 @@ pub unsafe fn usable_size(p: *const u8) -> usize {
     }
     // SAFETY: forwarded.
     unsafe { check(p as *mut u8, false).size }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::memory::layout::segment_base;
+    use crate::memory::page::{Block, Page};
+    use crate::memory::segment::Segment;
+
+    /// The slab page of the live slot `p`.
+    ///
+    /// # Safety
+    /// `p` is a live slot of a slab page.
+    unsafe fn page_of(p: *mut u8) -> *mut Page {
+        // SAFETY: a live slot's segment is registered, mapped and headed by
+        // a `Segment`; the slice's descriptor holds its offset from the
+        // span's first, fixed while the span is in use.
+        unsafe {
+            let seg = &*Segment::of(segment_base(p as usize));
+            let idx = seg.slice_index(p as usize);
+            seg.page(idx - (*seg.page(idx)).slice_offset as usize)
+        }
+    }
+
+    /// A slot leaves the quarantine for the thread cache only if its page
+    /// still takes cached frees: one whose page stopped while the slot
+    /// waited (as a page being hollowed or meshed does) goes to its page.
+    /// The way out of the quarantine compares the slab word its free read
+    /// with the word now; without that, the slot went into the cache.
+    #[test]
+    fn a_slot_whose_page_stopped_taking_cached_frees_while_it_waited_goes_to_its_page() {
+        // SAFETY: live blocks, each freed once; the page's word is set
+        // back as its (unhollowed) state says once the slot is out.
+        unsafe {
+            let p = crate::raw::malloc(100, 16);
+            crate::raw::free(p);
+            assert!(Block::is_quarantined(p.cast()));
+            let page = page_of(p);
+            (*page).set_cacheable(false);
+            // Frees of another class's blocks (another page), as many as
+            // the quarantine holds: `p` is the oldest and leaves.
+            let mut v = [core::ptr::null_mut(); super::QUARANTINE];
+            for b in v.iter_mut() {
+                *b = crate::raw::malloc(1000, 16);
+            }
+            for &b in &v {
+                crate::raw::free(b);
+            }
+            let (cached, in_page) = (Block::is_cached(p.cast()), Block::is_in_page(p.cast()));
+            (*page).set_cacheable(true);
+            assert!(
+                !cached,
+                "a slot of a page the caches no longer take was cached"
+            );
+            assert!(in_page, "freed to its page");
+        }
+    }
 }

@@ -9,7 +9,11 @@
 //! free that pushes a slot in takes the oldest out and frees it to the
 //! thread cache, after checking that nothing wrote over the heap's words a
 //! free leaves in it (its zeroed first word and its key): the rest of it is
-//! checked when it is handed out again.
+//! checked when it is handed out again. Beside each slot the ring keeps
+//! the slab word its free read (`Segment::slab_word`): the slot's class
+//! and page, which the way into the cache then only compares with the
+//! word read again (`HeapCore::free_seen_to_cache`), rather than looking
+//! the slot up a second time.
 
 use crate::fault::{misuse, Misuse};
 use crate::memory::page::Block;
@@ -19,9 +23,12 @@ use core::ptr::null_mut;
 /// Slots a thread keeps out of use after freeing them.
 pub const SLOTS: usize = 16;
 
+/// A quarantined slot and the slab word its free read.
+pub type Held = (*mut Block, usize);
+
 /// A thread heap's ring of quarantined slots (owner only).
 pub struct Quarantine {
-    ring: UnsafeCell<[*mut Block; SLOTS]>,
+    ring: UnsafeCell<[Held; SLOTS]>,
     next: Cell<usize>,
 }
 
@@ -29,42 +36,46 @@ impl Quarantine {
     /// An empty quarantine.
     pub const fn new() -> Quarantine {
         Quarantine {
-            ring: UnsafeCell::new([null_mut(); SLOTS]),
+            ring: UnsafeCell::new([(null_mut(), 0); SLOTS]),
             next: Cell::new(0),
         }
     }
 
-    /// Puts `b` in, returning the slot it displaces (the oldest), checked,
-    /// or null while the ring is filling.
+    /// Puts `b` in, with the slab word `word` its free read, returning the
+    /// slot it displaces (the oldest), checked, and its word, or a null
+    /// slot while the ring is filling.
     ///
     /// # Safety
     /// Owner only; `b` is a slot freed, zeroed and marked quarantined.
     #[inline(always)]
-    pub unsafe fn swap(&self, b: *mut Block) -> *mut Block {
-        let i = self.next.get();
-        self.next.set((i + 1) % SLOTS);
+    pub unsafe fn swap(&self, b: *mut Block, word: usize) -> Held {
+        // The index masked where it is used, so the ring's bound needs no
+        // check (`next` runs up to SLOTS, taken modulo SLOTS at each use).
+        let i = self.next.get() % SLOTS;
+        self.next.set(i + 1);
         // SAFETY: owner only (caller).
-        let old = unsafe { core::mem::replace(&mut (*self.ring.get())[i], b) };
-        if !old.is_null() {
+        let old = unsafe { core::mem::replace(&mut (*self.ring.get())[i], (b, word)) };
+        if !old.0.is_null() {
             // SAFETY: a slot this ring held, still out of use.
-            unsafe { check_words(old) };
+            unsafe { check_words(old.0) };
         }
         old
     }
 
-    /// Takes every slot out, checked, oldest first (for `free`).
+    /// Takes every slot out, checked, oldest first, with its word (for
+    /// `free`).
     ///
     /// # Safety
     /// Owner only.
-    pub unsafe fn drain(&self, mut free: impl FnMut(*mut Block)) {
+    pub unsafe fn drain(&self, mut free: impl FnMut(Held)) {
         for k in 0..SLOTS {
             let i = (self.next.get() + k) % SLOTS;
             // SAFETY: owner only (caller).
-            let b = unsafe { core::mem::replace(&mut (*self.ring.get())[i], null_mut()) };
-            if !b.is_null() {
+            let held = unsafe { core::mem::replace(&mut (*self.ring.get())[i], (null_mut(), 0)) };
+            if !held.0.is_null() {
                 // SAFETY: as in `swap`.
-                unsafe { check_words(b) };
-                free(b);
+                unsafe { check_words(held.0) };
+                free(held);
             }
         }
     }
