@@ -192,16 +192,17 @@ impl HeapCore {
     /// # Safety
     /// Owner only, as its last act on the heap's owner-only state.
     pub unsafe fn abandon(&self) {
-        // Its thread frees into this cache no more: a slot it announced
-        // keeps no OS page out of mesh passes while the heap waits for an
-        // adopter.
-        self.states[0].announce(0);
-        // The quarantined slots join the cache, which goes on below.
+        // The quarantined slots join the cache, which goes on below (each
+        // announced as it goes, as any free into the cache).
         #[cfg(feature = "secure")]
         // SAFETY: owner only (caller).
         unsafe {
             crate::secure::drain_quarantine(self)
         };
+        // Its thread frees into this cache no more: a slot it announced
+        // keeps no OS page out of mesh passes while the heap waits for an
+        // adopter (after the drain, whose frees announce their slots).
+        self.states[0].announce(0);
         {
             let mut l = self.lock_local();
             // SAFETY: owner only, with the page lists held.
