@@ -67,7 +67,7 @@ unsafe impl GlobalAlloc for Pagewise {
             let p = if heap.is_null() || align > 16 {
                 core::ptr::null_mut()
             } else {
-                crate::secure::alloc_cached(&*heap, size)
+                crate::secure::alloc_cached(heap, size)
             };
             if p.is_null() {
                 crate::secure::alloc(size, align, true, |n, a, z| alloc_below(n, a, z))
@@ -116,7 +116,7 @@ unsafe fn alloc_secure(size: usize, align: usize) -> *mut u8 {
     let heap = thread::current_or_null();
     if !heap.is_null() && align <= 16 {
         // SAFETY: the calling thread's own heap.
-        let p = unsafe { crate::secure::alloc_cached(&*heap, size) };
+        let p = unsafe { crate::secure::alloc_cached(heap, size) };
         if !p.is_null() {
             return p;
         }

@@ -68,12 +68,16 @@ pub unsafe fn malloc_cached(size: usize, align: usize) -> *mut u8 {
     // The hardened build arms the slot on the way out.
     #[cfg(feature = "secure")]
     {
-        let heap = thread::current_or_null();
-        if heap.is_null() || align > 16 || crate::global::purger::poll_pending() {
+        // A thread without a heap finds the empty one, and a request for
+        // the purger sends the class to the state that caches nothing
+        // (`HeapCore::alloc_cached_at`): `alloc_cached` returns null for
+        // both, with no test for either on the way to a cached slot.
+        let heap = thread::current_or_empty();
+        if align > 16 {
             return core::ptr::null_mut();
         }
-        // SAFETY: the calling thread's own heap.
-        unsafe { crate::secure::alloc_cached(&*heap, size) }
+        // SAFETY: the calling thread's own heap or the empty one.
+        unsafe { crate::secure::alloc_cached(heap, size) }
     }
     #[cfg(not(feature = "secure"))]
     {

@@ -126,7 +126,6 @@ pub fn current_or_null() -> *mut HeapCore {
 /// caches are empty and take no slot) if it has none: the C library's
 /// fast paths, which then test for no missing heap.
 #[inline(always)]
-#[cfg_attr(feature = "secure", allow(dead_code))]
 pub(crate) fn current_or_empty() -> *mut HeapCore {
     tls::current_or_empty()
 }

@@ -172,16 +172,36 @@ impl HeapCore {
         }
     }
 
-    /// A slot of `class` from this heap's thread cache, null if it has none
-    /// (the hardened build's fast path, which knows the class already).
+    /// The hardened build's fast path: a slot for a request of `size`
+    /// bytes (1 to [`CACHED_MAX`]) from the thread cache of `heap`, found as
+    /// [`HeapCore::alloc_cached16`] finds it, and the byte offset of its
+    /// class state, `(class + 1) << STATE_SHIFT`. The slot is null if the
+    /// cache of the class is empty, as every cache of [`empty_heap`] is;
+    /// the offset is 0 (the state that caches nothing) if the background
+    /// purger was asked for and not started yet: no test for a missing heap
+    /// or for the purger on the way to a cached slot.
     ///
     /// # Safety
-    /// Owner only; `class` is below CLASSES.
+    /// `heap` is the calling thread's own heap, or [`empty_heap`]; `size`
+    /// is 1 to [`CACHED_MAX`].
     #[cfg(feature = "secure")]
     #[inline(always)]
-    pub unsafe fn alloc_cached_of(&self, class: usize) -> *mut u8 {
-        // SAFETY: per the caller.
-        unsafe { self.states.get_unchecked(class + 1).pop() as *mut u8 }
+    pub unsafe fn alloc_cached_at(heap: *const HeapCore, size: usize) -> (*mut u8, usize) {
+        debug_assert!((1..=CACHED_MAX).contains(&size));
+        let state_at = if size <= STATE_TABLE_MAX {
+            // SAFETY: (size + 15) / 16 <= STATE_TABLE_MAX / 16, the last index.
+            unsafe { STATE_AT_BY_16.get_unchecked((size + 15) >> 4) }.load(Relaxed) as usize
+        } else if !crate::global::purger::poll_pending() {
+            (class_of(size) + 1) << STATE_SHIFT
+        } else {
+            0
+        };
+        // SAFETY: as in `alloc_cached16`.
+        unsafe {
+            let states = (heap as *const u8).wrapping_add(STATES_OFFSET);
+            let p = (*(states.add(state_at) as *const ClassState)).pop() as *mut u8;
+            (p, state_at)
+        }
     }
 
     /// A slot of `class` for a request of `size` bytes past the thread

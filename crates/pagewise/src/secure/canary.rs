@@ -342,7 +342,12 @@ impl Keys {
 #[inline(always)]
 pub fn is_tail(addr: usize, u: usize, word: usize) -> bool {
     let (mask, pat) = marks(addr);
-    if word == 0 || swap(word ^ mask) <= u - TAIL || word == swap(FREE_GAP) ^ mask {
+    // A live block's tail word first, on its own (the common case, one
+    // comparison), then a purged page's zero and a free slot's tail.
+    if swap(word ^ mask) <= u - TAIL {
+        return true;
+    }
+    if word == 0 || word == swap(FREE_GAP) ^ mask {
         return true;
     }
     let last = u64::from_le(word as u64);

@@ -12,8 +12,8 @@
 //! slot to within seven bytes, or the key of a slot carved and never
 //! handed out. Then only something outside the slot can tell a slot freed
 //! twice from a live block written past its end. This record is that:
-//! kept apart from every block (a mapping of its own per segment, and a
-//! directory of them, both mapped on first use), changed only by atomic
+//! kept apart from every block (a mapping of its own per segment, mapped
+//! on first use, found through a static directory), changed only by atomic
 //! read-modify-writes (a free and a hand-out on different threads share
 //! its words), read before any of the block's bytes. The free loads no
 //! byte of its block to decide: the line it would wait for is the one the
@@ -27,7 +27,7 @@
 //! every block on it was freed, so no bit outlives its block. Meshing
 //! moves a page's bytes, not its addresses.
 //!
-//! Where a mapping is refused (the directory, or one segment's bitmap),
+//! Where a segment's bitmap is refused,
 //! nothing is recorded there, for good: the hand-out and the free both
 //! find it refused, and the free falls back to the free key in the slot
 //! (which catches a second free of a slot whose key is intact, and a free
@@ -44,25 +44,12 @@ const WORDS: usize = SEGMENT / GRANULE / 64;
 /// Segments of the 47-bit address range: the directory's entries.
 const ENTRIES: usize = 1 << (47 - SEGMENT_SHIFT);
 
-/// The directory: 0 not mapped yet, 1 refused, else its address.
-static DIR: AtomicUsize = AtomicUsize::new(0);
-
-/// The directory's entries, mapped on first use.
-#[inline(always)]
-fn directory() -> Option<&'static [AtomicUsize; ENTRIES]> {
-    let d = DIR.load(Acquire);
-    if d > 1 {
-        // SAFETY: a mapping of ENTRIES zeroed words, never unmapped.
-        return Some(unsafe { &*(d as *const [AtomicUsize; ENTRIES]) });
-    }
-    if d == 1 {
-        return None;
-    }
-    map_into(&DIR, ENTRIES * 8).map(|d| {
-        // SAFETY: as above.
-        unsafe { &*(d as *const [AtomicUsize; ENTRIES]) }
-    })
-}
+/// The directory: one entry per segment, 0 while its bitmap is not
+/// mapped yet, 1 if the OS refused it, else the bitmap's address. A static
+/// table (zero pages until a segment's entry is written, as a mapping made
+/// on first use was), so that finding a segment's bitmap is one load at an
+/// index, with no load of the directory's address nor test for it.
+static DIR: [AtomicUsize; ENTRIES] = [const { AtomicUsize::new(0) }; ENTRIES];
 
 /// Maps `bytes` of zeroed memory and publishes it in `cell` (0 before),
 /// unless another thread did first (its mapping is kept, this one given
@@ -89,7 +76,14 @@ fn map_into(cell: &AtomicUsize, bytes: usize) -> Option<usize> {
 /// mapping was refused, or past the directory's range.
 #[inline(always)]
 fn bit(addr: usize) -> Option<(&'static AtomicU64, u64)> {
-    let entry = directory()?.get(addr >> SEGMENT_SHIFT)?;
+    let i = addr >> SEGMENT_SHIFT;
+    // Not `DIR.get(i)`: that borrows the whole table, which Miri would
+    // track byte by byte.
+    if i >= ENTRIES {
+        return None;
+    }
+    // SAFETY: `i` is below ENTRIES, the table's length.
+    let entry = unsafe { &*DIR.as_ptr().add(i) };
     let mut w = entry.load(Acquire);
     if w <= 1 {
         if w == 1 {

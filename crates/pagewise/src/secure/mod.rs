@@ -55,7 +55,7 @@ use crate::memory::layout::segment_base;
 use crate::memory::page::Block;
 use crate::memory::registry;
 use crate::memory::segment::{Segment, STATE_SHIFT};
-use crate::memory::size_class::{class_of, GEOMETRY, SLOT_SIZE, SMALL_MAX};
+use crate::memory::size_class::{GEOMETRY, SLOT_SIZE, SMALL_MAX};
 use core::ptr::null_mut;
 
 /// The per-process secret, without drawing it (0 before the first heap is
@@ -75,43 +75,53 @@ use canary::{Keys, MIN_SLACK};
 /// The hardened allocation's fast path: a slot of more than `size` bytes from
 /// the thread cache of `heap` (or, when the class's cache is empty, from
 /// its current page), aligned to 16, cleared of the heap's words and
-/// armed. Null if the request is too big for a slot or of zero bytes, or
-/// no slot could be had (then take [`alloc`]).
+/// armed. Null if the request is too big for a slot or of zero bytes, if
+/// `heap` is the empty heap or the background purger waits to be started
+/// (`HeapCore::alloc_cached_at`), or if no slot could be had (then take
+/// [`alloc`]).
 ///
 /// # Safety
-/// `heap` is the calling thread's own heap.
+/// `heap` is the calling thread's own heap, or `crate::heap::empty_heap`.
 #[inline(always)]
-pub unsafe fn alloc_cached(heap: &HeapCore, size: usize) -> *mut u8 {
+pub unsafe fn alloc_cached(heap: *const HeapCore, size: usize) -> *mut u8 {
     // Zero bytes (a block that faults when touched) or too big: not here.
     if size.wrapping_sub(1) >= crate::heap::alloc::CACHED_MAX - TAIL {
         return null_mut();
     }
-    let class = class_of(size + MIN_SLACK);
-    // SAFETY: our own heap (caller); `class_of` returns classes below
-    // CLASSES.
+    // SAFETY: our own heap or the empty one (caller); `size + MIN_SLACK` is
+    // 2 to CACHED_MAX.
     unsafe {
-        let p = heap.alloc_cached_of(class);
+        let (p, state_at) = HeapCore::alloc_cached_at(heap, size + MIN_SLACK);
         if p.is_null() {
-            return alloc_from_page(heap, size, class);
+            return alloc_from_page(heap, size, state_at);
         }
-        // A slot of the class, just taken from the cache.
+        // A slot of the class, just taken from the cache: a state that
+        // holds a slot is one of a class below CLASSES.
+        let class = (state_at >> STATE_SHIFT) - 1;
         hand_out(p, size, *SLOT_SIZE.get_unchecked(class) as usize, true);
         p
     }
 }
 
-/// [`alloc_cached`] when the cache of `class` is empty: a slot from the
-/// class's current page (where a program that allocates more than it
-/// frees takes most of its blocks), else the heap's slow path. Null when
-/// out of memory.
+/// [`alloc_cached`] when the cache of the class whose state is `state_at`
+/// bytes into the heap's states is empty: a slot from the class's current
+/// page (where a program that allocates more than it frees takes most of
+/// its blocks), else the heap's slow path. Null when out of memory, and
+/// when `heap` is the empty heap or `state_at` is 0 (the purger waits:
+/// the caller's slow path starts it).
 ///
 /// # Safety
-/// As [`alloc_cached`]; `class` is `class_of(size + MIN_SLACK)`.
+/// As [`alloc_cached`]; `state_at` is what `HeapCore::alloc_cached_at`
+/// gave for `size + MIN_SLACK`.
 #[inline(never)]
-unsafe fn alloc_from_page(heap: &HeapCore, size: usize, class: usize) -> *mut u8 {
+unsafe fn alloc_from_page(heap: *const HeapCore, size: usize, state_at: usize) -> *mut u8 {
+    if state_at == 0 || core::ptr::eq(heap, crate::heap::empty_heap()) {
+        return null_mut();
+    }
+    let class = (state_at >> STATE_SHIFT) - 1;
     // SAFETY: our own heap; `class` fits `size + MIN_SLACK` (caller).
     unsafe {
-        let p = heap.alloc_past_cache_of(class, size + MIN_SLACK);
+        let p = (*heap).alloc_past_cache_of(class, size + MIN_SLACK);
         if !p.is_null() {
             hand_out_found(p, size);
         }
