@@ -38,7 +38,11 @@
 //! crashing at the limit (plasma-umass/Mesh issues 37 and 91). A page that
 //! leaves its group merges back with its private neighbour of the left,
 //! or failing that of the right; with both, only if they are of one
-//! lineage.
+//! lineage. An inaccessible guard page on either side of every mapping
+//! keeps anything else from being its neighbour in the kernel's eyes (the
+//! kernel would merge a page leaving at the mapping's first OS page with
+//! a mapping of the same flags below it first), so a mapping is exactly
+//! one kernel mapping plus its seams.
 //!
 //! A forked child would share the group pages with its parent
 //! (`MAP_SHARED`), so every mapping is `MADV_DONTFORK` (every remap again):
@@ -496,10 +500,12 @@ impl SharedPages {
         self.map_private(size, align).map(|at| (at, -1))
     }
 
-    /// Private anonymous memory, read-write, aligned to `align`.
+    /// Private anonymous memory, read-write, aligned to `align`, between
+    /// its guards ([`Self::aligned_place`]).
     fn map_private(&self, size: usize, align: usize) -> Option<usize> {
         let at = self.aligned_place(size, align)?;
-        // SAFETY: the placeholder just reserved, made usable.
+        // SAFETY: the placeholder just reserved, made usable (not its
+        // guards).
         let rw = unsafe {
             libc::mprotect(
                 at as *mut libc::c_void,
@@ -508,25 +514,36 @@ impl SharedPages {
             )
         };
         if rw != 0 {
-            self.munmap(at, size);
+            self.munmap(at - page(), size + 2 * page());
             return None;
         }
         Some(at)
     }
 
     /// Reserves `size` bytes aligned to `align` as an inaccessible
-    /// anonymous placeholder (one `mmap` at an aligned hint; otherwise
-    /// `size + align` trimmed).
+    /// anonymous placeholder with a *guard* on either side, an OS page of
+    /// it that stays inaccessible for the life of the mapping (one `mmap`
+    /// at an aligned hint; otherwise `size + align` and the guards,
+    /// trimmed). The guards keep anything else from being the kernel's
+    /// neighbour of the mapping: a page that leaves its group would merge
+    /// with a neighbour of the same flags (another mapping of a source's,
+    /// made after it by the next hint, or the program's own memory), the
+    /// one on its left first, and not with its own mapping as the seams
+    /// count.
     fn aligned_place(&self, size: usize, align: usize) -> Option<usize> {
-        let p = self.placeholder(next_hint(size, align), size)?;
-        if p % align == 0 {
-            return Some(p);
+        let guard = page();
+        // Room for both guards past the hint, so the next hint's guard
+        // does not fall on this mapping's.
+        let hint = next_hint(size + 2 * guard, align);
+        let p = self.placeholder(hint - guard, size + 2 * guard)?;
+        if (p + guard) % align == 0 {
+            return Some(p + guard);
         }
-        self.munmap(p, size);
-        let p = self.placeholder(0, size + align)?;
-        let start = (p + align - 1) & !(align - 1);
-        self.munmap(p, start - p);
-        self.munmap(start + size, p + align - start);
+        self.munmap(p, size + 2 * guard);
+        let p = self.placeholder(0, size + align + 2 * guard)?;
+        let start = (p + guard + align - 1) & !(align - 1);
+        self.munmap(p, start - guard - p);
+        self.munmap(start + size + guard, p + align + guard - start);
         Some(start)
     }
 
@@ -957,9 +974,15 @@ unsafe impl PageSource for SharedPages {
             return;
         };
         m.settle();
-        self.munmap(addr, size);
+        let whole = addr == m.base && size == m.size;
+        if whole {
+            // With its guards.
+            self.munmap(addr - page(), size + 2 * page());
+        } else {
+            self.munmap(addr, size);
+        }
         self.counters.unmapped(size);
-        if addr == m.base && size == m.size {
+        if whole {
             if !m.group.is_null() {
                 SEAMS_NOW.fetch_sub(m.seams, Relaxed);
                 self.munmap(
@@ -1551,11 +1574,41 @@ mod tests {
             .count()
     }
 
+    /// The kernel's mappings inside `p..p+SIZE` as /proc/self/smaps shows
+    /// them (each range line with its `VmFlags`), and the mappings on
+    /// either side: what a failing count of [`kernel_mappings`] prints.
+    fn region(p: usize) -> std::string::String {
+        let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
+        let mut out = std::string::String::new();
+        let mut keep = false;
+        for l in smaps.lines() {
+            let head = l.split_once(' ').and_then(|(r, _)| r.split_once('-'));
+            if let Some((a, b)) = head.filter(|(a, b)| {
+                !a.is_empty()
+                    && !b.is_empty()
+                    && a.chars().chain(b.chars()).all(|c| c.is_ascii_hexdigit())
+            }) {
+                let a = usize::from_str_radix(a, 16).unwrap();
+                let b = usize::from_str_radix(b, 16).unwrap();
+                keep = a <= p + SIZE && b >= p;
+                if keep {
+                    out.push_str(l);
+                    out.push('\n');
+                }
+            } else if keep && (l.starts_with("VmFlags") || l.starts_with("AnonHugePages")) {
+                out.push_str("    ");
+                out.push_str(l);
+                out.push('\n');
+            }
+        }
+        out
+    }
+
     #[test]
     fn pages_that_leave_merge_back_into_one_kernel_mapping() {
         let (pages, p) = mapped();
         let s = pages.sharing().unwrap();
-        assert_eq!(kernel_mappings(p), 1);
+        assert_eq!(kernel_mappings(p), 1, "\n{}", region(p));
         // SAFETY: our pages, one thread, nothing live.
         unsafe {
             assert!(s.share(p));
@@ -1567,7 +1620,90 @@ mod tests {
                 assert!(s.leave(p + 2 * i * page(), Leave::Unused));
             }
         }
-        assert_eq!(kernel_mappings(p), 1, "every split mapping merged back");
+        assert_eq!(
+            kernel_mappings(p),
+            1,
+            "every split mapping merged back:\n{}",
+            region(p)
+        );
+    }
+
+    /// Private memory of the program's own at `at` (one OS page), with
+    /// the flags of the heap's own pages (`MADV_DONTFORK`, registered with
+    /// the userfaultfd if there is one) and an `anon_vma` (written), if
+    /// the address is free.
+    fn program_page_at(at: usize) -> Option<usize> {
+        // SAFETY: MAP_FIXED_NOREPLACE: replaces nothing.
+        let p = unsafe {
+            libc::mmap(
+                at as *mut libc::c_void,
+                page(),
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE
+                    | libc::MAP_ANONYMOUS
+                    | libc::MAP_NORESERVE
+                    | libc::MAP_FIXED_NOREPLACE,
+                -1,
+                0,
+            )
+        };
+        if p as usize != at {
+            if p != libc::MAP_FAILED {
+                // SAFETY: just mapped, ours (a kernel that ignores the flag).
+                unsafe { libc::munmap(p, page()) };
+            }
+            return None;
+        }
+        // SAFETY: the page just mapped.
+        unsafe { libc::madvise(p, page(), libc::MADV_DONTFORK) };
+        fill(at, 1);
+        crate::os::uffd::register(at, page());
+        Some(at)
+    }
+
+    /// Pages leaving at the first and the last OS page of a mapping merge
+    /// with its own neighbours only, whatever lies outside it: here private
+    /// memory of the program's own with the same flags, where the
+    /// addresses on either side are free (the kernel merges a new page
+    /// with the mapping on its left first, so the first OS page would join
+    /// what lies below), or another mapping of the source's, as the hints
+    /// place one mapping after another. Each leaving mode, and the seams
+    /// are the kernel's mappings at every step.
+    #[test]
+    fn pages_leaving_at_a_mappings_edges_merge_with_nothing_outside_it() {
+        // As in a meshing program: the userfaultfd, if the process may
+        // have one, exists before the heap maps anything.
+        let _ = crate::os::uffd::open();
+        let (pages, p) = mapped();
+        let outside = [program_page_at(p - page()), program_page_at(p + SIZE)];
+        let s = pages.sharing().unwrap();
+        let last = p + SIZE - page();
+        let check = |step: &str| {
+            assert_eq!(
+                kernel_mappings(p),
+                1 + s.seams(),
+                "{step}: outside {outside:x?}\n{}",
+                region(p)
+            );
+        };
+        for how in [Leave::Unused, Leave::Released, Leave::Keep] {
+            // SAFETY: our pages, one thread, nothing live.
+            unsafe {
+                assert!(s.share(p));
+                assert!(s.join(p, last, &[]));
+                assert!(s.join(p, p + 2 * page(), &[]));
+                check("shared");
+                for (i, at) in [p, last, p + 2 * page()].into_iter().enumerate() {
+                    assert!(s.leave(at, how));
+                    check(&std::format!("{how:?}, leaving {i}"));
+                }
+            }
+        }
+        for at in outside.into_iter().flatten() {
+            assert_eq!(read(at), 1, "the program's page is untouched");
+            // SAFETY: mapped by `program_page_at`.
+            unsafe { libc::munmap(at as *mut libc::c_void, page()) };
+        }
     }
 
     #[test]
