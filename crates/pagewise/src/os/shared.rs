@@ -42,7 +42,10 @@
 //! keeps anything else from being its neighbour in the kernel's eyes (the
 //! kernel would merge a page leaving at the mapping's first OS page with
 //! a mapping of the same flags below it first), so a mapping is exactly
-//! one kernel mapping plus its seams.
+//! one kernel mapping plus its seams. A mapping made while the process
+//! has a userfaultfd is registered with it, and each page remapped in it
+//! then too; one made before is not, nor are its pages later (a
+//! registered page merges with no unregistered neighbour).
 //!
 //! A forked child would share the group pages with its parent
 //! (`MAP_SHARED`), so every mapping is `MADV_DONTFORK` (every remap again):
@@ -161,6 +164,12 @@ struct Mapping {
     unset: (usize, usize),
     /// Groups (physical pages) of the mapping.
     groups: usize,
+    /// Whether the mapping is registered with the process's userfaultfd
+    /// (it had one when the mapping was made): so is each page remapped
+    /// in it, and only then, for the kernel to merge it with neighbours
+    /// (a forked child's mappings are not: the kernel drops their
+    /// registration).
+    uffd: bool,
     /// Boundaries between neighbouring OS pages that show file pages that
     /// are not consecutive: the kernel mappings the aliases add.
     seams: usize,
@@ -183,6 +192,7 @@ impl Mapping {
         sealed: 0,
         unset: (0, 0),
         groups: 0,
+        uffd: false,
         seams: 0,
         child_fd: -1,
         copy_state: null_mut(),
@@ -465,8 +475,9 @@ impl SharedPages {
     /// or, if the process may not have such a file (the file size limit,
     /// `ulimit -f`, is below it, no memfd can be made, or the kernel will
     /// not size it), the memory alone (fd -1), which never meshes and is
-    /// inherited by a child as any private memory, saying so once.
-    fn map_file(&self, size: usize, align: usize) -> Option<(usize, i32)> {
+    /// inherited by a child as any private memory, saying so once. With
+    /// whether it is registered with the userfaultfd ([`Mapping::uffd`]).
+    fn map_file(&self, size: usize, align: usize) -> Option<(usize, i32, bool)> {
         let file = if file_limit_allows(2 * size) {
             memfd()
         } else {
@@ -489,15 +500,15 @@ impl SharedPages {
         // One lineage for all of it, before any page splits it off.
         first_write(at);
         // Write-protectable through the userfaultfd, if the barrier has one.
-        crate::os::uffd::register(at, size);
-        Some((at, fd))
+        let registered = crate::os::uffd::register(at, size);
+        Some((at, fd, registered))
     }
 
     /// Private anonymous memory in place of a file, as [`Self::map_file`]
     /// returns it (fd -1), saying once that meshing stops.
-    fn map_private_instead(&self, size: usize, align: usize) -> Option<(usize, i32)> {
+    fn map_private_instead(&self, size: usize, align: usize) -> Option<(usize, i32, bool)> {
         private_memory_warning();
-        self.map_private(size, align).map(|at| (at, -1))
+        self.map_private(size, align).map(|at| (at, -1, false))
     }
 
     /// Private anonymous memory, read-write, aligned to `align`, between
@@ -572,8 +583,9 @@ impl SharedPages {
         unsafe { libc::munmap(addr as *mut libc::c_void, size) };
     }
 
-    /// Points the OS page at `addr` at `offset` of `fd`.
-    fn alias(&self, addr: usize, fd: i32, offset: usize) -> bool {
+    /// Points the OS page at `addr` at `offset` of `fd` (in a mapping
+    /// `registered` with the userfaultfd or not).
+    fn alias(&self, addr: usize, fd: i32, offset: usize, registered: bool) -> bool {
         self.counters.mmap.fetch_add(1, Relaxed);
         // SAFETY: `addr` is an OS page of a mapping made by this source;
         // the caller has made sure nothing on it is lost.
@@ -581,13 +593,13 @@ impl SharedPages {
         if p as usize != addr {
             return false;
         }
-        self.same_flags(addr);
+        self.same_flags(addr, registered);
         true
     }
 
     /// Gives the OS page at `addr`, just mapped, the flags of its
-    /// neighbours.
-    fn same_flags(&self, addr: usize) {
+    /// neighbours (of a mapping `registered` with the userfaultfd or not).
+    fn same_flags(&self, addr: usize, registered: bool) {
         let p = addr as *mut libc::c_void;
         // The new mapping must carry the flags of its neighbours: or a
         // child would inherit it (sharing the parent's bytes), and the
@@ -596,15 +608,19 @@ impl SharedPages {
         // SAFETY: the page just mapped by the caller.
         unsafe { libc::madvise(p, page(), libc::MADV_DONTFORK) };
         // A new mapping is not registered: so it can be write-protected
-        // again, and merges with its (registered) neighbours.
-        crate::os::uffd::register(addr, page());
+        // again, and merges with its neighbours, if they are registered;
+        // not if the mapping was made before the process had a
+        // userfaultfd (a registered page merges with no unregistered one).
+        if registered {
+            crate::os::uffd::register(addr, page());
+        }
     }
 
     /// Points the OS page at `addr` at fresh private memory (zeros), as
     /// its neighbours' own pages are, so the kernel merges it with them;
     /// with none (`alone`), writes to it at once, so the kernel gives it
-    /// its lineage now.
-    fn own_page(&self, addr: usize, alone: bool) -> bool {
+    /// its lineage now. `registered`: as in [`Self::alias`].
+    fn own_page(&self, addr: usize, alone: bool, registered: bool) -> bool {
         self.counters.mmap.fetch_add(1, Relaxed);
         // SAFETY: an OS page of a mapping made by this source, nothing on
         // it live (the caller's promise).
@@ -624,7 +640,7 @@ impl SharedPages {
         if alone {
             first_write(addr);
         }
-        self.same_flags(addr);
+        self.same_flags(addr, registered);
         true
     }
 
@@ -633,7 +649,8 @@ impl SharedPages {
     /// copied into a fresh page elsewhere, which `mremap` then moves over
     /// `addr` in one step. The page is a kernel mapping of its own after
     /// that ([`MOVED`]). The caller holds writers off the page.
-    fn own_copy(&self, addr: usize) -> bool {
+    /// `registered`: as in [`Self::alias`].
+    fn own_copy(&self, addr: usize, registered: bool) -> bool {
         self.counters.mmap.fetch_add(1, Relaxed);
         // SAFETY: no MAP_FIXED: replaces nothing.
         let tmp = unsafe {
@@ -668,7 +685,7 @@ impl SharedPages {
             self.munmap(tmp, page());
             return false;
         }
-        self.same_flags(addr);
+        self.same_flags(addr, registered);
         true
     }
 
@@ -955,11 +972,12 @@ unsafe impl PageSource for SharedPages {
     fn map(&self, size: usize, align: usize) -> Option<NonNull<u8>> {
         let mut maps = self.maps.lock();
         let slot = maps.free_entry()?;
-        let (at, fd) = self.map_file(size, align)?;
+        let (at, fd, uffd) = self.map_file(size, align)?;
         *slot = Mapping {
             base: at,
             size,
             fd,
+            uffd,
             pid: getpid(),
             ..Mapping::NONE
         };
@@ -1076,7 +1094,7 @@ unsafe impl SharePages for SharedPages {
             let guarded = hold_writers(founder);
             let ok = guarded
                 && self.copy_in(m.fd, founder, page(), spare)
-                && self.alias(founder, m.fd, spare);
+                && self.alias(founder, m.fd, spare, m.uffd);
             // The founder's bytes now live in the group page; its own
             // private page went with the remap.
             if !ok {
@@ -1119,7 +1137,7 @@ unsafe impl SharePages for SharedPages {
                     .iter()
                     .all(|&(off, len)| self.copy_in(m.fd, member + off, len, spare + off));
             // A failed copy wrote only to offsets the group does not use.
-            if !copied || !self.alias(member, m.fd, spare) {
+            if !copied || !self.alias(member, m.fd, spare, m.uffd) {
                 let_writers_in(member);
                 Self::take_seams(-change, true);
                 return false;
@@ -1184,9 +1202,9 @@ unsafe impl SharePages for SharedPages {
                 return false;
             }
             let remapped = if keep {
-                m.ours() && hold_writers(member) && self.own_copy(member)
+                m.ours() && hold_writers(member) && self.own_copy(member, m.uffd)
             } else {
-                self.own_page(member, alone)
+                self.own_page(member, alone, m.uffd)
             };
             if !remapped {
                 if keep {
@@ -1704,6 +1722,33 @@ mod tests {
             // SAFETY: mapped by `program_page_at`.
             unsafe { libc::munmap(at as *mut libc::c_void, page()) };
         }
+    }
+
+    /// A mapping made before the process had a userfaultfd (an owned
+    /// heap's, before the global allocator's barrier opened one) is not
+    /// registered with it, nor are its pages remapped later: the kernel
+    /// merges no registered page with unregistered neighbours, so the
+    /// pages that leave would stay mappings of their own, past the seams.
+    #[test]
+    fn a_mapping_made_before_the_userfaultfd_registers_no_page_later() {
+        if !crate::os::uffd::open() {
+            std::eprintln!("no userfaultfd here: nothing to check");
+            return;
+        }
+        let hidden = |on| crate::os::uffd::tests::HIDDEN.with(|h| h.set(on));
+        hidden(true);
+        let (pages, p) = mapped();
+        hidden(false);
+        let s = pages.sharing().unwrap();
+        // SAFETY: our pages, one thread, nothing live.
+        unsafe {
+            assert!(s.share(p + page()));
+            assert!(s.join(p + page(), p + 3 * page(), &[]));
+            assert!(s.leave(p + page(), Leave::Unused));
+            assert!(s.leave(p + 3 * page(), Leave::Released));
+        }
+        assert_eq!(kernel_mappings(p), 1 + s.seams(), "\n{}", region(p));
+        assert_eq!(s.seams(), 0, "\n{}", region(p));
     }
 
     #[test]

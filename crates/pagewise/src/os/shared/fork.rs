@@ -454,6 +454,9 @@ fn map_copy(m: &mut Mapping) -> bool {
     // were one mapping, so they stay one), and a new mapping never merges
     // with one of them (its `anon_vma` has the parent's as well).
     m.sealed = m.lineages.max(1);
+    // The kernel registered none of the child's mappings with the parent's
+    // userfaultfd (it has no fork events), nor can the child's pages be.
+    m.uffd = false;
     // The child's own children inherit none of it either.
     // SAFETY: our mapping; only whether a child inherits it changes.
     unsafe { libc::madvise(m.base as *mut libc::c_void, m.size, libc::MADV_DONTFORK) };
