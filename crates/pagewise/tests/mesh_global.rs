@@ -68,26 +68,28 @@ fn survivors(pages: usize) -> Vec<Box<[u8]>> {
     kept
 }
 
-/// 5,120-byte values, one kept per run of OS pages that holds a whole
-/// number of them (five 4 KiB OS pages, four values), each at another slot
-/// of its run than the one before: every value straddles two OS pages.
+/// Values of 4,102 B (redis's 4 KiB values, in 5,120-byte slots in both
+/// builds), one kept per run of OS pages that holds a whole number of
+/// slots (five 4 KiB OS pages, four slots), each at another slot of its
+/// run than the one before: every value straddles two OS pages.
 fn one_value_per_run(n: usize) -> Vec<Box<[u8]>> {
-    const SIZE: usize = 5120;
+    const SIZE: usize = 4102;
+    const SLOT: usize = 5120;
     let gcd = |mut a: usize, mut b: usize| {
         while b != 0 {
             (a, b) = (b, a % b);
         }
         a
     };
-    let per_run = os_page() / gcd(SIZE, os_page());
+    let per_run = os_page() / gcd(SLOT, os_page());
     let mut all: Vec<Box<[u8]>> = (0..n).map(|_| vec![1u8; SIZE].into_boxed_slice()).collect();
     all.sort_by_key(|b| b.as_ptr() as usize);
     let mut kept = Vec::new();
     let (mut runs, mut start) = (0, 0);
     while start < all.len() {
-        // A slab page's slots are `SIZE` apart; a larger gap starts another.
+        // A slab page's slots are `SLOT` apart; a larger gap starts another.
         let mut end = start + 1;
-        while end < all.len() && all[end].as_ptr() as usize - all[end - 1].as_ptr() as usize == SIZE
+        while end < all.len() && all[end].as_ptr() as usize - all[end - 1].as_ptr() as usize == SLOT
         {
             end += 1;
         }
@@ -98,6 +100,7 @@ fn one_value_per_run(n: usize) -> Vec<Box<[u8]>> {
         }
         start = end;
     }
+    assert!(kept.len() < n / 2, "the values are not in 5,120-byte slots");
     let mut keep = kept.into_iter().peekable();
     all.into_iter()
         .enumerate()
