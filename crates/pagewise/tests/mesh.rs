@@ -378,6 +378,9 @@ fn one_value_per_run_of_os_pages_meshes_though_every_value_straddles_two() {
     assert_eq!(s.meshed_bytes, (joined * os_page()) as u64);
     // One group page per group: every member's own page but one saved.
     assert_eq!(file_after, s.meshed_bytes - s.mesh_saved_bytes);
+    // The mapping budget unused: the densest packing, two kernel mappings
+    // per meshed OS page at most.
+    assert!(s.mesh_mappings as usize <= 2 * joined, "{s:?}");
     let saved_by_kernel = before - after;
     assert!(
         s.mesh_saved_bytes >= saved_by_kernel
