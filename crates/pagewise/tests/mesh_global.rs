@@ -68,6 +68,47 @@ fn survivors(pages: usize) -> Vec<Box<[u8]>> {
     kept
 }
 
+/// Values of 4,102 B (redis's 4 KiB values, in 5,120-byte slots in both
+/// builds), one kept per run of OS pages that holds a whole number of
+/// slots (five 4 KiB OS pages, four slots), each at another slot of its
+/// run than the one before: every value straddles two OS pages.
+fn one_value_per_run(n: usize) -> Vec<Box<[u8]>> {
+    const SIZE: usize = 4102;
+    const SLOT: usize = 5120;
+    let gcd = |mut a: usize, mut b: usize| {
+        while b != 0 {
+            (a, b) = (b, a % b);
+        }
+        a
+    };
+    let per_run = os_page() / gcd(SLOT, os_page());
+    let mut all: Vec<Box<[u8]>> = (0..n).map(|_| vec![1u8; SIZE].into_boxed_slice()).collect();
+    all.sort_by_key(|b| b.as_ptr() as usize);
+    let mut kept = Vec::new();
+    let (mut runs, mut start) = (0, 0);
+    while start < all.len() {
+        // A slab page's slots are `SLOT` apart; a larger gap starts another.
+        let mut end = start + 1;
+        while end < all.len() && all[end].as_ptr() as usize - all[end - 1].as_ptr() as usize == SLOT
+        {
+            end += 1;
+        }
+        for run in (start..end).step_by(per_run) {
+            let last = (run + per_run).min(end) - 1;
+            kept.push(run + runs % (last + 1 - run));
+            runs += 1;
+        }
+        start = end;
+    }
+    assert!(kept.len() < n / 2, "the values are not in 5,120-byte slots");
+    let mut keep = kept.into_iter().peekable();
+    all.into_iter()
+        .enumerate()
+        .filter(|&(i, _)| keep.next_if_eq(&i).is_some())
+        .map(|(_, b)| b)
+        .collect()
+}
+
 /// A writer's objects, whether every check held, and its rounds.
 type WriterResult = (Vec<Box<[u8]>>, bool, u64);
 
@@ -141,6 +182,40 @@ fn child_sparse() {
         mid.meshed_bytes,
         mid.mesh_saved_bytes,
         s.mesh_waits
+    );
+}
+
+fn child_values() {
+    let baseline = pss();
+    let objects = one_value_per_run(4000);
+    let live: u64 = objects.iter().map(|o| o.len() as u64).sum();
+    let stop = Arc::new(AtomicBool::new(false));
+    let handles = writers(objects, 2, &stop);
+    pagewise::trim();
+    let before = pss();
+    let committed_before = pagewise::stats().committed_bytes;
+    let mut joined = 0;
+    for _ in 0..3 {
+        joined += pagewise::mesh();
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let after = pss();
+    let mid = pagewise::stats();
+    stop.store(true, Relaxed);
+    let mut rounds = 0;
+    for h in handles {
+        let (mine, ok, r) = h.join().unwrap();
+        assert!(ok, "a store was lost");
+        rounds += r;
+        drop(mine);
+    }
+    println!(
+        "values-report {live} {} {} {joined} {} {} {rounds} {committed_before} {}",
+        before - baseline,
+        after.saturating_sub(baseline),
+        mid.meshed_bytes,
+        mid.mesh_saved_bytes,
+        mid.committed_bytes
     );
 }
 
@@ -308,6 +383,7 @@ fn child_entry() {
     );
     match which.as_str() {
         "sparse" => child_sparse(),
+        "values" => child_values(),
         "fork" => child_fork(),
         "churn" => child_churn(),
         other => panic!("unknown scenario {other}"),
@@ -395,4 +471,34 @@ fn objects_stay_intact_while_threads_churn_and_the_heap_meshes() {
     eprintln!("{ops} operations, {joined} OS pages joined, {waits} stores waited");
     assert_eq!(bad, 0, "objects whose bytes changed under them");
     assert!(joined > 0, "nothing meshed: the test proves nothing");
+}
+
+#[test]
+fn values_straddling_os_pages_mesh_one_per_run_with_writers_running() {
+    let out = run("values", false);
+    let line = out
+        .lines()
+        .find_map(|l| l.split_once("values-report ").map(|(_, r)| r))
+        .unwrap_or_else(|| panic!("no report:\n{out}"));
+    let f: Vec<u64> = line.split(' ').map(|x| x.parse().unwrap()).collect();
+    let (live, before, after, joined, meshed, saved, rounds) =
+        (f[0], f[1], f[2], f[3], f[4], f[5], f[6]);
+    // As in `one_survivor_per_os_page_meshes_with_writers_running`.
+    let (before, after) = if reexec::emulated() {
+        eprintln!("emulated: memory from pagewise's committed bytes, not PSS");
+        (f[7], f[8])
+    } else {
+        (before, after)
+    };
+    eprintln!(
+        "live {live} B; heap PSS {before} -> {after} B; {joined} OS pages joined, \
+         meshed {meshed} B, saved {saved} B; {rounds} writer rounds"
+    );
+    assert!(joined > 0 && saved > 0, "nothing meshed");
+    assert!(rounds > 0);
+    // At 4 KiB, eight OS pages of four runs mesh into five at best.
+    assert!(
+        after as f64 <= 0.75 * before as f64,
+        "heap PSS {before} -> {after} B"
+    );
 }

@@ -146,7 +146,10 @@ impl Page {
     /// the small end of one live 5,120-byte slot and one holding the large
     /// start of another, on the same grid, mesh (the halves of a 4 KiB page
     /// 5,120-byte slots cut at 1 KiB). Returns false (and finds nothing)
-    /// if the page has too few free slots to be worth it.
+    /// if the page has too few slots out of use to be worth it: free or
+    /// hollow, since a slot straddling a hollow OS page is hollow and
+    /// leaves room on its resident one (one live 5,120-byte slot per five
+    /// 4 KiB OS pages leaves no slot on the free list at all).
     ///
     /// # Safety
     /// The owner's page lists are held; a slab page of the heap that is not
@@ -161,7 +164,8 @@ impl Page {
         let Some(free) = self.free_slots() else {
             return false;
         };
-        if free * slot * 2 < os_page() {
+        let out_of_use = (self.capacity() - self.used()) as usize;
+        if out_of_use * slot * 2 < os_page() {
             // Not half an OS page of room: no OS page of it is sparse.
             return false;
         }

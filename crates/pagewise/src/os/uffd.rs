@@ -30,6 +30,10 @@ static OWNER: AtomicI32 = AtomicI32::new(0);
 pub fn fd() -> i32 {
     #[cfg(test)]
     tests::FD_LOOKUPS.with(|n| n.set(n.get() + 1));
+    #[cfg(test)]
+    if tests::HIDDEN.with(|h| h.get()) {
+        return -1;
+    }
     let fd = FD.load(Acquire);
     // SAFETY: plain system call (async-signal-safe).
     if fd >= 0 && OWNER.load(Relaxed) == unsafe { libc::getpid() } {
@@ -210,5 +214,8 @@ pub(crate) mod tests {
         pub(crate) static FD_LOOKUPS: core::cell::Cell<u64> = const { core::cell::Cell::new(0) };
         /// This thread's `UFFDIO_WAKE` calls.
         pub(crate) static WAKES: core::cell::Cell<u64> = const { core::cell::Cell::new(0) };
+        /// Whether this thread sees no userfaultfd (as before the process
+        /// opened one), whatever the process has.
+        pub(crate) static HIDDEN: core::cell::Cell<bool> = const { core::cell::Cell::new(false) };
     }
 }
