@@ -111,10 +111,10 @@ fn one_survivor_per_os_page_meshes_to_three_times_the_utilization() {
     heap.trim();
     assert!(all_intact(&kept));
     let live = live_bytes(&kept);
-    let before = heap.source().file_bytes();
+    let before = heap.source().held_bytes();
     // SAFETY: this thread is the heap's only user.
     let joined = unsafe { heap.mesh() };
-    let after = heap.source().file_bytes();
+    let after = heap.source().held_bytes();
     assert!(all_intact(&kept), "a survivor lost its bytes");
     let s = heap.stats();
     let (u0, u1) = (live as f64 / before as f64, live as f64 / after as f64);
@@ -251,10 +251,10 @@ fn slots_larger_than_half_an_os_page_mesh_where_their_live_bytes_leave_room() {
         }
     }
     heap.trim();
-    let before = heap.source().file_bytes();
+    let before = heap.source().held_bytes();
     // SAFETY: this thread is the heap's only user.
     let joined = unsafe { heap.mesh() };
-    let after = heap.source().file_bytes();
+    let after = heap.source().held_bytes();
     assert!(all_intact(&kept), "a survivor lost its bytes");
     eprintln!(
         "live {} B in {} values; memory {before} -> {after} B; {joined} OS pages joined",
@@ -291,10 +291,10 @@ fn a_tight_mapping_budget_meshes_whole_slab_pages_in_few_mappings() {
     let kept = one_survivor_per_os_page(&heap, pages(), 0x5eed);
     heap.trim();
     let live = live_bytes(&kept);
-    let before = heap.source().pages.file_bytes();
+    let before = heap.source().pages.held_bytes();
     // SAFETY: this thread is the heap's only user.
     let joined = unsafe { heap.mesh() };
-    let after = heap.source().pages.file_bytes();
+    let after = heap.source().pages.held_bytes();
     assert!(all_intact(&kept), "a survivor lost its bytes");
     let s = heap.stats();
     let (u0, u1) = (live as f64 / before as f64, live as f64 / after as f64);

@@ -173,7 +173,7 @@ fn run(passes_while_running: bool, seed: u64) -> (usize, Vec<u64>) {
         heap.source().advance(DECAY_MS);
         // SAFETY: as above.
         unsafe { heap.mesh_if_quiet() };
-        memory.push(heap.source().pages.file_bytes());
+        memory.push(heap.source().pages.held_bytes());
     }
     for o in kept {
         // SAFETY: live, freed once.

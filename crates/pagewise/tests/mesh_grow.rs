@@ -142,7 +142,7 @@ fn a_page_that_goes_sparse_later_joins_a_group_made_before() {
     }
     live.assert_intact("after the first passes");
     let (meshed, groups, saved) = mesh_counts(&heap);
-    let memory = heap.source().file_bytes();
+    let memory = heap.source().held_bytes();
     assert!(
         groups > 0 && meshed > groups,
         "{meshed} pages in {groups} groups"
@@ -171,7 +171,7 @@ fn a_page_that_goes_sparse_later_joins_a_group_made_before() {
     let joined = unsafe { heap.mesh() };
     live.assert_intact("after the later pass");
     let (meshed2, groups2, saved2) = mesh_counts(&heap);
-    let memory2 = heap.source().file_bytes();
+    let memory2 = heap.source().held_bytes();
     let page = os_page() as u64;
     eprintln!(
         "meshed {meshed} -> {meshed2} OS pages, groups {groups} -> {groups2}, \

@@ -2,47 +2,54 @@
 //! physical page, the kernel mechanism of meshing (docs/design.md,
 //! "Meshing"). Linux only.
 //!
-//! Every mapping is a `MAP_SHARED` view of a `memfd` of its own, twice the
-//! mapping's size: the first half backs the mapping one to one (the *own*
-//! page of each OS page), the second half holds the physical pages of mesh
-//! groups. A group is keyed by the OS page that founded it, and its
-//! physical page sits at that page's offset in the second half, so no
-//! allocator of group pages is needed: a page that founded a group which
-//! still has members cannot found another until the group ends.
+//! Every mapping is private anonymous memory (its OS pages' *own* pages:
+//! the kernel faults them as cheaply as any, where a page of a shared file
+//! costs it half as much again), with a `memfd` of its own, twice the
+//! mapping's size, whose second half holds the physical pages of mesh
+//! groups (the first half is never written). A group is keyed by the OS
+//! page that founded it, and its physical page sits at that page's offset
+//! in the second half, so no allocator of group pages is needed: a page
+//! that founded a group which still has members cannot found another
+//! until the group ends.
 //!
-//! - [`SharePages::share`] copies an OS page into its group page and points
-//!   the OS page there;
+//! - [`SharePages::share`] copies an OS page into its group page and maps
+//!   the group page there (`MAP_SHARED`), which frees its own page;
 //! - [`SharePages::join`] copies the given byte ranges of another OS page
-//!   into a group page and points that OS page there too;
-//! - [`SharePages::leave`] points an OS page back at its own page (which
-//!   reads as zeros) and frees the group page when its last member leaves.
+//!   into a group page and maps the group page there too;
+//! - [`SharePages::leave`] maps fresh private memory (zeros) at an OS page,
+//!   or with [`Leave::Keep`] moves a private copy of its bytes there in one
+//!   step (`mremap`), and frees the group page when its last member leaves.
 //!
-//! The own page of a member is punched (`fallocate(PUNCH_HOLE)`) when it
-//! joins, so sharing saves the memory at once. Purging punches the own
-//! pages as well: `MADV_DONTNEED` alone does not free the pages of a shared
-//! file mapping.
+//! Purging drops own pages in place (`MADV_DONTNEED`); a group page is
+//! never purged (its members leave first), and its file page is punched
+//! (`fallocate(PUNCH_HOLE)`) when its last member leaves.
 //!
-//! An alias splits the kernel's mapping where the file offsets stop
-//! running on: a page alone among its own neighbours splits it into three,
-//! but a run of OS pages showing consecutive group pages (the pages of one
-//! slab page meshed onto the consecutive pages of another) is one kernel
-//! mapping, since the kernel merges neighbours with the same file, flags
-//! and consecutive offsets. `vm.max_map_count` (65,530 by default) bounds
-//! the mappings of a process, so the *seams* (boundaries inside a mapping
-//! where the offsets jump) are counted, exactly as the kernel splits, and
-//! capped at a third of the limit, process-wide, as Mesh caps its meshed
-//! pages after crashing at the limit (plasma-umass/Mesh issues 37 and 91).
-//! A page that leaves its group merges back with its neighbours.
+//! A group page splits the kernel's mapping where it is not the neighbour
+//! of the same kind: a run of OS pages showing consecutive group pages
+//! (the pages of one slab page meshed onto the consecutive pages of
+//! another) is one kernel mapping, since the kernel merges neighbours with
+//! the same file, flags and consecutive offsets; and private neighbours
+//! merge when they share their `anon_vma` (the kernel's record of where
+//! their pages came from), tracked here as *lineages*. `vm.max_map_count`
+//! (65,530 by default) bounds the mappings of a process, so the *seams*
+//! (boundaries inside a mapping between OS pages the kernel does not
+//! merge) are counted, exactly as the kernel splits, and capped at a third
+//! of the limit, process-wide, as Mesh caps its meshed pages after
+//! crashing at the limit (plasma-umass/Mesh issues 37 and 91). A page that
+//! leaves its group merges back with its private neighbour of the left,
+//! or failing that of the right; with both, only if they are of one
+//! lineage.
 //!
-//! A forked child would share these pages with its parent (`MAP_SHARED`),
-//! so every mapping is `MADV_DONTFORK` (every remap again): a child does
-//! not inherit them (touching the heap there faults), and used in the
-//! child the source refuses to change the parent's file (purges, shares)
-//! and only unmaps: a mapping may be changed only by the process that made
-//! it. The global allocator's fork handlers, when they run, let a child
-//! inherit the heap for the moment of the fork and give it a copy of its
-//! own (`SharedPages::fork_prepare`); a fork that runs no handlers
-//! (`_Fork()`, the raw system call) leaves the child without the heap.
+//! A forked child would share the group pages with its parent
+//! (`MAP_SHARED`), so every mapping is `MADV_DONTFORK` (every remap again):
+//! a child does not inherit them (touching the heap there faults), and
+//! used in the child the source refuses to change the parent's file
+//! (purges, shares) and only unmaps: a mapping may be changed only by the
+//! process that made it. The global allocator's fork handlers, when they
+//! run, let a child inherit the own pages (copy-on-write) and give it a
+//! copy of the group pages (`SharedPages::fork_prepare`); a fork that runs
+//! no handlers (`_Fork()`, the raw system call) leaves the child without
+//! the heap.
 
 mod fork;
 
@@ -97,6 +104,20 @@ impl Table {
     }
 }
 
+/// A group table entry: the OS page is private memory of its own, moved
+/// there whole (`leave` with [`Leave::Keep`]), so the kernel merges it with
+/// no neighbour.
+const MOVED: u32 = 1 << 31;
+/// A group table entry, with a number in the bits below: the OS page is
+/// private memory of that *lineage*. The kernel merges neighbouring private
+/// mappings only if they share their `anon_vma` (the record of where their
+/// pages came from), which a mapping gets at its first write fault, or
+/// from the neighbour it merges with when it is made; a page alone between
+/// shared pages gets one of its own, and a forked child gets one per
+/// mapping. Pages of one lineage share one. Entry 0 is lineage 1, the
+/// mapping's first (written to when it is made, so all of it shares one).
+const LINEAGE: u32 = 1 << 30;
+
 /// Seams inside the mappings of every source now: each is one kernel
 /// mapping more (the `vm.max_map_count` budget).
 static SEAMS_NOW: AtomicUsize = AtomicUsize::new(0);
@@ -113,12 +134,27 @@ struct Mapping {
     /// process it is not ours to change.
     pid: i32,
     /// Per OS page (lazily mapped, 0 while none is shared): the group it
-    /// is a member of, as the founder's page index + 1 (0: its own page).
+    /// is a member of, as the founder's page index + 1, or what its own
+    /// page is ([`LINEAGE`], [`MOVED`]; 0: of the mapping's first lineage).
     group: *mut u32,
     /// Per OS page: members of the group it founded (0: no group).
     members: *mut u32,
     /// OS pages of the mapping that are members of a group.
     shared: usize,
+    /// The highest lineage its pages have had ([`LINEAGE`]; 0: only the
+    /// first).
+    lineages: u32,
+    /// Lineages up to this one are private memory inherited at a fork
+    /// (the kernel merges a new mapping with none of them: their
+    /// `anon_vma` has a parent's). 0 in a process that made the mapping.
+    sealed: u32,
+    /// OS pages `.0...1` of the mapping: a run of released pages (a slab
+    /// page leaving in address order) with no private neighbour yet, not
+    /// yet written to, so the kernel merges it with any private neighbour
+    /// (it has no `anon_vma`); written to ([`Mapping::settle`]) before
+    /// anything else is done to the mapping, as the program may write to
+    /// it from then on.
+    unset: (usize, usize),
     /// Groups (physical pages) of the mapping.
     groups: usize,
     /// Boundaries between neighbouring OS pages that show file pages that
@@ -139,6 +175,9 @@ impl Mapping {
         group: null_mut(),
         members: null_mut(),
         shared: 0,
+        lineages: 0,
+        sealed: 0,
+        unset: (0, 0),
         groups: 0,
         seams: 0,
         child_fd: -1,
@@ -163,6 +202,59 @@ impl Mapping {
     }
 
     fn group_of(&self, i: usize) -> u32 {
+        match self.entry(i) {
+            e if e < LINEAGE => e,
+            _ => 0,
+        }
+    }
+
+    /// The lineage of OS page `i` if it shows private memory that merges
+    /// with neighbours of its lineage (not a group page, not [`MOVED`]).
+    fn lineage_of(&self, i: usize) -> Option<u32> {
+        match self.entry(i) {
+            0 => Some(1),
+            MOVED => None,
+            e if e > LINEAGE => Some(e - LINEAGE),
+            _ => None,
+        }
+    }
+
+    /// The entry of private memory of lineage `l`.
+    fn lineage_entry(l: u32) -> u32 {
+        if l == 1 {
+            0
+        } else {
+            LINEAGE + l
+        }
+    }
+
+    /// Gives the run of [`Mapping::unset`] the `anon_vma` of its lineage
+    /// now (a write), if there is one.
+    fn settle(&mut self) {
+        let (first, end) = core::mem::take(&mut self.unset);
+        if end > first && self.ours() {
+            first_write(self.base + first * page());
+        }
+    }
+
+    /// Gives the OS pages `first..end` entry `e`.
+    fn relabel(&mut self, first: usize, end: usize, e: u32) {
+        for k in first..end {
+            // SAFETY: the tables are mapped (the pages were shared); `k`
+            // is a page of the mapping.
+            unsafe { *self.group.add(k) = e };
+        }
+    }
+
+    /// A lineage no page of the mapping has had.
+    fn new_lineage(&mut self) -> u32 {
+        self.lineages = self.lineages.max(1) + 1;
+        self.lineages
+    }
+
+    /// OS page `i`'s entry in the group table: its group (the founder's
+    /// index plus one), its lineage, or [`MOVED`].
+    fn entry(&self, i: usize) -> u32 {
         if self.group.is_null() {
             0
         } else {
@@ -171,12 +263,25 @@ impl Mapping {
         }
     }
 
-    /// The page of the file, in OS pages, that OS page `i` shows: its own,
-    /// or its group's in the second half.
+    /// Where OS page `i` sits in the kernel's eyes, as a number that runs
+    /// on (is one more) from a neighbour exactly when the kernel merges
+    /// the two: its own private page (`8 * pages() * lineage + i`: private
+    /// neighbours of one lineage merge), its group's page of the file
+    /// (`pages() + g`: consecutive file pages merge), or a private page
+    /// moved in whole by `leave(Keep)`, a mapping of its own that merges
+    /// with nothing (a value no other page shows, nor one less or more).
     fn shows(&self, i: usize) -> usize {
-        match self.group_of(i) {
-            0 => i,
-            g => self.pages() + g as usize - 1,
+        self.would_show(i, self.entry(i))
+    }
+
+    /// [`Self::shows`] for OS page `i` with group table entry `e`.
+    fn would_show(&self, i: usize, e: u32) -> usize {
+        let p = self.pages();
+        match e {
+            0 => 8 * p + i,
+            MOVED => 3 * p + 2 * i,
+            e if e > LINEAGE => 8 * p * (e - LINEAGE) as usize + i,
+            g => p + g as usize - 1,
         }
     }
 
@@ -193,15 +298,13 @@ impl Mapping {
         self.seams_at(i, to) as isize - self.seams_at(i, self.shows(i)) as isize
     }
 
-    /// Records that OS page `i` is a member of `group` (founder index + 1;
-    /// 0: its own page) now: the group table and the seams, which change by
-    /// `change` (the caller took that budget before remapping, with the
-    /// table locked since, so no neighbour has moved).
+    /// Records that OS page `i` has entry `group` (a group, the founder's
+    /// index plus one; or its own page of a lineage, or [`MOVED`]) now:
+    /// the group table and the seams, which change by `change` (the
+    /// caller took that budget before remapping, with the table locked
+    /// since, so no neighbour has moved).
     fn set_shows(&mut self, i: usize, group: u32, change: isize) {
-        let to = match group {
-            0 => i,
-            g => self.pages() + g as usize - 1,
-        };
+        let to = self.would_show(i, group);
         debug_assert_eq!(change, self.seam_change(i, to), "a neighbour moved");
         // SAFETY: the tables are mapped (a page is or was shared).
         unsafe { *self.group.add(i) = group };
@@ -285,9 +388,46 @@ impl SharedPages {
         }
     }
 
+    /// Bytes of memory the kernel holds for this source now: its group
+    /// pages (the files' blocks, each counted once however many OS pages
+    /// show it) and its OS pages of private memory that are resident
+    /// (`mincore`): what the source really uses.
+    ///
+    /// ```
+    /// use pagewise::{PageSource, SharedPages};
+    /// let pages = SharedPages::new();
+    /// let p = pages.map(1 << 25, 1 << 25).unwrap();
+    /// let before = pages.held_bytes();
+    /// // SAFETY: our mapping, an OS page in.
+    /// unsafe { p.as_ptr().add(pagewise::layout::os_page()).write(1) };
+    /// assert!(pages.held_bytes() > before);
+    /// ```
+    pub fn held_bytes(&self) -> u64 {
+        let files = self.file_bytes();
+        let mut maps = self.maps.lock();
+        let private: usize = maps
+            .used()
+            .iter()
+            .filter(|m| m.size != 0 && m.ours())
+            .map(|m| {
+                let mut n = 0;
+                let mut i = 0;
+                while i < m.pages() {
+                    let end = (i..m.pages())
+                        .find(|&j| m.group_of(j) != 0)
+                        .unwrap_or(m.pages());
+                    n += resident(m.base + i * page(), (end - i) * page());
+                    i = end + 1;
+                }
+                n
+            })
+            .sum();
+        files + private as u64
+    }
+
     /// Bytes of memory the kernel holds for this source's files now (as
-    /// `fstat` counts their blocks): what the source really uses, shared
-    /// pages counted once.
+    /// `fstat` counts their blocks): its group pages, each counted once
+    /// however many OS pages show it.
     ///
     /// ```
     /// use pagewise::{PageSource, SharedPages};
@@ -295,7 +435,7 @@ impl SharedPages {
     /// let p = pages.map(1 << 25, 1 << 25).unwrap();
     /// // SAFETY: our mapping.
     /// unsafe { p.as_ptr().write(1) };
-    /// assert!(pages.file_bytes() > 0);
+    /// assert_eq!(pages.file_bytes(), 0, "own pages are private memory");
     /// ```
     pub fn file_bytes(&self) -> u64 {
         let mut maps = self.maps.lock();
@@ -315,11 +455,13 @@ impl SharedPages {
             .sum()
     }
 
-    /// Maps a fresh memfd of `2 * size` bytes, its first half at an
-    /// address aligned to `align`; or, if the process may not have such a
-    /// file (the file size limit, `ulimit -f`, is below it, no memfd can
-    /// be made, or the kernel will not size or map it), private anonymous
-    /// memory (fd -1), which never meshes, saying so once.
+    /// Maps `size` bytes of private anonymous memory at an address aligned
+    /// to `align`, `MADV_DONTFORK`, with a fresh memfd of `2 * size` bytes
+    /// for its group pages (the second half; the first is never written);
+    /// or, if the process may not have such a file (the file size limit,
+    /// `ulimit -f`, is below it, no memfd can be made, or the kernel will
+    /// not size it), the memory alone (fd -1), which never meshes and is
+    /// inherited by a child as any private memory, saying so once.
     fn map_file(&self, size: usize, align: usize) -> Option<(usize, i32)> {
         let file = if file_limit_allows(2 * size) {
             memfd()
@@ -333,23 +475,15 @@ impl SharedPages {
             close(fd);
             return self.map_private_instead(size, align);
         }
-        let Some(at) = self.aligned_place(size, align) else {
+        let Some(at) = self.map_private(size, align) else {
             close(fd);
             return None;
         };
-        self.counters.mmap.fetch_add(1, Relaxed);
-        // SAFETY: `at..at+size` is an anonymous placeholder this source just
-        // mapped; MAP_FIXED replaces it with the file.
-        let p = unsafe { map_shared(at, size, fd) };
-        if p == libc::MAP_FAILED {
-            // Whatever a failed MAP_FIXED left there goes with the
-            // placeholder; the memory comes from a fresh one.
-            self.munmap(at, size);
-            close(fd);
-            return self.map_private_instead(size, align);
-        }
-        // SAFETY: our mapping; failure only means a child would inherit it.
-        unsafe { libc::madvise(p, size, libc::MADV_DONTFORK) };
+        // SAFETY: our mapping; failure only means a child would inherit it
+        // (a copy, never shared: its group pages are not inherited).
+        unsafe { libc::madvise(at as *mut libc::c_void, size, libc::MADV_DONTFORK) };
+        // One lineage for all of it, before any page splits it off.
+        first_write(at);
         // Write-protectable through the userfaultfd, if the barrier has one.
         crate::os::uffd::register(at, size);
         Some((at, fd))
@@ -424,30 +558,100 @@ impl SharedPages {
     /// Points the OS page at `addr` at `offset` of `fd`.
     fn alias(&self, addr: usize, fd: i32, offset: usize) -> bool {
         self.counters.mmap.fetch_add(1, Relaxed);
-        // SAFETY: `addr` is an OS page of a mapping of `fd` made by this
-        // source; the caller has made sure nothing on it is lost.
+        // SAFETY: `addr` is an OS page of a mapping made by this source;
+        // the caller has made sure nothing on it is lost.
+        let p = unsafe { map_shared(addr, page(), fd, offset) };
+        if p as usize != addr {
+            return false;
+        }
+        self.same_flags(addr);
+        true
+    }
+
+    /// Gives the OS page at `addr`, just mapped, the flags of its
+    /// neighbours.
+    fn same_flags(&self, addr: usize) {
+        let p = addr as *mut libc::c_void;
+        // The new mapping must carry the flags of its neighbours: or a
+        // child would inherit it (sharing the parent's bytes), and the
+        // kernel would never merge it back with them once it leaves, so
+        // the mappings it splits would add up past the budget.
+        // SAFETY: the page just mapped by the caller.
+        unsafe { libc::madvise(p, page(), libc::MADV_DONTFORK) };
+        // A new mapping is not registered: so it can be write-protected
+        // again, and merges with its (registered) neighbours.
+        crate::os::uffd::register(addr, page());
+    }
+
+    /// Points the OS page at `addr` at fresh private memory (zeros), as
+    /// its neighbours' own pages are, so the kernel merges it with them;
+    /// with none (`alone`), writes to it at once, so the kernel gives it
+    /// its lineage now.
+    fn own_page(&self, addr: usize, alone: bool) -> bool {
+        self.counters.mmap.fetch_add(1, Relaxed);
+        // SAFETY: an OS page of a mapping made by this source, nothing on
+        // it live (the caller's promise).
         let p = unsafe {
             libc::mmap(
                 addr as *mut libc::c_void,
                 page(),
                 libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED | libc::MAP_FIXED | libc::MAP_NORESERVE,
-                fd,
-                offset as libc::off_t,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED | libc::MAP_NORESERVE,
+                -1,
+                0,
             )
         };
         if p as usize != addr {
             return false;
         }
-        // The new mapping must carry the flags of its neighbours: or a
-        // child would inherit it (sharing the parent's bytes), and the
-        // kernel would never merge it back with them once it leaves, so
-        // the mappings it splits would add up past the budget.
-        // SAFETY: the page just mapped.
-        unsafe { libc::madvise(p, page(), libc::MADV_DONTFORK) };
-        // A new mapping is not registered: so it can be write-protected
-        // again, and merges with its (registered) neighbours.
-        crate::os::uffd::register(addr, page());
+        if alone {
+            first_write(addr);
+        }
+        self.same_flags(addr);
+        true
+    }
+
+    /// Points the OS page at `addr` at a private copy of the bytes it shows
+    /// now, with no moment at which it reads otherwise: the bytes are
+    /// copied into a fresh page elsewhere, which `mremap` then moves over
+    /// `addr` in one step. The page is a kernel mapping of its own after
+    /// that ([`MOVED`]). The caller holds writers off the page.
+    fn own_copy(&self, addr: usize) -> bool {
+        self.counters.mmap.fetch_add(1, Relaxed);
+        // SAFETY: no MAP_FIXED: replaces nothing.
+        let tmp = unsafe {
+            libc::mmap(
+                null_mut(),
+                page(),
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                -1,
+                0,
+            )
+        };
+        if tmp == libc::MAP_FAILED {
+            return false;
+        }
+        let tmp = tmp as usize;
+        // SAFETY: a fresh page of ours and a readable OS page of ours.
+        unsafe { core::ptr::copy_nonoverlapping(addr as *const u8, tmp as *mut u8, page()) };
+        self.counters.mmap.fetch_add(1, Relaxed);
+        // SAFETY: `tmp` is ours and unused elsewhere; `addr` is an OS page
+        // of ours whose bytes `tmp` holds now, so nothing is lost.
+        let p = unsafe {
+            libc::mremap(
+                tmp as *mut libc::c_void,
+                page(),
+                page(),
+                libc::MREMAP_MAYMOVE | libc::MREMAP_FIXED,
+                addr as *mut libc::c_void,
+            )
+        };
+        if p as usize != addr {
+            self.munmap(tmp, page());
+            return false;
+        }
+        self.same_flags(addr);
         true
     }
 
@@ -579,6 +783,53 @@ and the file size limit (ulimit -f), the open files limit or the kernel refuses 
     }
 }
 
+/// Writes to the private OS page at `addr` (of ours) without changing its
+/// bytes, so that the kernel gives its mapping an `anon_vma` now: the
+/// lineage the seams count on ([`LINEAGE`]). `MADV_POPULATE_WRITE` (Linux
+/// 5.14) faults it in for writing without touching it; before that
+/// kernel, an atomic add of a zero the compiler cannot see (a store, where
+/// a load would not do), which loses no store of the program's to the
+/// same byte meanwhile (the page may be handed out again by then).
+fn first_write(addr: usize) {
+    /// `MADV_POPULATE_WRITE`, named here for the libc crates without it.
+    const POPULATE_WRITE: i32 = 23;
+    // SAFETY: a page of ours; the advice changes no byte.
+    if unsafe { libc::madvise(addr as *mut libc::c_void, 1, POPULATE_WRITE) } == 0 {
+        return;
+    }
+    // SAFETY: a mapped, writable byte of ours. The program may store to
+    // it meanwhile (not through this atomic): at the machine's level an
+    // atomic read-modify-write of zero loses no such store.
+    let byte = unsafe { &*(addr as *const core::sync::atomic::AtomicU8) };
+    byte.fetch_add(core::hint::black_box(0), Relaxed);
+}
+
+/// Bytes of `addr..addr + len` (our mapping) resident now, counted in the
+/// kernel's own pages (`mincore` reports those, which the run-time OS page
+/// may be a multiple of: `PAGEWISE_OS_PAGE`).
+fn resident(addr: usize, len: usize) -> usize {
+    // SAFETY: plain library call.
+    let kernel = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap_or(4096);
+    let mut vec = [0u8; 1024];
+    let pages = len / kernel;
+    let mut n = 0;
+    for first in (0..pages).step_by(vec.len()) {
+        let k = (pages - first).min(vec.len());
+        // SAFETY: a range of our mapping; `vec` has room for its `k` pages.
+        let rc = unsafe {
+            libc::mincore(
+                (addr + first * kernel) as *mut libc::c_void,
+                k * kernel,
+                vec.as_mut_ptr(),
+            )
+        };
+        if rc == 0 {
+            n += vec[..k].iter().filter(|&&b| b & 1 != 0).count();
+        }
+    }
+    n * kernel
+}
+
 fn getpid() -> i32 {
     // SAFETY: plain system call.
     unsafe { libc::getpid() }
@@ -613,11 +864,11 @@ fn ftruncate(fd: i32, len: usize) -> bool {
     unsafe { libc::ftruncate(fd, len as libc::off_t) == 0 }
 }
 
-/// Maps `size` bytes of `fd` from offset 0 shared, read-write, at `at`.
+/// Maps `size` bytes of `fd` from `offset` shared, read-write, at `at`.
 ///
 /// # Safety
-/// `at..at+size` is a placeholder of the caller's, which MAP_FIXED replaces.
-unsafe fn map_shared(at: usize, size: usize, fd: i32) -> *mut libc::c_void {
+/// `at..at+size` is memory of the caller's, which MAP_FIXED replaces.
+unsafe fn map_shared(at: usize, size: usize, fd: i32, offset: usize) -> *mut libc::c_void {
     #[cfg(test)]
     if tests::REFUSE.with(|r| r.get()) == tests::Refuse::Mmap {
         return libc::MAP_FAILED;
@@ -630,7 +881,7 @@ unsafe fn map_shared(at: usize, size: usize, fd: i32) -> *mut libc::c_void {
             libc::PROT_READ | libc::PROT_WRITE,
             libc::MAP_SHARED | libc::MAP_FIXED | libc::MAP_NORESERVE,
             fd,
-            0,
+            offset as libc::off_t,
         )
     }
 }
@@ -705,6 +956,7 @@ unsafe impl PageSource for SharedPages {
         let Some(m) = maps.used().iter_mut().find(|m| m.contains(addr)) else {
             return;
         };
+        m.settle();
         self.munmap(addr, size);
         self.counters.unmapped(size);
         if addr == m.base && size == m.size {
@@ -717,15 +969,14 @@ unsafe impl PageSource for SharedPages {
             }
             close(m.fd);
             *m = Mapping::NONE;
-        } else if m.ours() {
-            // A part: its own pages go. No page of it is shared and no
-            // group is keyed there: the caller unmaps only memory holding
-            // nothing, and a heap's pages leave their groups before their
-            // span is freed.
+        } else {
+            // A part: its own private pages went with the `munmap`. No page
+            // of it is shared and no group is keyed there: the caller
+            // unmaps only memory holding nothing, and a heap's pages leave
+            // their groups before their span is freed.
             debug_assert!(
                 (m.index(addr)..m.index(addr) + size / page()).all(|i| m.group_of(i) == 0)
             );
-            self.punch(m.fd, addr - m.base, size);
         }
         maps.shrink();
     }
@@ -737,19 +988,20 @@ unsafe impl PageSource for SharedPages {
             return false;
         }
         let done = self.with_mapping(addr, |m| {
+            m.settle();
             let first = m.index(addr);
             let shared = (first..first + size / page()).any(|i| m.group_of(i) != 0);
             // A shared page is never purged (its group page holds others'
             // data): the heap makes it leave first. Refusing keeps it
             // counted as committed if that rule were ever broken.
-            if m.fd < 0 {
-                // Private memory (no file could be had): dropped in place.
+            // Private memory (own pages, or no file could be had): dropped
+            // in place. A forked child without the heap (`ours` false) has
+            // none of these pages to drop.
+            (m.fd < 0 || !shared && m.ours())
                 // SAFETY: pages of our mapping holding nothing live.
-                return unsafe {
+                && unsafe {
                     libc::madvise(addr as *mut libc::c_void, size, libc::MADV_DONTNEED) == 0
-                };
-            }
-            !shared && m.ours() && self.punch(m.fd, addr - m.base, size)
+                }
         });
         let ok = done.unwrap_or(false);
         if ok {
@@ -784,6 +1036,7 @@ unsafe impl PageSource for SharedPages {
 unsafe impl SharePages for SharedPages {
     unsafe fn share(&self, founder: usize) -> bool {
         self.with_mapping(founder, |m| {
+            m.settle();
             let i = m.index(founder);
             if m.fd < 0 || !m.ours() || !self.tables(m) || m.group_of(i) != 0 {
                 return false;
@@ -796,17 +1049,14 @@ unsafe impl SharePages for SharedPages {
             if !Self::take_seams(change, false) {
                 return false;
             }
-            let own = founder - m.base;
-            let spare = m.size + own;
+            let spare = m.size + (founder - m.base);
             let guarded = hold_writers(founder);
             let ok = guarded
                 && self.copy_in(m.fd, founder, page(), spare)
                 && self.alias(founder, m.fd, spare);
-            if ok {
-                // The founder's bytes now live in the group page; its own
-                // page goes (a failure only keeps the memory a while).
-                self.punch(m.fd, own, page());
-            } else {
+            // The founder's bytes now live in the group page; its own
+            // private page went with the remap.
+            if !ok {
                 // The copy or the remap failed: the page still shows its own
                 // bytes (a failed MAP_FIXED leaves the old mapping), and the
                 // group page is dropped.
@@ -827,6 +1077,7 @@ unsafe impl SharePages for SharedPages {
 
     unsafe fn join(&self, founder: usize, member: usize, ranges: &[(usize, usize)]) -> bool {
         self.with_mapping(founder, |m| {
+            m.settle();
             if !m.contains(member) || !m.ours() || m.group.is_null() {
                 return false;
             }
@@ -850,7 +1101,6 @@ unsafe impl SharePages for SharedPages {
                 Self::take_seams(-change, true);
                 return false;
             }
-            self.punch(m.fd, member - m.base, page());
             // SAFETY: as above.
             unsafe { *m.members.add(g) += 1 };
             m.set_shows(i, g as u32 + 1, change);
@@ -867,24 +1117,73 @@ unsafe impl SharePages for SharedPages {
             if g == 0 {
                 return false;
             }
-            let change = m.seam_change(i, i);
+            // Kept bytes move in whole on a page of their own, which the
+            // kernel merges with no neighbour. Otherwise a fresh own page
+            // merges with its private neighbour on the left, or failing
+            // that on the right (the kernel's order), taking its lineage.
+            // A page with neither is written to at once, for a lineage of
+            // its own now rather than at the program's first store; but
+            // the pages of a released slab page, leaving in address order,
+            // are not, until the run meets a private neighbour (whose
+            // lineage it takes, merging) or something else is done.
+            let keep = how == Leave::Keep;
+            let run = m.unset;
+            let extends = how == Leave::Released && run.1 == i && run.1 > run.0;
+            if !extends {
+                m.settle();
+            }
+            // A lineage inherited at a fork takes no new page.
+            let open = |l: u32| l > m.sealed;
+            let left = i
+                .checked_sub(1)
+                .and_then(|l| m.lineage_of(l))
+                .filter(|&l| open(l));
+            let right = (i + 1 < m.pages())
+                .then(|| m.lineage_of(i + 1))
+                .flatten()
+                .filter(|&l| open(l));
+            let run_entry = m.entry(run.0);
+            let (to, alone, start) = if keep {
+                (MOVED, false, false)
+            } else if extends {
+                if let Some(a) = right {
+                    m.relabel(run.0, run.1, Mapping::lineage_entry(a));
+                }
+                (m.entry(i - 1), false, false)
+            } else if let Some(l) = left.or(right) {
+                (Mapping::lineage_entry(l), false, false)
+            } else {
+                let start = how == Leave::Released && m.ours();
+                (Mapping::lineage_entry(m.new_lineage()), !start, start)
+            };
+            let change = m.seam_change(i, m.would_show(i, to));
             if !Self::take_seams(change, how == Leave::Released) {
                 return false;
             }
-            let keep = how == Leave::Keep;
-            let own = member - m.base;
-            if keep
-                && !(m.ours() && hold_writers(member) && self.copy_in(m.fd, member, page(), own))
-                || !self.alias(member, m.fd, own)
-            {
+            let remapped = if keep {
+                m.ours() && hold_writers(member) && self.own_copy(member)
+            } else {
+                self.own_page(member, alone)
+            };
+            if !remapped {
                 if keep {
                     let_writers_in(member);
                 }
                 Self::take_seams(-change, true);
+                if extends {
+                    m.relabel(run.0, run.1, run_entry);
+                    m.unset = run;
+                    m.settle();
+                }
                 return false;
             }
+            m.unset = match (extends, start) {
+                (true, _) if right.is_none() => (run.0, i + 1),
+                (false, true) => (i, i + 1),
+                _ => (0, 0),
+            };
             let g = g as usize - 1;
-            m.set_shows(i, 0, change);
+            m.set_shows(i, to, change);
             // SAFETY: a member exists, so the tables are mapped.
             let left = unsafe {
                 *m.members.add(g) -= 1;
@@ -981,14 +1280,14 @@ mod tests {
         pub(super) static REFUSE: core::cell::Cell<Refuse> = const { core::cell::Cell::new(Refuse::Nothing) };
     }
 
-    /// A memfd the kernel will not size, or not map: the mapping is
-    /// private memory (it was no mapping at all: the heap could not grow),
+    /// A memfd the kernel will not size: the mapping is private memory
+    /// with no file (it was no mapping at all: the heap could not grow),
     /// usable, purged in place, never shared.
     #[test]
     fn a_file_the_kernel_refuses_gives_private_memory() {
-        for refused in [Refuse::Ftruncate, Refuse::Mmap] {
+        {
             let pages = SharedPages::new();
-            REFUSE.with(|r| r.set(refused));
+            REFUSE.with(|r| r.set(Refuse::Ftruncate));
             let got = pages.map(SIZE, SIZE);
             REFUSE.with(|r| r.set(Refuse::Nothing));
             let p = got.expect("private memory instead of none").as_ptr() as usize;
@@ -1012,6 +1311,28 @@ mod tests {
         }
     }
 
+    /// A group page the kernel will not map (a sandbox refusing `mmap` of
+    /// the memfd): the page does not mesh and keeps its bytes, on its own
+    /// private memory, in one kernel mapping with its neighbours.
+    #[test]
+    fn a_group_page_the_kernel_will_not_map_leaves_the_page_private() {
+        let (pages, p) = mapped();
+        let s = pages.sharing().unwrap();
+        fill(p + page(), 6);
+        let held = pages.held_bytes();
+        REFUSE.with(|r| r.set(Refuse::Mmap));
+        // SAFETY: our page, one thread.
+        let shared = unsafe { s.share(p + page()) };
+        REFUSE.with(|r| r.set(Refuse::Nothing));
+        assert!(!shared);
+        assert_eq!(read(p + page()), 6, "its bytes stay");
+        assert_eq!((s.shared(), s.seams()), ((0, 0), 0));
+        assert_eq!(kernel_mappings(p), 1);
+        assert_eq!(pages.held_bytes(), held, "no group page is kept");
+        fill(p + page(), 7);
+        assert_eq!(read(p + page()), 7, "and it is writable");
+    }
+
     fn mapped() -> (SharedPages, usize) {
         let pages = SharedPages::new();
         let p = pages.map(SIZE, SIZE).expect("map").as_ptr() as usize;
@@ -1019,14 +1340,11 @@ mod tests {
         (pages, p)
     }
 
-    /// Bytes of the mapping's file that hold memory (what sharing saves).
+    /// Bytes of memory the mapping holds (what sharing saves): its group
+    /// pages and its resident own pages.
     fn file_bytes(pages: &SharedPages, addr: usize) -> usize {
-        let fd = pages.with_mapping(addr, |m| m.fd).unwrap();
-        // SAFETY: a zeroed stat is a valid out-parameter.
-        let mut st: libc::stat = unsafe { core::mem::zeroed() };
-        // SAFETY: our fd, our buffer.
-        assert_eq!(unsafe { libc::fstat(fd, &mut st) }, 0);
-        st.st_blocks as usize * 512
+        assert!(pages.with_mapping(addr, |m| m.fd >= 0).unwrap());
+        pages.held_bytes() as usize
     }
 
     fn fill(addr: usize, byte: u8) {
@@ -1273,7 +1591,10 @@ mod tests {
         // SAFETY: as above.
         unsafe { assert!(s.leave(at(20), Leave::Unused)) };
         assert_eq!((s.seams(), kernel_mappings(p)), (4, 5));
-        // ...and a released slab page leaving in address order mends it.
+        // ...and a released slab page leaving in address order mends it,
+        // but for the page that left alone: private memory of its own
+        // (written to, or the program may write to it), which the kernel
+        // merges with its left neighbour but not also with its right.
         for i in 16..32 {
             if i != 20 {
                 // SAFETY: as above.
@@ -1282,7 +1603,37 @@ mod tests {
             // At most one more while the run is cut back, page by page.
             assert!(kernel_mappings(p) <= 6, "{i}: {}", kernel_mappings(p));
         }
+        assert_eq!((s.seams(), kernel_mappings(p)), (2, 3));
+    }
+
+    #[test]
+    fn a_released_run_leaving_in_address_order_mends_into_its_neighbour() {
+        let (pages, p) = mapped();
+        let s = pages.sharing().unwrap();
+        let at = |i: usize| p + i * page();
+        fill(at(40), 1);
+        // SAFETY: our pages, one thread, nothing live but page 40.
+        unsafe {
+            for i in 0..16 {
+                assert!(s.share(at(i)));
+            }
+            for i in 0..16 {
+                assert!(s.join(at(i), at(16 + i), &[]));
+            }
+            assert_eq!((s.seams(), kernel_mappings(p)), (2, 3));
+            for i in 16..32 {
+                assert!(s.leave(at(i), Leave::Released));
+                assert_eq!(kernel_mappings(p), 1 + s.seams(), "{i}");
+            }
+        }
+        // The run had no private neighbour until its last page: not yet
+        // written to, it merged with its right neighbour whole.
         assert_eq!((s.seams(), kernel_mappings(p)), (1, 2));
+        // Anything else done to the mapping settles what was left unset.
+        // SAFETY: as above.
+        unsafe { assert!(s.share(at(40))) };
+        assert_eq!(kernel_mappings(p), 1 + s.seams());
+        assert_eq!(read(at(40)), 1);
     }
 
     /// A small xorshift for the model test.
@@ -1303,12 +1654,21 @@ mod tests {
         for step in 0..2000 {
             let i = next(&mut seed) % n;
             let j = next(&mut seed) % n;
-            // SAFETY: our pages, one thread, nothing live.
+            // SAFETY: our pages, one thread, nothing live (but what a
+            // `Keep` keeps).
             unsafe {
-                match next(&mut seed) % 4 {
+                match next(&mut seed) % 5 {
                     0 => s.share(at(i)),
                     1 | 2 => s.join(at(i), at(j), &[]),
-                    _ => s.leave(at(i), Leave::Unused),
+                    3 => s.leave(at(i), Leave::Unused),
+                    _ => {
+                        // A kept page moves in whole: a mapping of its own.
+                        let byte = step as u8 | 1;
+                        *((at(i) + 8) as *mut u8) = byte;
+                        let kept = s.leave(at(i), Leave::Keep);
+                        assert!(!kept || read(at(i) + 8) == byte, "step {step}: kept");
+                        kept
+                    }
                 };
             }
             assert_eq!(
@@ -1330,6 +1690,116 @@ mod tests {
         assert!(take_seams(&now, -3, 10, false), "giving back always works");
         assert_eq!(now.load(Relaxed), 9);
         assert!(take_seams(&now, 0, 0, false));
+    }
+
+    /// Kernel mappings inside `p..p+SIZE`, counted with no allocation (in
+    /// a forked child of a threaded process); `buf` is scratch memory.
+    fn kernel_mappings_raw(p: usize, buf: &mut [u8]) -> usize {
+        // SAFETY: a C string literal; plain system calls into our buffer.
+        let fd = unsafe { libc::open(c"/proc/self/maps".as_ptr(), libc::O_RDONLY) };
+        let mut len = 0;
+        loop {
+            // SAFETY: the rest of our buffer.
+            let n = unsafe { libc::read(fd, buf[len..].as_mut_ptr().cast(), buf.len() - len) };
+            if n <= 0 {
+                break;
+            }
+            len += n as usize;
+        }
+        // SAFETY: our fd.
+        unsafe { libc::close(fd) };
+        let hex = |t: &[u8]| {
+            t.iter().fold(0usize, |a, &c| {
+                a * 16 + (c as char).to_digit(16).unwrap() as usize
+            })
+        };
+        buf[..len]
+            .split(|&c| c == b'\n')
+            .filter(|l| !l.is_empty())
+            .filter(|l| {
+                let dash = l.iter().position(|&c| c == b'-').unwrap();
+                let space = l.iter().position(|&c| c == b' ').unwrap();
+                let (a, b) = (hex(&l[..dash]), hex(&l[dash + 1..space]));
+                a < p + SIZE && b > p
+            })
+            .count()
+    }
+
+    /// A prepared fork: the child inherits the own pages and maps copies of
+    /// the group pages, and its seams stay the kernel's mappings as pages
+    /// leave there (a new private mapping merges with none it inherited,
+    /// whose `anon_vma` has the parent's).
+    #[test]
+    fn a_prepared_childs_seams_are_the_kernels_mappings() {
+        let pages: &'static SharedPages =
+            std::boxed::Box::leak(std::boxed::Box::new(SharedPages::new()));
+        let p = pages.map(SIZE, SIZE).expect("map").as_ptr() as usize;
+        let s = pages.sharing().unwrap();
+        let at = |i: usize| p + i * page();
+        fill(at(16), 0);
+        // SAFETY: our pages, one thread; live bytes only where copied.
+        unsafe {
+            *(at(0) as *mut u8) = 5;
+            *((at(16) + 8) as *mut u8) = 6;
+            *((at(30) + 4) as *mut u8) = 3;
+            for i in 0..16 {
+                assert!(s.share(at(i)));
+            }
+            assert!(s.join(at(0), at(16), &[(8, 1)]));
+            assert!(s.share(at(30)));
+            assert!(s.share(at(29)));
+        }
+        fill(at(31), 7);
+        assert_eq!(kernel_mappings(p), 1 + s.seams());
+        let buf = std::vec![0u8; 1 << 20].leak();
+        pages.fork_prepare();
+        // SAFETY: the child makes system calls and uses this source only.
+        let pid = unsafe { libc::fork() };
+        if pid == 0 {
+            pages.fork_child();
+            let mut bad = 0;
+            // The group page's copy, and an own page inherited.
+            if read(at(16)) != 5 || read(at(0) + 8) != 6 || read(at(31)) != 7 {
+                bad |= 1;
+            }
+            // SAFETY: the child's pages; nothing live moves wrongly.
+            unsafe {
+                *(at(31) as *mut u8) = 9;
+                // 16 between a group page and an inherited own page: a
+                // mapping of its own; then 15 merges with it.
+                for (i, how) in [
+                    (16, Leave::Unused),
+                    (15, Leave::Unused),
+                    (30, Leave::Keep),
+                    (14, Leave::Released),
+                    (29, Leave::Unused),
+                ] {
+                    if !s.leave(at(i), how) {
+                        bad |= 2;
+                    }
+                    if kernel_mappings_raw(p, buf) != 1 + s.seams() {
+                        bad |= 4;
+                    }
+                }
+            }
+            if read(at(30) + 4) != 3 {
+                bad |= 8;
+            }
+            // SAFETY: leaves the child at once.
+            unsafe { libc::_exit(bad) };
+        }
+        pages.fork_parent();
+        let mut status = 0;
+        // SAFETY: our child.
+        assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+        assert!(libc::WIFEXITED(status));
+        assert_eq!(
+            libc::WEXITSTATUS(status),
+            0,
+            "bytes (1), a leave refused (2), seams not the kernel's (4), kept bytes (8)"
+        );
+        assert_eq!(read(at(31)), 7, "the child's store stayed there");
+        assert_eq!(kernel_mappings(p), 1 + s.seams());
     }
 
     #[test]

@@ -2,26 +2,28 @@
 //! of its own, made while the parent's other threads go on.
 //!
 //! The heap's mappings are `MADV_DONTFORK` (a child never inherits them).
-//! Before the fork, with every allocator lock held, the forking thread
-//! makes a new file per mapping and copies the old one into it: the heap is
-//! made read-only first, so that what is copied is the heap of one instant,
-//! and then made writable again chunk by chunk (16 OS pages) as the copy
-//! passes. Another thread that stores to a page not yet copied takes a
-//! write-protection fault, and the barrier's handler copies that page
-//! itself (or waits for the chunk being copied), makes it writable and
-//! returns: the store waits for the copy of one page, not of the heap. Each
-//! page of each file has a state (untouched, being copied, copied), so a
-//! page is copied once, by whoever comes first, and never after it may
-//! have changed. Group pages (the second half of each file) are copied
-//! first, since any OS page may show one.
+//! Its own pages are private memory, and the child of a prepared fork
+//! inherits them copy-on-write: they are made `MADV_DOFORK` for the fork
+//! (the parent's and the child's handlers make them `MADV_DONTFORK`
+//! again). Its group pages, shared, are never inherited: before the fork,
+//! with every allocator lock held, the forking thread makes a new file per
+//! mapping and copies the group pages into it: they are made read-only
+//! first, so that what is copied is the group pages of one instant, and
+//! writable again once they are copied. Another thread that stores to a
+//! group page not yet copied takes a write-protection fault, and the
+//! barrier's handler copies that page's chunk (16 OS pages) itself (or
+//! waits for the chunk being copied), makes the page writable and returns;
+//! own pages are never made read-only. Each chunk of each file
+//! has a state (untouched, being copied, copied), so a chunk is copied
+//! once, by whoever comes first, and never after it may have changed.
 //!
-//! The child maps the new files where the old ones were (with the same
-//! aliases) in its fork handler, or at its first touch of the heap if that
-//! comes earlier (glibc frees memory in the child before the handlers run):
-//! a fault on the heap it did not inherit, which the barrier hands to
+//! The child maps the copied group pages where the old ones were in its
+//! fork handler, or at its first touch of one if that comes earlier (glibc
+//! frees memory in the child before the handlers run): a fault on a page it
+//! did not inherit, which the barrier hands to
 //! [`map_in_child`]. The parent closes its copies of the new files.
 //!
-//! What it cannot do: a system call that writes into a page not yet
+//! What it cannot do: a system call that writes into a group page not yet
 //! copied fails with `EFAULT` (the kernel does not fault on its behalf),
 //! while the copy lasts.
 
@@ -60,6 +62,9 @@ impl SharedPages {
         // SAFETY: held above, by this thread, until `fork_parent`/`fork_child`.
         let maps = unsafe { &mut *self.maps.held_data() };
         for m in maps.used().iter_mut().filter(|m| m.size != 0) {
+            // A child's mappings start with an `anon_vma` of their own
+            // each, or none where the parent had none: none is left unset.
+            m.settle();
             prepare_copy(m);
         }
         let mask = crate::os::signals::block_async();
@@ -69,18 +74,27 @@ impl SharedPages {
         barrier::raise();
         barrier::fork_begin(map_in_child, copy_on_fault);
         for m in maps.used().iter().filter(|m| m.child_fd >= 0) {
-            // SAFETY: our mapping, made writable again chunk by chunk below.
-            // By `mprotect`: a store's fault copies its page at once.
-            unsafe { barrier::protect_by_mprotect(m.base, m.size) };
+            // Own pages have nothing to copy: the child inherits them.
+            for c in 0..m.chunks_per_half() {
+                m.state(c).store(COPIED, Relaxed);
+            }
+            // SAFETY: our group pages, made writable again below. By
+            // `mprotect`: a store's fault copies its page at once.
+            group_runs(m, |at, len| unsafe {
+                barrier::protect_by_mprotect(at, len)
+            });
         }
         for m in maps.used().iter_mut().filter(|m| m.child_fd >= 0) {
             if !copy_for_child(m) {
                 close(core::mem::replace(&mut m.child_fd, -1));
             }
-            // SAFETY: as above (all of it, whatever the copy did).
-            unsafe { barrier::unprotect(m.base, m.size) };
+            // SAFETY: as above (all of them, whatever the copy did).
+            group_runs(m, |at, len| unsafe { barrier::unprotect(at, len) });
         }
         barrier::lower();
+        for m in maps.used().iter().filter(|m| m.child_fd >= 0) {
+            own_pages_advise(m, libc::MADV_DOFORK);
+        }
         crate::os::signals::restore(mask);
     }
 
@@ -88,6 +102,9 @@ impl SharedPages {
     pub(crate) fn fork_parent(&self) {
         // SAFETY: held since `fork_prepare` by this thread.
         for m in unsafe { (*self.maps.held_data()).used().iter_mut() } {
+            if m.child_fd >= 0 {
+                own_pages_advise(m, libc::MADV_DONTFORK);
+            }
             end_copy(m);
         }
         barrier::fork_end();
@@ -231,12 +248,51 @@ impl Mapping {
     }
 }
 
-/// Copies `m`'s file for the child: group pages first, then the mapping's
-/// own pages, chunk by chunk, each made writable once copied. False if a
-/// copy failed (the child then gets none of `m`).
+/// Copies `m`'s group pages for the child. False if a copy failed (the
+/// child then gets none of `m`).
 fn copy_for_child(m: &mut Mapping) -> bool {
     let pages = m.pages();
-    copy_chunks(m, pages, 2 * pages, false) && copy_chunks(m, 0, pages, true)
+    copy_chunks(m, pages, 2 * pages, false)
+}
+
+/// Calls `f` on every run of `m`'s OS pages that show group pages, as an
+/// address and a length.
+fn group_runs(m: &Mapping, mut f: impl FnMut(usize, usize) -> bool) {
+    let mut i = 0;
+    while i < m.pages() {
+        if m.group_of(i) == 0 {
+            i += 1;
+            continue;
+        }
+        let end = (i..m.pages())
+            .find(|&j| m.group_of(j) == 0)
+            .unwrap_or(m.pages());
+        f(m.base + i * page(), (end - i) * page());
+        i = end;
+    }
+}
+
+/// `madvise(advice)` on every run of `m`'s OS pages that show their own
+/// private memory (not a group page).
+fn own_pages_advise(m: &Mapping, advice: i32) {
+    let mut i = 0;
+    while i < m.pages() {
+        let end = (i..m.pages())
+            .find(|&j| m.group_of(j) != 0)
+            .unwrap_or(m.pages());
+        if end > i {
+            // SAFETY: own pages of our mapping; only whether a child
+            // inherits them changes.
+            unsafe {
+                libc::madvise(
+                    (m.base + i * page()) as *mut libc::c_void,
+                    (end - i) * page(),
+                    advice,
+                )
+            };
+        }
+        i = end + 1;
+    }
 }
 
 /// Copies the chunks of file pages `from..to` (one half of the file) of `m`,
@@ -330,7 +386,10 @@ pub(crate) fn copy_on_fault(addr: usize) -> bool {
     else {
         return false;
     };
-    m.ensure_copied(m.shows(m.index(addr)));
+    let g = m.group_of(m.index(addr));
+    if g != 0 {
+        m.ensure_copied(m.pages() + g as usize - 1);
+    }
     let at = addr & !(page() - 1);
     // SAFETY: a page of our mapping whose bytes the child has now.
     unsafe { barrier::unprotect(at, page()) }
@@ -363,27 +422,12 @@ files limit or the file size limit); it may only exec or _exit\n",
     true
 }
 
-/// Maps `m`'s copy over where it was (the child did not inherit `m`).
+/// Maps `m`'s copied group pages where the old ones were (the child
+/// inherited its own pages, not those).
 fn map_copy(m: &mut Mapping) -> bool {
     let fd = core::mem::replace(&mut m.child_fd, -1);
     m.copy_state = null_mut();
     if fd < 0 {
-        return false;
-    }
-    // SAFETY: the child's own address range of the mapping (not inherited,
-    // so nothing is there), mapped from the copy.
-    let p = unsafe {
-        libc::mmap(
-            m.base as *mut libc::c_void,
-            m.size,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_SHARED | libc::MAP_FIXED | libc::MAP_NORESERVE,
-            fd,
-            0,
-        )
-    };
-    if p as usize != m.base {
-        close(fd);
         return false;
     }
     for i in 0..if m.group.is_null() { 0 } else { m.pages() } {
@@ -391,8 +435,8 @@ fn map_copy(m: &mut Mapping) -> bool {
         if g != 0 {
             let addr = m.base + i * page();
             let offset = m.size + (g as usize - 1) * page();
-            // SAFETY: an OS page of the mapping just made, pointed at the
-            // copy of its group's page.
+            // SAFETY: an OS page of the mapping (not inherited: nothing is
+            // there), pointed at the copy of its group's page.
             unsafe {
                 libc::mmap(
                     addr as *mut libc::c_void,
@@ -405,8 +449,13 @@ fn map_copy(m: &mut Mapping) -> bool {
             };
         }
     }
-    // SAFETY: the mapping just made: the child's own children do not
-    // inherit it either.
+    // Each private mapping the child inherited has an `anon_vma` of its
+    // own (the kernel's fork gives each one; neighbours of one lineage
+    // were one mapping, so they stay one), and a new mapping never merges
+    // with one of them (its `anon_vma` has the parent's as well).
+    m.sealed = m.lineages.max(1);
+    // The child's own children inherit none of it either.
+    // SAFETY: our mapping; only whether a child inherits it changes.
     unsafe { libc::madvise(m.base as *mut libc::c_void, m.size, libc::MADV_DONTFORK) };
     close(m.fd);
     m.fd = fd;
