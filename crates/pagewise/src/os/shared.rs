@@ -1934,8 +1934,13 @@ mod tests {
     /// the group pages, and its seams stay the kernel's mappings as pages
     /// leave there (a new private mapping merges with none it inherited,
     /// whose `anon_vma` has the parent's).
+    /// Held by a test that prepares a fork: the fork handlers' state is
+    /// the process's (`fork.rs`), one prepared fork at a time.
+    static PREPARED_FORK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
     #[test]
     fn a_prepared_childs_seams_are_the_kernels_mappings() {
+        let _one = PREPARED_FORK.lock().unwrap_or_else(|e| e.into_inner());
         let pages: &'static SharedPages =
             std::boxed::Box::leak(std::boxed::Box::new(SharedPages::new()));
         let p = pages.map(SIZE, SIZE).expect("map").as_ptr() as usize;
@@ -2178,6 +2183,7 @@ mod tests {
     /// parent's mappings merge back after the fork.
     #[test]
     fn a_prepared_childs_advised_regions_stay_the_kernels_mappings() {
+        let _one = PREPARED_FORK.lock().unwrap_or_else(|e| e.into_inner());
         let pages: &'static SharedPages =
             std::boxed::Box::leak(std::boxed::Box::new(SharedPages::new()));
         let p = pages.map(SIZE, SIZE).expect("map").as_ptr() as usize;
@@ -2194,6 +2200,7 @@ mod tests {
             assert!(s.join(region(2), region(2) + 2 * page(), &[]));
             assert!(s.share(region(3) - page()));
             assert!(s.share(region(1) - page()));
+            assert!(s.share(region(2) + 4 * page()));
         }
         assert_eq!(kernel_mappings(p), 1 + s.seams(), "{}", kernel_flags(p));
         let buf = std::vec![0u8; 1 << 20].leak();
@@ -2211,6 +2218,14 @@ mod tests {
             }
             // SAFETY: the child's pages; nothing live moves wrongly.
             unsafe {
+                // Next to the copy of a group page: one kernel mapping with
+                // it if both carry the region's flag.
+                if !s.share(region(2) + 5 * page()) {
+                    bad |= 2;
+                }
+                if kernel_mappings_raw(p, buf) != 1 + s.seams() {
+                    bad |= 4;
+                }
                 for (at, how) in [
                     (region(2) + 2 * page(), Leave::Unused),
                     (region(3) - page(), Leave::Released),
