@@ -527,7 +527,23 @@ impl Recorded {
     /// Whether the kernel's mappings inside the source's are as many as
     /// it counts (one per mapping and one per seam); if not, the first 40
     /// of the kernel's mappings there with their `VmFlags`.
+    /// Read up to 5 times until it holds: a read of /proc/self/smaps while
+    /// other threads (other tests) split or merge their mappings may show
+    /// a mapping twice or miss one; a count that is wrong is wrong every
+    /// time.
     fn seams_are_the_kernels(&self) -> Result<(), String> {
+        let mut r = self.seams_are_the_kernels_once();
+        for _ in 0..4 {
+            if r.is_ok() {
+                break;
+            }
+            std::thread::yield_now();
+            r = self.seams_are_the_kernels_once();
+        }
+        r
+    }
+
+    fn seams_are_the_kernels_once(&self) -> Result<(), String> {
         let maps = self.maps.lock().unwrap().clone();
         let ours = |a: usize, b: usize| maps.iter().any(|&(p, n)| a < p + n && b > p);
         let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
