@@ -317,7 +317,8 @@ pub unsafe trait SharePages {
     fn shared(&self) -> (usize, usize);
     /// Kernel mappings the groups add now: boundaries inside the source's
     /// mappings where neighbouring OS pages show file pages that are not
-    /// consecutive. 0 unless the source counts them.
+    /// consecutive (or that the kernel does not merge for another reason,
+    /// such as other huge-page advice). 0 unless the source counts them.
     fn seams(&self) -> usize {
         0
     }
