@@ -1849,8 +1849,14 @@ mod tests {
         *seed as usize
     }
 
+    /// Held by the random walks that compare the seams with the kernel's
+    /// mappings: run together, the two fail now and then at a 64 KiB OS
+    /// page (their mappings neighbour each other; not understood yet).
+    static WALKS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
     #[test]
     fn the_seams_counted_are_the_kernels_mappings() {
+        let _one = WALKS.lock().unwrap_or_else(|e| e.into_inner());
         let (pages, p) = mapped();
         let s = pages.sharing().unwrap();
         let n = 48;
@@ -2123,6 +2129,7 @@ mod tests {
     /// mappings; a group page never lies in a region advised huge.
     #[test]
     fn advised_regions_keep_the_seams_the_kernels_mappings() {
+        let _one = WALKS.lock().unwrap_or_else(|e| e.into_inner());
         let (pages, p) = mapped();
         let s = pages.sharing().unwrap();
         let region = |r: usize| p + r * crate::os::thp::HUGE_PAGE;
