@@ -1,8 +1,8 @@
 #!/bin/bash
 # What meshing costs in speed, and why: each of the bench's growing
 # workloads under the pagewise worker, meshing on and off, and off without
-# huge pages (the fault count meshing has, since its memfd memory cannot
-# have them), interleaved, RUNS times. One line per run: throughput of the
+# huge pages (the fault count meshing had before its own pages got huge
+# pages, and has under PAGEWISE_THP=never), interleaved, RUNS times. One line per run: throughput of the
 # timed workload (ops/s from the worker's JSON), then user and system CPU
 # seconds and minor page faults of the whole process (/usr/bin/time).
 #

@@ -245,8 +245,10 @@ pub struct Stats {
     pub mesh_saved_bytes: u64,
     /// Kernel mappings meshing adds to the process: places inside the
     /// heap's mappings where neighbouring OS pages show group pages that
-    /// are not consecutive. Capped at a third of `vm.max_map_count`; a
-    /// slab page meshed whole onto another's groups adds at most two.
+    /// are not consecutive, or where their huge-page advice differs (the
+    /// ends of regions advised huge). Capped at a third of
+    /// `vm.max_map_count`; a slab page meshed whole onto another's groups
+    /// adds at most two.
     pub mesh_mappings: u64,
     /// Stores that waited for a meshed page's copy (the write barrier of
     /// the global allocator), and the longest such wait in microseconds.

@@ -602,3 +602,183 @@ fn a_pass_serializes_threads_before_it_withholds_slots() {
     );
     assert!(all_intact(&kept));
 }
+
+/// `SharedPages`, remembering where its mappings are (to count the
+/// kernel's mappings there).
+#[derive(Default)]
+struct Recorded {
+    pages: SharedPages,
+    maps: std::sync::Mutex<Vec<(usize, usize)>>,
+}
+
+// SAFETY: forwards to `SharedPages`, which upholds the contract.
+unsafe impl pagewise::PageSource for Recorded {
+    fn map(&self, size: usize, align: usize) -> Option<NonNull<u8>> {
+        let p = self.pages.map(size, align)?;
+        self.maps.lock().unwrap().push((p.as_ptr() as usize, size));
+        Some(p)
+    }
+    unsafe fn unmap(&self, ptr: NonNull<u8>, size: usize) {
+        let at = (ptr.as_ptr() as usize, size);
+        self.maps.lock().unwrap().retain(|&m| m != at);
+        // SAFETY: forwarded.
+        unsafe { self.pages.unmap(ptr, size) }
+    }
+    unsafe fn purge(&self, ptr: NonNull<u8>, size: usize, how: pagewise::Purge) -> bool {
+        // SAFETY: forwarded.
+        unsafe { self.pages.purge(ptr, size, how) }
+    }
+    fn now_ms(&self) -> u64 {
+        self.pages.now_ms()
+    }
+    fn syscalls(&self) -> pagewise::SyscallCounts {
+        self.pages.syscalls()
+    }
+    fn sharing(&self) -> Option<&dyn pagewise::source::SharePages> {
+        self.pages.sharing()
+    }
+    fn thp(&self) -> pagewise::thp::ThpMode {
+        self.pages.thp()
+    }
+    unsafe fn advise_huge(&self, ptr: NonNull<u8>, size: usize, huge: bool) -> bool {
+        // SAFETY: forwarded.
+        unsafe { self.pages.advise_huge(ptr, size, huge) }
+    }
+}
+
+impl Recorded {
+    /// Whether the kernel's mappings inside the source's are as many as
+    /// it counts (one per mapping and one per seam); if not, the first 40
+    /// of the kernel's mappings there with their `VmFlags`.
+    /// Read up to 5 times until it holds: a read of /proc/self/smaps while
+    /// other threads (other tests) split or merge their mappings may show
+    /// a mapping twice or miss one; a count that is wrong is wrong every
+    /// time.
+    fn seams_are_the_kernels(&self) -> Result<(), String> {
+        let mut r = self.seams_are_the_kernels_once();
+        for _ in 0..4 {
+            if r.is_ok() {
+                break;
+            }
+            std::thread::yield_now();
+            r = self.seams_are_the_kernels_once();
+        }
+        r
+    }
+
+    fn seams_are_the_kernels_once(&self) -> Result<(), String> {
+        let maps = self.maps.lock().unwrap().clone();
+        let ours = |a: usize, b: usize| maps.iter().any(|&(p, n)| a < p + n && b > p);
+        let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
+        let (mut lines, mut text, mut inside) = (0, String::new(), false);
+        for l in smaps.lines() {
+            let range = l
+                .split_once(' ')
+                .and_then(|(r, _)| r.split_once('-'))
+                .and_then(|(a, b)| {
+                    Some((
+                        usize::from_str_radix(a, 16).ok()?,
+                        usize::from_str_radix(b, 16).ok()?,
+                    ))
+                });
+            if let Some((a, b)) = range {
+                inside = ours(a, b) && {
+                    lines += 1;
+                    lines <= 40
+                };
+                if inside {
+                    text += &format!("\n  {a:#x}-{b:#x} ");
+                }
+            } else if inside && l.starts_with("VmFlags:") {
+                text += l;
+            }
+        }
+        let counted = maps.len() + self.pages.sharing().unwrap().seams();
+        if lines == counted {
+            Ok(())
+        } else {
+            Err(format!("{lines} kernel mappings, {counted} counted:{text}"))
+        }
+    }
+}
+
+/// A meshing heap whose regions are advised huge (`Thp::Always`: each
+/// region a slab page starts in): a pass takes the advice back from the
+/// region of each OS page it meshes (counted as a split), as a purge does,
+/// and meshes it; regions with nothing to mesh stay advised; the seams
+/// stay the kernel's mappings throughout, as pages join and leave around
+/// the advised regions. Holds with or without huge pages granted (the
+/// advice is made either way under `always`).
+#[test]
+fn a_pass_takes_back_the_advice_of_regions_it_meshes_in_and_the_seams_stay_exact() {
+    let heap = Heap::with_source(
+        Recorded::default(),
+        pagewise::Config {
+            thp: pagewise::Thp::Always,
+            ..Default::default()
+        },
+    );
+    // 4 MiB of 1 KiB blocks, all kept: their regions have nothing to mesh.
+    let dense_layout = Layout::from_size_align(1024, 8).unwrap();
+    let dense: Vec<Survivor> = (0..4096)
+        .map(|i| {
+            let s = Survivor {
+                p: heap.allocate(dense_layout).unwrap().cast(),
+                layout: dense_layout,
+                tag: (i % 200 + 3) as u8,
+            };
+            s.write();
+            s
+        })
+        .collect();
+    let mut kept = one_survivor_per_os_page(&heap, pages(), 0x5eed);
+    heap.trim();
+    let before = heap.stats();
+    assert!(
+        before.thp_bytes >= 4 << 20,
+        "control: regions advised: {before:?}"
+    );
+    heap.source().seams_are_the_kernels().unwrap();
+    // SAFETY: this thread is the heap's only user.
+    let joined = unsafe { heap.mesh() };
+    let after = heap.stats();
+    assert!(
+        all_intact(&kept) && all_intact(&dense),
+        "a survivor lost its bytes"
+    );
+    assert!(joined > 0, "{after:?}");
+    assert!(
+        after.thp_splits > before.thp_splits,
+        "advice taken back: {after:?}"
+    );
+    assert!(
+        after.thp_bytes >= 2 << 20,
+        "the dense regions stay advised: {after:?}"
+    );
+    assert!(after.thp_bytes < before.thp_bytes, "{after:?}");
+    heap.source().seams_are_the_kernels().unwrap();
+    // Half the survivors go: their meshed pages leave their groups.
+    let mut i = 0;
+    kept.retain(|s| {
+        i += 1;
+        if i % 2 == 0 {
+            // SAFETY: live, freed once.
+            unsafe { heap.deallocate(s.p, s.layout) };
+        }
+        i % 2 == 1
+    });
+    // SAFETY: as above.
+    unsafe { heap.mesh() };
+    heap.source().seams_are_the_kernels().unwrap();
+    for s in kept.drain(..).chain(dense) {
+        assert!(s.intact());
+        // SAFETY: live, freed once.
+        unsafe { heap.deallocate(s.p, s.layout) };
+    }
+    // SAFETY: as above.
+    unsafe { heap.mesh() };
+    heap.trim();
+    let end = heap.stats();
+    assert_eq!((end.meshed_bytes, end.thp_bytes), (0, 0), "{end:?}");
+    heap.source().seams_are_the_kernels().unwrap();
+}

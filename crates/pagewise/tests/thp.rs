@@ -13,8 +13,9 @@
 //! heap is backed by huge pages (`AnonHugePages` of its mappings in
 //! `/proc/self/smaps`), an idle heap whose regions keep one live object
 //! each still gives its free memory back (its huge pages split), and
-//! `PAGEWISE_THP=never` asks for none. Skipped, with a line on stderr,
-//! where the kernel grants no huge pages.
+//! `PAGEWISE_THP=never` asks for none; the same for a meshing heap
+//! (`PAGEWISE_MESH=1`), whose own pages are private memory. Skipped, with
+//! a line on stderr, where the kernel grants no huge pages.
 
 #[global_allocator]
 static A: pagewise::Pagewise = pagewise::Pagewise;
@@ -444,6 +445,8 @@ fn child_entry() {
     let Ok(which) = std::env::var(CHILD) else {
         return;
     };
+    let meshing = std::env::var("PAGEWISE_MESH").as_deref() == Ok("1");
+    assert_eq!(pagewise::options::get("mesh"), Ok(i64::from(meshing)));
     let before = resident();
     let blocks: Vec<Vec<u8>> = (0..8192).map(|i| vec![i as u8 | 1; BLOCK]).collect();
     let big = vec![7u8; 24 << 20];
@@ -575,10 +578,16 @@ struct Report {
 }
 
 fn run(scenario: &str, thp: &str) -> Report {
+    run_meshing(scenario, thp, "0")
+}
+
+/// [`run`] with `PAGEWISE_MESH` set to `mesh`.
+fn run_meshing(scenario: &str, thp: &str, mesh: &str) -> Report {
     let out = reexec::this_binary()
         .args(["--exact", "child_entry", "--nocapture", "--test-threads=1"])
         .env(CHILD, scenario)
         .env("PAGEWISE_THP", thp)
+        .env("PAGEWISE_MESH", mesh)
         .env("PAGEWISE_DECAY_MS", "100")
         .env_remove("PAGEWISE_CONF")
         .env_remove("PAGEWISE_BACKGROUND")
@@ -676,4 +685,24 @@ fn thp_never_gives_no_huge_pages() {
     } else {
         assert_eq!(r.nohugepage_calls, 0, "{r:?}");
     }
+}
+
+#[test]
+fn a_dense_meshing_heap_is_backed_by_huge_pages() {
+    if !kernel_grants_huge_pages("a_dense_meshing_heap_is_backed_by_huge_pages") {
+        return;
+    }
+    let r = run_meshing("dense", "auto", "1");
+    // As without meshing (`a_dense_heap_is_backed_by_huge_pages`).
+    assert!(r.advised >= 40 * MIB, "{r:?}");
+    assert!(r.backed >= r.advised / 2, "{r:?}");
+    assert!(r.hugepage_calls >= 1, "{r:?}");
+    let used = 8192 * 6144 + (24 << 20);
+    assert!(r.dense <= r.before + used + REGION + MIB / 2, "{r:?}");
+}
+
+#[test]
+fn thp_never_gives_a_meshing_heap_no_huge_pages() {
+    let r = run_meshing("dense", "never", "1");
+    assert_eq!((r.hugepage_calls, r.advised, r.backed), (0, 0, 0), "{r:?}");
 }

@@ -12,8 +12,9 @@
 //!    later passes; groups made before (found through every meshed OS page
 //!    of the class's pages, the full ones too) take new members where
 //!    none of the positions their members may use is met;
-//! 3. every group of two members or more is made: the pages' slots on the
-//!    planned OS pages are withheld first (their free list runs through
+//! 3. every group of two members or more is made: a planned OS page in a
+//!    region advised huge takes the advice back (as a purge does); the
+//!    pages' slots on the planned OS pages are withheld first (their free list runs through
 //!    memory that is about to show another page's bytes), then the
 //!    founders' pages are shared and the others join page by page, each
 //!    page's OS pages in address order (so a run's kernel mappings merge
@@ -535,6 +536,15 @@ impl HeapCore {
         if !self.stop_caching_planned(s) {
             return 0;
         }
+        // 0b. A planned OS page in a region advised huge takes the advice
+        //    back first, as a purge does: its huge page splits (counted),
+        //    and the kernel's background collapse leaves the region to
+        //    small pages. Refused, the page does not mesh.
+        for i in 0..s.n as u32 {
+            if s.planned(i) && !s.plan(i).failed && !self.unadvise(s.cand(i).addr()) {
+                s.plan(i).failed = true;
+            }
+        }
         // 1. Withhold the slots on every planned OS page, page by page (the
         //    candidates of a page are consecutive).
         let mut i = 0;
@@ -630,6 +640,21 @@ impl HeapCore {
             }
         }
         joined
+    }
+
+    /// Takes the huge-page advice back from the region the OS page at
+    /// `addr` (of a slab page of this heap) lies in, if it has it
+    /// (`memory/huge_pages.rs`); false if the kernel refused.
+    fn unadvise(&self, addr: usize) -> bool {
+        // SAFETY: a slab page lies in a registered, mapped segment.
+        let seg = unsafe { &*Segment::of(crate::memory::layout::segment_base(addr)) };
+        crate::memory::huge_pages::before_purge(
+            self.source(),
+            &self.budget().huge,
+            seg,
+            addr,
+            crate::memory::layout::os_page(),
+        )
     }
 
     /// Makes every page with a planned OS page stop taking cached frees,

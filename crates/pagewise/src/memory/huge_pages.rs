@@ -78,11 +78,6 @@ pub enum Policy {
 impl Policy {
     /// The policy for a heap with setting `thp` on `source`.
     pub fn of(thp: Thp, source: &dyn PageSource) -> Policy {
-        // A source that shares pages (meshing) maps memfd pages, whose huge
-        // pages follow another setting: never asked.
-        if source.sharing().is_some() {
-            return Policy::Off;
-        }
         match (thp, source.thp()) {
             (Thp::Never, _) => Policy::Off,
             (Thp::Always, _) => Policy::Everywhere,
@@ -103,10 +98,12 @@ impl Policy {
     /// too: a region the kernel backs on its own is resident whole, and a
     /// fault after a purge brings it back whole (an idle run measured
     /// 32 MiB resident where 1.7 are with the refusal; docs/benchmarks.md,
-    /// "Huge pages"). A source that shares pages (meshing) maps memfd
-    /// pages, which follow another setting: left alone.
+    /// "Huge pages"). A source that shares pages (meshing) too: the heap's
+    /// own pages are private memory there, and a group page never lies in
+    /// an advised region (a mesh pass takes the advice back first, as a
+    /// purge does).
     pub fn refuses_elsewhere(source: &dyn PageSource) -> bool {
-        source.sharing().is_none() && source.thp() == ThpMode::Always
+        source.thp() == ThpMode::Always
     }
 
     /// Whether a region a slab page starts in gets a huge page, for a heap

@@ -64,6 +64,7 @@ use crate::os::barrier;
 use crate::os::source::{
     next_hint, Leave, PageSource, Purge, SharePages, SyscallCounters, SyscallCounts,
 };
+use crate::os::thp::{ThpMode, HUGE_PAGE_SHIFT};
 use crate::sync::lock::Locked;
 use core::ptr::{null_mut, NonNull};
 use core::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering::Relaxed};
@@ -125,6 +126,14 @@ const MOVED: u32 = 1 << 31;
 /// mapping's first (written to when it is made, so all of it shares one).
 const LINEAGE: u32 = 1 << 30;
 
+/// A region's huge-page advice: none given (the kernel's default).
+const NO_ADVICE: u8 = 0;
+/// A region's huge-page advice: `MADV_HUGEPAGE` (`VM_HUGEPAGE`).
+const HUGE: u8 = 1;
+/// A region's huge-page advice: `MADV_NOHUGEPAGE` (`VM_NOHUGEPAGE`; the
+/// kernel has no call that clears both flags again).
+const NOT_HUGE: u8 = 2;
+
 /// Seams inside the mappings of every source now: each is one kernel
 /// mapping more (the `vm.max_map_count` budget).
 static SEAMS_NOW: AtomicUsize = AtomicUsize::new(0);
@@ -170,9 +179,20 @@ struct Mapping {
     /// (a forked child's mappings are not: the kernel drops their
     /// registration).
     uffd: bool,
-    /// Boundaries between neighbouring OS pages that show file pages that
-    /// are not consecutive: the kernel mappings the aliases add.
+    /// Boundaries between neighbouring OS pages that the kernel does not
+    /// merge (file pages that are not consecutive, other lineages, other
+    /// huge-page advice): the kernel mappings the aliases and the advice
+    /// add.
     seams: usize,
+    /// Per 2 MiB region the mapping touches (in the tables, after
+    /// `members`): the huge-page advice all of its OS pages carry
+    /// ([`NO_ADVICE`], [`HUGE`], [`NOT_HUGE`]); null while none was given.
+    advice: *mut u8,
+    /// Whether the mapping refuses huge pages outside the advised regions
+    /// (`MADV_NOHUGEPAGE` on all of it, at the first advice), so that a
+    /// region whose advice is taken back carries its neighbours' flag again
+    /// and merges back with them.
+    refused: bool,
     /// While a fork is prepared: the child's copy of the file (-1: none),
     /// and per page of the file how far its copy is (`fork.rs`).
     child_fd: i32,
@@ -194,6 +214,8 @@ impl Mapping {
         groups: 0,
         uffd: false,
         seams: 0,
+        advice: null_mut(),
+        refused: false,
         child_fd: -1,
         copy_state: null_mut(),
     };
@@ -208,6 +230,12 @@ impl Mapping {
 
     fn pages(&self) -> usize {
         self.size / page()
+    }
+
+    /// Bytes of its tables: a group and a member count per OS page, and
+    /// the advice per region.
+    fn table_bytes(&self) -> usize {
+        (2 * self.pages() * 4 + self.regions()).next_multiple_of(page())
     }
 
     /// Whether this process may change the file (not a forked copy).
@@ -302,9 +330,70 @@ impl Mapping {
     /// Seams OS page `i` makes with its neighbours if it shows file page
     /// `to` (the kernel merges neighbours whose offsets run on).
     fn seams_at(&self, i: usize, to: usize) -> usize {
-        let left = i > 0 && self.shows(i - 1) + 1 != to;
-        let right = i + 1 < self.pages() && to + 1 != self.shows(i + 1);
+        let a = self.advice_of(i);
+        let left = i > 0 && (self.shows(i - 1) + 1 != to || self.advice_of(i - 1) != a);
+        let right =
+            i + 1 < self.pages() && (to + 1 != self.shows(i + 1) || self.advice_of(i + 1) != a);
         usize::from(left) + usize::from(right)
+    }
+
+    /// The 2 MiB regions the mapping touches (the kernel's huge pages,
+    /// counted from address 0).
+    fn regions(&self) -> usize {
+        ((self.base + self.size - 1) >> HUGE_PAGE_SHIFT) - (self.base >> HUGE_PAGE_SHIFT) + 1
+    }
+
+    /// The region (of [`Self::regions`]) OS page `i` lies in.
+    fn region_of(&self, i: usize) -> usize {
+        ((self.base + i * page()) >> HUGE_PAGE_SHIFT) - (self.base >> HUGE_PAGE_SHIFT)
+    }
+
+    /// The first OS page of region `r` (0 for the first, which may start
+    /// before the mapping).
+    fn first_of(&self, r: usize) -> usize {
+        (((self.base >> HUGE_PAGE_SHIFT) + r) << HUGE_PAGE_SHIFT).saturating_sub(self.base) / page()
+    }
+
+    /// The huge-page advice OS page `i` carries: its region's.
+    fn advice_of(&self, i: usize) -> u8 {
+        self.region_advice(self.region_of(i))
+    }
+
+    fn region_advice(&self, r: usize) -> u8 {
+        if self.advice.is_null() {
+            NO_ADVICE
+        } else {
+            // SAFETY: `advice` has `regions()` entries; `r` is below it.
+            unsafe { *self.advice.add(r) }
+        }
+    }
+
+    /// How the mapping's seams change if regions `r0..r1` come to carry
+    /// advice `to`: at each region boundary from `r0`'s start to `r1`'s,
+    /// the kernel merges the two pages only if they show pages that run on
+    /// and carry one advice.
+    fn advice_change(&self, r0: usize, r1: usize, to: u8) -> isize {
+        let now = |r: usize| self.region_advice(r);
+        let then = |r: usize| if (r0..r1).contains(&r) { to } else { now(r) };
+        let mut change = 0isize;
+        for r in r0.max(1)..=r1.min(self.regions() - 1) {
+            let i = self.first_of(r);
+            if self.shows(i - 1) + 1 != self.shows(i) {
+                continue; // a seam either way
+            }
+            change += isize::from(then(r - 1) != then(r)) - isize::from(now(r - 1) != now(r));
+        }
+        change
+    }
+
+    /// Whether any OS page of regions `r0..r1` shows a group page.
+    fn shares_in(&self, r0: usize, r1: usize) -> bool {
+        let end = if r1 >= self.regions() {
+            self.pages()
+        } else {
+            self.first_of(r1)
+        };
+        self.shared > 0 && (self.first_of(r0)..end).any(|i| self.group_of(i) != 0)
     }
 
     /// How the mapping's seams change if OS page `i` comes to show `to`.
@@ -584,8 +673,9 @@ impl SharedPages {
     }
 
     /// Points the OS page at `addr` at `offset` of `fd` (in a mapping
-    /// `registered` with the userfaultfd or not).
-    fn alias(&self, addr: usize, fd: i32, offset: usize, registered: bool) -> bool {
+    /// `registered` with the userfaultfd or not); `advice`: the huge-page
+    /// advice of its region.
+    fn alias(&self, addr: usize, fd: i32, offset: usize, registered: bool, advice: u8) -> bool {
         self.counters.mmap.fetch_add(1, Relaxed);
         // SAFETY: `addr` is an OS page of a mapping made by this source;
         // the caller has made sure nothing on it is lost.
@@ -593,13 +683,15 @@ impl SharedPages {
         if p as usize != addr {
             return false;
         }
-        self.same_flags(addr, registered);
+        self.same_flags(addr, registered, advice);
         true
     }
 
     /// Gives the OS page at `addr`, just mapped, the flags of its
-    /// neighbours (of a mapping `registered` with the userfaultfd or not).
-    fn same_flags(&self, addr: usize, registered: bool) {
+    /// neighbours: those of every page of the mapping (of a mapping
+    /// `registered` with the userfaultfd or not), and the huge-page
+    /// `advice` of its region.
+    fn same_flags(&self, addr: usize, registered: bool, advice: u8) {
         let p = addr as *mut libc::c_void;
         // The new mapping must carry the flags of its neighbours: or a
         // child would inherit it (sharing the parent's bytes), and the
@@ -607,6 +699,12 @@ impl SharedPages {
         // the mappings it splits would add up past the budget.
         // SAFETY: the page just mapped by the caller.
         unsafe { libc::madvise(p, page(), libc::MADV_DONTFORK) };
+        // Nor would it merge back carrying another huge-page flag
+        // (`VM_HUGEPAGE`, `VM_NOHUGEPAGE`) than its region's.
+        if let Some(a) = advice_call(advice) {
+            // SAFETY: as above; the advice changes no contents.
+            unsafe { libc::madvise(p, page(), a) };
+        }
         // A new mapping is not registered: so it can be write-protected
         // again, and merges with its neighbours, if they are registered;
         // not if the mapping was made before the process had a
@@ -619,8 +717,8 @@ impl SharedPages {
     /// Points the OS page at `addr` at fresh private memory (zeros), as
     /// its neighbours' own pages are, so the kernel merges it with them;
     /// with none (`alone`), writes to it at once, so the kernel gives it
-    /// its lineage now. `registered`: as in [`Self::alias`].
-    fn own_page(&self, addr: usize, alone: bool, registered: bool) -> bool {
+    /// its lineage now. `registered`, `advice`: as in [`Self::alias`].
+    fn own_page(&self, addr: usize, alone: bool, registered: bool, advice: u8) -> bool {
         self.counters.mmap.fetch_add(1, Relaxed);
         // SAFETY: an OS page of a mapping made by this source, nothing on
         // it live (the caller's promise).
@@ -640,7 +738,7 @@ impl SharedPages {
         if alone {
             first_write(addr);
         }
-        self.same_flags(addr, registered);
+        self.same_flags(addr, registered, advice);
         true
     }
 
@@ -649,8 +747,8 @@ impl SharedPages {
     /// copied into a fresh page elsewhere, which `mremap` then moves over
     /// `addr` in one step. The page is a kernel mapping of its own after
     /// that ([`MOVED`]). The caller holds writers off the page.
-    /// `registered`: as in [`Self::alias`].
-    fn own_copy(&self, addr: usize, registered: bool) -> bool {
+    /// `registered`, `advice`: as in [`Self::alias`].
+    fn own_copy(&self, addr: usize, registered: bool, advice: u8) -> bool {
         self.counters.mmap.fetch_add(1, Relaxed);
         // SAFETY: no MAP_FIXED: replaces nothing.
         let tmp = unsafe {
@@ -685,7 +783,7 @@ impl SharedPages {
             self.munmap(tmp, page());
             return false;
         }
-        self.same_flags(addr, registered);
+        self.same_flags(addr, registered, advice);
         true
     }
 
@@ -729,7 +827,7 @@ impl SharedPages {
         if !m.group.is_null() {
             return true;
         }
-        let bytes = (2 * m.pages() * 4).next_multiple_of(page());
+        let bytes = m.table_bytes();
         let Some(at) = self.placeholder(0, bytes) else {
             return false;
         };
@@ -746,8 +844,50 @@ impl SharedPages {
             return false;
         }
         m.group = at as *mut u32;
-        // SAFETY: the second half of the table just mapped.
-        m.members = unsafe { m.group.add(m.pages()) };
+        // SAFETY: the second half of the table just mapped, and the
+        // advice past it (zeros: [`NO_ADVICE`] until given).
+        unsafe {
+            m.members = m.group.add(m.pages());
+            m.advice = m.members.add(m.pages()).cast();
+        }
+        true
+    }
+
+    /// Gives regions `r0..r1` of `m` (tables mapped) huge-page advice `to`
+    /// (`madvise` over them), the seams it makes or mends counted: false,
+    /// nothing changed, if the budget is spent (unless `over`) or the
+    /// kernel refuses.
+    fn give_advice(&self, m: &mut Mapping, r0: usize, r1: usize, to: u8, over: bool) -> bool {
+        let change = m.advice_change(r0, r1, to);
+        if !Self::take_seams(change, over) {
+            return false;
+        }
+        let start = if r0 == 0 { 0 } else { m.first_of(r0) };
+        let end = if r1 >= m.regions() {
+            m.pages()
+        } else {
+            m.first_of(r1)
+        };
+        let Some(call) = advice_call(to) else {
+            return false;
+        };
+        // SAFETY: OS pages of our mapping; the advice changes no contents.
+        let ok = unsafe {
+            libc::madvise(
+                (m.base + start * page()) as *mut libc::c_void,
+                (end - start) * page(),
+                call,
+            )
+        } == 0;
+        if !ok {
+            Self::take_seams(-change, true);
+            return false;
+        }
+        for r in r0..r1 {
+            // SAFETY: the tables are mapped; `r` is a region of `m`.
+            unsafe { *m.advice.add(r) = to };
+        }
+        m.seams = m.seams.wrapping_add_signed(change);
         true
     }
 
@@ -836,6 +976,16 @@ fn first_write(addr: usize) {
     // atomic read-modify-write of zero loses no such store.
     let byte = unsafe { &*(addr as *const core::sync::atomic::AtomicU8) };
     byte.fetch_add(core::hint::black_box(0), Relaxed);
+}
+
+/// The `madvise` call that gives a page huge-page advice `advice`, if
+/// any (none for [`NO_ADVICE`]: a fresh mapping carries neither flag).
+fn advice_call(advice: u8) -> Option<i32> {
+    match advice {
+        HUGE => Some(libc::MADV_HUGEPAGE),
+        NOT_HUGE => Some(libc::MADV_NOHUGEPAGE),
+        _ => None,
+    }
 }
 
 /// Bytes of `addr..addr + len` (our mapping) resident now, counted in the
@@ -1003,10 +1153,7 @@ unsafe impl PageSource for SharedPages {
         if whole {
             if !m.group.is_null() {
                 SEAMS_NOW.fetch_sub(m.seams, Relaxed);
-                self.munmap(
-                    m.group as usize,
-                    (2 * m.pages() * 4).next_multiple_of(page()),
-                );
+                self.munmap(m.group as usize, m.table_bytes());
             }
             close(m.fd);
             *m = Mapping::NONE;
@@ -1063,6 +1210,55 @@ unsafe impl PageSource for SharedPages {
         Some(self)
     }
 
+    /// The kernel's mode: the heap's own pages are private memory, which
+    /// huge pages back as any (not the group pages: see `advise_huge`).
+    fn thp(&self) -> ThpMode {
+        crate::os::thp::system_mode()
+    }
+
+    /// Advises whole 2 MiB regions of one mapping, as `SystemPages` does,
+    /// keeping the seams exact: the advice splits the kernel's mapping
+    /// where it differs from the neighbours', so the boundaries it makes
+    /// or mends are seams, taken from the budget (advice for huge pages is
+    /// refused past the cap; advice taken back, before a purge, never is).
+    /// The first advice for huge pages in a mapping refuses them on all of
+    /// it first, so that a region whose advice is taken back carries its
+    /// neighbours' flag again and merges back with them. Refused for a
+    /// region holding a group page (`share`, `join`: a group page never
+    /// lies in a region advised huge), or in a child that does not own the
+    /// mapping.
+    unsafe fn advise_huge(&self, ptr: NonNull<u8>, size: usize, huge: bool) -> bool {
+        self.counters.advised(huge);
+        let addr = ptr.as_ptr() as usize;
+        if !crate::os::source::huge_aligned(ptr, size) {
+            return false;
+        }
+        self.with_mapping(addr, |m| {
+            if !m.contains(addr + size - 1) || !m.ours() || !self.tables(m) {
+                return false;
+            }
+            m.settle();
+            let (r0, r1) = (
+                m.region_of(m.index(addr)),
+                m.region_of(m.index(addr + size - 1)) + 1,
+            );
+            if huge && m.shares_in(r0, r1) {
+                return false;
+            }
+            if huge && !m.refused {
+                // Fewer seams or as many: every region carries one flag.
+                self.counters.advised(false);
+                if !self.give_advice(m, 0, m.regions(), NOT_HUGE, true) {
+                    return false;
+                }
+                m.refused = true;
+            }
+            let to = if huge { HUGE } else { NOT_HUGE };
+            self.give_advice(m, r0, r1, to, !huge)
+        })
+        .unwrap_or(false)
+    }
+
     fn serialize_threads(&self) -> bool {
         let ok = crate::os::source::serialize_with_os();
         if ok {
@@ -1079,7 +1275,16 @@ unsafe impl SharePages for SharedPages {
         self.with_mapping(founder, |m| {
             m.settle();
             let i = m.index(founder);
-            if m.fd < 0 || !m.ours() || !self.tables(m) || m.group_of(i) != 0 {
+            // A group page never lies in a region advised huge: the heap
+            // takes the advice back first, as for a purge (the kernel
+            // would split the huge page, and its collapse could fill the
+            // region again once the page leaves).
+            if m.fd < 0
+                || !m.ours()
+                || !self.tables(m)
+                || m.group_of(i) != 0
+                || m.advice_of(i) == HUGE
+            {
                 return false;
             }
             // SAFETY: `tables` mapped both arrays; `i` is a page of `m`.
@@ -1094,7 +1299,7 @@ unsafe impl SharePages for SharedPages {
             let guarded = hold_writers(founder);
             let ok = guarded
                 && self.copy_in(m.fd, founder, page(), spare)
-                && self.alias(founder, m.fd, spare, m.uffd);
+                && self.alias(founder, m.fd, spare, m.uffd, m.advice_of(i));
             // The founder's bytes now live in the group page; its own
             // private page went with the remap.
             if !ok {
@@ -1124,7 +1329,7 @@ unsafe impl SharePages for SharedPages {
             }
             let (g, i) = (m.index(founder), m.index(member));
             // SAFETY: the tables are mapped; both are pages of `m`.
-            if unsafe { *m.members.add(g) } == 0 || m.group_of(i) != 0 {
+            if unsafe { *m.members.add(g) } == 0 || m.group_of(i) != 0 || m.advice_of(i) == HUGE {
                 return false;
             }
             let change = m.seam_change(i, m.pages() + g);
@@ -1137,7 +1342,7 @@ unsafe impl SharePages for SharedPages {
                     .iter()
                     .all(|&(off, len)| self.copy_in(m.fd, member + off, len, spare + off));
             // A failed copy wrote only to offsets the group does not use.
-            if !copied || !self.alias(member, m.fd, spare, m.uffd) {
+            if !copied || !self.alias(member, m.fd, spare, m.uffd, m.advice_of(i)) {
                 let_writers_in(member);
                 Self::take_seams(-change, true);
                 return false;
@@ -1201,10 +1406,11 @@ unsafe impl SharePages for SharedPages {
             if !Self::take_seams(change, how == Leave::Released) {
                 return false;
             }
+            let advice = m.advice_of(i);
             let remapped = if keep {
-                m.ours() && hold_writers(member) && self.own_copy(member, m.uffd)
+                m.ours() && hold_writers(member) && self.own_copy(member, m.uffd, advice)
             } else {
-                self.own_page(member, alone, m.uffd)
+                self.own_page(member, alone, m.uffd, advice)
             };
             if !remapped {
                 if keep {
@@ -1825,8 +2031,14 @@ mod tests {
         *seed as usize
     }
 
+    /// Held by the random walks that compare the seams with the kernel's
+    /// mappings: run together, the two fail now and then at a 64 KiB OS
+    /// page (their mappings neighbour each other; not understood yet).
+    static WALKS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
     #[test]
     fn the_seams_counted_are_the_kernels_mappings() {
+        let _one = WALKS.lock().unwrap_or_else(|e| e.into_inner());
         let (pages, p) = mapped();
         let s = pages.sharing().unwrap();
         let n = 48;
@@ -1910,8 +2122,13 @@ mod tests {
     /// the group pages, and its seams stay the kernel's mappings as pages
     /// leave there (a new private mapping merges with none it inherited,
     /// whose `anon_vma` has the parent's).
+    /// Held by a test that prepares a fork: the fork handlers' state is
+    /// the process's (`fork.rs`), one prepared fork at a time.
+    static PREPARED_FORK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
     #[test]
     fn a_prepared_childs_seams_are_the_kernels_mappings() {
+        let _one = PREPARED_FORK.lock().unwrap_or_else(|e| e.into_inner());
         let pages: &'static SharedPages =
             std::boxed::Box::leak(std::boxed::Box::new(SharedPages::new()));
         let p = pages.map(SIZE, SIZE).expect("map").as_ptr() as usize;
@@ -2031,6 +2248,232 @@ mod tests {
             file_bytes(&pages, p),
             held,
             "the child punched the parent's file"
+        );
+    }
+
+    /// The mappings inside `p..p+SIZE` as /proc/self/smaps shows them
+    /// (range and `VmFlags`: `hg` huge pages asked for, `nh` refused), for
+    /// a failure's message.
+    fn kernel_flags(p: usize) -> String {
+        let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
+        let mut out = String::new();
+        let mut inside = false;
+        for l in smaps.lines() {
+            if let Some((a, b)) = l
+                .split_once(' ')
+                .and_then(|(r, _)| r.split_once('-'))
+                .and_then(|(a, b)| {
+                    Some((
+                        usize::from_str_radix(a, 16).ok()?,
+                        usize::from_str_radix(b, 16).ok()?,
+                    ))
+                })
+            {
+                inside = a < p + SIZE && b > p;
+                if inside {
+                    out += &std::format!("\n  +{:#x}..+{:#x} ", a.max(p) - p, b.min(p + SIZE) - p);
+                }
+            } else if inside && l.starts_with("VmFlags:") {
+                out += l;
+            }
+        }
+        out
+    }
+
+    /// [`kernel_mappings`], read up to 5 times until it is `expected`: a
+    /// read of /proc/self/maps while other threads of the process (other
+    /// tests) split or merge their mappings may show a mapping twice or
+    /// miss one (the kernel reads it under per-mapping locks); a count
+    /// that is wrong is wrong every time.
+    fn kernel_mappings_read_again(p: usize, expected: usize) -> usize {
+        let mut n = kernel_mappings(p);
+        for _ in 0..4 {
+            if n == expected {
+                break;
+            }
+            std::thread::yield_now();
+            n = kernel_mappings(p);
+        }
+        n
+    }
+
+    /// `advise_huge` on `n` regions of 2 MiB from `at`.
+    fn advise(pages: &SharedPages, at: usize, n: usize, huge: bool) -> bool {
+        let ptr = NonNull::new(at as *mut u8).unwrap();
+        // SAFETY: regions of our mapping; the advice changes no contents.
+        unsafe { pages.advise_huge(ptr, n * crate::os::thp::HUGE_PAGE, huge) }
+    }
+
+    /// Huge-page advice splits the kernel's mapping at an advised range's
+    /// ends: those boundaries are seams too, and a page that shares, joins
+    /// or leaves next to them or inside a region whose advice was taken
+    /// back gets its region's flag, so the seams stay the kernel's
+    /// mappings; a group page never lies in a region advised huge.
+    #[test]
+    fn advised_regions_keep_the_seams_the_kernels_mappings() {
+        let _one = WALKS.lock().unwrap_or_else(|e| e.into_inner());
+        let (pages, p) = mapped();
+        let s = pages.sharing().unwrap();
+        let region = |r: usize| p + r * crate::os::thp::HUGE_PAGE;
+        let check = |what: &str| {
+            assert_eq!(
+                kernel_mappings_read_again(p, 1 + s.seams()),
+                1 + s.seams(),
+                "{what}: the kernel's mappings and the seams counted differ:{}",
+                kernel_flags(p)
+            )
+        };
+        // Group pages on both sides of region 2, before it is advised.
+        let (a, b, c) = (region(1) + page(), region(2) - page(), region(3));
+        // SAFETY: our pages, one thread, nothing live.
+        unsafe {
+            assert!(s.share(a));
+            assert!(s.join(a, b, &[]));
+            assert!(s.join(a, c, &[]));
+        }
+        check("meshed before any advice");
+        assert!(advise(&pages, region(2), 1, true));
+        check("region 2 advised, next to a group page");
+        assert!(advise(&pages, region(4), 2, true));
+        check("regions 4 and 5 advised");
+        assert!(kernel_flags(p).contains(" hg "), "{}", kernel_flags(p));
+        // SAFETY: as above.
+        unsafe {
+            assert!(!s.share(region(2) + page()), "inside an advised region");
+            assert!(!s.join(a, region(4) + 3 * page(), &[]), "inside one");
+        }
+        assert!(!advise(&pages, region(3), 1, true), "region 3 holds c");
+        assert_eq!(s.shared(), (3, 1));
+        // A walk over the OS pages on both sides of regions 2..7's ends;
+        // halfway, region 5's advice is taken back (as before a purge) and
+        // its pages mesh too.
+        let per = crate::os::thp::HUGE_PAGE / page();
+        let near: std::vec::Vec<usize> = (2..=7)
+            .flat_map(|r| (r * per - 2..r * per + 2).map(|i| p + i * page()))
+            .collect();
+        let mut seed = 0x7a11_u64;
+        for step in 0..600 {
+            if step == 300 {
+                assert!(advise(&pages, region(5), 1, false));
+                check("region 5's advice taken back");
+            }
+            let x = near[next(&mut seed) % near.len()];
+            let y = near[next(&mut seed) % near.len()];
+            // SAFETY: as above (what a `Keep` keeps is checked).
+            unsafe {
+                match next(&mut seed) % 4 {
+                    0 => s.share(x),
+                    1 => s.join(x, y, &[]),
+                    2 => s.leave(x, Leave::Unused),
+                    _ => s.leave(x, Leave::Keep),
+                };
+            }
+            check(&std::format!("step {step}"));
+        }
+        assert!(s.shared().0 > 3, "the walk shared pages: {:?}", s.shared());
+        for x in near.iter().copied().chain([a, b, c]) {
+            // SAFETY: as above.
+            unsafe { s.leave(x, Leave::Released) };
+            check("leaving");
+        }
+        assert_eq!(s.shared(), (0, 0));
+        assert!(advise(&pages, region(2), 1, false));
+        assert!(advise(&pages, region(4), 1, false));
+        check("all advice taken back");
+    }
+
+    /// A prepared fork with advised regions: the child inherits the own
+    /// pages of an advised region (made `MADV_DOFORK` across the advice's
+    /// mappings), maps its group pages' copies with their region's flag,
+    /// and its seams stay the kernel's mappings as pages leave; the
+    /// parent's mappings merge back after the fork.
+    #[test]
+    fn a_prepared_childs_advised_regions_stay_the_kernels_mappings() {
+        let _one = PREPARED_FORK.lock().unwrap_or_else(|e| e.into_inner());
+        let pages: &'static SharedPages =
+            std::boxed::Box::leak(std::boxed::Box::new(SharedPages::new()));
+        let p = pages.map(SIZE, SIZE).expect("map").as_ptr() as usize;
+        let s = pages.sharing().unwrap();
+        let region = |r: usize| p + r * crate::os::thp::HUGE_PAGE;
+        assert!(advise(pages, region(1), 2, true));
+        assert!(advise(pages, region(2), 1, false));
+        fill(region(1) + page(), 4);
+        fill(region(2), 0);
+        // SAFETY: our pages, one thread; live bytes only where copied.
+        unsafe {
+            *((region(2) + 8) as *mut u8) = 5;
+            assert!(s.share(region(2)));
+            assert!(s.join(region(2), region(2) + 2 * page(), &[]));
+            assert!(s.share(region(3) - page()));
+            assert!(s.share(region(1) - page()));
+            assert!(s.share(region(2) + 4 * page()));
+        }
+        let expected = 1 + s.seams();
+        assert_eq!(
+            kernel_mappings_read_again(p, expected),
+            expected,
+            "{}",
+            kernel_flags(p)
+        );
+        let buf = std::vec![0u8; 1 << 20].leak();
+        pages.fork_prepare();
+        // SAFETY: the child makes system calls and uses this source only.
+        let pid = unsafe { libc::fork() };
+        if pid == 0 {
+            pages.fork_child();
+            let mut bad = 0;
+            if read(region(1) + page()) != 4 || read(region(2) + 2 * page() + 8) != 5 {
+                bad |= 1;
+            }
+            if kernel_mappings_raw(p, buf) != 1 + s.seams() {
+                bad |= 4;
+            }
+            // SAFETY: the child's pages; nothing live moves wrongly.
+            unsafe {
+                // Next to the copy of a group page: one kernel mapping with
+                // it if both carry the region's flag.
+                if !s.share(region(2) + 5 * page()) {
+                    bad |= 2;
+                }
+                if kernel_mappings_raw(p, buf) != 1 + s.seams() {
+                    bad |= 4;
+                }
+                for (at, how) in [
+                    (region(2) + 2 * page(), Leave::Unused),
+                    (region(3) - page(), Leave::Released),
+                    (region(1) - page(), Leave::Unused),
+                    (region(2), Leave::Keep),
+                ] {
+                    if !s.leave(at, how) {
+                        bad |= 2;
+                    }
+                    if kernel_mappings_raw(p, buf) != 1 + s.seams() {
+                        bad |= 4;
+                    }
+                }
+            }
+            if read(region(2) + 8) != 5 {
+                bad |= 8;
+            }
+            // SAFETY: leaves the child at once.
+            unsafe { libc::_exit(bad) };
+        }
+        pages.fork_parent();
+        let mut status = 0;
+        // SAFETY: our child.
+        assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+        assert!(libc::WIFEXITED(status));
+        assert_eq!(
+            libc::WEXITSTATUS(status),
+            0,
+            "bytes (1), a leave refused (2), seams not the kernel's (4), kept bytes (8)"
+        );
+        let expected = 1 + s.seams();
+        assert_eq!(
+            kernel_mappings_read_again(p, expected),
+            expected,
+            "{}",
+            kernel_flags(p)
         );
     }
 }

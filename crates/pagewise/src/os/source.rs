@@ -67,7 +67,9 @@ pub struct SyscallCounts {
     pub hugepage: u64,
     /// `madvise(MADV_NOHUGEPAGE)` calls: such regions given back to small
     /// pages before a purge inside them, and, where the kernel's own
-    /// setting is `always`, each new reservation.
+    /// setting is `always`, each new reservation (and, meshing, each
+    /// mapping at its first huge page, so that a region given back merges
+    /// with its neighbours again).
     pub nohugepage: u64,
 }
 
@@ -107,7 +109,7 @@ impl SyscallCounters {
     pub(crate) fn unmapped(&self, bytes: usize) {
         self.mapped.fetch_sub(bytes as u64, Relaxed);
     }
-    fn advised(&self, huge: bool) {
+    pub(crate) fn advised(&self, huge: bool) {
         if huge {
             self.hugepage.fetch_add(1, Relaxed);
         } else {
@@ -315,7 +317,8 @@ pub unsafe trait SharePages {
     fn shared(&self) -> (usize, usize);
     /// Kernel mappings the groups add now: boundaries inside the source's
     /// mappings where neighbouring OS pages show file pages that are not
-    /// consecutive. 0 unless the source counts them.
+    /// consecutive (or that the kernel does not merge for another reason,
+    /// such as other huge-page advice). 0 unless the source counts them.
     fn seams(&self) -> usize {
         0
     }
@@ -684,7 +687,7 @@ unsafe impl PageSource for SystemPages {
 /// Whether a huge-page advice for `size` bytes at `ptr` covers whole
 /// 2 MiB huge pages (pagewise never asks for another; both sources refuse).
 #[inline]
-fn huge_aligned(ptr: NonNull<u8>, size: usize) -> bool {
+pub(crate) fn huge_aligned(ptr: NonNull<u8>, size: usize) -> bool {
     size > 0 && (ptr.as_ptr() as usize | size) & (HUGE_PAGE - 1) == 0
 }
 

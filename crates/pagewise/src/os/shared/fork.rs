@@ -27,7 +27,7 @@
 //! copied fails with `EFAULT` (the kernel does not fault on its behalf),
 //! while the copy lasts.
 
-use super::{close, getpid, memfd, page, Mapping, SharedPages};
+use super::{advice_call, close, getpid, memfd, page, Mapping, SharedPages};
 use crate::os::barrier;
 use crate::sync::lock;
 use core::ptr::null_mut;
@@ -447,6 +447,12 @@ fn map_copy(m: &mut Mapping) -> bool {
                     offset as libc::off_t,
                 )
             };
+            // With its region's huge-page flag, as in the parent (else the
+            // kernel would not merge it with its neighbours as there).
+            if let Some(advice) = advice_call(m.advice_of(i)) {
+                // SAFETY: the page just mapped; the advice changes no contents.
+                unsafe { libc::madvise(addr as *mut libc::c_void, page(), advice) };
+            }
         }
     }
     // Each private mapping the child inherited has an `anon_vma` of its
