@@ -1855,7 +1855,8 @@ mod tests {
             assert_eq!(
                 kernel_mappings(p),
                 1 + s.seams(),
-                "step {step}: the kernel's mappings and the seams counted differ"
+                "step {step}: the kernel's mappings and the seams counted differ\n{}",
+                region(p)
             );
         }
         assert!(s.shared().0 > 8, "the walk shared pages: {:?}", s.shared());
