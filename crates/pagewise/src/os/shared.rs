@@ -748,23 +748,34 @@ impl SharedPages {
     /// `addr` in one step. The page is a kernel mapping of its own after
     /// that ([`MOVED`]). The caller holds writers off the page.
     /// `registered`, `advice`: as in [`Self::alias`].
-    fn own_copy(&self, addr: usize, registered: bool, advice: u8) -> bool {
+    ///
+    /// The fresh page is made at `slot`, the mapping's right guard, and
+    /// the guard put back after: a page moved by `mremap` keeps the file
+    /// offset (`vm_pgoff`) and the `anon_vma` of where it was made, and
+    /// one made wherever the kernel chose could merge there with other
+    /// private memory and take its `anon_vma`, so that two pages kept
+    /// side by side could have offsets that run on and one `anon_vma`,
+    /// which the kernel merges. Made at the guard, between the mapping
+    /// (other flags) and inaccessible memory, each has an `anon_vma` of
+    /// its own, and every kept page of the mapping the same offset.
+    fn own_copy(&self, addr: usize, registered: bool, advice: u8, slot: usize) -> bool {
         self.counters.mmap.fetch_add(1, Relaxed);
-        // SAFETY: no MAP_FIXED: replaces nothing.
+        // SAFETY: `slot` is the mapping's guard, ours, holding nothing.
         let tmp = unsafe {
             libc::mmap(
-                null_mut(),
+                slot as *mut libc::c_void,
                 page(),
                 libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE | libc::MAP_FIXED,
                 -1,
                 0,
             )
         };
-        if tmp == libc::MAP_FAILED {
+        if tmp as usize != slot {
+            self.guard_again(slot, libc::MAP_FIXED);
             return false;
         }
-        let tmp = tmp as usize;
+        let tmp = slot;
         // SAFETY: a fresh page of ours and a readable OS page of ours.
         unsafe { core::ptr::copy_nonoverlapping(addr as *const u8, tmp as *mut u8, page()) };
         self.counters.mmap.fetch_add(1, Relaxed);
@@ -780,11 +791,31 @@ impl SharedPages {
             )
         };
         if p as usize != addr {
-            self.munmap(tmp, page());
+            self.guard_again(slot, libc::MAP_FIXED);
             return false;
         }
+        // The moved page left a hole where the guard was.
+        self.guard_again(slot, libc::MAP_FIXED_NOREPLACE);
         self.same_flags(addr, registered, advice);
         true
+    }
+
+    /// Puts an inaccessible guard page back at `slot` (`how`: whether it
+    /// replaces what is there).
+    fn guard_again(&self, slot: usize, how: i32) {
+        self.counters.mmap.fetch_add(1, Relaxed);
+        // SAFETY: `slot` is the mapping's guard, ours, holding nothing; with
+        // MAP_FIXED_NOREPLACE it replaces nothing.
+        unsafe {
+            libc::mmap(
+                slot as *mut libc::c_void,
+                page(),
+                libc::PROT_NONE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE | how,
+                -1,
+                0,
+            )
+        };
     }
 
     /// Frees the file's pages at `offset..offset+len` (they read as zeros).
@@ -1408,7 +1439,9 @@ unsafe impl SharePages for SharedPages {
             }
             let advice = m.advice_of(i);
             let remapped = if keep {
-                m.ours() && hold_writers(member) && self.own_copy(member, m.uffd, advice)
+                m.ours()
+                    && hold_writers(member)
+                    && self.own_copy(member, m.uffd, advice, m.base + m.size)
             } else {
                 self.own_page(member, alone, m.uffd, advice)
             };
@@ -2067,7 +2100,8 @@ mod tests {
             assert_eq!(
                 kernel_mappings(p),
                 1 + s.seams(),
-                "step {step}: the kernel's mappings and the seams counted differ"
+                "step {step}: the kernel's mappings and the seams counted differ\n{}",
+                region(p)
             );
         }
         assert!(s.shared().0 > 8, "the walk shared pages: {:?}", s.shared());
