@@ -614,23 +614,35 @@ mod tests {
 
     #[test]
     fn shuffled_carving_hands_out_every_slot_once_in_an_order_of_its_own() {
-        let mut orders = Vec::new();
+        // The order is drawn from the carve's address, and one address in
+        // a few hundred draws address order itself (start 0, stride 1) or
+        // the order of the next OS page: so each slot size is carved at
+        // eight addresses (buffers kept alive, so they differ), every
+        // carve a permutation, and some carve must be shuffled and some
+        // next OS page's carve differ from its first.
         for slot in [16, 48, 64, 112, 256] {
-            let mut buf = buf();
-            let mut p = page_over(&mut buf.0, slot);
-            p.extend(true);
-            let order = free_order(&p);
-            let mut sorted = order.clone();
-            sorted.sort_unstable();
-            assert_eq!(sorted, (0..p.capacity() as usize).collect::<Vec<_>>());
-            assert_ne!(order, sorted, "slot {slot}: not shuffled");
-            // The next OS page's carve is shuffled differently.
-            p.free = null_mut();
-            p.extend(true);
-            let next = free_order(&p);
-            let first: Vec<usize> = next.iter().map(|i| i - order.len()).collect();
-            assert_ne!(first, order, "slot {slot}: the same order twice");
-            orders.push(order);
+            let mut bufs = Vec::new();
+            let (mut shuffled, mut differs) = (false, false);
+            for _ in 0..8 {
+                let mut buf = buf();
+                let mut p = page_over(&mut buf.0, slot);
+                p.extend(true);
+                let order = free_order(&p);
+                let mut sorted = order.clone();
+                sorted.sort_unstable();
+                assert_eq!(sorted, (0..p.capacity() as usize).collect::<Vec<_>>());
+                shuffled |= order != sorted;
+                p.free = null_mut();
+                p.extend(true);
+                let next: Vec<usize> = free_order(&p).iter().map(|i| i - order.len()).collect();
+                let mut next_sorted = next.clone();
+                next_sorted.sort_unstable();
+                assert_eq!(next_sorted, (0..next.len()).collect::<Vec<_>>());
+                differs |= next != order;
+                bufs.push(buf);
+            }
+            assert!(shuffled, "slot {slot}: never shuffled");
+            assert!(differs, "slot {slot}: the same order on every next OS page");
         }
         let mut buf = buf();
         let mut p = page_over(&mut buf.0, 64);
