@@ -160,7 +160,8 @@ fn swap(x: usize) -> usize {
 /// word, never into the tail.
 #[inline(always)]
 fn canary_end(size: usize, u: usize) -> usize {
-    ((size + 7) & !7).saturating_add(CANARY_MAX).min(u - TAIL)
+    // No overflow: `size` is below `u`, a block's size.
+    (((size + 7) & !7) + CANARY_MAX).min(u - TAIL)
 }
 
 /// The bytes a wipe must clear in a block of `u` bytes that held `size`:
