@@ -139,9 +139,10 @@ unsafe fn alloc_from_page(heap: *const HeapCore, size: usize, state_at: usize) -
 /// or at least `size + TAIL` bytes.
 #[inline(always)]
 unsafe fn hand_out_found(p: *mut u8, size: usize) -> usize {
-    let (u, slot) = match slot_of(p) {
+    // SAFETY: just handed out (caller).
+    let (u, slot) = match unsafe { listed_class(p) } {
         // SAFETY: classes of the slab table are below CLASSES.
-        Some((class, _)) => (unsafe { *SLOT_SIZE.get_unchecked(class) } as usize, true),
+        Some(class) => (unsafe { *SLOT_SIZE.get_unchecked(class) } as usize, true),
         // SAFETY: a live block (caller).
         None => (unsafe { HeapCore::usable_size(p) }, false),
     };
@@ -303,6 +304,27 @@ unsafe fn give_back_kept(heap: &HeapCore) -> bool {
 #[inline(always)]
 fn slot_of(p: *const u8) -> Option<(usize, usize)> {
     slot_word_of(p).map(|(class, offset, _)| (class, offset))
+}
+
+/// The class of the block `p` just handed out by the heap below, if its
+/// page is one the slab table lists ([`slot_of`] without its test of
+/// whether `p` starts a slot: a block the heap hands out starts one, and
+/// one on a page the table does not list, such as a sampled block between
+/// guard pages, is looked up).
+///
+/// # Safety
+/// `p` is a block the heap below just handed out.
+#[inline(always)]
+unsafe fn listed_class(p: *const u8) -> Option<usize> {
+    let addr = p as usize;
+    if !registry::in_shared_segment(addr) {
+        return None;
+    }
+    // SAFETY: a registered segment is mapped and headed by a `Segment`.
+    let seg = unsafe { &*Segment::of(segment_base(addr)) };
+    let (state_at, _) = seg.split_slab_word(seg.slab_word(addr), addr);
+    // Slab-table entries hold `class + 1` for classes below CLASSES.
+    (state_at != 0).then(|| (state_at >> STATE_SHIFT) - 1)
 }
 
 /// [`slot_of`], with the slab word it read (`Segment::slab_word`).
