@@ -495,23 +495,46 @@ fn refused(kind: Misuse, at: usize) -> ! {
 /// huge run (a slot of two words at least, readable).
 #[inline(always)]
 unsafe fn block_is_free(p: *mut u8, u: usize, freeing: bool) -> bool {
+    // SAFETY: forwarded.
+    unsafe { judged(p, u, freeing) == Judged::Free }
+}
+
+/// What [`block_is_free`] found, and how.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Judged {
+    /// Not live: freed, or never handed out.
+    Free,
+    /// Live, as its record says.
+    Live,
+    /// Live, as its key says where its record was refused.
+    LiveByKey,
+}
+
+/// [`block_is_free`], saying whether the record or the block's key
+/// decided a live block (a free in the quarantine marks the second only).
+///
+/// # Safety
+/// As [`block_is_free`].
+#[inline(always)]
+unsafe fn judged(p: *mut u8, u: usize, freeing: bool) -> Judged {
     let live = if freeing {
         live::release(p as usize)
     } else {
         live::is_live(p as usize)
     };
     match live {
-        Some(live) => !live,
+        Some(true) => Judged::Live,
+        Some(false) => Judged::Free,
         // The record refused: the slot's own key says. SAFETY: a slot,
         // readable (caller).
-        None => u <= SMALL_MAX && unsafe { Block::is_free(p as *const Block) },
+        None if u <= SMALL_MAX && unsafe { Block::is_free(p as *const Block) } => Judged::Free,
+        None => Judged::LiveByKey,
     }
 }
 
-/// The checks of a slot freed into a thread cache, once the record of
-/// blocks handed out found it live (or, where the record was refused, its
-/// key did: `keyed`), before the heap marks and caches it: its end intact,
-/// the word before it too; then wiped.
+/// The checks of a slot freed into a thread cache, once [`block_is_free`]
+/// found it live (and recorded it freed), before the heap marks and
+/// caches it: its end intact, the word before it too; then wiped.
 ///
 /// # Safety
 /// `b` starts a slot of `class` in a live slab page of a thread heap, as
@@ -579,10 +602,10 @@ unsafe fn quarantine_slot(
 }
 
 /// [`quarantine_slot`] of a slot whose record of blocks handed out was
-/// refused: aborts if its key says it is free already (a double free).
+/// refused (its key said it was live), out of the way of the free's path.
 ///
 /// # Safety
-/// As [`quarantine_slot`], the slot not yet found live.
+/// As [`quarantine_slot`].
 #[cold]
 #[inline(never)]
 unsafe fn quarantine_keyed(
@@ -592,11 +615,7 @@ unsafe fn quarantine_keyed(
     current: *mut HeapCore,
     uncached: impl FnOnce(*mut u8),
 ) {
-    // SAFETY: a slot, readable (caller).
-    if unsafe { Block::is_free(b) } {
-        misuse(Misuse::DoubleFree, b as usize);
-    }
-    // SAFETY: found live by its key.
+    // SAFETY: forwarded.
     unsafe { quarantine_slot(b, slot, begun, true, current, uncached) }
 }
 
@@ -668,13 +687,15 @@ pub unsafe fn free(p: *mut u8, current: *mut HeapCore, uncached: impl FnOnce(*mu
             let b = p as *mut Block;
             // SAFETY: a slot of a thread heap's live slab page whose slots
             // the caches take, so resident; `current` is ours (caller).
-            // Whether it is free is decided first, before a byte of it is
-            // read (`block_is_free`), and recorded freed.
+            // Whether it is free is decided first, before any other byte
+            // of it is read (`block_is_free`), and recorded freed.
             unsafe {
-                match live::release(p as usize) {
-                    Some(true) => quarantine_slot(b, slot, begun, false, current, uncached),
-                    Some(false) => misuse(Misuse::DoubleFree, p as usize),
-                    None => quarantine_keyed(b, slot, begun, current, uncached),
+                // Classes of the slab table are below CLASSES.
+                let u = *SLOT_SIZE.get_unchecked(slot.0) as usize;
+                match judged(p, u, true) {
+                    Judged::Live => quarantine_slot(b, slot, begun, false, current, uncached),
+                    Judged::Free => misuse(Misuse::DoubleFree, p as usize),
+                    Judged::LiveByKey => quarantine_keyed(b, slot, begun, current, uncached),
                 }
             }
             return;
