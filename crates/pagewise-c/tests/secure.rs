@@ -243,6 +243,19 @@ fn where_the_record_of_blocks_handed_out_is_refused_the_free_key_still_names_a_d
             }
         }
     }
+    // The quarantine's slots hold the key there: a slot whose bytes past
+    // its key a write after free overwrote, its free slot's tail word
+    // among them, is still named by its key.
+    // (Sizes eight bytes short of a slot: 112 and 4,096 bytes.)
+    for size in [104, 4088] {
+        match run(program, Some(&preload), "double-free-end-written", size) {
+            Ok(line) => assert!(
+                line.starts_with("pagewise: double free"),
+                "double-free-end-written at {size}: {line}"
+            ),
+            Err(out) => panic!("double-free-end-written at {size}: went on: {out}"),
+        }
+    }
     // The record is refused indeed: a 16-byte slot whose key a write after
     // free overwrote is judged by its bytes, where the record names it.
     let line = run(program, Some(&preload), "double-free-written", 8);

@@ -104,6 +104,14 @@ int main(int argc, char **argv) {
         free(p);
         memset(p, 'x', 16);
         free(p);
+    } else if (!strcmp(kind, "double-free-end-written")) {
+        /* A write after free over the block's bytes past its first 16
+         * and the 8 after them (its free key kept; the end of its slot,
+         * where a free slot's tail word lies, overwritten: sizes 8 bytes
+         * short of a slot), then the second free. */
+        free(p);
+        memset(p + 16, 'x', n + 8 - 16);
+        free(p);
     } else if (!strcmp(kind, "double-free-rewritten-later") ||
                !strcmp(kind, "double-free-rewritten-thread")) {
         /* A write after free over the block's bytes (16 at least: all of

@@ -79,13 +79,17 @@ impl Keys {
         )
     }
 
-    /// What a freed slot's mark is XORed with (`wipe.rs`): the hash
-    /// multiplied on by another odd constant (as a multiplication of the
-    /// address and the secret by it alone would be), never with its top
-    /// bit clear (no mark is 0, a fresh slot's).
+    /// What a freed slot's mark is XORed with (`wipe.rs`): the tail word's
+    /// mask ([`Keys::marks`]), which the free's checks and the hand-out's
+    /// arming compute anyway (never with its top bit clear: no mark is 0,
+    /// a fresh slot's). A mask of its own would hide little more: a
+    /// program that reads its own block's tail word learns this one (the
+    /// hash but two bits), and so any other made from the hash but for
+    /// four guesses; a mark and a free slot's tail word, XORed together,
+    /// give only their two known values.
     #[inline(always)]
     pub fn mark_mask(self) -> usize {
-        self.0.wrapping_mul(0xff51_afd7_ed55_8ccd) | TOP
+        self.marks().0
     }
 }
 
@@ -156,7 +160,8 @@ fn swap(x: usize) -> usize {
 /// word, never into the tail.
 #[inline(always)]
 fn canary_end(size: usize, u: usize) -> usize {
-    ((size + 7) & !7).saturating_add(CANARY_MAX).min(u - TAIL)
+    // No overflow: `size` is below `u`, a block's size.
+    (((size + 7) & !7) + CANARY_MAX).min(u - TAIL)
 }
 
 /// The bytes a wipe must clear in a block of `u` bytes that held `size`:

@@ -41,8 +41,11 @@ use core::sync::atomic::{AtomicU64, AtomicUsize, Ordering::*};
 const GRANULE: usize = 16;
 /// Words of one segment's bitmap.
 const WORDS: usize = SEGMENT / GRANULE / 64;
-/// Segments of the 47-bit address range: the directory's entries.
-const ENTRIES: usize = 1 << (47 - SEGMENT_SHIFT);
+/// Segments of the 47-bit address range: the directory's entries, and
+/// one more, for the segment at `1 << 47` (the address the registry's
+/// range test lets through with the rest), so that a free, which made
+/// that test, makes no other here.
+const ENTRIES: usize = (1 << (47 - SEGMENT_SHIFT)) + 1;
 
 /// The directory: one entry per segment, 0 while its bitmap is not
 /// mapped yet, 1 if the OS refused it, else the bitmap's address. A static

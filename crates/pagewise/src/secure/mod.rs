@@ -139,9 +139,10 @@ unsafe fn alloc_from_page(heap: *const HeapCore, size: usize, state_at: usize) -
 /// or at least `size + TAIL` bytes.
 #[inline(always)]
 unsafe fn hand_out_found(p: *mut u8, size: usize) -> usize {
-    let (u, slot) = match slot_of(p) {
+    // SAFETY: just handed out (caller).
+    let (u, slot) = match unsafe { listed_class(p) } {
         // SAFETY: classes of the slab table are below CLASSES.
-        Some((class, _)) => (unsafe { *SLOT_SIZE.get_unchecked(class) } as usize, true),
+        Some(class) => (unsafe { *SLOT_SIZE.get_unchecked(class) } as usize, true),
         // SAFETY: a live block (caller).
         None => (unsafe { HeapCore::usable_size(p) }, false),
     };
@@ -303,6 +304,27 @@ unsafe fn give_back_kept(heap: &HeapCore) -> bool {
 #[inline(always)]
 fn slot_of(p: *const u8) -> Option<(usize, usize)> {
     slot_word_of(p).map(|(class, offset, _)| (class, offset))
+}
+
+/// The class of the block `p` just handed out by the heap below, if its
+/// page is one the slab table lists ([`slot_of`] without its test of
+/// whether `p` starts a slot: a block the heap hands out starts one, and
+/// one on a page the table does not list, such as a sampled block between
+/// guard pages, is looked up).
+///
+/// # Safety
+/// `p` is a block the heap below just handed out.
+#[inline(always)]
+unsafe fn listed_class(p: *const u8) -> Option<usize> {
+    let addr = p as usize;
+    if !registry::in_shared_segment(addr) {
+        return None;
+    }
+    // SAFETY: a registered segment is mapped and headed by a `Segment`.
+    let seg = unsafe { &*Segment::of(segment_base(addr)) };
+    let (state_at, _) = seg.split_slab_word(seg.slab_word(addr), addr);
+    // Slab-table entries hold `class + 1` for classes below CLASSES.
+    (state_at != 0).then(|| (state_at >> STATE_SHIFT) - 1)
 }
 
 /// [`slot_of`], with the slab word it read (`Segment::slab_word`).
@@ -473,22 +495,46 @@ fn refused(kind: Misuse, at: usize) -> ! {
 /// huge run (a slot of two words at least, readable).
 #[inline(always)]
 unsafe fn block_is_free(p: *mut u8, u: usize, freeing: bool) -> bool {
+    // SAFETY: forwarded.
+    unsafe { judged(p, u, freeing) == Judged::Free }
+}
+
+/// What [`block_is_free`] found, and how.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Judged {
+    /// Not live: freed, or never handed out.
+    Free,
+    /// Live, as its record says.
+    Live,
+    /// Live, as its key says where its record was refused.
+    LiveByKey,
+}
+
+/// [`block_is_free`], saying whether the record or the block's key
+/// decided a live block (a free in the quarantine marks the second only).
+///
+/// # Safety
+/// As [`block_is_free`].
+#[inline(always)]
+unsafe fn judged(p: *mut u8, u: usize, freeing: bool) -> Judged {
     let live = if freeing {
         live::release(p as usize)
     } else {
         live::is_live(p as usize)
     };
     match live {
-        Some(live) => !live,
+        Some(true) => Judged::Live,
+        Some(false) => Judged::Free,
         // The record refused: the slot's own key says. SAFETY: a slot,
         // readable (caller).
-        None => u <= SMALL_MAX && unsafe { Block::is_free(p as *const Block) },
+        None if u <= SMALL_MAX && unsafe { Block::is_free(p as *const Block) } => Judged::Free,
+        None => Judged::LiveByKey,
     }
 }
 
-/// The checks of a slot freed into a thread cache, before the heap marks
-/// and caches it: not free already ([`block_is_free`], which records it
-/// freed), its end intact; then wiped.
+/// The checks of a slot freed into a thread cache, once [`block_is_free`]
+/// found it live (and recorded it freed), before the heap marks and
+/// caches it: its end intact, the word before it too; then wiped.
 ///
 /// # Safety
 /// `b` starts a slot of `class` in a live slab page of a thread heap, as
@@ -502,9 +548,6 @@ unsafe fn free_slot(b: *mut Block, class: usize, offset: usize, begun: usize) {
     // resident: the thread caches take only slots of pages with no purged
     // or meshed OS page (one purged meanwhile reads zero).
     unsafe {
-        if block_is_free(p, u, true) {
-            misuse(Misuse::DoubleFree, p as usize);
-        }
         // Computed once for the checks and the wipe.
         let keys = Keys::of(p as usize);
         let found = match canary::verify_found(p, u, keys) {
@@ -514,6 +557,66 @@ unsafe fn free_slot(b: *mut Block, class: usize, offset: usize, begun: usize) {
         check_neighbour(p, u, offset, begun);
         wipe::wipe_written(p, found.written, u, keys);
     }
+}
+
+/// [`free`] of a slot the thread cache could take: checked, wiped and put
+/// in the thread's quarantine with the slab word `word` that said so; the
+/// slot it displaces goes to the cache (or through `uncached`). With
+/// `keyed` (the slot's record of blocks handed out was refused, and its
+/// free key said it was live), the slot gets the quarantine key, which
+/// makes a second free of it a double free, and so does a 16-byte slot;
+/// else both its first words stay zero, as the wipe left them (the record
+/// says it is free).
+///
+/// # Safety
+/// `b` starts a slot of `class` in a live slab page of a thread heap, as
+/// its slab word `word` said after `begun` was read, found live (and
+/// recorded freed); `current` is the calling thread's heap.
+#[inline(always)]
+unsafe fn quarantine_slot(
+    b: *mut Block,
+    (class, offset, word): (usize, usize, usize),
+    begun: usize,
+    keyed: bool,
+    current: *mut HeapCore,
+    uncached: impl FnOnce(*mut u8),
+) {
+    // SAFETY: per the caller.
+    unsafe {
+        free_slot(b, class, offset, begun);
+        // A 16-byte slot's second word is its last, which the next slot's
+        // free checks (`check_neighbour`): it keeps the key, which a byte
+        // written before the next slot changes (zero would not change).
+        let u = *SLOT_SIZE.get_unchecked(class) as usize;
+        let word = if keyed || u < wipe::MARKED_MIN {
+            Block::mark_quarantined(b);
+            word | quarantine::KEYED
+        } else {
+            word
+        };
+        let old = (*current).quarantine.swap(b, word);
+        if !old.0.is_null() {
+            release(old, current, uncached);
+        }
+    }
+}
+
+/// [`quarantine_slot`] of a slot whose record of blocks handed out was
+/// refused (its key said it was live), out of the way of the free's path.
+///
+/// # Safety
+/// As [`quarantine_slot`].
+#[cold]
+#[inline(never)]
+unsafe fn quarantine_keyed(
+    b: *mut Block,
+    slot: (usize, usize, usize),
+    begun: usize,
+    current: *mut HeapCore,
+    uncached: impl FnOnce(*mut u8),
+) {
+    // SAFETY: forwarded.
+    unsafe { quarantine_slot(b, slot, begun, true, current, uncached) }
 }
 
 /// What a slot carved fresh gets in the hardened build
@@ -580,16 +683,19 @@ unsafe fn check_neighbour(p: *const u8, u: usize, offset: usize, begun: usize) {
 pub unsafe fn free(p: *mut u8, current: *mut HeapCore, uncached: impl FnOnce(*mut u8)) {
     if !current.is_null() {
         let begun = crate::heap::mesh::passes_begun();
-        if let Some((class, offset, word)) = slot_word_of(p) {
+        if let Some(slot) = slot_word_of(p) {
             let b = p as *mut Block;
             // SAFETY: a slot of a thread heap's live slab page whose slots
             // the caches take, so resident; `current` is ours (caller).
+            // Whether it is free is decided first, before any other byte
+            // of it is read (`block_is_free`), and recorded freed.
             unsafe {
-                free_slot(b, class, offset, begun);
-                Block::mark_quarantined(b);
-                let old = (*current).quarantine.swap(b, word);
-                if !old.0.is_null() {
-                    release(old, current, uncached);
+                // Classes of the slab table are below CLASSES.
+                let u = *SLOT_SIZE.get_unchecked(slot.0) as usize;
+                match judged(p, u, true) {
+                    Judged::Live => quarantine_slot(b, slot, begun, false, current, uncached),
+                    Judged::Free => misuse(Misuse::DoubleFree, p as usize),
+                    Judged::LiveByKey => quarantine_keyed(b, slot, begun, current, uncached),
                 }
             }
             return;
@@ -608,10 +714,11 @@ pub unsafe fn free(p: *mut u8, current: *mut HeapCore, uncached: impl FnOnce(*mu
 /// thread's heap.
 #[inline(always)]
 unsafe fn release((b, word): Held, current: *mut HeapCore, uncached: impl FnOnce(*mut u8)) {
-    // SAFETY: a live slot to its page (the quarantine key is no free key),
+    // SAFETY: a live slot to its page (its key zero, or the quarantine key,
+    // which a free past the cache takes for a live slot's),
     // whose word read `word` at its free, out of use since.
     unsafe {
-        if !HeapCore::free_seen_to_cache(b.cast(), current, word) {
+        if !HeapCore::free_seen_to_cache(b.cast(), current, quarantine::word_of(word)) {
             uncached(b.cast());
         }
     }
@@ -628,7 +735,7 @@ pub unsafe fn drain_quarantine(heap: &HeapCore) {
     // span is a guarded block's, wiped, which nobody uses.
     unsafe {
         heap.quarantine.drain(|(b, word)| {
-            if !HeapCore::free_seen_to_cache(b.cast(), me, word) {
+            if !HeapCore::free_seen_to_cache(b.cast(), me, quarantine::word_of(word)) {
                 HeapCore::free_uncached(b.cast(), me);
             }
         });
@@ -797,7 +904,9 @@ mod tests {
         unsafe {
             let p = crate::raw::malloc(100, 16);
             crate::raw::free(p);
-            assert!(Block::is_quarantined(p.cast()));
+            // In the quarantine: its link and key zero (the record of
+            // blocks handed out says it is free).
+            assert_eq!(p.cast::<[usize; 2]>().read(), [0, 0]);
             let page = page_of(p);
             (*page).set_cacheable(false);
             // Frees of another class's blocks (another page), as many as

@@ -4,12 +4,17 @@
 //! address in someone else's hands at once.
 //!
 //! Each thread heap keeps a ring of the slots it freed last, checked,
-//! zeroed and marked by the hardened free, and holding the quarantine key
-//! (`Block::mark_quarantined`: a second free of one is a double free). The
-//! free that pushes a slot in takes the oldest out and frees it to the
-//! thread cache, after checking that nothing wrote over the heap's words a
-//! free leaves in it (its zeroed first word and its key): the rest of it is
-//! checked when it is handed out again. Beside each slot the ring keeps
+//! zeroed and marked by the hardened free. A slot's first two words are
+//! left zero, since the record of blocks handed out (`live.rs`) says it
+//! is free; only where that record was refused does the slot hold the
+//! quarantine key in its second word (`Block::mark_quarantined`: a second
+//! free of one is then a double free by its key), and a 16-byte slot,
+//! whose second word is the one before the next slot (which that slot's
+//! free checks); the ring says which do ([`KEYED`]). The free that pushes a slot in takes the oldest out and
+//! frees it to the thread cache, after checking that nothing wrote over
+//! the heap's words a free leaves in it (its zeroed first word, and its
+//! zeroed second word or its key): the rest of it is checked when it is
+//! handed out again. Beside each slot the ring keeps
 //! the slab word its free read (`Segment::slab_word`): the slot's class
 //! and page, which the way into the cache then only compares with the
 //! word read again (`HeapCore::free_seen_to_cache`), rather than looking
@@ -23,8 +28,22 @@ use core::ptr::null_mut;
 /// Slots a thread keeps out of use after freeing them.
 pub const SLOTS: usize = 16;
 
-/// A quarantined slot and the slab word its free read.
+/// A quarantined slot and the slab word its free read, with [`KEYED`]
+/// set in the word if the slot holds the quarantine key.
 pub type Held = (*mut Block, usize);
+
+/// The bit of a held slot's word that says the slot holds the quarantine
+/// key (its segment's record of blocks handed out was refused, or it is a
+/// 16-byte slot); without it, the slot's second word is zero. No slab word
+/// has it: they are 32 bits ([`word_of`]).
+pub const KEYED: usize = 1 << (usize::BITS - 1);
+
+/// The slab word of a held slot's word (without [`KEYED`]): its low 32
+/// bits, as the slab table holds them.
+#[inline(always)]
+pub fn word_of(held: usize) -> usize {
+    held as u32 as usize
+}
 
 /// A thread heap's ring of quarantined slots (owner only).
 pub struct Quarantine {
@@ -41,12 +60,14 @@ impl Quarantine {
         }
     }
 
-    /// Puts `b` in, with the slab word `word` its free read, returning the
-    /// slot it displaces (the oldest), checked, and its word, or a null
-    /// slot while the ring is filling.
+    /// Puts `b` in, with the slab word `word` its free read (and [`KEYED`]
+    /// if `b` holds the quarantine key), returning the slot it displaces
+    /// (the oldest), checked, and its word, or a null slot while the ring
+    /// is filling.
     ///
     /// # Safety
-    /// Owner only; `b` is a slot freed, zeroed and marked quarantined.
+    /// Owner only; `b` is a slot freed and zeroed, marked quarantined if
+    /// `word` has [`KEYED`], its second word zero if not.
     #[inline(always)]
     pub unsafe fn swap(&self, b: *mut Block, word: usize) -> Held {
         // The index masked where it is used, so the ring's bound needs no
@@ -57,7 +78,7 @@ impl Quarantine {
         let old = unsafe { core::mem::replace(&mut (*self.ring.get())[i], (b, word)) };
         if !old.0.is_null() {
             // SAFETY: a slot this ring held, still out of use.
-            unsafe { check_words(old.0) };
+            unsafe { check_words(old) };
         }
         old
     }
@@ -74,7 +95,7 @@ impl Quarantine {
             let held = unsafe { core::mem::replace(&mut (*self.ring.get())[i], (null_mut(), 0)) };
             if !held.0.is_null() {
                 // SAFETY: as in `swap`.
-                unsafe { check_words(held.0) };
+                unsafe { check_words(held) };
                 free(held);
             }
         }
@@ -82,16 +103,33 @@ impl Quarantine {
 }
 
 /// Aborts unless the quarantined slot `b` still holds what the free left
-/// in its first two words: a zeroed link and the quarantine key.
+/// in its first two words: both zero, or (with [`KEYED`] in `word`) a
+/// zeroed link and the quarantine key.
 ///
 /// # Safety
-/// `b` is a quarantined slot (two words at least, resident).
+/// `(b, word)` is a quarantined slot (two words at least, resident) and
+/// the word the ring held with it.
 #[inline(always)]
-unsafe fn check_words(b: *mut Block) {
+unsafe fn check_words((b, word): Held) {
     // SAFETY: per the caller.
-    unsafe {
-        if b.cast::<usize>().read() != 0 || !Block::is_quarantined(b) {
-            misuse(Misuse::WriteAfterFree, b as usize);
-        }
+    let [link, key] = unsafe { b.cast::<[usize; 2]>().read() };
+    if link | key != 0 || word & KEYED != 0 {
+        // SAFETY: as above.
+        unsafe { check_keyed(b, link, word) };
+    }
+}
+
+/// [`check_words`] of a slot whose words are not both zero, or that holds
+/// the quarantine key: aborts unless the ring says it holds the key, its
+/// link is zero and its key intact.
+///
+/// # Safety
+/// As [`check_words`].
+#[cold]
+#[inline(never)]
+unsafe fn check_keyed(b: *mut Block, link: usize, word: usize) {
+    // SAFETY: per the caller.
+    if word & KEYED == 0 || link != 0 || !unsafe { Block::is_quarantined(b) } {
+        misuse(Misuse::WriteAfterFree, b as usize);
     }
 }
