@@ -5,6 +5,9 @@
 //! `realloc`, `usable_size`, many threads, and blocks that outlive the
 //! pool's slots (served from the heap as usual).
 
+#[cfg(pagewise_secure_package)]
+extern crate pagewise_secure as pagewise;
+
 mod reexec;
 
 use std::alloc::{GlobalAlloc, Layout};
@@ -87,6 +90,19 @@ fn right_aligned(size: usize) -> *mut u8 {
         .expect("a block against its slot's end")
 }
 
+/// The size of the guarded block that holds a request of `n` bytes: the
+/// request in the default build; in the hardened build a slot's size, with
+/// the byte of its canary at least (`secure/canary.rs`), so that a write
+/// just past the request is the canary's to find at the free and one past
+/// the block still faults at the access.
+fn guarded(n: usize) -> usize {
+    if cfg!(feature = "secure") {
+        (n + 1).next_multiple_of(16)
+    } else {
+        n
+    }
+}
+
 /// Runs one case in the child; does nothing in a normal test run.
 #[test]
 fn child_entry() {
@@ -94,7 +110,7 @@ fn child_entry() {
         return;
     };
     match case.as_str() {
-        "overflow" => write_past_end(right_aligned(32), 32),
+        "overflow" => write_past_end(right_aligned(32), guarded(32)),
         "use-after-free" => {
             let p = right_aligned(32);
             release(p, 32);
@@ -210,9 +226,10 @@ fn an_overflow_in_rust_names_the_rust_functions() {
     let r = run_case("overflow", "1");
     assert_eq!(r.signal, Some(libc::SIGSEGV), "{}", r.stderr);
     assert!(
-        headline(&r).starts_with(
-            "pagewise: heap-buffer-overflow: write 0 bytes past the end of the 32-byte block"
-        ),
+        headline(&r).starts_with(&format!(
+            "pagewise: heap-buffer-overflow: write 0 bytes past the end of the {}-byte block",
+            guarded(32)
+        )),
         "{}",
         r.stderr
     );
@@ -270,8 +287,10 @@ fn a_forked_child_keeps_the_guards() {
     let r = run_case("fork", "1");
     assert!(r.success, "{}", r.stderr);
     assert!(
-        r.stderr
-            .contains("pagewise: heap-use-after-free: read 3 bytes into the 32-byte block"),
+        r.stderr.contains(&format!(
+            "pagewise: heap-use-after-free: read 3 bytes into the {}-byte block",
+            guarded(32)
+        )),
         "{}",
         r.stderr
     );
@@ -283,7 +302,10 @@ fn a_double_free_in_rust_aborts() {
     let r = run_case("double-free", "1");
     assert_eq!(r.signal, Some(libc::SIGABRT), "{}", r.stderr);
     assert!(
-        headline(&r).starts_with("pagewise: double-free: free of the 48-byte block"),
+        headline(&r).starts_with(&format!(
+            "pagewise: double-free: free of the {}-byte block",
+            guarded(48)
+        )),
         "{}",
         r.stderr
     );

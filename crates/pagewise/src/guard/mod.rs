@@ -129,7 +129,7 @@ pub fn owns(addr: usize) -> bool {
 }
 
 #[cfg(target_os = "linux")]
-pub(crate) use live::{alloc, free, usable_size};
+pub(crate) use live::{alloc, free, size_at_free, usable_size};
 
 /// The process's pool and the operations on it.
 #[cfg(target_os = "linux")]
@@ -237,6 +237,27 @@ mod live {
                 p.release(i);
                 size
             }
+            State::Freed | State::Busy if addr == start => {
+                report::misuse(p, Kind::DoubleFree, addr, Some(i))
+            }
+            State::Unused => report::misuse(p, Kind::InvalidFree, addr, None),
+            _ => report::misuse(p, Kind::InvalidFree, addr, Some(i)),
+        }
+    }
+
+    /// The size of the block of the pool a free of `addr` would free, or
+    /// the report of why it cannot: a block freed already is a double
+    /// free, an address that starts no live block an invalid free (as
+    /// [`free`] judges them, without freeing).
+    pub(crate) fn size_at_free(addr: usize) -> usize {
+        let Some(p) = pool() else { return 0 };
+        let Place::Slot(i) = p.place(addr) else {
+            report::misuse(p, Kind::InvalidFree, addr, None)
+        };
+        let r = p.record(i);
+        let (start, size) = r.block();
+        match r.state() {
+            State::Live if addr == start => size,
             State::Freed | State::Busy if addr == start => {
                 report::misuse(p, Kind::DoubleFree, addr, Some(i))
             }

@@ -499,7 +499,7 @@ impl HeapCore {
     pub unsafe fn usable_size_checked(ptr: *const u8) -> usize {
         let addr = ptr as usize;
         let Some(base) = registry::header_of(addr) else {
-            return usable_size_outside_segments(addr);
+            return checked_size_outside_segments(addr);
         };
         // SAFETY: registered segments are mapped and headed by a `Segment`.
         let seg = unsafe { &*Segment::of(base) };
@@ -570,6 +570,17 @@ fn usable_size_outside_segments(addr: usize) -> usize {
     #[cfg(target_os = "linux")]
     if crate::guard::owns(addr) {
         return crate::guard::usable_size(addr);
+    }
+    misuse(Misuse::Foreign, addr)
+}
+
+/// [`usable_size_outside_segments`] as a free judges the block: a guarded
+/// block freed already is a double free (not an invalid pointer).
+#[cold]
+fn checked_size_outside_segments(addr: usize) -> usize {
+    #[cfg(target_os = "linux")]
+    if crate::guard::owns(addr) {
+        return crate::guard::size_at_free(addr);
     }
     misuse(Misuse::Foreign, addr)
 }

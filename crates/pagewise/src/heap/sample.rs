@@ -282,9 +282,17 @@ impl HeapCore {
 
 /// A guarded block for an allocation of `size` bytes at `align` (null: the
 /// pool has no slot free). At least 16-byte aligned, as every slot is.
+/// In the hardened build it is sized as a slot would be, a multiple of 16
+/// bytes: the hardened layer keeps its tail word in the block's last word
+/// and wipes the words before it at the free (`secure/canary.rs`,
+/// `secure/wipe.rs`), its canary covers the bytes the rounding adds, and a
+/// block placed against its slot's end (16-byte aligned) ends right at the
+/// guard page.
 fn serve_guarded(size: usize, align: usize) -> *mut u8 {
     #[cfg(target_os = "linux")]
     {
+        #[cfg(feature = "secure")]
+        let size = size.next_multiple_of(16);
         crate::guard::alloc(size, align.max(16))
     }
     #[cfg(not(target_os = "linux"))]
