@@ -7,7 +7,8 @@
 //! exactly what it holds.
 
 use crate::memory::layout::{
-    os_page, os_page_shift, MAX_OS_PAGES_PER_SEGMENT, SLICE, SLICES_PER_SEGMENT, SLICE_SHIFT,
+    opaque, os_page, os_page_shift, MAX_OS_PAGES_PER_SEGMENT, SEGMENT, SLICE, SLICES_PER_SEGMENT,
+    SLICE_SHIFT,
 };
 use crate::memory::page::Page;
 use crate::memory::resident::Resident;
@@ -305,7 +306,10 @@ impl Segment {
     /// of that page (meaningless for 0).
     #[inline]
     pub fn split_slab_word(&self, e: usize, addr: usize) -> (usize, usize) {
-        let offset = addr - self.base();
+        // `addr - self.base()` for an address in this segment, but the
+        // same mask as the slab table's index takes, so the two share it.
+        debug_assert_eq!(addr & !(SEGMENT - 1), self.base());
+        let offset = addr & (SEGMENT - 1);
         let state = e & SLAB_STATE_MASK;
         // The page's offset is the word less its state: a subtraction and
         // an add of the state already taken apart, where masking the
@@ -319,8 +323,15 @@ impl Segment {
     #[inline]
     fn slab_table_entry(&self, offset: usize) -> usize {
         // In range for an address in this (non-huge) segment; the mask
-        // spares the bounds check.
-        self.slab_slices[(offset >> SLICE_SHIFT) & (SLICES_PER_SEGMENT - 1)].load(Relaxed) as usize
+        // keeps any offset in the table. The slice is the masked offset's
+        // top bits, which the free fast path has in a register already
+        // (`split_slab_word` takes the same offset): hidden from the
+        // optimizer, which would otherwise shift the address and mask the
+        // slice again, one instruction more per free.
+        let offset = opaque(offset & (SEGMENT - 1));
+        // SAFETY: `offset < SEGMENT`, so the slice is below
+        // `SLICES_PER_SEGMENT`, the table's length.
+        unsafe { self.slab_slices.get_unchecked(offset >> SLICE_SHIFT) }.load(Relaxed) as usize
     }
 
     /// Marks OS pages `first..first+n` committed; returns how many were not.
