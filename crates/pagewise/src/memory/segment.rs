@@ -277,7 +277,7 @@ impl Segment {
     /// page of this segment, found through the read-mostly slab table.
     #[inline]
     pub fn slab_page(&self, addr: usize) -> *mut Page {
-        let e = self.slab_table_entry(addr - self.base());
+        let e = self.slab_table_entry(addr);
         // A slab page's entry keeps its offset (past the header: never 0)
         // whether or not it is cacheable.
         debug_assert!(e != 0, "not a slab slot");
@@ -290,7 +290,7 @@ impl Segment {
     /// Any thread may ask; it reads only the read-mostly slab table.
     #[inline]
     pub fn slab_word(&self, addr: usize) -> usize {
-        self.slab_table_entry(addr - self.base())
+        self.slab_table_entry(addr)
     }
 
     /// [`Segment::split_slab_word`] of the slice holding `addr`'s word, read
@@ -318,17 +318,18 @@ impl Segment {
         (state, offset.wrapping_sub(e).wrapping_add(state))
     }
 
-    /// The raw slab-table entry of the slice `offset` bytes into the
-    /// segment.
+    /// The raw slab-table entry of the slice holding `addr`, an address in
+    /// this (non-huge) segment.
     #[inline]
-    fn slab_table_entry(&self, offset: usize) -> usize {
-        // In range for an address in this (non-huge) segment; the mask
-        // keeps any offset in the table. The slice is the masked offset's
-        // top bits, which the free fast path has in a register already
-        // (`split_slab_word` takes the same offset): hidden from the
-        // optimizer, which would otherwise shift the address and mask the
-        // slice again, one instruction more per free.
-        let offset = opaque(offset & (SEGMENT - 1));
+    fn slab_table_entry(&self, addr: usize) -> usize {
+        debug_assert_eq!(addr & !(SEGMENT - 1), self.base());
+        // The address's offset in its segment (the mask keeps any address
+        // in the table), whose top bits are the slice: the free fast path
+        // has that offset in a register already (`split_slab_word` takes
+        // it too). Hidden from the optimizer, which would otherwise shift
+        // the address and mask the slice again, one instruction more per
+        // free.
+        let offset = opaque(addr & (SEGMENT - 1));
         // SAFETY: `offset < SEGMENT`, so the slice is below
         // `SLICES_PER_SEGMENT`, the table's length.
         unsafe { self.slab_slices.get_unchecked(offset >> SLICE_SHIFT) }.load(Relaxed) as usize
