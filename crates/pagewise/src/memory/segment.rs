@@ -329,10 +329,11 @@ impl Segment {
         // it too). Hidden from the optimizer, which would otherwise shift
         // the address and mask the slice again, one instruction more per
         // free.
-        let offset = opaque(addr & (SEGMENT - 1));
-        // SAFETY: `offset < SEGMENT`, so the slice is below
+        let slice = opaque(addr & (SEGMENT - 1)) >> SLICE_SHIFT;
+        debug_assert!(slice < SLICES_PER_SEGMENT);
+        // SAFETY: the offset is below `SEGMENT`, so the slice is below
         // `SLICES_PER_SEGMENT`, the table's length.
-        unsafe { self.slab_slices.get_unchecked(offset >> SLICE_SHIFT) }.load(Relaxed) as usize
+        unsafe { self.slab_slices.get_unchecked(slice) }.load(Relaxed) as usize
     }
 
     /// Marks OS pages `first..first+n` committed; returns how many were not.
