@@ -10,6 +10,7 @@ use super::remote::free_remote;
 use super::thread_bytes::note_freed_by;
 use super::*;
 use crate::memory::cache_handshake;
+use crate::memory::layout::{opaque, SEGMENT_SHIFT};
 use crate::memory::segment::STATE_SHIFT;
 
 impl HeapCore {
@@ -89,8 +90,14 @@ impl HeapCore {
     /// [`empty_heap`].
     #[inline(always)]
     unsafe fn cache_free_at(heap: *const HeapCore, addr: usize) -> bool {
+        // The segment's base is its number in the registry's map shifted
+        // back: the free fast path has that number in a register from the
+        // lookup (`registry::in_shared_segment`), and one shift of it is
+        // one instruction where masking the address takes two. Hidden from
+        // the optimizer, which would make it the mask again.
+        let base = opaque(addr >> SEGMENT_SHIFT) << SEGMENT_SHIFT;
         // SAFETY: registered segments are mapped and headed by a `Segment`.
-        let seg = unsafe { &*Segment::of(crate::memory::layout::segment_base(addr)) };
+        let seg = unsafe { &*Segment::of(base) };
         let states = (heap as *const u8).wrapping_add(STATES_OFFSET);
         // The slot is announced before the page's word is read: a mesh pass
         // that stops the page's cached frees either sees it or is seen
@@ -153,7 +160,7 @@ impl HeapCore {
             }
             if !state.push(block) {
                 // A real heap: `empty_heap`'s states took no slot above.
-                (*heap).cache_full((state_at >> STATE_SHIFT) - 1, block);
+                HeapCore::cache_full(block, (state_at >> STATE_SHIFT) - 1, &*heap);
             }
         }
         true
@@ -238,12 +245,17 @@ impl HeapCore {
     /// is the slow path of a thread that may only ever free, it is also
     /// where such a thread runs its maintenance.
     ///
+    /// The slot comes first and the heap last: the fast path, which tail
+    /// calls this, then keeps the slot in the register its caller passed it
+    /// in, and copies nothing on the way in (a `self` first made `free`
+    /// copy the pointer away to free its first register for the heap).
+    ///
     /// # Safety
     /// As `cache_free`; the cache of `class` is full.
     #[cold]
     #[inline(never)]
-    pub(super) unsafe fn cache_full(&self, class: usize, block: *mut Block) {
-        let state = self.class(class);
+    pub(super) unsafe fn cache_full(block: *mut Block, class: usize, heap: &HeapCore) {
+        let state = heap.class(class);
         // SAFETY: owner only (caller), between operations; the page lists
         // are held for the flush and the maintenance.
         unsafe {
@@ -256,22 +268,22 @@ impl HeapCore {
             if keep == 0 && state.newest() == block {
                 misuse(Misuse::DoubleFree, block as usize);
             }
-            let mut l = self.lock_local();
+            let mut l = heap.lock_local();
             // The older part whole, as a rule: no link followed.
-            let (head, count) = self.take_overflow(class);
-            if self.global {
-                self.pass_on(&mut l, class, head, count, true);
+            let (head, count) = heap.take_overflow(class);
+            if heap.global {
+                heap.pass_on(&mut l, class, head, count, true);
             } else {
-                super::remote::send_home(Some((self, &mut l)), head, count);
+                super::remote::send_home(Some((heap, &mut l)), head, count);
             }
-            self.maintenance(&mut l);
+            heap.maintenance(&mut l);
             drop(l);
             let cached = state.push(block);
             debug_assert!(cached, "room was just made");
         }
         // The flush may have emptied pages into the span pool: the purger
         // must be there to give them back if the thread now goes quiet.
-        if self.global {
+        if heap.global {
             crate::global::purger::after_free();
         }
     }

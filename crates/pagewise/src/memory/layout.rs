@@ -51,6 +51,32 @@ pub const fn align_up(x: usize, to: usize) -> usize {
     (x + to - 1) & !(to - 1)
 }
 
+/// `x` unchanged, but out of the optimizer's sight: no instruction of its
+/// own, yet what it returns is a value computed once, which the compiler
+/// neither recomputes from its inputs in another form nor folds into the
+/// expressions that use it. Where it rewrites `(a & m) >> s` as
+/// `(a >> s) & (m >> s)` this keeps the masked value's register in use
+/// rather than shifting and masking the address over again.
+#[inline(always)]
+pub(crate) fn opaque(x: usize) -> usize {
+    #[cfg(all(not(miri), any(target_arch = "x86_64", target_arch = "aarch64")))]
+    {
+        let mut x = x;
+        // SAFETY: the template is a comment: no instruction runs, no memory
+        // or flag is touched; the register holds `x` in and out.
+        unsafe {
+            core::arch::asm!(
+                "/* {0} */",
+                inout(reg) x,
+                options(pure, nomem, nostack, preserves_flags)
+            )
+        };
+        x
+    }
+    #[cfg(not(all(not(miri), any(target_arch = "x86_64", target_arch = "aarch64"))))]
+    x
+}
+
 /// The segment an address belongs to (if it belongs to one).
 #[inline]
 pub fn segment_base(addr: usize) -> usize {

@@ -7,7 +7,8 @@
 //! exactly what it holds.
 
 use crate::memory::layout::{
-    os_page, os_page_shift, MAX_OS_PAGES_PER_SEGMENT, SLICE, SLICES_PER_SEGMENT, SLICE_SHIFT,
+    opaque, os_page, os_page_shift, MAX_OS_PAGES_PER_SEGMENT, SEGMENT, SLICE, SLICES_PER_SEGMENT,
+    SLICE_SHIFT,
 };
 use crate::memory::page::Page;
 use crate::memory::resident::Resident;
@@ -276,7 +277,7 @@ impl Segment {
     /// page of this segment, found through the read-mostly slab table.
     #[inline]
     pub fn slab_page(&self, addr: usize) -> *mut Page {
-        let e = self.slab_table_entry(addr - self.base());
+        let e = self.slab_table_entry(addr);
         // A slab page's entry keeps its offset (past the header: never 0)
         // whether or not it is cacheable.
         debug_assert!(e != 0, "not a slab slot");
@@ -289,7 +290,7 @@ impl Segment {
     /// Any thread may ask; it reads only the read-mostly slab table.
     #[inline]
     pub fn slab_word(&self, addr: usize) -> usize {
-        self.slab_table_entry(addr - self.base())
+        self.slab_table_entry(addr)
     }
 
     /// [`Segment::split_slab_word`] of the slice holding `addr`'s word, read
@@ -305,7 +306,10 @@ impl Segment {
     /// of that page (meaningless for 0).
     #[inline]
     pub fn split_slab_word(&self, e: usize, addr: usize) -> (usize, usize) {
-        let offset = addr - self.base();
+        // `addr - self.base()` for an address in this segment, but the
+        // same mask as the slab table's index takes, so the two share it.
+        debug_assert_eq!(addr & !(SEGMENT - 1), self.base());
+        let offset = addr & (SEGMENT - 1);
         let state = e & SLAB_STATE_MASK;
         // The page's offset is the word less its state: a subtraction and
         // an add of the state already taken apart, where masking the
@@ -314,13 +318,22 @@ impl Segment {
         (state, offset.wrapping_sub(e).wrapping_add(state))
     }
 
-    /// The raw slab-table entry of the slice `offset` bytes into the
-    /// segment.
+    /// The raw slab-table entry of the slice holding `addr`, an address in
+    /// this (non-huge) segment.
     #[inline]
-    fn slab_table_entry(&self, offset: usize) -> usize {
-        // In range for an address in this (non-huge) segment; the mask
-        // spares the bounds check.
-        self.slab_slices[(offset >> SLICE_SHIFT) & (SLICES_PER_SEGMENT - 1)].load(Relaxed) as usize
+    fn slab_table_entry(&self, addr: usize) -> usize {
+        debug_assert_eq!(addr & !(SEGMENT - 1), self.base());
+        // The address's offset in its segment (the mask keeps any address
+        // in the table), whose top bits are the slice: the free fast path
+        // has that offset in a register already (`split_slab_word` takes
+        // it too). Hidden from the optimizer, which would otherwise shift
+        // the address and mask the slice again, one instruction more per
+        // free.
+        let slice = opaque(addr & (SEGMENT - 1)) >> SLICE_SHIFT;
+        debug_assert!(slice < SLICES_PER_SEGMENT);
+        // SAFETY: the offset is below `SEGMENT`, so the slice is below
+        // `SLICES_PER_SEGMENT`, the table's length.
+        unsafe { self.slab_slices.get_unchecked(slice) }.load(Relaxed) as usize
     }
 
     /// Marks OS pages `first..first+n` committed; returns how many were not.
