@@ -128,8 +128,10 @@ pub fn owns(addr: usize) -> bool {
     false
 }
 
+#[cfg(all(target_os = "linux", feature = "secure"))]
+pub(crate) use live::size_at_free;
 #[cfg(target_os = "linux")]
-pub(crate) use live::{alloc, free, size_at_free, usable_size};
+pub(crate) use live::{alloc, free, usable_size};
 
 /// The process's pool and the operations on it.
 #[cfg(target_os = "linux")]
@@ -248,7 +250,8 @@ mod live {
     /// The size of the block of the pool a free of `addr` would free, or
     /// the report of why it cannot: a block freed already is a double
     /// free, an address that starts no live block an invalid free (as
-    /// [`free`] judges them, without freeing).
+    /// [`free`] judges them, without freeing). The hardened free's check.
+    #[cfg(feature = "secure")]
     pub(crate) fn size_at_free(addr: usize) -> usize {
         let Some(p) = pool() else { return 0 };
         let Place::Slot(i) = p.place(addr) else {

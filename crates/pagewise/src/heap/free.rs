@@ -588,6 +588,7 @@ fn usable_size_outside_segments(addr: usize) -> usize {
 
 /// [`usable_size_outside_segments`] as a free judges the block: a guarded
 /// block freed already is a double free (not an invalid pointer).
+#[cfg(feature = "secure")]
 #[cold]
 fn checked_size_outside_segments(addr: usize) -> usize {
     #[cfg(target_os = "linux")]
