@@ -645,6 +645,20 @@ mod tests {
     }
 
     #[test]
+    fn carve_starts_differ_from_page_to_page() {
+        // 64 consecutive OS pages at a fixed address (so the outcome does
+        // not hang on where the allocator put a buffer): their starts take
+        // at least half as many values as there are pages or slots.
+        let base = 0x7f12_3456_7000usize;
+        for n in [256, 64, 16] {
+            let starts: std::collections::BTreeSet<usize> =
+                (0..64).map(|i| carve_start(base + i * 4096, n)).collect();
+            assert!(starts.iter().all(|&s| s < n));
+            assert!(starts.len() >= n.min(64) / 2, "{n} slots: {starts:?}");
+        }
+    }
+
+    #[test]
     fn shuffled_carving_keeps_neighbours_together() {
         // A meshing heap's carve differs from page to page only in where
         // it starts: from there it goes in address order, wrapping round
