@@ -122,23 +122,16 @@ pub struct Page {
     pub sample: crate::profile::Sample,
 }
 
-/// A start and a stride coprime with `n` (so the stride visits every
-/// slot once), drawn from `at`.
-fn carve_order(at: usize, n: usize) -> (usize, usize) {
+/// The slot a carve of `n` slots from `at` starts at, drawn from `at`.
+fn carve_start(at: usize, n: usize) -> usize {
     let h = (at as u64 ^ (at as u64 >> 29)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-    let first = (h >> 32) as usize % n;
-    let mut step = (h as u32 as usize) % (n - 1) + 1;
-    while gcd(step, n) != 1 {
-        step = step % (n - 1) + 1;
-    }
-    (first, step)
+    (h >> 32) as usize % n
 }
 
 /// The slot the carve of `n` slots from `begin` starts at, in address
 /// order from there (wrapping round once): the first; in the hardened
 /// build one drawn from the secret and the address, so that where a page's
-/// first block lies cannot be predicted (a stride, as meshing's shuffle
-/// takes, would scatter what a program allocates together).
+/// first block lies cannot be predicted.
 #[cfg(not(feature = "secure"))]
 #[inline(always)]
 fn first_carved(_begin: usize, _n: usize) -> usize {
@@ -150,17 +143,10 @@ fn first_carved(_begin: usize, _n: usize) -> usize {
 #[inline(always)]
 fn first_carved(begin: usize, n: usize) -> usize {
     if n > 1 {
-        carve_order(begin ^ crate::secure::secret_now(), n).0
+        carve_start(begin ^ crate::secure::secret_now(), n)
     } else {
         0
     }
-}
-
-fn gcd(mut a: usize, mut b: usize) -> usize {
-    while b != 0 {
-        (a, b) = (b, a % b);
-    }
-    a
 }
 
 impl Page {
@@ -275,11 +261,13 @@ impl Page {
     /// `(first_page_addr, count)` so the caller can mark them committed.
     ///
     /// The slots are linked in address order, or with `shuffle` (a meshing
-    /// heap, `memory/mesh.rs`) in an order that differs from page to page:
-    /// survivors of a regular pattern (the first object of each OS page)
-    /// then sit at different offsets, which is what lets pages mesh. The
-    /// order is a stride through the slots from a start, both drawn from
-    /// the slots' address: no state, no table.
+    /// heap, `memory/mesh.rs`) in address order from a slot drawn from the
+    /// slots' address, wrapping round once: survivors of a regular pattern
+    /// (the first object of each OS page, a run of objects allocated
+    /// together) then sit at different offsets from page to page, which is
+    /// what lets pages mesh, while objects allocated one after another stay
+    /// neighbours, sharing cache lines as without meshing. No state, no
+    /// table.
     pub fn extend(&mut self, shuffle: bool) -> (usize, usize) {
         let capacity = self.capacity();
         debug_assert!(self.free.is_null() && capacity < self.reserved);
@@ -290,10 +278,10 @@ impl Page {
         let mut n = ((limit - begin) / slot).max(1);
         n = n.min((self.reserved - capacity) as usize);
         let end = begin + n * slot;
-        let (first, step) = if shuffle && n > 2 {
-            carve_order(begin, n)
+        let first = if shuffle && n > 1 {
+            carve_start(begin, n)
         } else {
-            (first_carved(begin, n), 1)
+            first_carved(begin, n)
         };
         // Link the new slots, each holding the page key (so that freeing
         // one that was never handed out is caught too).
@@ -301,11 +289,10 @@ impl Page {
         self.free = (begin + k * slot) as *mut Block;
         for i in 0..n {
             let p = begin + k * slot;
-            // `k + step < 2 * n` (the stride is below `n`): a subtraction
-            // wraps it, where `%` would cost a division per slot.
-            k += step;
-            if k >= n {
-                k -= n;
+            // Wraps round once, to the first slot.
+            k += 1;
+            if k == n {
+                k = 0;
             }
             let next = if i + 1 < n { begin + k * slot } else { 0 };
             // SAFETY: `p` is a slot (of at least two words) inside this
@@ -614,10 +601,10 @@ mod tests {
 
     #[test]
     fn shuffled_carving_hands_out_every_slot_once_in_an_order_of_its_own() {
-        // The order is drawn from the carve's address, and one address in
-        // a few hundred draws address order itself (start 0, stride 1) or
-        // the order of the next OS page: so each slot size is carved at
-        // eight addresses (buffers kept alive, so they differ), every
+        // The start is drawn from the carve's address, and one address in
+        // as many as the page has slots draws address order itself (start
+        // 0) or the start of the next OS page: so each slot size is carved
+        // at eight addresses (buffers kept alive, so they differ), every
         // carve a permutation, and some carve must be shuffled and some
         // next OS page's carve differ from its first.
         for slot in [16, 48, 64, 112, 256] {
@@ -655,6 +642,37 @@ mod tests {
                 .all(|w| w[0] + 1 == w[1] || (cfg!(feature = "secure") && w[1] == 0)),
             "address order"
         );
+    }
+
+    #[test]
+    fn carve_starts_differ_from_page_to_page() {
+        // 64 consecutive OS pages at a fixed address (so the outcome does
+        // not hang on where the allocator put a buffer): their starts take
+        // at least half as many values as there are pages or slots.
+        let base = 0x7f12_3456_7000usize;
+        for n in [256, 64, 16] {
+            let starts: std::collections::BTreeSet<usize> =
+                (0..64).map(|i| carve_start(base + i * 4096, n)).collect();
+            assert!(starts.iter().all(|&s| s < n));
+            assert!(starts.len() >= n.min(64) / 2, "{n} slots: {starts:?}");
+        }
+    }
+
+    #[test]
+    fn shuffled_carving_keeps_neighbours_together() {
+        // A meshing heap's carve differs from page to page only in where
+        // it starts: from there it goes in address order, wrapping round
+        // once, so what a program allocates together shares cache lines as
+        // without meshing (a stride through the slots scattered it).
+        for slot in [16, 48, 64, 112, 256] {
+            let mut buf = buf();
+            let mut p = page_over(&mut buf.0, slot);
+            p.extend(true);
+            let order = free_order(&p);
+            let n = order.len();
+            let jumps = order.windows(2).filter(|w| w[1] != (w[0] + 1) % n).count();
+            assert_eq!(jumps, 0, "slot {slot}: {order:?}");
+        }
     }
 
     #[test]
