@@ -192,7 +192,7 @@ impl Rec {
         self.lingering.push(Box::new(end));
     }
 
-    /// Ends what the workload left alive (see [`Rec::linger`]).
+    /// Ends what the workload left alive (see `Rec::linger`).
     pub fn end_lingering(&mut self) {
         for end in self.lingering.drain(..) {
             end();
