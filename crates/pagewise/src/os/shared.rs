@@ -42,15 +42,23 @@
 //! keeps anything else from being its neighbour in the kernel's eyes (the
 //! kernel would merge a page leaving at the mapping's first OS page with
 //! a mapping of the same flags below it first), so a mapping is exactly
-//! one kernel mapping plus its seams. A mapping made while the process
-//! has a userfaultfd is registered with it, and each page remapped in it
-//! then too; one made before is not, nor are its pages later (a
-//! registered page merges with no unregistered neighbour).
+//! one kernel mapping plus its seams. Pages are made at the right guard's
+//! place and moved out (a group page, a kept page's copy); if the kernel
+//! will not put the guard back then, the place is left to whoever maps
+//! there and the loss counted ([`SharedPages::guards_lost`]). A mapping
+//! made while the process has a userfaultfd is registered with it, and
+//! each page remapped in it then too; one made before is not, nor are
+//! its pages later (a registered page merges with no unregistered
+//! neighbour; a page the kernel will not register unregisters its whole
+//! mapping, [`SharedPages::registrations_refused`]).
 //!
 //! A forked child would share the group pages with its parent
 //! (`MAP_SHARED`), so every mapping is `MADV_DONTFORK` (every remap again):
 //! a child does not inherit them (touching the heap there faults), and
-//! used in the child the source refuses to change the parent's file
+//! every page is made so while it is still inaccessible (a group page or
+//! a kept page's copy at the mapping's right guard, then moved over its
+//! page by `mremap`), so a child of a fork in the middle of a remap
+//! inherits nothing it can read; and used in the child the source refuses to change the parent's file
 //! (purges, shares) and only unmaps: a mapping may be changed only by the
 //! process that made it. The global allocator's fork handlers, when they
 //! run, let a child inherit the own pages (copy-on-write) and give it a
