@@ -673,6 +673,10 @@ impl SharedPages {
             self.munmap(at - page(), size + 2 * page());
             return None;
         }
+        #[cfg(test)]
+        if unforked {
+            tests::window(at);
+        }
         Some(at)
     }
 
@@ -1854,6 +1858,8 @@ mod tests {
         LOOK_AT.store(p, Relaxed);
         let (forks, seen) = (FORKS.load(Relaxed), SEEN.load(Relaxed));
         WINDOW.with(|w| w.set(Some(fork_and_look)));
+        // A new mapping, read-write (its first page checked).
+        let q = pages.map(SIZE, SIZE).expect("map");
         // SAFETY: our pages, one thread; live bytes only where copied.
         let done = unsafe {
             [
@@ -1868,10 +1874,12 @@ mod tests {
             ]
         };
         WINDOW.with(|w| w.set(None));
+        // SAFETY: the whole mapping, unused.
+        unsafe { pages.unmap(q, SIZE) };
         assert_eq!(done, [true; 8]);
         assert_eq!((read(at(1)), read(at(7))), (2, 8), "kept bytes");
         let forks = FORKS.load(Relaxed) - forks;
-        assert!(forks >= 8, "a fork at each remap: {forks}");
+        assert!(forks >= 9, "a fork at each remap: {forks}");
         assert_eq!(
             SEEN.load(Relaxed) - seen,
             0,
