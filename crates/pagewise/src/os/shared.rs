@@ -1380,7 +1380,7 @@ unsafe impl PageSource for SharedPages {
         };
         m.settle();
         let whole = addr == m.base && size == m.size;
-        if whole && !self.guard_in_place(m) {
+        if whole && m.guard_lost {
             // With its left guard: the right one's place is not ours now.
             self.munmap(addr - page(), size + page());
         } else if whole {
