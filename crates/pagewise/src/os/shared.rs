@@ -58,13 +58,13 @@
 //! every page is made so while it is still inaccessible (a group page or
 //! a kept page's copy at the mapping's right guard, then moved over its
 //! page by `mremap`), so a child of a fork in the middle of a remap
-//! inherits nothing it can read; and used in the child the source refuses to change the parent's file
-//! (purges, shares) and only unmaps: a mapping may be changed only by the
-//! process that made it. The global allocator's fork handlers, when they
-//! run, let a child inherit the own pages (copy-on-write) and give it a
-//! copy of the group pages (`SharedPages::fork_prepare`); a fork that runs
-//! no handlers (`_Fork()`, the raw system call) leaves the child without
-//! the heap.
+//! inherits nothing it can read; and used in the child the source
+//! refuses to change the parent's file (purges, shares) and only unmaps:
+//! a mapping may be changed only by the process that made it. The global
+//! allocator's fork handlers, when they run, let a child inherit the own
+//! pages (copy-on-write) and give it a copy of the group pages
+//! (`SharedPages::fork_prepare`); a fork that runs no handlers
+//! (`_Fork()`, the raw system call) leaves the child without the heap.
 
 mod fork;
 
