@@ -42,21 +42,29 @@
 //! keeps anything else from being its neighbour in the kernel's eyes (the
 //! kernel would merge a page leaving at the mapping's first OS page with
 //! a mapping of the same flags below it first), so a mapping is exactly
-//! one kernel mapping plus its seams. A mapping made while the process
-//! has a userfaultfd is registered with it, and each page remapped in it
-//! then too; one made before is not, nor are its pages later (a
-//! registered page merges with no unregistered neighbour).
+//! one kernel mapping plus its seams. Pages are made at the right guard's
+//! place and moved out (a group page, a kept page's copy); if the kernel
+//! will not put the guard back then, the place is left to whoever maps
+//! there and the loss counted ([`SharedPages::guards_lost`]). A mapping
+//! made while the process has a userfaultfd is registered with it, and
+//! each page remapped in it then too; one made before is not, nor are
+//! its pages later (a registered page merges with no unregistered
+//! neighbour; a page the kernel will not register unregisters its whole
+//! mapping, [`SharedPages::registrations_refused`]).
 //!
 //! A forked child would share the group pages with its parent
 //! (`MAP_SHARED`), so every mapping is `MADV_DONTFORK` (every remap again):
 //! a child does not inherit them (touching the heap there faults), and
-//! used in the child the source refuses to change the parent's file
-//! (purges, shares) and only unmaps: a mapping may be changed only by the
-//! process that made it. The global allocator's fork handlers, when they
-//! run, let a child inherit the own pages (copy-on-write) and give it a
-//! copy of the group pages (`SharedPages::fork_prepare`); a fork that runs
-//! no handlers (`_Fork()`, the raw system call) leaves the child without
-//! the heap.
+//! every page is made so while it is still inaccessible (a group page or
+//! a kept page's copy at the mapping's right guard, then moved over its
+//! page by `mremap`), so a child of a fork in the middle of a remap
+//! inherits nothing it can read; and used in the child the source
+//! refuses to change the parent's file (purges, shares) and only unmaps:
+//! a mapping may be changed only by the process that made it. The global
+//! allocator's fork handlers, when they run, let a child inherit the own
+//! pages (copy-on-write) and give it a copy of the group pages
+//! (`SharedPages::fork_prepare`); a fork that runs no handlers
+//! (`_Fork()`, the raw system call) leaves the child without the heap.
 
 mod fork;
 
@@ -197,6 +205,11 @@ struct Mapping {
     /// and per page of the file how far its copy is (`fork.rs`).
     child_fd: i32,
     copy_state: *mut AtomicU32,
+    /// Whether the kernel refused to put the right guard back after a
+    /// page made at its place moved out: the place is not the source's to
+    /// map over or unmap until a guard is there again
+    /// ([`SharedPages::guard_back`]).
+    guard_lost: bool,
 }
 
 impl Mapping {
@@ -218,6 +231,7 @@ impl Mapping {
         refused: false,
         child_fd: -1,
         copy_state: null_mut(),
+        guard_lost: false,
     };
 
     fn contains(&self, addr: usize) -> bool {
@@ -466,6 +480,11 @@ pub struct SharedPages {
     pass_limit: AtomicU64,
     /// Reads of the file size limit by copies and passes.
     limit_reads: AtomicU64,
+    /// Guards the kernel would not put back ([`Self::guards_lost`]).
+    guards_lost: AtomicU64,
+    /// Remapped pages the userfaultfd would not register
+    /// ([`Self::registrations_refused`]).
+    registrations_refused: AtomicU64,
 }
 
 // SAFETY: the table is behind its lock; the raw pointers in it point to
@@ -488,7 +507,38 @@ impl SharedPages {
             maps: Locked::new(Table::EMPTY),
             pass_limit: AtomicU64::new(0),
             limit_reads: AtomicU64::new(0),
+            guards_lost: AtomicU64::new(0),
+            registrations_refused: AtomicU64::new(0),
         }
+    }
+
+    /// Times the kernel would not put back a mapping's guard (the
+    /// inaccessible page at its right end, where a page that leaves its
+    /// group keeping its bytes, or a group page, is made before it moves
+    /// in): as it may refuse at the process's mapping limit
+    /// (`vm.max_map_count`). The place is left to whoever maps there, and
+    /// the mapping's pages keep their bytes but neither mesh nor leave
+    /// keeping their bytes until a guard is put back.
+    ///
+    /// ```
+    /// use pagewise::SharedPages;
+    /// assert_eq!(SharedPages::new().guards_lost(), 0);
+    /// ```
+    pub fn guards_lost(&self) -> u64 {
+        self.guards_lost.load(Relaxed)
+    }
+
+    /// Times the process's userfaultfd would not register a page remapped
+    /// in a registered mapping: its mapping is then unregistered whole (so
+    /// the kernel merges its pages as the seams count), and the barrier
+    /// holds writers off its pages by `mprotect`.
+    ///
+    /// ```
+    /// use pagewise::SharedPages;
+    /// assert_eq!(SharedPages::new().registrations_refused(), 0);
+    /// ```
+    pub fn registrations_refused(&self) -> u64 {
+        self.registrations_refused.load(Relaxed)
     }
 
     /// Bytes of memory the kernel holds for this source now: its group
@@ -579,13 +629,10 @@ impl SharedPages {
             close(fd);
             return self.map_private_instead(size, align);
         }
-        let Some(at) = self.map_private(size, align) else {
+        let Some(at) = self.map_private(size, align, true) else {
             close(fd);
             return None;
         };
-        // SAFETY: our mapping; failure only means a child would inherit it
-        // (a copy, never shared: its group pages are not inherited).
-        unsafe { libc::madvise(at as *mut libc::c_void, size, libc::MADV_DONTFORK) };
         // One lineage for all of it, before any page splits it off.
         first_write(at);
         // Write-protectable through the userfaultfd, if the barrier has one.
@@ -597,13 +644,22 @@ impl SharedPages {
     /// returns it (fd -1), saying once that meshing stops.
     fn map_private_instead(&self, size: usize, align: usize) -> Option<(usize, i32, bool)> {
         private_memory_warning();
-        self.map_private(size, align).map(|at| (at, -1, false))
+        self.map_private(size, align, false)
+            .map(|at| (at, -1, false))
     }
 
     /// Private anonymous memory, read-write, aligned to `align`, between
-    /// its guards ([`Self::aligned_place`]).
-    fn map_private(&self, size: usize, align: usize) -> Option<usize> {
+    /// its guards ([`Self::aligned_place`]); `MADV_DONTFORK` (`unforked`)
+    /// before it is made read-write, so that a fork that runs no fork
+    /// handler never gives its child a page of it it can read.
+    fn map_private(&self, size: usize, align: usize, unforked: bool) -> Option<usize> {
         let at = self.aligned_place(size, align)?;
+        if unforked {
+            // SAFETY: the placeholder just reserved (not its guards);
+            // failure only means a child would inherit it (a copy, never
+            // shared: its group pages are not inherited).
+            unsafe { libc::madvise(at as *mut libc::c_void, size, libc::MADV_DONTFORK) };
+        }
         // SAFETY: the placeholder just reserved, made usable (not its
         // guards).
         let rw = unsafe {
@@ -616,6 +672,10 @@ impl SharedPages {
         if rw != 0 {
             self.munmap(at - page(), size + 2 * page());
             return None;
+        }
+        #[cfg(test)]
+        if unforked {
+            tests::window(at);
         }
         Some(at)
     }
@@ -672,141 +732,282 @@ impl SharedPages {
         unsafe { libc::munmap(addr as *mut libc::c_void, size) };
     }
 
-    /// Points the OS page at `addr` at `offset` of `fd` (in a mapping
-    /// `registered` with the userfaultfd or not); `advice`: the huge-page
-    /// advice of its region.
-    fn alias(&self, addr: usize, fd: i32, offset: usize, registered: bool, advice: u8) -> bool {
-        self.counters.mmap.fetch_add(1, Relaxed);
-        // SAFETY: `addr` is an OS page of a mapping made by this source;
-        // the caller has made sure nothing on it is lost.
-        let p = unsafe { map_shared(addr, page(), fd, offset) };
-        if p as usize != addr {
+    /// Points the OS page at `addr` of `m` at `offset` of its file;
+    /// `advice`: the huge-page advice of its region.
+    ///
+    /// The group page is mapped first at the mapping's right guard,
+    /// inaccessible, made `MADV_DONTFORK` there (and given its region's
+    /// advice), then read-write, and `mremap` moves it over `addr` in one
+    /// step, its flags and file offset with it; the guard is put back
+    /// after. So a fork that runs no fork handler (`_Fork()`, the raw
+    /// system call) at any moment gives its child no page it can read,
+    /// and never the group page shared with the parent. False, nothing
+    /// changed, if the kernel refuses a step or the guard's place is not
+    /// the source's now ([`Mapping::guard_lost`]).
+    fn alias(&self, m: &mut Mapping, addr: usize, offset: usize, advice: u8) -> bool {
+        if !self.guard_in_place(m) {
             return false;
         }
-        self.same_flags(addr, registered, advice);
+        let slot = m.base + m.size;
+        self.counters.mmap.fetch_add(1, Relaxed);
+        // SAFETY: `slot` is the mapping's guard, ours, holding nothing.
+        let p = unsafe { map_shared(slot, page(), m.fd, offset) };
+        if p as usize != slot {
+            self.guard_back(m, true);
+            return false;
+        }
+        #[cfg(test)]
+        tests::window(addr);
+        if !self.unforked_usable(slot, advice) || !self.move_over(slot, addr) {
+            self.guard_back(m, true);
+            return false;
+        }
+        #[cfg(test)]
+        tests::window(addr);
+        self.guard_back(m, false);
+        self.register_remapped(m, addr);
         true
     }
 
-    /// Gives the OS page at `addr`, just mapped, the flags of its
-    /// neighbours: those of every page of the mapping (of a mapping
-    /// `registered` with the userfaultfd or not), and the huge-page
-    /// `advice` of its region.
-    fn same_flags(&self, addr: usize, registered: bool, advice: u8) {
-        let p = addr as *mut libc::c_void;
-        // The new mapping must carry the flags of its neighbours: or a
-        // child would inherit it (sharing the parent's bytes), and the
-        // kernel would never merge it back with them once it leaves, so
-        // the mappings it splits would add up past the budget.
-        // SAFETY: the page just mapped by the caller.
-        unsafe { libc::madvise(p, page(), libc::MADV_DONTFORK) };
-        // Nor would it merge back carrying another huge-page flag
-        // (`VM_HUGEPAGE`, `VM_NOHUGEPAGE`) than its region's.
+    /// Makes the inaccessible page at `at` (just mapped, ours)
+    /// `MADV_DONTFORK`, gives it the huge-page `advice` of the region it
+    /// will show in, then makes it read-write: in that order, so a child
+    /// of a fork that runs no fork handler never inherits it readable.
+    /// False if the kernel refuses (the page may be inaccessible still).
+    fn unforked_usable(&self, at: usize, advice: u8) -> bool {
+        let p = at as *mut libc::c_void;
+        // SAFETY: a page of ours just mapped; the advice changes no
+        // contents.
+        if unsafe { libc::madvise(p, page(), libc::MADV_DONTFORK) } != 0 {
+            return false;
+        }
+        #[cfg(test)]
+        tests::window(at);
+        // A page would not merge with its neighbours carrying another
+        // huge-page flag (`VM_HUGEPAGE`, `VM_NOHUGEPAGE`) than its
+        // region's, so the mappings it splits would add up past the budget.
         if let Some(a) = advice_call(advice) {
-            // SAFETY: as above; the advice changes no contents.
+            // SAFETY: as above.
             unsafe { libc::madvise(p, page(), a) };
         }
-        // A new mapping is not registered: so it can be write-protected
-        // again, and merges with its neighbours, if they are registered;
-        // not if the mapping was made before the process had a
-        // userfaultfd (a registered page merges with no unregistered one).
-        if registered {
-            crate::os::uffd::register(addr, page());
+        // SAFETY: as above.
+        unsafe { libc::mprotect(p, page(), libc::PROT_READ | libc::PROT_WRITE) == 0 }
+    }
+
+    /// Moves the OS page at `from` (ours) over the OS page at `to` (ours,
+    /// whose bytes the caller has made sure are not lost) in one step.
+    fn move_over(&self, from: usize, to: usize) -> bool {
+        #[cfg(test)]
+        if matches!(
+            tests::REFUSE.with(|r| r.get()),
+            tests::Refuse::Move | tests::Refuse::MoveAndGuard
+        ) {
+            return false;
+        }
+        self.counters.mmap.fetch_add(1, Relaxed);
+        // SAFETY: both pages are ours, as the caller promises.
+        let p = unsafe {
+            libc::mremap(
+                from as *mut libc::c_void,
+                page(),
+                page(),
+                libc::MREMAP_MAYMOVE | libc::MREMAP_FIXED,
+                to as *mut libc::c_void,
+            )
+        };
+        p as usize == to
+    }
+
+    /// Registers the OS page at `addr` of `m`, just remapped, with the
+    /// userfaultfd, if the mapping is registered: a new mapping is not,
+    /// and a registered page merges with no unregistered neighbour. If the
+    /// kernel refuses, the page would be a kernel mapping of its own,
+    /// which the seams do not count: the whole mapping is unregistered
+    /// instead (the kernel merges its pages again, and the barrier holds
+    /// writers off its pages by `mprotect`, as for a mapping made before
+    /// the userfaultfd), counted in [`SharedPages::registrations_refused`].
+    fn register_remapped(&self, m: &mut Mapping, addr: usize) {
+        if !m.uffd || crate::os::uffd::register(addr, page()) {
+            return;
+        }
+        let fd = crate::os::uffd::fd();
+        if fd < 0 {
+            // No userfaultfd in this process (a forked child): nothing of
+            // the mapping is registered any more.
+            m.uffd = false;
+            return;
+        }
+        self.registrations_refused.fetch_add(1, Relaxed);
+        if crate::os::uffd::unregister(fd, m.base, m.size) {
+            m.uffd = false;
         }
     }
 
-    /// Points the OS page at `addr` at fresh private memory (zeros), as
-    /// its neighbours' own pages are, so the kernel merges it with them;
+    /// Points the OS page at `addr` of `m` at fresh private memory (zeros),
+    /// as its neighbours' own pages are, so the kernel merges it with them;
     /// with none (`alone`), writes to it at once, so the kernel gives it
-    /// its lineage now. `registered`, `advice`: as in [`Self::alias`].
-    fn own_page(&self, addr: usize, alone: bool, registered: bool, advice: u8) -> bool {
-        self.counters.mmap.fetch_add(1, Relaxed);
-        // SAFETY: an OS page of a mapping made by this source, nothing on
-        // it live (the caller's promise).
-        let p = unsafe {
-            libc::mmap(
-                addr as *mut libc::c_void,
-                page(),
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED | libc::MAP_NORESERVE,
-                -1,
-                0,
-            )
+    /// its lineage now. `advice`: as in [`Self::alias`]. Mapped
+    /// inaccessible, made `MADV_DONTFORK`, then read-write (nothing on the
+    /// page is live): a child of a fork that runs no fork handler never
+    /// inherits it readable.
+    fn own_page(&self, m: &mut Mapping, addr: usize, alone: bool, advice: u8) -> bool {
+        let fresh = |prot| {
+            self.counters.mmap.fetch_add(1, Relaxed);
+            // SAFETY: an OS page of a mapping made by this source, nothing
+            // on it live (the caller's promise).
+            let p = unsafe {
+                libc::mmap(
+                    addr as *mut libc::c_void,
+                    page(),
+                    prot,
+                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED | libc::MAP_NORESERVE,
+                    -1,
+                    0,
+                )
+            };
+            p as usize == addr
         };
-        if p as usize != addr {
+        if !fresh(libc::PROT_NONE) {
+            // A failed MAP_FIXED leaves the old mapping.
             return false;
+        }
+        #[cfg(test)]
+        tests::window(addr);
+        if !self.unforked_usable(addr, advice) {
+            // The group page is gone already: the page must be usable,
+            // even if a raw fork's child could inherit it then. One more
+            // refusal leaves it inaccessible, a fault at the heap's next
+            // touch rather than another page's bytes.
+            if !fresh(libc::PROT_READ | libc::PROT_WRITE) {
+                return false;
+            }
+            // SAFETY: the page just mapped.
+            unsafe { libc::madvise(addr as *mut libc::c_void, page(), libc::MADV_DONTFORK) };
+            if let Some(a) = advice_call(advice) {
+                // SAFETY: as above; the advice changes no contents.
+                unsafe { libc::madvise(addr as *mut libc::c_void, page(), a) };
+            }
         }
         if alone {
             first_write(addr);
         }
-        self.same_flags(addr, registered, advice);
+        self.register_remapped(m, addr);
         true
     }
 
-    /// Points the OS page at `addr` at a private copy of the bytes it shows
-    /// now, with no moment at which it reads otherwise: the bytes are
-    /// copied into a fresh page elsewhere, which `mremap` then moves over
-    /// `addr` in one step. The page is a kernel mapping of its own after
-    /// that ([`MOVED`]). The caller holds writers off the page.
-    /// `registered`, `advice`: as in [`Self::alias`].
+    /// Points the OS page at `addr` of `m` at a private copy of the bytes
+    /// it shows now, with no moment at which it reads otherwise: the bytes
+    /// are copied into a fresh page elsewhere, which `mremap` then moves
+    /// over `addr` in one step. The page is a kernel mapping of its own
+    /// after that ([`MOVED`]). The caller holds writers off the page.
+    /// `advice`: as in [`Self::alias`].
     ///
-    /// The fresh page is made at `slot`, the mapping's right guard, and
-    /// the guard put back after: a page moved by `mremap` keeps the file
-    /// offset (`vm_pgoff`) and the `anon_vma` of where it was made, and
-    /// one made wherever the kernel chose could merge there with other
-    /// private memory and take its `anon_vma`, so that two pages kept
-    /// side by side could have offsets that run on and one `anon_vma`,
-    /// which the kernel merges. Made at the guard, between the mapping
-    /// (other flags) and inaccessible memory, each has an `anon_vma` of
-    /// its own, and every kept page of the mapping the same offset.
-    fn own_copy(&self, addr: usize, registered: bool, advice: u8, slot: usize) -> bool {
+    /// The fresh page is made at the mapping's right guard, and the guard
+    /// put back after: a page moved by `mremap` keeps the file offset
+    /// (`vm_pgoff`) of where it was made, so every kept page of the mapping
+    /// has the same one, and no two of them side by side have offsets that
+    /// run on, which the kernel would merge (made wherever the kernel
+    /// chose, a copy could also merge there with other private memory and
+    /// take its `anon_vma`). It is made inaccessible, `MADV_DONTFORK`, then
+    /// read-write before the bytes are copied into it, so a child of a
+    /// fork that runs no fork handler never inherits the copy. False,
+    /// nothing changed, if the kernel refuses a step or the guard's place
+    /// is not the source's now ([`Mapping::guard_lost`]).
+    fn own_copy(&self, m: &mut Mapping, addr: usize, advice: u8) -> bool {
+        if !self.guard_in_place(m) {
+            return false;
+        }
+        let slot = m.base + m.size;
         self.counters.mmap.fetch_add(1, Relaxed);
         // SAFETY: `slot` is the mapping's guard, ours, holding nothing.
         let tmp = unsafe {
             libc::mmap(
                 slot as *mut libc::c_void,
                 page(),
-                libc::PROT_READ | libc::PROT_WRITE,
+                libc::PROT_NONE,
                 libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE | libc::MAP_FIXED,
                 -1,
                 0,
             )
         };
-        if tmp as usize != slot {
-            self.guard_again(slot, libc::MAP_FIXED);
+        if tmp as usize != slot || !self.unforked_usable(slot, advice) {
+            self.guard_back(m, true);
             return false;
         }
-        let tmp = slot;
         // SAFETY: a fresh page of ours and a readable OS page of ours.
-        unsafe { core::ptr::copy_nonoverlapping(addr as *const u8, tmp as *mut u8, page()) };
-        self.counters.mmap.fetch_add(1, Relaxed);
-        // SAFETY: `tmp` is ours and unused elsewhere; `addr` is an OS page
-        // of ours whose bytes `tmp` holds now, so nothing is lost.
-        let p = unsafe {
-            libc::mremap(
-                tmp as *mut libc::c_void,
-                page(),
-                page(),
-                libc::MREMAP_MAYMOVE | libc::MREMAP_FIXED,
-                addr as *mut libc::c_void,
-            )
-        };
-        if p as usize != addr {
-            self.guard_again(slot, libc::MAP_FIXED);
+        unsafe { core::ptr::copy_nonoverlapping(addr as *const u8, slot as *mut u8, page()) };
+        #[cfg(test)]
+        tests::window(addr);
+        // `addr` is an OS page of ours whose bytes `slot` holds now, so
+        // nothing is lost.
+        if !self.move_over(slot, addr) {
+            self.guard_back(m, true);
             return false;
         }
+        #[cfg(test)]
+        tests::window(addr);
         // The moved page left a hole where the guard was.
-        self.guard_again(slot, libc::MAP_FIXED_NOREPLACE);
-        self.same_flags(addr, registered, advice);
+        self.guard_back(m, false);
+        self.register_remapped(m, addr);
         true
     }
 
-    /// Puts an inaccessible guard page back at `slot` (`how`: whether it
-    /// replaces what is there).
-    fn guard_again(&self, slot: usize, how: i32) {
+    /// Puts the inaccessible guard back at `m`'s right end: in a hole a
+    /// page made there left moving out (`replace` false: mapped only if
+    /// the place is still free), or over what a refused step left there
+    /// (`replace`: a page of the source's). If the kernel refuses, the
+    /// place is left a hole (what a refused step left there dropped and
+    /// unmapped), the guard is counted lost
+    /// ([`SharedPages::guards_lost`]), and the place is neither mapped
+    /// over nor unmapped by the source again, unless a guard can be put
+    /// back there first ([`Self::guard_in_place`]): another mapping may
+    /// take it meanwhile. Until then a mapping of the same flags there
+    /// could merge with the mapping's last OS page: the mappings inside
+    /// it are then as many as the seams count or fewer.
+    fn guard_back(&self, m: &mut Mapping, replace: bool) -> bool {
+        let slot = m.base + m.size;
+        let how = if replace {
+            libc::MAP_FIXED
+        } else {
+            libc::MAP_FIXED_NOREPLACE
+        };
+        if self.guard_again(slot, how) {
+            m.guard_lost = false;
+            return true;
+        }
+        if replace {
+            // SAFETY: a page of ours at the guard's place, holding nothing
+            // that must stay (a copy of a page that kept its own).
+            unsafe { libc::madvise(slot as *mut libc::c_void, page(), libc::MADV_DONTNEED) };
+            self.munmap(slot, page());
+        }
+        if !m.guard_lost {
+            m.guard_lost = true;
+            self.guards_lost.fetch_add(1, Relaxed);
+        }
+        false
+    }
+
+    /// Whether `m`'s right guard is in place (the place is the source's),
+    /// putting it back first if it was lost and its place is free.
+    fn guard_in_place(&self, m: &mut Mapping) -> bool {
+        !m.guard_lost || self.guard_back(m, false)
+    }
+
+    /// Maps an inaccessible guard page at `slot` (`how`: whether it
+    /// replaces what is there): true if it is there.
+    fn guard_again(&self, slot: usize, how: i32) -> bool {
+        #[cfg(test)]
+        if matches!(
+            tests::REFUSE.with(|r| r.get()),
+            tests::Refuse::Guard | tests::Refuse::MoveAndGuard
+        ) {
+            return false;
+        }
         self.counters.mmap.fetch_add(1, Relaxed);
         // SAFETY: `slot` is the mapping's guard, ours, holding nothing; with
         // MAP_FIXED_NOREPLACE it replaces nothing.
-        unsafe {
+        let p = unsafe {
             libc::mmap(
                 slot as *mut libc::c_void,
                 page(),
@@ -816,6 +1017,11 @@ impl SharedPages {
                 0,
             )
         };
+        if p != libc::MAP_FAILED && p as usize != slot {
+            // A kernel that knows no MAP_FIXED_NOREPLACE took it as a hint.
+            self.munmap(p as usize, page());
+        }
+        p as usize == slot
     }
 
     /// Frees the file's pages at `offset..offset+len` (they read as zeros).
@@ -1079,7 +1285,7 @@ fn ftruncate(fd: i32, len: usize) -> bool {
     unsafe { libc::ftruncate(fd, len as libc::off_t) == 0 }
 }
 
-/// Maps `size` bytes of `fd` from `offset` shared, read-write, at `at`.
+/// Maps `size` bytes of `fd` from `offset` shared, inaccessible, at `at`.
 ///
 /// # Safety
 /// `at..at+size` is memory of the caller's, which MAP_FIXED replaces.
@@ -1093,7 +1299,7 @@ unsafe fn map_shared(at: usize, size: usize, fd: i32, offset: usize) -> *mut lib
         libc::mmap(
             at as *mut libc::c_void,
             size,
-            libc::PROT_READ | libc::PROT_WRITE,
+            libc::PROT_NONE,
             libc::MAP_SHARED | libc::MAP_FIXED | libc::MAP_NORESERVE,
             fd,
             offset as libc::off_t,
@@ -1174,7 +1380,10 @@ unsafe impl PageSource for SharedPages {
         };
         m.settle();
         let whole = addr == m.base && size == m.size;
-        if whole {
+        if whole && m.guard_lost {
+            // With its left guard: the right one's place is not ours now.
+            self.munmap(addr - page(), size + page());
+        } else if whole {
             // With its guards.
             self.munmap(addr - page(), size + 2 * page());
         } else {
@@ -1327,10 +1536,11 @@ unsafe impl SharePages for SharedPages {
                 return false;
             }
             let spare = m.size + (founder - m.base);
+            let advice = m.advice_of(i);
             let guarded = hold_writers(founder);
             let ok = guarded
                 && self.copy_in(m.fd, founder, page(), spare)
-                && self.alias(founder, m.fd, spare, m.uffd, m.advice_of(i));
+                && self.alias(m, founder, spare, advice);
             // The founder's bytes now live in the group page; its own
             // private page went with the remap.
             if !ok {
@@ -1373,7 +1583,8 @@ unsafe impl SharePages for SharedPages {
                     .iter()
                     .all(|&(off, len)| self.copy_in(m.fd, member + off, len, spare + off));
             // A failed copy wrote only to offsets the group does not use.
-            if !copied || !self.alias(member, m.fd, spare, m.uffd, m.advice_of(i)) {
+            let advice = m.advice_of(i);
+            if !copied || !self.alias(m, member, spare, advice) {
                 let_writers_in(member);
                 Self::take_seams(-change, true);
                 return false;
@@ -1439,11 +1650,9 @@ unsafe impl SharePages for SharedPages {
             }
             let advice = m.advice_of(i);
             let remapped = if keep {
-                m.ours()
-                    && hold_writers(member)
-                    && self.own_copy(member, m.uffd, advice, m.base + m.size)
+                m.ours() && hold_writers(member) && self.own_copy(m, member, advice)
             } else {
-                self.own_page(member, alone, m.uffd, advice)
+                self.own_page(m, member, alone, advice)
             };
             if !remapped {
                 if keep {
@@ -1554,10 +1763,262 @@ mod tests {
         Nothing,
         Ftruncate,
         Mmap,
+        /// Putting a guard back.
+        Guard,
+        /// Moving a page over another (`mremap`).
+        Move,
+        /// Both: a move, then putting the guard back over what it left.
+        MoveAndGuard,
     }
 
     std::thread_local! {
         pub(super) static REFUSE: core::cell::Cell<Refuse> = const { core::cell::Cell::new(Refuse::Nothing) };
+    }
+
+    std::thread_local! {
+        /// Called at each step of a remap on this thread, with the page
+        /// remapped (a test forks there).
+        static WINDOW: core::cell::Cell<Option<fn(usize)>> = const { core::cell::Cell::new(None) };
+    }
+
+    /// A step of a remap of the OS page at `addr`: runs this thread's
+    /// [`WINDOW`] hook, if any.
+    pub(super) fn window(addr: usize) {
+        if let Some(f) = WINDOW.with(|w| w.get()) {
+            f(addr);
+        }
+    }
+
+    /// Whether `addr` can be read (a write of a byte from it into a pipe
+    /// succeeds: no fault, `EFAULT` otherwise), with no allocation (in a
+    /// forked child).
+    fn readable(addr: usize) -> bool {
+        let mut fds = [0; 2];
+        // SAFETY: plain system calls on our own pipe.
+        unsafe {
+            if libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) != 0 {
+                return false;
+            }
+            let n = libc::write(fds[1], addr as *const libc::c_void, 1);
+            libc::close(fds[0]);
+            libc::close(fds[1]);
+            n == 1
+        }
+    }
+
+    /// The mapping a raw fork looks at ([`fork_and_look`]), the forks made
+    /// and the pages their children could read.
+    static LOOK_AT: AtomicUsize = AtomicUsize::new(0);
+    static FORKS: AtomicUsize = AtomicUsize::new(0);
+    static SEEN: AtomicUsize = AtomicUsize::new(0);
+
+    /// A [`WINDOW`] hook: forks with the raw system call (no fork handler
+    /// runs, as with `_Fork()`); the child counts the pages of the mapping
+    /// at [`LOOK_AT`] it can read (the first 8 OS pages and the right
+    /// guard) and the page being remapped, and exits with that count.
+    fn fork_and_look(addr: usize) {
+        let p = LOOK_AT.load(Relaxed);
+        // SAFETY: a fork; the child makes system calls only and exits.
+        let pid = unsafe { libc::syscall(libc::SYS_clone, libc::SIGCHLD, 0, 0, 0, 0) } as i32;
+        if pid == 0 {
+            let mut n = i32::from(readable(addr));
+            for k in 0..8 {
+                n += i32::from(readable(p + k * page()));
+            }
+            n += i32::from(readable(p + SIZE));
+            // SAFETY: leaves the child at once.
+            unsafe { libc::_exit(n) };
+        }
+        assert!(pid > 0, "fork");
+        let mut status = 0;
+        // SAFETY: our child.
+        assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+        assert!(libc::WIFEXITED(status));
+        FORKS.fetch_add(1, Relaxed);
+        SEEN.fetch_add(libc::WEXITSTATUS(status) as usize, Relaxed);
+    }
+
+    /// A fork that runs no fork handler (`_Fork()`, the raw system call)
+    /// at any step of a remap: share, join, leave each way. The child never
+    /// inherits a page of the heap it can read, neither the page being
+    /// remapped (a group page would be shared with the parent) nor a
+    /// private copy of its bytes.
+    #[test]
+    fn a_raw_fork_at_any_step_of_a_remap_inherits_no_page_of_the_heap() {
+        if emulated("a_raw_fork_at_any_step_of_a_remap_inherits_no_page_of_the_heap") {
+            return;
+        }
+        let _one = PREPARED_FORK.lock().unwrap_or_else(|e| e.into_inner());
+        let (pages, p) = mapped();
+        let s = pages.sharing().unwrap();
+        let at = |i: usize| p + i * page();
+        for i in 0..8 {
+            fill(at(i), i as u8 + 1);
+        }
+        LOOK_AT.store(p, Relaxed);
+        let (forks, seen) = (FORKS.load(Relaxed), SEEN.load(Relaxed));
+        WINDOW.with(|w| w.set(Some(fork_and_look)));
+        // A new mapping, read-write (its first page checked).
+        let q = pages.map(SIZE, SIZE).expect("map");
+        // SAFETY: our pages, one thread; live bytes only where copied.
+        let done = unsafe {
+            [
+                s.share(at(1)),
+                s.join(at(1), at(2), &[]),
+                s.share(at(7)),
+                s.join(at(7), at(6), &[]),
+                s.leave(at(2), Leave::Unused),
+                s.leave(at(6), Leave::Released),
+                s.leave(at(7), Leave::Keep),
+                s.leave(at(1), Leave::Keep),
+            ]
+        };
+        WINDOW.with(|w| w.set(None));
+        // SAFETY: the whole mapping, unused.
+        unsafe { pages.unmap(q, SIZE) };
+        assert_eq!(done, [true; 8]);
+        assert_eq!((read(at(1)), read(at(7))), (2, 8), "kept bytes");
+        let forks = FORKS.load(Relaxed) - forks;
+        assert!(forks >= 9, "a fork at each remap: {forks}");
+        assert_eq!(
+            SEEN.load(Relaxed) - seen,
+            0,
+            "pages the children could read"
+        );
+    }
+
+    /// The kernel refuses to put a mapping's right guard back after a kept
+    /// page's copy made there moved out (as it may at the mapping limit):
+    /// the page is kept all the same and the loss counted; the guard's
+    /// place, free now, is never mapped over or unmapped by the source
+    /// (here the program maps a page of its own there), so the pages that
+    /// would be made there first neither mesh nor leave keeping their
+    /// bytes, and the seams stay the kernel's mappings.
+    #[test]
+    fn a_guard_the_kernel_will_not_put_back_is_counted_and_never_mapped_over() {
+        let (pages, p) = mapped();
+        let s = pages.sharing().unwrap();
+        let at = |i: usize| p + i * page();
+        let last = p + SIZE - page();
+        let check = |what: &str| {
+            if !emulated("the seams against the kernel's mappings") {
+                assert_eq!(kernel_mappings(p), 1 + s.seams(), "{what}\n{}", region(p));
+            }
+        };
+        fill(at(1), 5);
+        fill(at(2), 6);
+        // SAFETY: our pages, one thread, live bytes only where kept.
+        unsafe {
+            assert!(s.share(at(1)));
+            assert!(s.share(at(2)));
+            assert!(s.share(last));
+        }
+        REFUSE.with(|r| r.set(Refuse::Guard));
+        // SAFETY: as above.
+        let kept = unsafe { s.leave(at(1), Leave::Keep) };
+        REFUSE.with(|r| r.set(Refuse::Nothing));
+        assert!(kept);
+        assert_eq!(read(at(1)), 5, "kept bytes");
+        assert_eq!(pages.guards_lost(), 1);
+        check("kept, the guard not put back");
+        let mine = program_page_at(p + SIZE).expect("the guard's place is free");
+        // SAFETY: as above.
+        unsafe {
+            assert!(!s.leave(at(2), Leave::Keep), "no copy made at the place");
+            assert_eq!((read(at(2)), s.group_of(at(2))), (6, Some(at(2))));
+            assert!(!s.share(at(3)), "no group page made at the place");
+            assert!(s.leave(at(2), Leave::Unused));
+            assert!(s.leave(last, Leave::Unused));
+        }
+        check("pages left next to the program's page");
+        assert_eq!(pages.guards_lost(), 1, "counted once");
+        assert!(readable(mine), "the program's page is still mapped");
+        assert_eq!(read(mine), 1, "and untouched");
+        // SAFETY: the whole mapping, nothing live.
+        unsafe { pages.unmap(NonNull::new(p as *mut u8).unwrap(), SIZE) };
+        assert!(readable(mine), "the program's page outlived the mapping");
+        assert_eq!(read(mine), 1);
+        // SAFETY: mapped by `program_page_at`.
+        unsafe { libc::munmap(mine as *mut libc::c_void, page()) };
+    }
+
+    /// A guard lost while its place stays free is put back at the next
+    /// remap that needs it: the mapping meshes and keeps bytes again, and
+    /// is unmapped with both guards.
+    #[test]
+    fn a_lost_guard_whose_place_stays_free_is_put_back() {
+        let (pages, p) = mapped();
+        let s = pages.sharing().unwrap();
+        let at = |i: usize| p + i * page();
+        fill(at(1), 5);
+        // SAFETY: our pages, one thread, live bytes only where kept.
+        unsafe {
+            assert!(s.share(at(1)));
+            REFUSE.with(|r| r.set(Refuse::Move));
+            assert!(!s.leave(at(1), Leave::Keep), "the move refused");
+            assert_eq!(pages.guards_lost(), 0, "the guard put back over the copy");
+            REFUSE.with(|r| r.set(Refuse::MoveAndGuard));
+            assert!(!s.leave(at(1), Leave::Keep), "the move refused again");
+            REFUSE.with(|r| r.set(Refuse::Nothing));
+            assert_eq!((read(at(1)), s.group_of(at(1))), (5, Some(at(1))));
+            assert_eq!(pages.guards_lost(), 1);
+            assert!(!readable(p + SIZE), "nothing of ours left at the place");
+            assert!(s.leave(at(1), Leave::Keep));
+            assert_eq!(read(at(1)), 5);
+        }
+        assert!(pages.with_mapping(p, |m| !m.guard_lost).unwrap());
+        if !emulated("the seams against the kernel's mappings") {
+            assert_eq!(kernel_mappings(p), 1 + s.seams(), "\n{}", region(p));
+        }
+        // SAFETY: the whole mapping, nothing live.
+        unsafe { pages.unmap(NonNull::new(p as *mut u8).unwrap(), SIZE) };
+        // SAFETY: plain system call on an address: is anything mapped?
+        let mapped =
+            unsafe { libc::msync((p + SIZE) as *mut libc::c_void, page(), libc::MS_ASYNC) };
+        assert_ne!(mapped, 0, "the guard went with the mapping");
+    }
+
+    /// The userfaultfd refuses to register a page remapped in a registered
+    /// mapping (as the kernel may, short of memory): the page would be a
+    /// kernel mapping of its own, merging with no registered neighbour.
+    /// The seams stay the kernel's mappings.
+    #[test]
+    fn a_page_the_userfaultfd_will_not_register_leaves_the_seams_the_kernels() {
+        if emulated("a_page_the_userfaultfd_will_not_register_leaves_the_seams_the_kernels") {
+            return;
+        }
+        if !crate::os::uffd::open() {
+            std::eprintln!("no userfaultfd here: nothing to check");
+            return;
+        }
+        let (pages, p) = mapped();
+        assert_eq!(pages.with_mapping(p, |m| m.uffd), Some(true));
+        let s = pages.sharing().unwrap();
+        let at = |i: usize| p + i * page();
+        let check = |what: &str| {
+            assert_eq!(kernel_mappings(p), 1 + s.seams(), "{what}\n{}", region(p));
+        };
+        let refuse = |on| crate::os::uffd::tests::REFUSE_REGISTER.with(|r| r.set(on));
+        fill(at(2), 3);
+        // SAFETY: our pages, one thread, live bytes only where kept.
+        unsafe {
+            assert!(s.share(at(2)));
+            assert!(s.join(at(2), at(5), &[]));
+            check("meshed");
+            refuse(true);
+            let left = s.leave(at(5), Leave::Unused);
+            refuse(false);
+            assert!(left);
+            assert_eq!(pages.registrations_refused(), 1);
+            assert_eq!(pages.with_mapping(p, |m| m.uffd), Some(false));
+            check("left, not registered");
+            assert!(s.join(at(2), at(9), &[]));
+            check("joined after");
+            assert!(s.leave(at(9), Leave::Released));
+            assert!(s.leave(at(2), Leave::Keep));
+            assert_eq!(read(at(2)), 3);
+            check("all left");
+        }
     }
 
     /// A memfd the kernel will not size: the mapping is private memory

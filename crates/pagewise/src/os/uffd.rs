@@ -59,6 +59,7 @@ const fn ior(nr: u64, size: u64) -> u64 {
 }
 const UFFDIO_API: u64 = iowr(0x3f, 24);
 const UFFDIO_REGISTER: u64 = iowr(0x00, 32);
+const UFFDIO_UNREGISTER: u64 = ior(0x01, 16);
 const UFFDIO_WAKE: u64 = ior(0x02, 16);
 const UFFDIO_WRITEPROTECT: u64 = iowr(0x06, 24);
 
@@ -157,6 +158,10 @@ pub fn take_faults(fd: i32) -> Option<u64> {
 /// write-protection. False if it could not be (the barrier then must not
 /// rely on it for this range).
 pub fn register(addr: usize, len: usize) -> bool {
+    #[cfg(test)]
+    if tests::REFUSE_REGISTER.with(|r| r.get()) {
+        return false;
+    }
     let fd = fd();
     let mut r = Register {
         range: Range {
@@ -167,6 +172,17 @@ pub fn register(addr: usize, len: usize) -> bool {
         ioctls: 0,
     };
     fd >= 0 && ioctl(fd, UFFDIO_REGISTER, &mut r)
+}
+
+/// Unregisters `addr..addr+len` (memory of ours) from `fd` (from [`fd`]):
+/// the kernel merges its mappings again where they differed only by
+/// registration, and wakes any thread waiting there.
+pub fn unregister(fd: i32, addr: usize, len: usize) -> bool {
+    let mut r = Range {
+        start: addr as u64,
+        len: len as u64,
+    };
+    fd >= 0 && ioctl(fd, UFFDIO_UNREGISTER, &mut r)
 }
 
 /// Write-protects (`on`) or releases `addr..addr+len` through `fd` (from
@@ -217,5 +233,8 @@ pub(crate) mod tests {
         /// Whether this thread sees no userfaultfd (as before the process
         /// opened one), whatever the process has.
         pub(crate) static HIDDEN: core::cell::Cell<bool> = const { core::cell::Cell::new(false) };
+        /// Whether this thread's registrations fail (as the kernel may
+        /// refuse one: no memory for a split or merge of its mappings).
+        pub(crate) static REFUSE_REGISTER: core::cell::Cell<bool> = const { core::cell::Cell::new(false) };
     }
 }
