@@ -511,7 +511,13 @@ impl HeapCore {
     pub unsafe fn usable_size_checked(ptr: *const u8) -> usize {
         let addr = ptr as usize;
         let Some(base) = registry::header_of(addr) else {
-            return checked_size_outside_segments(addr);
+            // A guarded block freed already is a double free, as a slot's
+            // is below (not an invalid pointer).
+            #[cfg(target_os = "linux")]
+            if crate::guard::owns(addr) {
+                return crate::guard::size_at_free(addr);
+            }
+            misuse(Misuse::Foreign, addr)
         };
         // SAFETY: registered segments are mapped and headed by a `Segment`.
         let seg = unsafe { &*Segment::of(base) };
@@ -582,18 +588,6 @@ fn usable_size_outside_segments(addr: usize) -> usize {
     #[cfg(target_os = "linux")]
     if crate::guard::owns(addr) {
         return crate::guard::usable_size(addr);
-    }
-    misuse(Misuse::Foreign, addr)
-}
-
-/// [`usable_size_outside_segments`] as a free judges the block: a guarded
-/// block freed already is a double free (not an invalid pointer).
-#[cfg(feature = "secure")]
-#[cold]
-fn checked_size_outside_segments(addr: usize) -> usize {
-    #[cfg(target_os = "linux")]
-    if crate::guard::owns(addr) {
-        return crate::guard::size_at_free(addr);
     }
     misuse(Misuse::Foreign, addr)
 }
