@@ -385,6 +385,12 @@ impl Stats {
         let slab_committed = heap.slab_committed.get();
         let spans = heap.spans.lock().counts;
         self.committed_bytes += slab_committed + spans.committed as u64;
+        // The hardened build's kept spans whose memory went back to the OS
+        // (`secure/kept.rs`): in use by the heap, not resident.
+        #[cfg(feature = "secure")]
+        {
+            self.committed_bytes = self.committed_bytes.saturating_sub(heap.kept.given_back());
+        }
         self.peak_committed_bytes += heap.peak_committed.get();
         self.metadata_bytes += spans.metadata as u64 + core::mem::size_of::<HeapCore>() as u64;
         self.retained_bytes += spans.retained as u64;

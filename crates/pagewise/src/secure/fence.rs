@@ -148,28 +148,36 @@ fn mode() -> Option<Mode> {
 /// block to take the span faults nothing in); a larger one gives it back
 /// to the OS (guard regions, or `mprotect` and `MADV_DONTNEED`). One
 /// system call, two for a large block with `mprotect` only. Where the OS
-/// refuses, the block stays accessible.
+/// refuses, the block stays accessible. Returns the bytes given back to
+/// the OS (`u` or 0).
 ///
 /// # Safety
 /// `p` is a guarded block of `u` bytes which the program no longer uses,
 /// page-aligned, wiped.
-pub unsafe fn shut(p: *mut u8, u: usize) {
+pub unsafe fn shut(p: *mut u8, u: usize) -> usize {
     #[cfg(target_os = "linux")]
     {
         let Some(mode) = mode() else {
-            return; // no block was ever guarded
+            return 0; // no block was ever guarded
         };
         let a = p as usize;
         // SAFETY: the block's pages, nobody's bytes (caller).
         unsafe {
             if u <= super::kept::KEPT_MAX {
                 guard_pages::close(a, u, Mode::Protect);
-            } else if guard_pages::close(a, u, mode) && mode == Mode::Protect {
-                guard_pages::discard(a, u);
+                return 0;
             }
+            let closed = guard_pages::close(a, u, mode);
+            // Guard regions discard the pages they cover.
+            let gone = closed && (mode == Mode::Regions || guard_pages::discard(a, u));
+            return if gone { u } else { 0 };
         }
     }
-    let _ = (p, u);
+    #[allow(unreachable_code)]
+    {
+        let _ = (p, u);
+        0
+    }
 }
 
 /// Makes the block of `u` bytes at `p`, which [`shut`] made inaccessible,

@@ -9,10 +9,13 @@
 //! their memory (`fence::shut`), so the bytes kept a thread are at most
 //! 8 MiB; a block takes the smallest kept span that holds it and is at
 //! most a quarter (or a slice) longer; a span freed when all are taken
-//! pushes out the one kept longest, which goes back to the heap.
+//! pushes out the one kept longest, which goes back to the heap. What
+//! the kept spans gave back to the OS is counted ([`Kept::given_back`]):
+//! the heap's figures leave it out of the memory that may be resident.
 
 use crate::memory::layout::SLICE;
 use core::cell::Cell;
+use core::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 /// Spans a thread keeps.
 pub const SPANS: usize = 4;
@@ -24,18 +27,23 @@ pub const KEPT_MAX: usize = 2 << 20;
 
 /// A thread's kept spans (owner only).
 pub struct Kept {
-    /// Each span's start (0: none) and usable bytes.
-    spans: [Cell<(usize, usize)>; SPANS],
+    /// Each span's start (0: none), usable bytes, and bytes of it given
+    /// back to the OS while it is kept.
+    spans: [Cell<(usize, usize, usize)>; SPANS],
     /// The entry the next span pushes out when all are taken.
     next: Cell<usize>,
+    /// The sum of the spans' bytes given back (the owner writes, the
+    /// heap's figures read it from any thread).
+    given_back: AtomicU64,
 }
 
 impl Kept {
     /// Nothing kept.
     pub const fn new() -> Kept {
         Kept {
-            spans: [const { Cell::new((0, 0)) }; SPANS],
+            spans: [const { Cell::new((0, 0, 0)) }; SPANS],
             next: Cell::new(0),
+            given_back: AtomicU64::new(0),
         }
     }
 
@@ -49,18 +57,18 @@ impl Kept {
             .spans
             .iter()
             .filter(|c| {
-                let (b, u) = c.get();
+                let (b, u, _) = c.get();
                 b != 0 && u >= outer && u - outer <= slack
             })
             .min_by_key(|c| c.get().1)?;
-        let (b, u) = best.replace((0, 0));
-        Some((b as *mut u8, u))
+        Some(self.out(best))
     }
 
-    /// Keeps the span of `u` usable bytes at `b`, returning the one kept
+    /// Keeps the span of `u` usable bytes at `b`, of which `given_back`
+    /// bytes went back to the OS when it was shut, returning the one kept
     /// longest when all are taken, which must go back to the heap.
     #[inline]
-    pub fn put(&self, b: *mut u8, u: usize) -> Option<(*mut u8, usize)> {
+    pub fn put(&self, b: *mut u8, u: usize, given_back: usize) -> Option<(*mut u8, usize)> {
         let slot = match self.spans.iter().position(|c| c.get().0 == 0) {
             Some(i) => i,
             None => {
@@ -69,15 +77,36 @@ impl Kept {
                 i
             }
         };
-        let (old, old_u) = self.spans[slot].replace((b as usize, u));
-        (old != 0).then_some((old as *mut u8, old_u))
+        let old = self.spans[slot].get();
+        let out = (old.0 != 0).then(|| self.out(&self.spans[slot]));
+        self.spans[slot].set((b as usize, u, given_back));
+        self.count(given_back as u64, 0);
+        out
     }
 
     /// Takes one kept span out, if any (called until it answers `None`).
     pub fn drain(&self) -> Option<(*mut u8, usize)> {
         let c = self.spans.iter().find(|c| c.get().0 != 0)?;
-        let (b, u) = c.replace((0, 0));
-        Some((b as *mut u8, u))
+        Some(self.out(c))
+    }
+
+    /// Bytes of the kept spans given back to the OS (any thread may ask).
+    pub fn given_back(&self) -> u64 {
+        self.given_back.load(Relaxed)
+    }
+
+    /// Empties the entry `c` (a span): its start and usable bytes.
+    fn out(&self, c: &Cell<(usize, usize, usize)>) -> (*mut u8, usize) {
+        let (b, u, given_back) = c.replace((0, 0, 0));
+        self.count(0, given_back as u64);
+        (b as *mut u8, u)
+    }
+
+    /// Adds `more` to the bytes given back and takes `less` off (owner
+    /// only: a load and a store).
+    fn count(&self, more: u64, less: u64) {
+        let now = self.given_back.load(Relaxed);
+        self.given_back.store(now + more - less, Relaxed);
     }
 }
 
@@ -91,19 +120,40 @@ mod tests {
         let span = |i: usize| (i << 24) as *mut u8;
         let mib = 1 << 20;
         for (i, u) in [(1, mib), (2, mib / 2), (3, mib + SLICE), (4, 2 * mib)] {
-            assert_eq!(k.put(span(i), u), None);
+            assert_eq!(k.put(span(i), u, 0), None);
         }
         assert_eq!(k.take(mib), Some((span(1), mib)), "the smallest that fits");
         assert_eq!(k.take(mib), Some((span(3), mib + SLICE)), "a slice longer");
         assert_eq!(k.take(mib), None, "2 MiB is more than a quarter longer");
-        assert_eq!(k.put(span(5), mib), None, "a free entry");
-        assert_eq!(k.put(span(6), mib), None);
+        assert_eq!(k.put(span(5), mib, 0), None, "a free entry");
+        assert_eq!(k.put(span(6), mib, 0), None);
         // All four taken: the entry pushed out is the first one.
-        assert_eq!(k.put(span(7), mib), Some((span(5), mib)));
+        assert_eq!(k.put(span(7), mib, 0), Some((span(5), mib)));
         let mut left = 0;
         while k.drain().is_some() {
             left += 1;
         }
         assert_eq!(left, 4);
+    }
+
+    #[test]
+    fn the_bytes_given_back_are_counted_while_their_span_is_kept() {
+        let k = Kept::new();
+        let span = |i: usize| (i << 24) as *mut u8;
+        let mib = 1 << 20;
+        assert_eq!(k.put(span(1), 24 * mib, 24 * mib), None);
+        assert_eq!(k.put(span(2), mib, 0), None);
+        assert_eq!(k.put(span(3), 8 * mib, 8 * mib), None);
+        assert_eq!(k.given_back(), 32 << 20);
+        assert_eq!(k.take(24 * mib), Some((span(1), 24 * mib)));
+        assert_eq!(k.given_back(), 8 << 20, "taken: in use again");
+        assert_eq!(k.put(span(4), 4 * mib, 4 * mib), None);
+        assert_eq!(k.put(span(5), 3 * mib, 3 * mib), None);
+        assert_eq!(k.given_back(), 15 << 20);
+        // All four taken: the first entry's span goes (4 MiB given back).
+        assert_eq!(k.put(span(6), mib, 0), Some((span(4), 4 * mib)));
+        assert_eq!(k.given_back(), 11 << 20);
+        while k.drain().is_some() {}
+        assert_eq!(k.given_back(), 0);
     }
 }
