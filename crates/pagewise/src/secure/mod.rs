@@ -924,10 +924,19 @@ mod tests {
             let blocks: std::vec::Vec<*mut u8> = (0..200)
                 .map(|_| unsafe { crate::raw::malloc(size, 16) })
                 .collect();
-            let missed = blocks
-                .iter()
-                .filter(|&&p| super::slot_of(p).is_none())
-                .count();
+            let mut missed = 0;
+            for &p in &blocks {
+                let Some((class, offset)) = super::slot_of(p) else {
+                    missed += 1;
+                    continue;
+                };
+                // Its class's slot holds the block, and starts there.
+                let u = super::SLOT_SIZE[class] as usize;
+                assert!(u >= size && u < 2 * size, "{size} B in a slot of {u}");
+                let slice = crate::memory::layout::SLICE;
+                assert_eq!((p as usize - offset) % slice, 0, "{offset} off a page");
+                assert_eq!(offset % u, 0, "{offset} not a slot's start");
+            }
             for &p in &blocks {
                 // SAFETY: live blocks, each freed once.
                 unsafe { crate::raw::free(p) };
