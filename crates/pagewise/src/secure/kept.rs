@@ -134,6 +134,9 @@ mod tests {
             left += 1;
         }
         assert_eq!(left, 4);
+        // A fifth longer than the block: within a quarter, taken.
+        assert_eq!(k.put(span(8), mib + mib / 5, 0), None);
+        assert_eq!(k.take(mib), Some((span(8), mib + mib / 5)));
     }
 
     #[test]
