@@ -137,6 +137,15 @@ mod tests {
         // A fifth longer than the block: within a quarter, taken.
         assert_eq!(k.put(span(8), mib + mib / 5, 0), None);
         assert_eq!(k.take(mib), Some((span(8), mib + mib / 5)));
+        // Pushed out in turn, entry by entry, round and round.
+        let k = Kept::new();
+        for i in 0..SPANS {
+            assert_eq!(k.put(span(10 + i), mib, 0), None);
+        }
+        for i in 0..2 * SPANS {
+            let out = if i < SPANS { 10 + i } else { 20 + i - SPANS };
+            assert_eq!(k.put(span(20 + i), mib, 0), Some((span(out), mib)));
+        }
     }
 
     #[test]
