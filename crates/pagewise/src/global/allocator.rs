@@ -44,11 +44,13 @@ unsafe impl GlobalAlloc for Pagewise {
     #[inline]
     unsafe fn dealloc(&self, ptr: *mut u8, _layout: Layout) {
         #[cfg(feature = "secure")]
-        let current = thread::current_or_null();
+        let heap = thread::current_or_empty();
         #[cfg(feature = "secure")]
-        // SAFETY: forwarded; the current heap is the calling thread's, and
-        // `dealloc_uncached` frees a live block.
-        return unsafe { crate::secure::free(ptr, current, |p| dealloc_uncached(p, current)) };
+        // SAFETY: forwarded; the heap is the calling thread's or the empty
+        // one, and `dealloc_uncached` frees a live block.
+        return unsafe {
+            crate::secure::free(ptr, heap, |p, current| dealloc_uncached(p, current))
+        };
         #[cfg(not(feature = "secure"))]
         // SAFETY: forwarded.
         unsafe {

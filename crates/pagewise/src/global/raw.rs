@@ -174,10 +174,10 @@ pub unsafe fn free(ptr: *mut u8) {
 #[cfg(feature = "secure")]
 #[inline(never)]
 unsafe fn free_hardened(ptr: *mut u8) {
-    let current = thread::current_or_null();
-    // SAFETY: forwarded; the current heap is the calling thread's, and
-    // `free_uncached` frees a live block.
-    unsafe { crate::secure::free(ptr, current, |p| free_uncached(p, current)) }
+    let heap = thread::current_or_empty();
+    // SAFETY: forwarded; the heap is the calling thread's or the empty
+    // one, and `free_uncached` frees a live block.
+    unsafe { crate::secure::free(ptr, heap, |p, current| free_uncached(p, current)) }
 }
 
 /// [`free`] below the hardened layer (null is ignored).

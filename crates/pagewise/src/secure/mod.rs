@@ -595,7 +595,7 @@ unsafe fn quarantine_slot(
     begun: usize,
     keyed: bool,
     current: *mut HeapCore,
-    uncached: impl FnOnce(*mut u8),
+    uncached: impl FnOnce(*mut u8, *mut HeapCore),
 ) {
     // SAFETY: per the caller.
     unsafe {
@@ -619,6 +619,9 @@ unsafe fn quarantine_slot(
 
 /// [`quarantine_slot`] of a slot whose record of blocks handed out was
 /// refused (its key said it was live), out of the way of the free's path.
+/// The slot's class, offset and word come as three arguments, not as one
+/// tuple: a tuple of three words is passed through memory, which the
+/// free's path then stored at every call.
 ///
 /// # Safety
 /// As [`quarantine_slot`].
@@ -626,13 +629,15 @@ unsafe fn quarantine_slot(
 #[inline(never)]
 unsafe fn quarantine_keyed(
     b: *mut Block,
-    slot: (usize, usize, usize),
+    class: usize,
+    offset: usize,
+    word: usize,
     begun: usize,
     current: *mut HeapCore,
-    uncached: impl FnOnce(*mut u8),
+    uncached: impl FnOnce(*mut u8, *mut HeapCore),
 ) {
     // SAFETY: forwarded.
-    unsafe { quarantine_slot(b, slot, begun, true, current, uncached) }
+    unsafe { quarantine_slot(b, (class, offset, word), begun, true, current, uncached) }
 }
 
 /// What a slot carved fresh gets in the hardened build
@@ -692,12 +697,20 @@ unsafe fn check_neighbour(p: *const u8, u: usize, offset: usize, begun: usize) {
 /// slot it displaces goes to the cache (or through `uncached`); anything
 /// else is checked and wiped, then freed through `uncached`.
 ///
+/// `heap` is the calling thread's heap or, for a thread without one,
+/// `crate::heap::empty_heap` (`thread::current_or_empty`: one comparison
+/// says which, where the heap or null would take a second test);
+/// `uncached(b, current)` frees `b` below this layer, `current` the
+/// thread's heap or null. It captures nothing, so that nothing is kept
+/// in memory for it on the free's path.
+///
 /// # Safety
-/// `p` is not null; `current` is the calling thread's heap or null;
+/// `p` is not null; `heap` is the calling thread's heap or the empty one;
 /// `uncached` frees a live block below this layer.
 #[inline(always)]
-pub unsafe fn free(p: *mut u8, current: *mut HeapCore, uncached: impl FnOnce(*mut u8)) {
-    if !current.is_null() {
+pub unsafe fn free(p: *mut u8, heap: *mut HeapCore, uncached: impl FnOnce(*mut u8, *mut HeapCore)) {
+    if !core::ptr::eq(heap, crate::heap::empty_heap()) {
+        let current = heap;
         let begun = crate::heap::mesh::passes_begun();
         if let Some(slot) = slot_word_of(p, current) {
             let b = p as *mut Block;
@@ -711,14 +724,19 @@ pub unsafe fn free(p: *mut u8, current: *mut HeapCore, uncached: impl FnOnce(*mu
                 match judged(p, u, true) {
                     Judged::Live => quarantine_slot(b, slot, begun, false, current, uncached),
                     Judged::Free => misuse(Misuse::DoubleFree, p as usize),
-                    Judged::LiveByKey => quarantine_keyed(b, slot, begun, current, uncached),
+                    Judged::LiveByKey => {
+                        let (class, offset, word) = slot;
+                        quarantine_keyed(b, class, offset, word, begun, current, uncached)
+                    }
                 }
             }
             return;
         }
+        // SAFETY: forwarded.
+        return unsafe { free_uncached(p, current, uncached) };
     }
-    // SAFETY: forwarded.
-    unsafe { free_uncached(p, current, uncached) }
+    // SAFETY: forwarded; the thread has no heap.
+    unsafe { free_uncached(p, null_mut(), uncached) }
 }
 
 /// Frees a slot out of quarantine below this layer: to the thread cache,
@@ -729,13 +747,17 @@ pub unsafe fn free(p: *mut u8, current: *mut HeapCore, uncached: impl FnOnce(*mu
 /// `(b, word)` left `current`'s quarantine; `current` is the calling
 /// thread's heap.
 #[inline(always)]
-unsafe fn release((b, word): Held, current: *mut HeapCore, uncached: impl FnOnce(*mut u8)) {
+unsafe fn release(
+    (b, word): Held,
+    current: *mut HeapCore,
+    uncached: impl FnOnce(*mut u8, *mut HeapCore),
+) {
     // SAFETY: a live slot to its page (its key zero, or the quarantine key,
     // which a free past the cache takes for a live slot's),
     // whose word read `word` at its free, out of use since.
     unsafe {
         if !HeapCore::free_seen_to_cache(b.cast(), current, quarantine::word_of(word)) {
-            uncached(b.cast());
+            uncached(b.cast(), current);
         }
     }
 }
@@ -767,7 +789,11 @@ pub unsafe fn drain_quarantine(heap: &HeapCore) {
 /// # Safety
 /// As [`free`].
 #[inline(never)]
-unsafe fn free_uncached(p: *mut u8, current: *mut HeapCore, uncached: impl FnOnce(*mut u8)) {
+unsafe fn free_uncached(
+    p: *mut u8,
+    current: *mut HeapCore,
+    uncached: impl FnOnce(*mut u8, *mut HeapCore),
+) {
     if zero::owns(p) {
         return zero::free(p);
     }
@@ -788,11 +814,11 @@ unsafe fn free_uncached(p: *mut u8, current: *mut HeapCore, uncached: impl FnOnc
             let given_back = fence::shut(p, c.u);
             if let Some((b, u)) = (*current).kept.put(c.below, c.u + 2 * page, given_back) {
                 fence::release(b.add(page), u - 2 * page);
-                uncached(b);
+                uncached(b, current);
             }
             return;
         }
-        uncached(below(p, &c))
+        uncached(below(p, &c), current)
     }
 }
 
