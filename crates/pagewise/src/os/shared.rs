@@ -1725,6 +1725,14 @@ unsafe impl SharePages for SharedPages {
         (SEAMS_NOW.load(Relaxed), seam_cap())
     }
 
+    fn guards_lost(&self) -> u64 {
+        SharedPages::guards_lost(self)
+    }
+
+    fn registrations_refused(&self) -> u64 {
+        SharedPages::registrations_refused(self)
+    }
+
     /// Reads the file size limit for the pass's copies (a limit lowered
     /// during a pass is seen by the next one). Overlapping passes: the
     /// last to begin sets it, the first to end clears it, and copies then
@@ -2019,6 +2027,110 @@ mod tests {
             assert_eq!(read(at(2)), 3);
             check("all left");
         }
+    }
+
+    /// A heap on a source that has lost a guard, or seen a registration
+    /// refused: `stats()` and its text report say so, each on its own.
+    fn heap_sees(
+        heap: &crate::Heap<SharedPages>,
+        guards: u64,
+        refused: u64,
+    ) -> std::string::String {
+        let st = heap.stats();
+        assert_eq!(
+            (st.mesh_guards_lost, st.mesh_registrations_refused),
+            (guards, refused),
+            "{st:?}"
+        );
+        #[cfg(feature = "serde")]
+        {
+            let json = serde_json::to_string(&st).unwrap();
+            assert!(
+                json.contains(&std::format!("\"mesh_guards_lost\":{guards},")),
+                "{json}"
+            );
+            assert!(
+                json.contains(&std::format!("\"mesh_registrations_refused\":{refused},")),
+                "{json}"
+            );
+        }
+        let mut json = std::string::String::new();
+        st.write_json(&mut json).unwrap();
+        let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+        assert_eq!(
+            (
+                v["mesh_guards_lost"].as_u64(),
+                v["mesh_registrations_refused"].as_u64()
+            ),
+            (Some(guards), Some(refused)),
+            "{json}"
+        );
+        st.to_string()
+    }
+
+    /// The line of the text report that says what the kernel refused
+    /// meshing.
+    const REFUSED_LINE: &str = "meshing refused by the kernel: ";
+
+    /// A guard the kernel will not put back reaches the heap's figures
+    /// (`Stats::mesh_guards_lost`) and its report; none, no line.
+    #[test]
+    fn a_lost_guard_shows_in_the_heaps_stats_and_report() {
+        let heap = crate::Heap::with_source(SharedPages::new(), crate::Config::default());
+        let pages = heap.source();
+        let text = heap_sees(&heap, 0, 0);
+        assert!(!text.contains(REFUSED_LINE), "{text}");
+        let p = pages.map(SIZE, SIZE).expect("map").as_ptr() as usize;
+        let s = pages.sharing().unwrap();
+        fill(p + page(), 5);
+        // SAFETY: our pages, one thread, live bytes only where kept.
+        unsafe {
+            assert!(s.share(p + page()));
+            REFUSE.with(|r| r.set(Refuse::Guard));
+            let kept = s.leave(p + page(), Leave::Keep);
+            REFUSE.with(|r| r.set(Refuse::Nothing));
+            assert!(kept);
+        }
+        let text = heap_sees(&heap, 1, 0);
+        assert!(
+            text.contains(&std::format!("{REFUSED_LINE}1 guard pages not put back")),
+            "{text}"
+        );
+        assert!(text.contains(", 0 userfaultfd registrations"), "{text}");
+        // SAFETY: the whole mapping, nothing live.
+        unsafe { pages.unmap(NonNull::new(p as *mut u8).unwrap(), SIZE) };
+    }
+
+    /// A registration the userfaultfd refuses reaches the heap's figures
+    /// (`Stats::mesh_registrations_refused`) and its report.
+    #[test]
+    fn a_refused_registration_shows_in_the_heaps_stats_and_report() {
+        if !crate::os::uffd::open() {
+            std::eprintln!("no userfaultfd here: nothing to check");
+            return;
+        }
+        let heap = crate::Heap::with_source(SharedPages::new(), crate::Config::default());
+        let pages = heap.source();
+        let p = pages.map(SIZE, SIZE).expect("map").as_ptr() as usize;
+        assert_eq!(pages.with_mapping(p, |m| m.uffd), Some(true));
+        let s = pages.sharing().unwrap();
+        let refuse = |on| crate::os::uffd::tests::REFUSE_REGISTER.with(|r| r.set(on));
+        // SAFETY: our pages, one thread, nothing live on them.
+        unsafe {
+            assert!(s.share(p + 2 * page()));
+            refuse(true);
+            let left = s.leave(p + 2 * page(), Leave::Unused);
+            refuse(false);
+            assert!(left);
+        }
+        let text = heap_sees(&heap, 0, 1);
+        assert!(
+            text.contains(&std::format!("{REFUSED_LINE}0 guard pages not put back")),
+            "{text}"
+        );
+        assert!(text.contains(", 1 userfaultfd registrations"), "{text}");
+        // SAFETY: the whole mapping, nothing live.
+        unsafe { pages.unmap(NonNull::new(p as *mut u8).unwrap(), SIZE) };
     }
 
     /// A memfd the kernel will not size: the mapping is private memory
