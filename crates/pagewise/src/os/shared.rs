@@ -723,13 +723,19 @@ impl SharedPages {
         (p != libc::MAP_FAILED).then_some(p as usize)
     }
 
-    fn munmap(&self, addr: usize, size: usize) {
+    /// Unmaps `addr..addr+size`: false if the kernel refused (as it may
+    /// when the unmap would split a mapping at the mapping limit).
+    fn munmap(&self, addr: usize, size: usize) -> bool {
         if size == 0 {
-            return;
+            return true;
+        }
+        #[cfg(test)]
+        if tests::REFUSE.with(|r| r.get()) == tests::Refuse::MoveGuardAndUnmap {
+            return false;
         }
         self.counters.munmap.fetch_add(1, Relaxed);
         // SAFETY: callers pass ranges this source mapped and no longer uses.
-        unsafe { libc::munmap(addr as *mut libc::c_void, size) };
+        unsafe { libc::munmap(addr as *mut libc::c_void, size) == 0 }
     }
 
     /// Points the OS page at `addr` of `m` at `offset` of its file;
@@ -800,7 +806,7 @@ impl SharedPages {
         #[cfg(test)]
         if matches!(
             tests::REFUSE.with(|r| r.get()),
-            tests::Refuse::Move | tests::Refuse::MoveAndGuard
+            tests::Refuse::Move | tests::Refuse::MoveAndGuard | tests::Refuse::MoveGuardAndUnmap
         ) {
             return false;
         }
@@ -964,6 +970,12 @@ impl SharedPages {
     /// take it meanwhile. Until then a mapping of the same flags there
     /// could merge with the mapping's last OS page: the mappings inside
     /// it are then as many as the seams count or fewer.
+    ///
+    /// If the kernel will not unmap what a refused step left either, that
+    /// page stays the source's, so the place is not lost (the page goes
+    /// with the mapping, [`PageSource::unmap`]): made inaccessible, it is
+    /// the guard; left accessible (the kernel refused that too), it is
+    /// counted as a guard lost.
     fn guard_back(&self, m: &mut Mapping, replace: bool) -> bool {
         let slot = m.base + m.size;
         let how = if replace {
@@ -979,7 +991,17 @@ impl SharedPages {
             // SAFETY: a page of ours at the guard's place, holding nothing
             // that must stay (a copy of a page that kept its own).
             unsafe { libc::madvise(slot as *mut libc::c_void, page(), libc::MADV_DONTNEED) };
-            self.munmap(slot, page());
+            if !self.munmap(slot, page()) {
+                m.guard_lost = false;
+                // SAFETY: as above; access to it is all that changes.
+                let none =
+                    unsafe { libc::mprotect(slot as *mut libc::c_void, page(), libc::PROT_NONE) };
+                if none == 0 {
+                    return true;
+                }
+                self.guards_lost.fetch_add(1, Relaxed);
+                return false;
+            }
         }
         if !m.guard_lost {
             m.guard_lost = true;
@@ -1000,7 +1022,7 @@ impl SharedPages {
         #[cfg(test)]
         if matches!(
             tests::REFUSE.with(|r| r.get()),
-            tests::Refuse::Guard | tests::Refuse::MoveAndGuard
+            tests::Refuse::Guard | tests::Refuse::MoveAndGuard | tests::Refuse::MoveGuardAndUnmap
         ) {
             return false;
         }
@@ -1777,6 +1799,9 @@ mod tests {
         Move,
         /// Both: a move, then putting the guard back over what it left.
         MoveAndGuard,
+        /// All three: a move, putting the guard back over what it left,
+        /// and unmapping what it left.
+        MoveGuardAndUnmap,
     }
 
     std::thread_local! {
@@ -1984,6 +2009,45 @@ mod tests {
         let mapped =
             unsafe { libc::msync((p + SIZE) as *mut libc::c_void, page(), libc::MS_ASYNC) };
         assert_ne!(mapped, 0, "the guard went with the mapping");
+    }
+
+    /// A refused step leaves a page at the guard's place that the kernel
+    /// will neither replace with a guard nor unmap: the page is still the
+    /// source's, so it is made the guard (inaccessible), no guard is
+    /// counted lost, and it goes with the mapping rather than staying
+    /// mapped past it.
+    #[test]
+    fn a_page_left_at_the_guards_place_that_will_not_unmap_becomes_the_guard() {
+        let (pages, p) = mapped();
+        let s = pages.sharing().unwrap();
+        fill(p + page(), 5);
+        // SAFETY: our pages, one thread, live bytes only where kept.
+        unsafe {
+            assert!(s.share(p + page()));
+            REFUSE.with(|r| r.set(Refuse::MoveGuardAndUnmap));
+            let kept = s.leave(p + page(), Leave::Keep);
+            REFUSE.with(|r| r.set(Refuse::Nothing));
+            assert!(!kept, "the move refused");
+            assert_eq!(
+                (read(p + page()), s.group_of(p + page())),
+                (5, Some(p + page()))
+            );
+        }
+        assert_eq!(pages.guards_lost(), 0, "the page left there is the guard");
+        assert!(pages.with_mapping(p, |m| !m.guard_lost).unwrap());
+        assert!(!readable(p + SIZE), "inaccessible, as a guard");
+        if !emulated("the seams against the kernel's mappings") {
+            assert_eq!(kernel_mappings(p), 1 + s.seams(), "\n{}", region(p));
+        }
+        // SAFETY: our page, one thread, its bytes kept.
+        unsafe { assert!(s.leave(p + page(), Leave::Keep)) };
+        assert_eq!(read(p + page()), 5);
+        // SAFETY: the whole mapping, nothing live.
+        unsafe { pages.unmap(NonNull::new(p as *mut u8).unwrap(), SIZE) };
+        // SAFETY: plain system call on an address: is anything mapped?
+        let mapped =
+            unsafe { libc::msync((p + SIZE) as *mut libc::c_void, page(), libc::MS_ASYNC) };
+        assert_ne!(mapped, 0, "nothing left mapped at the guard's place");
     }
 
     /// The userfaultfd refuses to register a page remapped in a registered
