@@ -50,7 +50,9 @@
 //! each page remapped in it then too; one made before is not, nor are
 //! its pages later (a registered page merges with no unregistered
 //! neighbour; a page the kernel will not register unregisters its whole
-//! mapping, [`SharedPages::registrations_refused`]).
+//! mapping, [`SharedPages::registrations_refused`], and if the kernel
+//! will not unregister it either, the page's seams are counted as the
+//! kernel's mappings apart that they are).
 //!
 //! A forked child would share the group pages with its parent
 //! (`MAP_SHARED`), so every mapping is `MADV_DONTFORK` (every remap again):
@@ -196,6 +198,19 @@ struct Mapping {
     /// `members`): the huge-page advice all of its OS pages carry
     /// ([`NO_ADVICE`], [`HUGE`], [`NOT_HUGE`]); null while none was given.
     advice: *mut u8,
+    /// Per OS page (in the tables, after `advice`), a bit: the page is not
+    /// registered with the userfaultfd while its mapping is ([`Self::uffd`]:
+    /// the kernel refused to register it after a remap, then to unregister
+    /// the mapping), so the kernel merges it only with such a neighbour
+    /// ([`Self::splits`]). Null while the tables are not mapped. A forked
+    /// child keeps the bits, though the kernel registers none of its
+    /// pages: it keeps the mappings apart as they were at the fork, and
+    /// merges a stray with a neighbour remapped later, so the child
+    /// counts such a seam it no longer has (more than the kernel's, never
+    /// fewer).
+    stray: *mut u8,
+    /// Pages with their [`Self::stray`] bit set.
+    strays: usize,
     /// Whether the mapping refuses huge pages outside the advised regions
     /// (`MADV_NOHUGEPAGE` on all of it, at the first advice), so that a
     /// region whose advice is taken back carries its neighbours' flag again
@@ -228,6 +243,8 @@ impl Mapping {
         uffd: false,
         seams: 0,
         advice: null_mut(),
+        stray: null_mut(),
+        strays: 0,
         refused: false,
         child_fd: -1,
         copy_state: null_mut(),
@@ -246,10 +263,53 @@ impl Mapping {
         self.size / page()
     }
 
-    /// Bytes of its tables: a group and a member count per OS page, and
-    /// the advice per region.
+    /// Bytes of its tables: a group and a member count per OS page, the
+    /// advice per region, and the [`Mapping::stray`] bit per OS page.
     fn table_bytes(&self) -> usize {
-        (2 * self.pages() * 4 + self.regions()).next_multiple_of(page())
+        (2 * self.pages() * 4 + self.regions() + self.pages().div_ceil(8)).next_multiple_of(page())
+    }
+
+    /// Whether OS page `i` is a [`Mapping::stray`].
+    fn stray_of(&self, i: usize) -> bool {
+        // SAFETY: with strays the tables are mapped, and the bitmap has a
+        // bit per page; `i` is a page of the mapping.
+        self.strays > 0 && unsafe { *self.stray.add(i / 8) } & (1 << (i % 8)) != 0
+    }
+
+    /// Sets or clears OS page `i`'s [`Mapping::stray`] bit (the tables
+    /// mapped), leaving the seams to the caller.
+    fn set_stray(&mut self, i: usize, on: bool) {
+        if self.stray_of(i) == on {
+            return;
+        }
+        let bit = 1u8 << (i % 8);
+        // SAFETY: the tables are mapped (a page was remapped); `i` is a
+        // page of the mapping.
+        unsafe {
+            let byte = self.stray.add(i / 8);
+            *byte = if on { *byte | bit } else { *byte & !bit };
+        }
+        if on {
+            self.strays += 1;
+        } else {
+            self.strays -= 1;
+        }
+    }
+
+    /// Whether the kernel keeps OS pages `i - 1` and `i` apart now (a
+    /// seam): they show pages that do not run on, carry other huge-page
+    /// advice, or one is registered with the userfaultfd and not the
+    /// other.
+    fn splits(&self, i: usize) -> bool {
+        self.shows(i - 1) + 1 != self.shows(i)
+            || self.advice_of(i - 1) != self.advice_of(i)
+            || self.stray_of(i - 1) != self.stray_of(i)
+    }
+
+    /// The seams of the mapping, counted from its pages (not kept up as
+    /// they change, as [`Mapping::seams`] is).
+    fn count_seams(&self) -> usize {
+        (1..self.pages()).filter(|&i| self.splits(i)).count()
     }
 
     /// Whether this process may change the file (not a forked copy).
@@ -342,12 +402,13 @@ impl Mapping {
     }
 
     /// Seams OS page `i` makes with its neighbours if it shows file page
-    /// `to` (the kernel merges neighbours whose offsets run on).
-    fn seams_at(&self, i: usize, to: usize) -> usize {
+    /// `to` (the kernel merges neighbours whose offsets run on), a
+    /// [`Mapping::stray`] or not as `stray` says.
+    fn seams_at(&self, i: usize, to: usize, stray: bool) -> usize {
         let a = self.advice_of(i);
-        let left = i > 0 && (self.shows(i - 1) + 1 != to || self.advice_of(i - 1) != a);
-        let right =
-            i + 1 < self.pages() && (to + 1 != self.shows(i + 1) || self.advice_of(i + 1) != a);
+        let apart = |j: usize| self.advice_of(j) != a || self.stray_of(j) != stray;
+        let left = i > 0 && (self.shows(i - 1) + 1 != to || apart(i - 1));
+        let right = i + 1 < self.pages() && (to + 1 != self.shows(i + 1) || apart(i + 1));
         usize::from(left) + usize::from(right)
     }
 
@@ -392,7 +453,7 @@ impl Mapping {
         let mut change = 0isize;
         for r in r0.max(1)..=r1.min(self.regions() - 1) {
             let i = self.first_of(r);
-            if self.shows(i - 1) + 1 != self.shows(i) {
+            if self.shows(i - 1) + 1 != self.shows(i) || self.stray_of(i - 1) != self.stray_of(i) {
                 continue; // a seam either way
             }
             change += isize::from(then(r - 1) != then(r)) - isize::from(now(r - 1) != now(r));
@@ -410,9 +471,11 @@ impl Mapping {
         self.shared > 0 && (self.first_of(r0)..end).any(|i| self.group_of(i) != 0)
     }
 
-    /// How the mapping's seams change if OS page `i` comes to show `to`.
+    /// How the mapping's seams change if OS page `i` comes to show `to`,
+    /// remapped (so no [`Mapping::stray`], as registered as the mapping).
     fn seam_change(&self, i: usize, to: usize) -> isize {
-        self.seams_at(i, to) as isize - self.seams_at(i, self.shows(i)) as isize
+        self.seams_at(i, to, false) as isize
+            - self.seams_at(i, self.shows(i), self.stray_of(i)) as isize
     }
 
     /// Records that OS page `i` has entry `group` (a group, the founder's
@@ -425,6 +488,9 @@ impl Mapping {
         debug_assert_eq!(change, self.seam_change(i, to), "a neighbour moved");
         // SAFETY: the tables are mapped (a page is or was shared).
         unsafe { *self.group.add(i) = group };
+        // Remapped: registered as the mapping is, for now
+        // ([`SharedPages::register_remapped`] says otherwise after).
+        self.set_stray(i, false);
         self.seams = self.seams.wrapping_add_signed(change);
     }
 }
@@ -771,7 +837,6 @@ impl SharedPages {
         #[cfg(test)]
         tests::window(addr);
         self.guard_back(m, false);
-        self.register_remapped(m, addr);
         true
     }
 
@@ -824,16 +889,19 @@ impl SharedPages {
         p as usize == to
     }
 
-    /// Registers the OS page at `addr` of `m`, just remapped, with the
-    /// userfaultfd, if the mapping is registered: a new mapping is not,
-    /// and a registered page merges with no unregistered neighbour. If the
-    /// kernel refuses, the page would be a kernel mapping of its own,
-    /// which the seams do not count: the whole mapping is unregistered
-    /// instead (the kernel merges its pages again, and the barrier holds
-    /// writers off its pages by `mprotect`, as for a mapping made before
-    /// the userfaultfd), counted in [`SharedPages::registrations_refused`].
-    fn register_remapped(&self, m: &mut Mapping, addr: usize) {
-        if !m.uffd || crate::os::uffd::register(addr, page()) {
+    /// Registers OS page `i` of `m`, just remapped (its new entry set),
+    /// with the userfaultfd, if the mapping is registered: a new mapping
+    /// is not, and a registered page merges with no unregistered
+    /// neighbour. If the kernel refuses, the page would be a kernel
+    /// mapping of its own: the whole mapping is unregistered instead (the
+    /// kernel merges its pages again, and the barrier holds writers off
+    /// its pages by `mprotect`, as for a mapping made before the
+    /// userfaultfd), counted in [`SharedPages::registrations_refused`].
+    /// If the kernel refuses that too, the page is a
+    /// [`Mapping::stray`], its seams counted and taken from the budget
+    /// (past the cap if need be: the kernel has made them).
+    fn register_remapped(&self, m: &mut Mapping, i: usize) {
+        if !m.uffd || crate::os::uffd::register(m.base + i * page(), page()) {
             return;
         }
         let fd = crate::os::uffd::fd();
@@ -844,19 +912,32 @@ impl SharedPages {
             return;
         }
         self.registrations_refused.fetch_add(1, Relaxed);
-        if crate::os::uffd::unregister(fd, m.base, m.size) {
+        let change = if crate::os::uffd::unregister(fd, m.base, m.size) {
+            // The kernel merges the pages only registration kept apart.
             m.uffd = false;
-        }
+            for k in 0..m.pages() {
+                m.set_stray(k, false);
+            }
+            m.count_seams() as isize - m.seams as isize
+        } else {
+            let shows = m.shows(i);
+            let apart = m.seams_at(i, shows, true) as isize - m.seams_at(i, shows, false) as isize;
+            m.set_stray(i, true);
+            apart
+        };
+        Self::take_seams(change, true);
+        m.seams = m.seams.wrapping_add_signed(change);
     }
 
-    /// Points the OS page at `addr` of `m` at fresh private memory (zeros),
+    /// Points the OS page at `addr` (of a mapping of ours) at fresh
+    /// private memory (zeros),
     /// as its neighbours' own pages are, so the kernel merges it with them;
     /// with none (`alone`), writes to it at once, so the kernel gives it
     /// its lineage now. `advice`: as in [`Self::alias`]. Mapped
     /// inaccessible, made `MADV_DONTFORK`, then read-write (nothing on the
     /// page is live): a child of a fork that runs no fork handler never
     /// inherits it readable.
-    fn own_page(&self, m: &mut Mapping, addr: usize, alone: bool, advice: u8) -> bool {
+    fn own_page(&self, addr: usize, alone: bool, advice: u8) -> bool {
         let fresh = |prot| {
             self.counters.mmap.fetch_add(1, Relaxed);
             // SAFETY: an OS page of a mapping made by this source, nothing
@@ -897,7 +978,6 @@ impl SharedPages {
         if alone {
             first_write(addr);
         }
-        self.register_remapped(m, addr);
         true
     }
 
@@ -954,7 +1034,6 @@ impl SharedPages {
         tests::window(addr);
         // The moved page left a hole where the guard was.
         self.guard_back(m, false);
-        self.register_remapped(m, addr);
         true
     }
 
@@ -1108,6 +1187,7 @@ impl SharedPages {
         unsafe {
             m.members = m.group.add(m.pages());
             m.advice = m.members.add(m.pages()).cast();
+            m.stray = m.advice.add(m.regions());
         }
         true
     }
@@ -1577,6 +1657,7 @@ unsafe impl SharePages for SharedPages {
             // SAFETY: as above.
             unsafe { *m.members.add(i) = 1 };
             m.set_shows(i, i as u32 + 1, change);
+            self.register_remapped(m, i);
             m.shared += 1;
             m.groups += 1;
             true
@@ -1614,6 +1695,7 @@ unsafe impl SharePages for SharedPages {
             // SAFETY: as above.
             unsafe { *m.members.add(g) += 1 };
             m.set_shows(i, g as u32 + 1, change);
+            self.register_remapped(m, i);
             m.shared += 1;
             true
         })
@@ -1674,7 +1756,7 @@ unsafe impl SharePages for SharedPages {
             let remapped = if keep {
                 m.ours() && hold_writers(member) && self.own_copy(m, member, advice)
             } else {
-                self.own_page(m, member, alone, advice)
+                self.own_page(member, alone, advice)
             };
             if !remapped {
                 if keep {
@@ -1695,6 +1777,7 @@ unsafe impl SharePages for SharedPages {
             };
             let g = g as usize - 1;
             m.set_shows(i, to, change);
+            self.register_remapped(m, i);
             // SAFETY: a member exists, so the tables are mapped.
             let left = unsafe {
                 *m.members.add(g) -= 1;
@@ -2195,6 +2278,66 @@ mod tests {
         assert!(text.contains(", 1 userfaultfd registrations"), "{text}");
         // SAFETY: the whole mapping, nothing live.
         unsafe { pages.unmap(NonNull::new(p as *mut u8).unwrap(), SIZE) };
+    }
+
+    /// The userfaultfd refuses to register a remapped page, and the kernel
+    /// then refuses to unregister its mapping too: the page stays a kernel
+    /// mapping apart from its registered neighbours (merging only with an
+    /// unregistered one), which the seams count, whatever its neighbours
+    /// do after, until it is registered again (remapped) or its mapping is
+    /// unregistered whole. The seams stay the kernel's mappings throughout.
+    #[test]
+    fn a_page_left_unregistered_in_a_registered_mapping_is_counted_in_the_seams() {
+        if emulated("a_page_left_unregistered_in_a_registered_mapping_is_counted_in_the_seams") {
+            return;
+        }
+        if !crate::os::uffd::open() {
+            std::eprintln!("no userfaultfd here: nothing to check");
+            return;
+        }
+        let (pages, p) = mapped();
+        let s = pages.sharing().unwrap();
+        let at = |i: usize| p + i * page();
+        let check = |what: &str| {
+            assert_eq!(kernel_mappings(p), 1 + s.seams(), "{what}\n{}", region(p));
+        };
+        let refuse = |register, unregister| {
+            crate::os::uffd::tests::REFUSE_REGISTER.with(|r| r.set(register));
+            crate::os::uffd::tests::REFUSE_UNREGISTER.with(|r| r.set(unregister));
+        };
+        let registered = || pages.with_mapping(p, |m| m.uffd).unwrap();
+        // SAFETY: our pages, one thread, nothing live on them.
+        unsafe {
+            assert!(s.share(at(2)));
+            for i in [5, 6, 9, 12] {
+                assert!(s.join(at(2), at(i), &[]));
+            }
+            check("meshed");
+            refuse(true, true);
+            assert!(s.leave(at(5), Leave::Unused));
+            refuse(false, false);
+            assert_eq!(pages.registrations_refused(), 1);
+            assert!(registered(), "the unregistration refused");
+            check("a page left unregistered");
+            refuse(true, true);
+            assert!(s.leave(at(6), Leave::Unused));
+            refuse(false, false);
+            check("two side by side");
+            assert!(s.leave(at(9), Leave::Unused));
+            check("a registered page left after them");
+            assert!(s.join(at(2), at(5), &[]));
+            check("one registered again");
+            assert!(s.leave(at(5), Leave::Released));
+            check("and left again");
+            refuse(true, false);
+            assert!(s.leave(at(12), Leave::Unused));
+            refuse(false, false);
+            assert_eq!(pages.registrations_refused(), 3);
+            assert!(!registered(), "unregistered whole");
+            check("all unregistered");
+            assert!(s.leave(at(2), Leave::Keep));
+            check("all left");
+        }
     }
 
     /// A memfd the kernel will not size: the mapping is private memory
