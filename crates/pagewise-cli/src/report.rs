@@ -142,6 +142,14 @@ pub struct AllocatorReport {
     /// Kernel mappings meshing adds (absent from older reports).
     #[serde(default)]
     pub mesh_mappings: u64,
+    /// Guard pages the kernel would not put back after meshing made a
+    /// page at their place (absent from older reports).
+    #[serde(default)]
+    pub mesh_guards_lost: u64,
+    /// Userfaultfd registrations of remapped pages the kernel refused
+    /// (absent from older reports).
+    #[serde(default)]
+    pub mesh_registrations_refused: u64,
     /// Bytes purged so far.
     pub purged_bytes: u64,
     /// Huge pages (absent from older reports).
@@ -627,6 +635,14 @@ fn render_process(s: &mut String, r: &RunReport, p: &ProcessReport) -> std::fmt:
             a.mesh_mappings
         )?;
     }
+    if a.mesh_guards_lost > 0 || a.mesh_registrations_refused > 0 {
+        writeln!(
+            s,
+            "  meshing refused {} guard pages not put back (those mappings stop meshing), {} userfaultfd registrations (stores there wait through mprotect)",
+            a.mesh_guards_lost,
+            a.mesh_registrations_refused
+        )?;
+    }
 
     if let Some(pk) = &p.peak {
         writeln!(s)?;
@@ -821,6 +837,26 @@ mod tests {
         let i64 = text.find("64 B").unwrap();
         let i16 = text.find("16 B").unwrap();
         assert!(i64 < i16, "sorted by allocations:\n{text}");
+    }
+
+    #[test]
+    fn shows_what_the_kernel_refused_meshing_only_when_it_did() {
+        let line = "meshing refused";
+        let mut r = RunReport {
+            command: vec!["prog".into()],
+            allocator: Some(sample()),
+            ..Default::default()
+        };
+        assert!(!render(&r).contains(line), "{}", render(&r));
+        let a = r.allocator.as_mut().unwrap();
+        a.mesh_guards_lost = 1;
+        a.mesh_registrations_refused = 2;
+        let text = render(&r);
+        assert!(
+            text.contains("meshing refused 1 guard pages not put back"),
+            "{text}"
+        );
+        assert!(text.contains(", 2 userfaultfd registrations"), "{text}");
     }
 
     #[test]

@@ -387,6 +387,8 @@ impl<S: PageSource + 'static> Heap<S> {
             s.meshed_bytes = (pages * os_page()) as u64;
             s.mesh_saved_bytes = (pages.saturating_sub(groups) * os_page()) as u64;
             s.mesh_mappings = sharing.seams() as u64;
+            s.mesh_guards_lost = sharing.guards_lost();
+            s.mesh_registrations_refused = sharing.registrations_refused();
         }
         for (c, n) in core.empty_pages_by_class().iter().enumerate() {
             s.classes[c].retained_pages += *n as u64;

@@ -250,6 +250,38 @@ pub struct Stats {
     /// `vm.max_map_count`; a slab page meshed whole onto another's groups
     /// adds at most two.
     pub mesh_mappings: u64,
+    /// Times the kernel would not put back the inaccessible guard page at
+    /// the end of one of the heap's mappings after meshing made a page
+    /// there (as it may at the process's mapping limit,
+    /// `vm.max_map_count`): the place is left to whoever maps there, and
+    /// that mapping's pages neither mesh nor leave a group keeping their
+    /// bytes until the guard can be put back. Each loss is counted once,
+    /// however long it lasts. 0 unless the heap meshes (docs/design.md,
+    /// "Meshing").
+    ///
+    /// ```
+    /// # #[cfg(target_os = "linux")] {
+    /// use pagewise::{Config, Heap, SharedPages};
+    /// let heap = Heap::with_source(SharedPages::new(), Config::default());
+    /// assert_eq!(heap.stats().mesh_guards_lost, 0);
+    /// # }
+    /// ```
+    pub mesh_guards_lost: u64,
+    /// Times the process's userfaultfd would not register a page meshing
+    /// remapped (as the kernel may, short of memory): the page's whole
+    /// mapping is then unregistered, and the write barrier holds writers
+    /// off its pages with `mprotect` instead, which costs a signal per
+    /// waiting store. 0 unless the heap meshes with a userfaultfd
+    /// (docs/design.md, "Meshing").
+    ///
+    /// ```
+    /// # #[cfg(target_os = "linux")] {
+    /// use pagewise::{Config, Heap, SharedPages};
+    /// let heap = Heap::with_source(SharedPages::new(), Config::default());
+    /// assert_eq!(heap.stats().mesh_registrations_refused, 0);
+    /// # }
+    /// ```
+    pub mesh_registrations_refused: u64,
     /// Stores that waited for a meshed page's copy (the write barrier of
     /// the global allocator), and the longest such wait in microseconds.
     pub mesh_waits: u64,
@@ -330,6 +362,8 @@ impl Stats {
         meshed_bytes: 0,
         mesh_saved_bytes: 0,
         mesh_mappings: 0,
+        mesh_guards_lost: 0,
+        mesh_registrations_refused: 0,
         mesh_waits: 0,
         mesh_longest_wait_us: 0,
         mesh_pauses: 0,

@@ -525,6 +525,12 @@ unsafe impl pagewise::source::SharePages for Tweaked {
     fn seams(&self) -> usize {
         self.pages.sharing().unwrap().seams()
     }
+    fn guards_lost(&self) -> u64 {
+        self.pages.guards_lost()
+    }
+    fn registrations_refused(&self) -> u64 {
+        self.pages.registrations_refused()
+    }
     fn seam_budget(&self) -> (usize, usize) {
         let (used, cap) = self.pages.sharing().unwrap().seam_budget();
         self.mapping_cap

@@ -390,6 +390,8 @@ pub fn stats() -> Stats {
         s.meshed_bytes = (pages * page) as u64;
         s.mesh_saved_bytes = (pages.saturating_sub(groups) * page) as u64;
         s.mesh_mappings = heaps::SHARED.seams() as u64;
+        s.mesh_guards_lost = heaps::SHARED.guards_lost();
+        s.mesh_registrations_refused = heaps::SHARED.registrations_refused();
         (s.mesh_waits, s.mesh_longest_wait_us) = crate::os::barrier::waits();
         s.mesh_pauses = crate::heap::mesh::pauses();
     }

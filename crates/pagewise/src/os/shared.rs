@@ -50,7 +50,9 @@
 //! each page remapped in it then too; one made before is not, nor are
 //! its pages later (a registered page merges with no unregistered
 //! neighbour; a page the kernel will not register unregisters its whole
-//! mapping, [`SharedPages::registrations_refused`]).
+//! mapping, [`SharedPages::registrations_refused`], and if the kernel
+//! will not unregister it either, the page's seams are counted as the
+//! kernel's mappings apart that they are).
 //!
 //! A forked child would share the group pages with its parent
 //! (`MAP_SHARED`), so every mapping is `MADV_DONTFORK` (every remap again):
@@ -196,6 +198,17 @@ struct Mapping {
     /// `members`): the huge-page advice all of its OS pages carry
     /// ([`NO_ADVICE`], [`HUGE`], [`NOT_HUGE`]); null while none was given.
     advice: *mut u8,
+    /// Per OS page (in the tables, after `advice`), a bit: the page is not
+    /// registered with the userfaultfd while its mapping is ([`Self::uffd`]:
+    /// the kernel refused to register it after a remap, then to unregister
+    /// the mapping), so the kernel merges it only with such a neighbour
+    /// ([`Self::seams_at`]). Null while the tables are not mapped. A forked
+    /// child keeps the bits, though the kernel registers none of its
+    /// pages: it keeps the mappings apart as they were at the fork, and
+    /// merges a stray with a neighbour remapped later, so the child
+    /// counts such a seam it no longer has (more than the kernel's, never
+    /// fewer).
+    stray: *mut u8,
     /// Whether the mapping refuses huge pages outside the advised regions
     /// (`MADV_NOHUGEPAGE` on all of it, at the first advice), so that a
     /// region whose advice is taken back carries its neighbours' flag again
@@ -228,6 +241,7 @@ impl Mapping {
         uffd: false,
         seams: 0,
         advice: null_mut(),
+        stray: null_mut(),
         refused: false,
         child_fd: -1,
         copy_state: null_mut(),
@@ -246,10 +260,42 @@ impl Mapping {
         self.size / page()
     }
 
-    /// Bytes of its tables: a group and a member count per OS page, and
-    /// the advice per region.
+    /// Bytes of its tables: a group and a member count per OS page, the
+    /// advice per region, and the [`Mapping::stray`] bit per OS page.
     fn table_bytes(&self) -> usize {
-        (2 * self.pages() * 4 + self.regions()).next_multiple_of(page())
+        (2 * self.pages() * 4 + self.regions() + self.pages().div_ceil(8)).next_multiple_of(page())
+    }
+
+    /// Whether OS page `i` is a [`Mapping::stray`].
+    fn stray_of(&self, i: usize) -> bool {
+        // SAFETY: the tables are mapped (not null), and the bitmap has a
+        // bit per page; `i` is a page of the mapping.
+        !self.stray.is_null() && unsafe { *self.stray.add(i / 8) } & (1 << (i % 8)) != 0
+    }
+
+    /// Sets or clears OS page `i`'s [`Mapping::stray`] bit (the tables
+    /// mapped), leaving the seams to the caller.
+    fn set_stray(&mut self, i: usize, on: bool) {
+        if self.stray_of(i) == on {
+            return;
+        }
+        // SAFETY: the tables are mapped (a page was remapped); `i` is a
+        // page of the mapping. The bit is the other way (above): it flips.
+        unsafe { *self.stray.add(i / 8) ^= 1u8 << (i % 8) };
+    }
+
+    /// Whether the kernel keeps OS pages `i - 1` and `i` apart now (a
+    /// seam), neither a [`Mapping::stray`]: they show pages that do not
+    /// run on, or carry other huge-page advice.
+    fn splits(&self, i: usize) -> bool {
+        self.shows(i - 1) + 1 != self.shows(i) || self.advice_of(i - 1) != self.advice_of(i)
+    }
+
+    /// The seams of the mapping, with no [`Mapping::stray`], counted from
+    /// its pages (not kept up as they change, as [`Mapping::seams`] is).
+    fn count_seams(&self) -> usize {
+        debug_assert!((0..self.pages()).all(|i| !self.stray_of(i)));
+        (1..self.pages()).filter(|&i| self.splits(i)).count()
     }
 
     /// Whether this process may change the file (not a forked copy).
@@ -342,12 +388,13 @@ impl Mapping {
     }
 
     /// Seams OS page `i` makes with its neighbours if it shows file page
-    /// `to` (the kernel merges neighbours whose offsets run on).
-    fn seams_at(&self, i: usize, to: usize) -> usize {
+    /// `to` (the kernel merges neighbours whose offsets run on), a
+    /// [`Mapping::stray`] or not as `stray` says.
+    fn seams_at(&self, i: usize, to: usize, stray: bool) -> usize {
         let a = self.advice_of(i);
-        let left = i > 0 && (self.shows(i - 1) + 1 != to || self.advice_of(i - 1) != a);
-        let right =
-            i + 1 < self.pages() && (to + 1 != self.shows(i + 1) || self.advice_of(i + 1) != a);
+        let apart = |j: usize| self.advice_of(j) != a || self.stray_of(j) != stray;
+        let left = i > 0 && (self.shows(i - 1) + 1 != to || apart(i - 1));
+        let right = i + 1 < self.pages() && (to + 1 != self.shows(i + 1) || apart(i + 1));
         usize::from(left) + usize::from(right)
     }
 
@@ -392,7 +439,7 @@ impl Mapping {
         let mut change = 0isize;
         for r in r0.max(1)..=r1.min(self.regions() - 1) {
             let i = self.first_of(r);
-            if self.shows(i - 1) + 1 != self.shows(i) {
+            if self.shows(i - 1) + 1 != self.shows(i) || self.stray_of(i - 1) != self.stray_of(i) {
                 continue; // a seam either way
             }
             change += isize::from(then(r - 1) != then(r)) - isize::from(now(r - 1) != now(r));
@@ -410,9 +457,11 @@ impl Mapping {
         self.shared > 0 && (self.first_of(r0)..end).any(|i| self.group_of(i) != 0)
     }
 
-    /// How the mapping's seams change if OS page `i` comes to show `to`.
+    /// How the mapping's seams change if OS page `i` comes to show `to`,
+    /// remapped (so no [`Mapping::stray`], as registered as the mapping).
     fn seam_change(&self, i: usize, to: usize) -> isize {
-        self.seams_at(i, to) as isize - self.seams_at(i, self.shows(i)) as isize
+        self.seams_at(i, to, false) as isize
+            - self.seams_at(i, self.shows(i), self.stray_of(i)) as isize
     }
 
     /// Records that OS page `i` has entry `group` (a group, the founder's
@@ -425,6 +474,9 @@ impl Mapping {
         debug_assert_eq!(change, self.seam_change(i, to), "a neighbour moved");
         // SAFETY: the tables are mapped (a page is or was shared).
         unsafe { *self.group.add(i) = group };
+        // Remapped: registered as the mapping is, for now
+        // ([`SharedPages::register_remapped`] says otherwise after).
+        self.set_stray(i, false);
         self.seams = self.seams.wrapping_add_signed(change);
     }
 }
@@ -723,13 +775,19 @@ impl SharedPages {
         (p != libc::MAP_FAILED).then_some(p as usize)
     }
 
-    fn munmap(&self, addr: usize, size: usize) {
+    /// Unmaps `addr..addr+size`: false if the kernel refused (as it may
+    /// when the unmap would split a mapping at the mapping limit).
+    fn munmap(&self, addr: usize, size: usize) -> bool {
         if size == 0 {
-            return;
+            return true;
+        }
+        #[cfg(test)]
+        if tests::REFUSE.with(|r| r.get()) == tests::Refuse::MoveGuardAndUnmap {
+            return false;
         }
         self.counters.munmap.fetch_add(1, Relaxed);
         // SAFETY: callers pass ranges this source mapped and no longer uses.
-        unsafe { libc::munmap(addr as *mut libc::c_void, size) };
+        unsafe { libc::munmap(addr as *mut libc::c_void, size) == 0 }
     }
 
     /// Points the OS page at `addr` of `m` at `offset` of its file;
@@ -765,7 +823,6 @@ impl SharedPages {
         #[cfg(test)]
         tests::window(addr);
         self.guard_back(m, false);
-        self.register_remapped(m, addr);
         true
     }
 
@@ -800,7 +857,7 @@ impl SharedPages {
         #[cfg(test)]
         if matches!(
             tests::REFUSE.with(|r| r.get()),
-            tests::Refuse::Move | tests::Refuse::MoveAndGuard
+            tests::Refuse::Move | tests::Refuse::MoveAndGuard | tests::Refuse::MoveGuardAndUnmap
         ) {
             return false;
         }
@@ -818,16 +875,19 @@ impl SharedPages {
         p as usize == to
     }
 
-    /// Registers the OS page at `addr` of `m`, just remapped, with the
-    /// userfaultfd, if the mapping is registered: a new mapping is not,
-    /// and a registered page merges with no unregistered neighbour. If the
-    /// kernel refuses, the page would be a kernel mapping of its own,
-    /// which the seams do not count: the whole mapping is unregistered
-    /// instead (the kernel merges its pages again, and the barrier holds
-    /// writers off its pages by `mprotect`, as for a mapping made before
-    /// the userfaultfd), counted in [`SharedPages::registrations_refused`].
-    fn register_remapped(&self, m: &mut Mapping, addr: usize) {
-        if !m.uffd || crate::os::uffd::register(addr, page()) {
+    /// Registers OS page `i` of `m`, just remapped (its new entry set),
+    /// with the userfaultfd, if the mapping is registered: a new mapping
+    /// is not, and a registered page merges with no unregistered
+    /// neighbour. If the kernel refuses, the page would be a kernel
+    /// mapping of its own: the whole mapping is unregistered instead (the
+    /// kernel merges its pages again, and the barrier holds writers off
+    /// its pages by `mprotect`, as for a mapping made before the
+    /// userfaultfd), counted in [`SharedPages::registrations_refused`].
+    /// If the kernel refuses that too, the page is a
+    /// [`Mapping::stray`], its seams counted and taken from the budget
+    /// (past the cap if need be: the kernel has made them).
+    fn register_remapped(&self, m: &mut Mapping, i: usize) {
+        if !m.uffd || crate::os::uffd::register(m.base + i * page(), page()) {
             return;
         }
         let fd = crate::os::uffd::fd();
@@ -838,19 +898,32 @@ impl SharedPages {
             return;
         }
         self.registrations_refused.fetch_add(1, Relaxed);
-        if crate::os::uffd::unregister(fd, m.base, m.size) {
+        let change = if crate::os::uffd::unregister(fd, m.base, m.size) {
+            // The kernel merges the pages only registration kept apart.
             m.uffd = false;
-        }
+            for k in 0..m.pages() {
+                m.set_stray(k, false);
+            }
+            m.count_seams() as isize - m.seams as isize
+        } else {
+            let shows = m.shows(i);
+            let apart = m.seams_at(i, shows, true) as isize - m.seams_at(i, shows, false) as isize;
+            m.set_stray(i, true);
+            apart
+        };
+        Self::take_seams(change, true);
+        m.seams = m.seams.wrapping_add_signed(change);
     }
 
-    /// Points the OS page at `addr` of `m` at fresh private memory (zeros),
+    /// Points the OS page at `addr` (of a mapping of ours) at fresh
+    /// private memory (zeros),
     /// as its neighbours' own pages are, so the kernel merges it with them;
     /// with none (`alone`), writes to it at once, so the kernel gives it
     /// its lineage now. `advice`: as in [`Self::alias`]. Mapped
     /// inaccessible, made `MADV_DONTFORK`, then read-write (nothing on the
     /// page is live): a child of a fork that runs no fork handler never
     /// inherits it readable.
-    fn own_page(&self, m: &mut Mapping, addr: usize, alone: bool, advice: u8) -> bool {
+    fn own_page(&self, addr: usize, alone: bool, advice: u8) -> bool {
         let fresh = |prot| {
             self.counters.mmap.fetch_add(1, Relaxed);
             // SAFETY: an OS page of a mapping made by this source, nothing
@@ -891,7 +964,6 @@ impl SharedPages {
         if alone {
             first_write(addr);
         }
-        self.register_remapped(m, addr);
         true
     }
 
@@ -948,7 +1020,6 @@ impl SharedPages {
         tests::window(addr);
         // The moved page left a hole where the guard was.
         self.guard_back(m, false);
-        self.register_remapped(m, addr);
         true
     }
 
@@ -964,6 +1035,12 @@ impl SharedPages {
     /// take it meanwhile. Until then a mapping of the same flags there
     /// could merge with the mapping's last OS page: the mappings inside
     /// it are then as many as the seams count or fewer.
+    ///
+    /// If the kernel will not unmap what a refused step left either, that
+    /// page stays the source's, so the place is not lost (the page goes
+    /// with the mapping, [`PageSource::unmap`]): made inaccessible, it is
+    /// the guard; left accessible (the kernel refused that too), it is
+    /// counted as a guard lost.
     fn guard_back(&self, m: &mut Mapping, replace: bool) -> bool {
         let slot = m.base + m.size;
         let how = if replace {
@@ -979,7 +1056,17 @@ impl SharedPages {
             // SAFETY: a page of ours at the guard's place, holding nothing
             // that must stay (a copy of a page that kept its own).
             unsafe { libc::madvise(slot as *mut libc::c_void, page(), libc::MADV_DONTNEED) };
-            self.munmap(slot, page());
+            if !self.munmap(slot, page()) {
+                m.guard_lost = false;
+                // SAFETY: as above; access to it is all that changes.
+                let none =
+                    unsafe { libc::mprotect(slot as *mut libc::c_void, page(), libc::PROT_NONE) };
+                if none == 0 {
+                    return true;
+                }
+                self.guards_lost.fetch_add(1, Relaxed);
+                return false;
+            }
         }
         if !m.guard_lost {
             m.guard_lost = true;
@@ -1000,7 +1087,7 @@ impl SharedPages {
         #[cfg(test)]
         if matches!(
             tests::REFUSE.with(|r| r.get()),
-            tests::Refuse::Guard | tests::Refuse::MoveAndGuard
+            tests::Refuse::Guard | tests::Refuse::MoveAndGuard | tests::Refuse::MoveGuardAndUnmap
         ) {
             return false;
         }
@@ -1086,6 +1173,7 @@ impl SharedPages {
         unsafe {
             m.members = m.group.add(m.pages());
             m.advice = m.members.add(m.pages()).cast();
+            m.stray = m.advice.add(m.regions());
         }
         true
     }
@@ -1555,6 +1643,7 @@ unsafe impl SharePages for SharedPages {
             // SAFETY: as above.
             unsafe { *m.members.add(i) = 1 };
             m.set_shows(i, i as u32 + 1, change);
+            self.register_remapped(m, i);
             m.shared += 1;
             m.groups += 1;
             true
@@ -1592,6 +1681,7 @@ unsafe impl SharePages for SharedPages {
             // SAFETY: as above.
             unsafe { *m.members.add(g) += 1 };
             m.set_shows(i, g as u32 + 1, change);
+            self.register_remapped(m, i);
             m.shared += 1;
             true
         })
@@ -1652,7 +1742,7 @@ unsafe impl SharePages for SharedPages {
             let remapped = if keep {
                 m.ours() && hold_writers(member) && self.own_copy(m, member, advice)
             } else {
-                self.own_page(m, member, alone, advice)
+                self.own_page(member, alone, advice)
             };
             if !remapped {
                 if keep {
@@ -1673,6 +1763,7 @@ unsafe impl SharePages for SharedPages {
             };
             let g = g as usize - 1;
             m.set_shows(i, to, change);
+            self.register_remapped(m, i);
             // SAFETY: a member exists, so the tables are mapped.
             let left = unsafe {
                 *m.members.add(g) -= 1;
@@ -1725,6 +1816,14 @@ unsafe impl SharePages for SharedPages {
         (SEAMS_NOW.load(Relaxed), seam_cap())
     }
 
+    fn guards_lost(&self) -> u64 {
+        SharedPages::guards_lost(self)
+    }
+
+    fn registrations_refused(&self) -> u64 {
+        SharedPages::registrations_refused(self)
+    }
+
     /// Reads the file size limit for the pass's copies (a limit lowered
     /// during a pass is seen by the next one). Overlapping passes: the
     /// last to begin sets it, the first to end clears it, and copies then
@@ -1769,6 +1868,9 @@ mod tests {
         Move,
         /// Both: a move, then putting the guard back over what it left.
         MoveAndGuard,
+        /// All three: a move, putting the guard back over what it left,
+        /// and unmapping what it left.
+        MoveGuardAndUnmap,
     }
 
     std::thread_local! {
@@ -1978,6 +2080,45 @@ mod tests {
         assert_ne!(mapped, 0, "the guard went with the mapping");
     }
 
+    /// A refused step leaves a page at the guard's place that the kernel
+    /// will neither replace with a guard nor unmap: the page is still the
+    /// source's, so it is made the guard (inaccessible), no guard is
+    /// counted lost, and it goes with the mapping rather than staying
+    /// mapped past it.
+    #[test]
+    fn a_page_left_at_the_guards_place_that_will_not_unmap_becomes_the_guard() {
+        let (pages, p) = mapped();
+        let s = pages.sharing().unwrap();
+        fill(p + page(), 5);
+        // SAFETY: our pages, one thread, live bytes only where kept.
+        unsafe {
+            assert!(s.share(p + page()));
+            REFUSE.with(|r| r.set(Refuse::MoveGuardAndUnmap));
+            let kept = s.leave(p + page(), Leave::Keep);
+            REFUSE.with(|r| r.set(Refuse::Nothing));
+            assert!(!kept, "the move refused");
+            assert_eq!(
+                (read(p + page()), s.group_of(p + page())),
+                (5, Some(p + page()))
+            );
+        }
+        assert_eq!(pages.guards_lost(), 0, "the page left there is the guard");
+        assert!(pages.with_mapping(p, |m| !m.guard_lost).unwrap());
+        assert!(!readable(p + SIZE), "inaccessible, as a guard");
+        if !emulated("the seams against the kernel's mappings") {
+            assert_eq!(kernel_mappings(p), 1 + s.seams(), "\n{}", region(p));
+        }
+        // SAFETY: our page, one thread, its bytes kept.
+        unsafe { assert!(s.leave(p + page(), Leave::Keep)) };
+        assert_eq!(read(p + page()), 5);
+        // SAFETY: the whole mapping, nothing live.
+        unsafe { pages.unmap(NonNull::new(p as *mut u8).unwrap(), SIZE) };
+        // SAFETY: plain system call on an address: is anything mapped?
+        let mapped =
+            unsafe { libc::msync((p + SIZE) as *mut libc::c_void, page(), libc::MS_ASYNC) };
+        assert_ne!(mapped, 0, "nothing left mapped at the guard's place");
+    }
+
     /// The userfaultfd refuses to register a page remapped in a registered
     /// mapping (as the kernel may, short of memory): the page would be a
     /// kernel mapping of its own, merging with no registered neighbour.
@@ -2017,6 +2158,168 @@ mod tests {
             assert!(s.leave(at(9), Leave::Released));
             assert!(s.leave(at(2), Leave::Keep));
             assert_eq!(read(at(2)), 3);
+            check("all left");
+        }
+    }
+
+    /// A heap on a source that has lost a guard, or seen a registration
+    /// refused: `stats()` and its text report say so, each on its own.
+    fn heap_sees(
+        heap: &crate::Heap<SharedPages>,
+        guards: u64,
+        refused: u64,
+    ) -> std::string::String {
+        let st = heap.stats();
+        assert_eq!(
+            (st.mesh_guards_lost, st.mesh_registrations_refused),
+            (guards, refused),
+            "{st:?}"
+        );
+        // The hardened package builds these tests without serde_json.
+        #[cfg(all(feature = "serde", not(pagewise_secure_package)))]
+        {
+            let json = serde_json::to_string(&st).unwrap();
+            assert!(
+                json.contains(&std::format!("\"mesh_guards_lost\":{guards},")),
+                "{json}"
+            );
+            assert!(
+                json.contains(&std::format!("\"mesh_registrations_refused\":{refused},")),
+                "{json}"
+            );
+        }
+        let mut json = std::string::String::new();
+        st.write_json(&mut json).unwrap();
+        assert!(
+            json.contains(&std::format!(
+                ",\"mesh_guards_lost\":{guards},\"mesh_registrations_refused\":{refused},"
+            )),
+            "{json}"
+        );
+        st.to_string()
+    }
+
+    /// The line of the text report that says what the kernel refused
+    /// meshing.
+    const REFUSED_LINE: &str = "meshing refused by the kernel: ";
+
+    /// A guard the kernel will not put back reaches the heap's figures
+    /// (`Stats::mesh_guards_lost`) and its report; none, no line.
+    #[test]
+    fn a_lost_guard_shows_in_the_heaps_stats_and_report() {
+        let heap = crate::Heap::with_source(SharedPages::new(), crate::Config::default());
+        let pages = heap.source();
+        let text = heap_sees(&heap, 0, 0);
+        assert!(!text.contains(REFUSED_LINE), "{text}");
+        let p = pages.map(SIZE, SIZE).expect("map").as_ptr() as usize;
+        let s = pages.sharing().unwrap();
+        fill(p + page(), 5);
+        // SAFETY: our pages, one thread, live bytes only where kept.
+        unsafe {
+            assert!(s.share(p + page()));
+            REFUSE.with(|r| r.set(Refuse::Guard));
+            let kept = s.leave(p + page(), Leave::Keep);
+            REFUSE.with(|r| r.set(Refuse::Nothing));
+            assert!(kept);
+        }
+        let text = heap_sees(&heap, 1, 0);
+        assert!(
+            text.contains(&std::format!("{REFUSED_LINE}1 guard pages not put back")),
+            "{text}"
+        );
+        assert!(text.contains(", 0 userfaultfd registrations"), "{text}");
+        // SAFETY: the whole mapping, nothing live.
+        unsafe { pages.unmap(NonNull::new(p as *mut u8).unwrap(), SIZE) };
+    }
+
+    /// A registration the userfaultfd refuses reaches the heap's figures
+    /// (`Stats::mesh_registrations_refused`) and its report.
+    #[test]
+    fn a_refused_registration_shows_in_the_heaps_stats_and_report() {
+        if !crate::os::uffd::open() {
+            std::eprintln!("no userfaultfd here: nothing to check");
+            return;
+        }
+        let heap = crate::Heap::with_source(SharedPages::new(), crate::Config::default());
+        let pages = heap.source();
+        let p = pages.map(SIZE, SIZE).expect("map").as_ptr() as usize;
+        assert_eq!(pages.with_mapping(p, |m| m.uffd), Some(true));
+        let s = pages.sharing().unwrap();
+        let refuse = |on| crate::os::uffd::tests::REFUSE_REGISTER.with(|r| r.set(on));
+        // SAFETY: our pages, one thread, nothing live on them.
+        unsafe {
+            assert!(s.share(p + 2 * page()));
+            refuse(true);
+            let left = s.leave(p + 2 * page(), Leave::Unused);
+            refuse(false);
+            assert!(left);
+        }
+        let text = heap_sees(&heap, 0, 1);
+        assert!(
+            text.contains(&std::format!("{REFUSED_LINE}0 guard pages not put back")),
+            "{text}"
+        );
+        assert!(text.contains(", 1 userfaultfd registrations"), "{text}");
+        // SAFETY: the whole mapping, nothing live.
+        unsafe { pages.unmap(NonNull::new(p as *mut u8).unwrap(), SIZE) };
+    }
+
+    /// The userfaultfd refuses to register a remapped page, and the kernel
+    /// then refuses to unregister its mapping too: the page stays a kernel
+    /// mapping apart from its registered neighbours (merging only with an
+    /// unregistered one), which the seams count, whatever its neighbours
+    /// do after, until it is registered again (remapped) or its mapping is
+    /// unregistered whole. The seams stay the kernel's mappings throughout.
+    #[test]
+    fn a_page_left_unregistered_in_a_registered_mapping_is_counted_in_the_seams() {
+        if emulated("a_page_left_unregistered_in_a_registered_mapping_is_counted_in_the_seams") {
+            return;
+        }
+        if !crate::os::uffd::open() {
+            std::eprintln!("no userfaultfd here: nothing to check");
+            return;
+        }
+        let (pages, p) = mapped();
+        let s = pages.sharing().unwrap();
+        let at = |i: usize| p + i * page();
+        let check = |what: &str| {
+            assert_eq!(kernel_mappings(p), 1 + s.seams(), "{what}\n{}", region(p));
+        };
+        let refuse = |register, unregister| {
+            crate::os::uffd::tests::REFUSE_REGISTER.with(|r| r.set(register));
+            crate::os::uffd::tests::REFUSE_UNREGISTER.with(|r| r.set(unregister));
+        };
+        let registered = || pages.with_mapping(p, |m| m.uffd).unwrap();
+        // SAFETY: our pages, one thread, nothing live on them.
+        unsafe {
+            assert!(s.share(at(2)));
+            for i in [5, 6, 9, 12] {
+                assert!(s.join(at(2), at(i), &[]));
+            }
+            check("meshed");
+            refuse(true, true);
+            assert!(s.leave(at(5), Leave::Unused));
+            refuse(false, false);
+            assert_eq!(pages.registrations_refused(), 1);
+            assert!(registered(), "the unregistration refused");
+            check("a page left unregistered");
+            refuse(true, true);
+            assert!(s.leave(at(6), Leave::Unused));
+            refuse(false, false);
+            check("two side by side");
+            assert!(s.leave(at(9), Leave::Unused));
+            check("a registered page left after them");
+            assert!(s.join(at(2), at(5), &[]));
+            check("one registered again");
+            assert!(s.leave(at(5), Leave::Released));
+            check("and left again");
+            refuse(true, false);
+            assert!(s.leave(at(12), Leave::Unused));
+            refuse(false, false);
+            assert_eq!(pages.registrations_refused(), 3);
+            assert!(!registered(), "unregistered whole");
+            check("all unregistered");
+            assert!(s.leave(at(2), Leave::Keep));
             check("all left");
         }
     }

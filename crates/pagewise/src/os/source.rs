@@ -327,6 +327,17 @@ pub unsafe trait SharePages {
     fn seam_budget(&self) -> (usize, usize) {
         (0, usize::MAX)
     }
+    /// Guards the kernel would not put back after a remap, so far
+    /// (`SharedPages::guards_lost`). 0 unless the source has guards.
+    fn guards_lost(&self) -> u64 {
+        0
+    }
+    /// Registrations with the userfaultfd the kernel refused, so far
+    /// (`SharedPages::registrations_refused`). 0 unless the source
+    /// registers its pages.
+    fn registrations_refused(&self) -> u64 {
+        0
+    }
     /// A mesh pass begins: what the source checks before every copy and
     /// cannot change unnoticed in the meantime (the file size limit) it
     /// may read once here, until [`SharePages::end_pass`]. Nothing by

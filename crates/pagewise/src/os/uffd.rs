@@ -178,6 +178,10 @@ pub fn register(addr: usize, len: usize) -> bool {
 /// the kernel merges its mappings again where they differed only by
 /// registration, and wakes any thread waiting there.
 pub fn unregister(fd: i32, addr: usize, len: usize) -> bool {
+    #[cfg(test)]
+    if tests::REFUSE_UNREGISTER.with(|r| r.get()) {
+        return false;
+    }
     let mut r = Range {
         start: addr as u64,
         len: len as u64,
@@ -236,5 +240,8 @@ pub(crate) mod tests {
         /// Whether this thread's registrations fail (as the kernel may
         /// refuse one: no memory for a split or merge of its mappings).
         pub(crate) static REFUSE_REGISTER: core::cell::Cell<bool> = const { core::cell::Cell::new(false) };
+        /// Whether this thread's unregistrations fail (as the kernel may
+        /// refuse one: no memory to merge the mappings again).
+        pub(crate) static REFUSE_UNREGISTER: core::cell::Cell<bool> = const { core::cell::Cell::new(false) };
     }
 }

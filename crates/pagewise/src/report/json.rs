@@ -87,7 +87,7 @@ fn write_fields(w: &mut impl Write, s: &Stats, backed: Option<u64>) -> fmt::Resu
     )?;
     write!(
         w,
-        "\"reserved_bytes\":{},\"committed_bytes\":{},\"peak_committed_bytes\":{},\"metadata_bytes\":{},\"live_bytes\":{},\"live_requested_bytes\":{},\"live_allocations\":{},\"retained_bytes\":{},\"free_slot_bytes\":{},\"hollow_bytes\":{},\"purged_bytes\":{},\"purged_by\":{{\"decay\":{},\"budget\":{},\"reclaim\":{},\"trim\":{},\"limit\":{},\"hollow\":{},\"huge_reuse\":{}}},\"meshed_bytes\":{},\"mesh_saved_bytes\":{},\"mesh_mappings\":{},\"segments\":{},\"heaps\":{},",
+        "\"reserved_bytes\":{},\"committed_bytes\":{},\"peak_committed_bytes\":{},\"metadata_bytes\":{},\"live_bytes\":{},\"live_requested_bytes\":{},\"live_allocations\":{},\"retained_bytes\":{},\"free_slot_bytes\":{},\"hollow_bytes\":{},\"purged_bytes\":{},\"purged_by\":{{\"decay\":{},\"budget\":{},\"reclaim\":{},\"trim\":{},\"limit\":{},\"hollow\":{},\"huge_reuse\":{}}},\"meshed_bytes\":{},\"mesh_saved_bytes\":{},\"mesh_mappings\":{},\"mesh_guards_lost\":{},\"mesh_registrations_refused\":{},\"segments\":{},\"heaps\":{},",
         s.reserved_bytes,
         s.committed_bytes,
         s.peak_committed_bytes,
@@ -109,6 +109,8 @@ fn write_fields(w: &mut impl Write, s: &Stats, backed: Option<u64>) -> fmt::Resu
         s.meshed_bytes,
         s.mesh_saved_bytes,
         s.mesh_mappings,
+        s.mesh_guards_lost,
+        s.mesh_registrations_refused,
         s.segments,
         s.heaps
     )?;

@@ -58,6 +58,14 @@ impl fmt::Display for Stats {
                 s.mesh_mappings
             )?;
         }
+        if s.mesh_guards_lost > 0 || s.mesh_registrations_refused > 0 {
+            writeln!(
+                w,
+                "meshing refused by the kernel: {} guard pages not put back (those mappings stop meshing), {} userfaultfd registrations (those mappings' stores wait through mprotect)",
+                s.mesh_guards_lost,
+                s.mesh_registrations_refused
+            )?;
+        }
         let c = &s.syscalls;
         writeln!(
             w,
@@ -169,6 +177,34 @@ mod tests {
         assert_eq!(lines[7], "    free slots in used pages      1.0 MiB");
         assert_eq!(lines[9], "    metadata                     64.0 KiB");
         assert_eq!(lines.len(), 12, "{text}");
+    }
+
+    #[test]
+    fn what_the_kernel_refused_meshing_is_shown_when_it_refused_anything() {
+        let text = |s: Stats| {
+            let r = Report::of(s, OsMemory::default());
+            let mut buf = vec![0u8; 4096];
+            let mut w = SliceWriter::new(&mut buf);
+            write!(w, "{r}").unwrap();
+            std::string::String::from(core::str::from_utf8(w.written()).unwrap())
+        };
+        assert!(!text(Stats::ZERO).contains("refused"));
+        let mut s = Stats::ZERO;
+        s.mesh_guards_lost = 2;
+        assert!(
+            text(s).contains("\n  meshing refused by the kernel: 2 guard pages not put back (those mappings stop meshing), 0 userfaultfd registrations (those mappings' stores wait through mprotect)\n"),
+            "{}",
+            text(s)
+        );
+        let mut s = Stats::ZERO;
+        s.mesh_registrations_refused = 3;
+        assert!(
+            text(s).contains(
+                ": 0 guard pages not put back (those mappings stop meshing), 3 userfaultfd"
+            ),
+            "{}",
+            text(s)
+        );
     }
 
     #[test]
