@@ -150,6 +150,18 @@ pub struct AllocatorReport {
     /// (absent from older reports).
     #[serde(default)]
     pub mesh_registrations_refused: u64,
+    /// Stores that waited for a meshed page's copy (absent from older
+    /// reports).
+    #[serde(default)]
+    pub mesh_waits: u64,
+    /// The longest of those waits, in microseconds (absent from older
+    /// reports).
+    #[serde(default)]
+    pub mesh_longest_wait_us: u64,
+    /// Times a mesh pass let the page lists go for a waiting thread
+    /// (absent from older reports).
+    #[serde(default)]
+    pub mesh_pauses: u64,
     /// Bytes purged so far.
     pub purged_bytes: u64,
     /// Huge pages (absent from older reports).
@@ -643,6 +655,15 @@ fn render_process(s: &mut String, r: &RunReport, p: &ProcessReport) -> std::fmt:
             a.mesh_registrations_refused
         )?;
     }
+    if a.mesh_waits > 0 || a.mesh_pauses > 0 {
+        writeln!(
+            s,
+            "  meshing's waits {} stores waited for a page's copy (longest {:.1} ms), {} passes let the page lists go for a waiting thread",
+            a.mesh_waits,
+            a.mesh_longest_wait_us as f64 / 1000.0,
+            a.mesh_pauses
+        )?;
+    }
 
     if let Some(pk) = &p.peak {
         writeln!(s)?;
@@ -857,6 +878,28 @@ mod tests {
             "{text}"
         );
         assert!(text.contains(", 2 userfaultfd registrations"), "{text}");
+    }
+
+    #[test]
+    fn shows_meshings_waits_only_when_anything_waited() {
+        let line = "meshing's waits";
+        let mut r = RunReport {
+            command: vec!["prog".into()],
+            allocator: Some(sample()),
+            ..Default::default()
+        };
+        assert!(!render(&r).contains(line), "{}", render(&r));
+        let a = r.allocator.as_mut().unwrap();
+        a.mesh_waits = 5;
+        a.mesh_longest_wait_us = 12_340;
+        a.mesh_pauses = 2;
+        let text = render(&r);
+        assert!(
+            text.contains(
+                "meshing's waits 5 stores waited for a page's copy (longest 12.3 ms), 2 passes"
+            ),
+            "{text}"
+        );
     }
 
     #[test]

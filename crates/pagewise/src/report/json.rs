@@ -87,7 +87,7 @@ fn write_fields(w: &mut impl Write, s: &Stats, backed: Option<u64>) -> fmt::Resu
     )?;
     write!(
         w,
-        "\"reserved_bytes\":{},\"committed_bytes\":{},\"peak_committed_bytes\":{},\"metadata_bytes\":{},\"live_bytes\":{},\"live_requested_bytes\":{},\"live_allocations\":{},\"retained_bytes\":{},\"free_slot_bytes\":{},\"hollow_bytes\":{},\"purged_bytes\":{},\"purged_by\":{{\"decay\":{},\"budget\":{},\"reclaim\":{},\"trim\":{},\"limit\":{},\"hollow\":{},\"huge_reuse\":{}}},\"meshed_bytes\":{},\"mesh_saved_bytes\":{},\"mesh_mappings\":{},\"mesh_guards_lost\":{},\"mesh_registrations_refused\":{},\"segments\":{},\"heaps\":{},",
+        "\"reserved_bytes\":{},\"committed_bytes\":{},\"peak_committed_bytes\":{},\"metadata_bytes\":{},\"live_bytes\":{},\"live_requested_bytes\":{},\"live_allocations\":{},\"retained_bytes\":{},\"free_slot_bytes\":{},\"hollow_bytes\":{},\"purged_bytes\":{},\"purged_by\":{{\"decay\":{},\"budget\":{},\"reclaim\":{},\"trim\":{},\"limit\":{},\"hollow\":{},\"huge_reuse\":{}}},\"meshed_bytes\":{},\"mesh_saved_bytes\":{},\"mesh_mappings\":{},\"mesh_guards_lost\":{},\"mesh_registrations_refused\":{},\"mesh_waits\":{},\"mesh_longest_wait_us\":{},\"mesh_pauses\":{},\"segments\":{},\"heaps\":{},",
         s.reserved_bytes,
         s.committed_bytes,
         s.peak_committed_bytes,
@@ -111,6 +111,9 @@ fn write_fields(w: &mut impl Write, s: &Stats, backed: Option<u64>) -> fmt::Resu
         s.mesh_mappings,
         s.mesh_guards_lost,
         s.mesh_registrations_refused,
+        s.mesh_waits,
+        s.mesh_longest_wait_us,
+        s.mesh_pauses,
         s.segments,
         s.heaps
     )?;
@@ -195,6 +198,9 @@ mod tests {
         s.purged_bytes = 12;
         s.purged_by.reclaim = 8;
         s.purged_by.hollow = 4;
+        s.mesh_waits = 9;
+        s.mesh_longest_wait_us = 1500;
+        s.mesh_pauses = 2;
         let r = Report::of(s, OsMemory::default());
         let mut buf = vec![0u8; 8192];
         let mut w = SliceWriter::new(&mut buf);
@@ -206,6 +212,10 @@ mod tests {
         assert!(text.contains(",\"thp\":{\"advised_bytes\":0,"), "{text}");
         assert!(
             text.contains("\"purged_bytes\":12,\"purged_by\":{\"decay\":0,\"budget\":0,\"reclaim\":8,\"trim\":0,\"limit\":0,\"hollow\":4,\"huge_reuse\":0},"),
+            "{text}"
+        );
+        assert!(
+            text.contains(",\"mesh_waits\":9,\"mesh_longest_wait_us\":1500,\"mesh_pauses\":2,"),
             "{text}"
         );
         assert_eq!(text.matches('{').count(), text.matches('}').count());

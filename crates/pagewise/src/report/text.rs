@@ -66,6 +66,16 @@ impl fmt::Display for Stats {
                 s.mesh_registrations_refused
             )?;
         }
+        if s.mesh_waits > 0 || s.mesh_pauses > 0 {
+            writeln!(
+                w,
+                "meshing's waits: {} stores waited for a page's copy (longest {}.{:03} ms), {} passes let the page lists go for a waiting thread",
+                s.mesh_waits,
+                s.mesh_longest_wait_us / 1000,
+                s.mesh_longest_wait_us % 1000,
+                s.mesh_pauses
+            )?;
+        }
         let c = &s.syscalls;
         writeln!(
             w,
@@ -202,6 +212,33 @@ mod tests {
             text(s).contains(
                 ": 0 guard pages not put back (those mappings stop meshing), 3 userfaultfd"
             ),
+            "{}",
+            text(s)
+        );
+    }
+
+    #[test]
+    fn meshings_waits_are_shown_when_anything_waited() {
+        let text = |s: Stats| {
+            let r = Report::of(s, OsMemory::default());
+            let mut buf = vec![0u8; 4096];
+            let mut w = SliceWriter::new(&mut buf);
+            write!(w, "{r}").unwrap();
+            std::string::String::from(core::str::from_utf8(w.written()).unwrap())
+        };
+        assert!(!text(Stats::ZERO).contains("waits"));
+        let mut s = Stats::ZERO;
+        s.mesh_waits = 4;
+        s.mesh_longest_wait_us = 2_345;
+        assert!(
+            text(s).contains("\n  meshing's waits: 4 stores waited for a page's copy (longest 2.345 ms), 0 passes let the page lists go for a waiting thread\n"),
+            "{}",
+            text(s)
+        );
+        let mut s = Stats::ZERO;
+        s.mesh_pauses = 3;
+        assert!(
+            text(s).contains("(longest 0.000 ms), 3 passes let"),
             "{}",
             text(s)
         );
