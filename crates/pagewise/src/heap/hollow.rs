@@ -57,6 +57,7 @@ impl HeapCore {
         let pages = unsafe {
             page.hollow(
                 || source.serialize_threads(),
+                |f| self.announced_frees(f),
                 |addr, bytes| {
                     huge_pages::before_purge(source, huge, seg, addr, bytes)
                         && source.purge(NonNull::new_unchecked(addr as *mut u8), bytes, how)
@@ -69,6 +70,27 @@ impl HeapCore {
             self.hollow_bytes.add(bytes);
             self.hollowed.add(bytes);
         }
+    }
+
+    /// Calls `f` with the slot each other thread last announced it was
+    /// freeing into its cache, if slots of this heap go into other
+    /// threads' caches (a heap of the global allocator): read by a page
+    /// being hollowed, after it stopped taking cached frees
+    /// (`Page::hollow`). An owned heap's slots go only into its owner's
+    /// cache, and its owner is the one hollowing; the calling thread's own
+    /// announcement is of a free that is over, or that stored its key
+    /// before it came here (a full cache's maintenance), where the page's
+    /// check sees it.
+    fn announced_frees(&self, f: &mut dyn FnMut(usize)) {
+        if !self.global {
+            return;
+        }
+        let me = crate::global::thread::current_or_null() as *const HeapCore;
+        crate::global::heaps::for_each_heap(|h| {
+            if !core::ptr::eq(h, me) {
+                f(h.announced_free());
+            }
+        });
     }
 
     /// Whether `page` lies in a huge page of a heap that took a slab span
