@@ -72,25 +72,19 @@ impl HeapCore {
         }
     }
 
-    /// Calls `f` with the slot each other thread last announced it was
-    /// freeing into its cache, if slots of this heap go into other
-    /// threads' caches (a heap of the global allocator): read by a page
-    /// being hollowed, after it stopped taking cached frees
-    /// (`Page::hollow`). An owned heap's slots go only into its owner's
-    /// cache, and its owner is the one hollowing; the calling thread's own
-    /// announcement is of a free that is over, or that stored its key
-    /// before it came here (a full cache's maintenance), where the page's
-    /// check sees it.
+    /// Calls `f` with the slot each thread last announced it was freeing
+    /// into its cache, if slots of this heap go into other threads'
+    /// caches (a heap of the global allocator): read by a page being
+    /// hollowed, after it stopped taking cached frees (`Page::hollow`). An
+    /// owned heap's slots go only into its owner's cache, and its owner is
+    /// the one hollowing. The calling thread's own announcement is read
+    /// too: it is of a free that is over (its last), which keeps a slot's
+    /// OS page at worst, and a free's window (`set_window_hook`) may run
+    /// this very hollowing in the schedule-perturbation build.
     fn announced_frees(&self, f: &mut dyn FnMut(usize)) {
-        if !self.global {
-            return;
+        if self.global {
+            crate::global::heaps::for_each_heap(|h| f(h.announced_free()));
         }
-        let me = crate::global::thread::current_or_null() as *const HeapCore;
-        crate::global::heaps::for_each_heap(|h| {
-            if !core::ptr::eq(h, me) {
-                f(h.announced_free());
-            }
-        });
     }
 
     /// Whether `page` lies in a huge page of a heap that took a slab span
