@@ -44,7 +44,7 @@ FILES=${MUTANTS_FILES:-"
 # Which of their mutants (to keep the step near 15 minutes on 2 cores): all
 # of free.rs, remote.rs, block.rs and cache_handshake.rs (the free and
 # double-free checks, the remote-free counts, the free-slot keys, the
-# cached free's second look at its page); cache.rs's accounting and its
+# cached free's handshake with its page); cache.rs's accounting and its
 # cacheability test (`frees`, `cached`, `count_alloc`, `starts_slot`), not
 # its compile-time tables (`ClassState::all`, `build_limits`, `build_grown`) nor the
 # requested-bytes estimate behind stats(); in hollow.rs, page.rs and segment.rs the

@@ -11,7 +11,9 @@
 //! ```
 //!
 //! Without the handshake the slot went into the cache while its OS page
-//! was given back, and both the cache and the page handed it out.
+//! was given back, and both the cache and the page handed it out. Now the
+//! page sees the slot announced and keeps its OS page, and the double
+//! free is reported when the page hands the slot out again.
 #![cfg(pagewise_perturb)]
 
 mod reexec;

@@ -590,8 +590,9 @@ fn a_group_that_comes_to_nothing_gives_its_pages_back_intact() {
 /// Before a pass withholds slots of a page, frees of the page's slots stop
 /// going into thread caches and every thread passes a barrier (the page
 /// source's `serialize_threads`, one per size class that meshes), so a
-/// cached double free under way is either seen by the page's check or
-/// takes the checked path (`memory/cache_handshake.rs`).
+/// cached double free under way takes the checked path, or is seen by
+/// the pass (its slot announced) or by the page's check
+/// (`memory/cache_handshake.rs`).
 #[test]
 fn a_pass_serializes_threads_before_it_withholds_slots() {
     let heap = heap();

@@ -313,20 +313,28 @@ impl ClassState {
     /// On the heap's state 0 (no class's: no address passes its geometry,
     /// so its `returned` counts nothing): says that the heap's thread is
     /// about to free the slot at `addr` into its cache. Stored before the
-    /// free reads the slot's page's slab word, so a mesh pass that makes
-    /// the page uncacheable and then has every thread pass a barrier sees
-    /// the slot here if the free read the old word (`memory/cache_handshake.rs`,
-    /// `HeapCore::spare_announced`). One store, by the owner only (a thread
-    /// without a heap stores into [`EMPTY_STATES`](super::EMPTY_STATES),
-    /// which no pass reads).
+    /// free reads the slot's page's slab word, so a mesh pass or a page
+    /// being hollowed, which makes the page uncacheable and then has every
+    /// thread pass a barrier, sees the slot here if the free read the old
+    /// word (`memory/cache_handshake.rs`, `HeapCore::spare_announced`,
+    /// `Page::hollow`). A release store: one that reads a later
+    /// announcement sees the stores of the free before it (its key and
+    /// link); on x86-64 a plain `mov`, as a relaxed one. One store, by the
+    /// owner only (a thread without a heap stores into
+    /// [`EMPTY_STATES`](super::EMPTY_STATES), which no pass reads).
     #[inline(always)]
     pub(crate) fn announce(&self, addr: usize) {
-        self.returned.0.store(addr as u64, Relaxed);
+        self.returned
+            .0
+            .store(addr as u64, crate::memory::cache_handshake::ANNOUNCE);
     }
 
-    /// The slot last announced on this state 0 ([`ClassState::announce`]).
+    /// The slot last announced on this state 0 ([`ClassState::announce`]),
+    /// and, by an acquire load, what its thread stored before it.
     pub(crate) fn announced(&self) -> usize {
-        self.returned.0.load(Relaxed) as usize
+        self.returned
+            .0
+            .load(crate::memory::cache_handshake::READ_ANNOUNCED) as usize
     }
 
     /// Makes a list of `count` cached slots of this class (a batch from

@@ -121,13 +121,13 @@ impl HeapCore {
         }
         // SAFETY: per the caller; `addr` starts a slot of `state`'s class in
         // the live slab page `word` (read after the announcement) names.
-        unsafe { HeapCore::cache_push(heap, seg, addr, word, state_at, state) }
+        unsafe { HeapCore::cache_push(heap, addr, state_at, state) }
     }
 
     /// The end of a cached free, once the page's word `word` (read after
     /// `addr` was announced) said that `addr` starts a slot of the class
-    /// of `state`, at `state_at` in `heap`'s states: the cache key, the
-    /// second look at the word, the push (or the overflow).
+    /// of `state`, at `state_at` in `heap`'s states: the cache key and the
+    /// push (or the overflow).
     ///
     /// # Safety
     /// As `cache_free_at`; `addr` starts a slot of `state`'s class in a
@@ -136,9 +136,7 @@ impl HeapCore {
     #[inline(always)]
     unsafe fn cache_push(
         heap: *const HeapCore,
-        seg: &Segment,
         addr: usize,
-        word: usize,
         state_at: usize,
         state: &ClassState,
     ) -> bool {
@@ -148,16 +146,14 @@ impl HeapCore {
         // least) of the class `entry - 1` (slab table) in a live slab page.
         // The key is stored blind: loading it would wait for a line another
         // core may have written last; a slot freed twice is caught when it
-        // leaves the cache (`ClassState::pop`, `flush_cache`). If the page
-        // stopped taking cached frees between the two reads of its word
-        // (it is being hollowed), the key goes and the free takes the
-        // checked path (`memory/cache_handshake.rs`).
+        // leaves the cache (`ClassState::pop`, `flush_cache`). A page that
+        // stopped taking cached frees since the word was read (it is being
+        // hollowed or meshed) reads the announcement after its barrier: it
+        // keeps this slot's OS pages if the slot is free on it, and if this
+        // thread has announced another slot since, its check sees this key
+        // (`memory/cache_handshake.rs`).
         unsafe {
             Block::mark_cached(block);
-            if !cache_handshake::still_cacheable(|| seg.slab_word(addr), word) {
-                Block::mark_live(block);
-                return false;
-            }
             if !state.push(block) {
                 // A real heap: `empty_heap`'s states took no slot above.
                 HeapCore::cache_full(block, (state_at >> STATE_SHIFT) - 1, &*heap);
@@ -205,7 +201,7 @@ impl HeapCore {
         // start, of which `addr` is a slot.
         unsafe {
             let state = &*(states.add(state_at) as *const ClassState);
-            HeapCore::cache_push(current, seg, addr, word, state_at, state)
+            HeapCore::cache_push(current, addr, state_at, state)
         }
     }
 

@@ -57,6 +57,7 @@ impl HeapCore {
         let pages = unsafe {
             page.hollow(
                 || source.serialize_threads(),
+                |f| self.announced_frees(f),
                 |addr, bytes| {
                     huge_pages::before_purge(source, huge, seg, addr, bytes)
                         && source.purge(NonNull::new_unchecked(addr as *mut u8), bytes, how)
@@ -68,6 +69,21 @@ impl HeapCore {
             self.slab_committed.sub(bytes);
             self.hollow_bytes.add(bytes);
             self.hollowed.add(bytes);
+        }
+    }
+
+    /// Calls `f` with the slot each thread last announced it was freeing
+    /// into its cache, if slots of this heap go into other threads'
+    /// caches (a heap of the global allocator): read by a page being
+    /// hollowed, after it stopped taking cached frees (`Page::hollow`). An
+    /// owned heap's slots go only into its owner's cache, and its owner is
+    /// the one hollowing. The calling thread's own announcement is read
+    /// too: it is of a free that is over (its last), which keeps a slot's
+    /// OS page at worst, and a free's window (`set_window_hook`) may run
+    /// this very hollowing in the schedule-perturbation build.
+    fn announced_frees(&self, f: &mut dyn FnMut(usize)) {
+        if self.global {
+            crate::global::heaps::for_each_heap(|h| f(h.announced_free()));
         }
     }
 

@@ -83,6 +83,15 @@ impl SlotSet {
         self.0.iter().map(|w| w.count_ones() as usize).sum()
     }
 
+    /// The slots of this set not in `other`.
+    fn without(&self, other: &SlotSet) -> SlotSet {
+        let mut s = SlotSet::new();
+        for (w, (a, b)) in s.0.iter_mut().zip(self.0.iter().zip(&other.0)) {
+            *w = a & !b;
+        }
+        s
+    }
+
     /// Whether every slot of `first..=last` is in the set.
     fn contains_all(&self, first: usize, last: usize) -> bool {
         (first..=last).all(|i| self.contains(i))
@@ -162,8 +171,11 @@ impl Page {
 
     /// Purges every OS page of the page whose slots are all free, and takes
     /// its slots off the free list. `purge(addr, bytes)` gives a run of
-    /// OS pages back to the OS and says whether it did. Returns the OS pages
-    /// purged.
+    /// OS pages back to the OS and says whether it did. `announced(f)`
+    /// calls `f` with the slot each thread last announced it was freeing
+    /// into its cache (`ClassState::announce`; nothing for a heap whose
+    /// slots no other thread caches): a free slot announced keeps its OS
+    /// pages. Returns the OS pages purged.
     ///
     /// Aborts if the free list is not what the page counts: a slot on it
     /// twice, without the page key, or a list longer or shorter than the
@@ -178,6 +190,7 @@ impl Page {
     pub unsafe fn hollow(
         &mut self,
         serialize: impl FnOnce() -> bool,
+        announced: impl FnOnce(&mut dyn FnMut(usize)),
         mut purge: impl FnMut(usize, usize) -> bool,
     ) -> usize {
         let slot = self.slot_size as usize;
@@ -198,16 +211,21 @@ impl Page {
         // checked and any OS page purged (a cache's store into a purged
         // slot is unchecked); the count set below, or the same count if
         // nothing was purged, lets them again if the page ends with no
-        // hollow slot.
+        // hollow slot. A free under way that read the page as cacheable
+        // announced its slot before: that slot's OS pages stay, and a
+        // free that announced another since has stored its key where the
+        // check below finds it (`memory/cache_handshake.rs`).
         self.stop_caching(serialize);
+        let spared = self.announced_slots(announced);
         // SAFETY: per the caller.
         let set = unsafe { self.free_set(free as usize) };
+        let candidates = set.without(&spared);
         // SAFETY: a slab page lies in a registered, mapped segment.
         let seg = unsafe { &*Segment::of(segment_base(self.start)) };
         let base = seg.os_page(self.start);
         let purged = purge_runs(
             self.carved_os_pages(),
-            |k| self.can_hollow(seg, &set, base + k, k),
+            |k| self.can_hollow(seg, &candidates, base + k, k),
             |run, n| {
                 let done = purge(self.start + run * os_page(), n * os_page());
                 if done {
@@ -225,10 +243,24 @@ impl Page {
         purged
     }
 
+    /// The slots of this page that threads announced they were freeing
+    /// into their caches (`announced`, as [`Page::hollow`] takes it),
+    /// read after [`Page::stop_caching`].
+    fn announced_slots(&self, announced: impl FnOnce(&mut dyn FnMut(usize))) -> SlotSet {
+        let mut spared = SlotSet::new();
+        announced(&mut |at| {
+            if let Some(i) = self.slot_index(at) {
+                spared.insert(i);
+            }
+        });
+        spared
+    }
+
     /// Makes frees of this page's slots stop going into thread caches,
-    /// before its free list is checked: a free under way that read the page
-    /// as cacheable either sees the change or has stored its key where the
-    /// check finds it (`memory/cache_handshake.rs`). `serialize` is the
+    /// before its announced slots are read and its free list is checked: a
+    /// free under way that read the page as cacheable has announced its
+    /// slot where the reading sees it, or has since stored its key where
+    /// the check finds it (`memory/cache_handshake.rs`). `serialize` is the
     /// page source's; a page that was not cacheable needs none.
     fn stop_caching(&self, serialize: impl FnOnce() -> bool) {
         if self.hollow_slots() == 0 {
