@@ -947,6 +947,43 @@ mod tests {
         assert_eq!(NOT_SAMPLING - c.left(), 256, "the countdown counts pops");
     }
 
+    /// The room and the countdown share a word: neither's updates reach
+    /// the other, at the largest room and at both ends of the countdown.
+    #[test]
+    fn the_room_and_the_countdown_stay_apart() {
+        let most = *GROWN.iter().max().unwrap();
+        let c = ClassState::new(most, GEOMETRY[0]);
+        assert_eq!((c.cached(), c.left()), (0, NOT_SAMPLING));
+        c.arm(1);
+        assert_eq!((c.cached(), c.left()), (0, 1), "arming keeps the room");
+        assert!(c.sample_due());
+        c.arm(2);
+        assert!(!c.sample_due(), "a full room is not a countdown");
+        c.count_alloc(16);
+        assert_eq!((c.cached(), c.left()), (0, 1), "counting keeps the room");
+        c.arm(NOT_SAMPLING);
+        c.set_limit(1);
+        assert_eq!((c.limit(), c.left()), (1, NOT_SAMPLING));
+        let mut slots = [Slot([0; 2]); 2];
+        let a = slots[0].0.as_mut_ptr() as *mut Block;
+        let b = slots[1].0.as_mut_ptr() as *mut Block;
+        // SAFETY: test-local slots, each pushed while not in the cache.
+        unsafe {
+            Block::mark_cached(a);
+            Block::mark_cached(b);
+            assert!(c.push(a));
+            assert!(!c.push(b), "no room left, whatever the countdown");
+            assert_eq!((c.cached(), c.left()), (1, NOT_SAMPLING));
+            c.arm(2);
+            assert_eq!(c.pop(), a);
+            assert_eq!((c.cached(), c.left()), (0, 1), "a pop counts both");
+            assert!(c.sample_due());
+            assert!(c.push(b));
+            assert!(c.pop().is_null(), "a due sample declines");
+            assert_eq!((c.cached(), c.left()), (1, 1), "a decline counts none");
+        }
+    }
+
     #[test]
     fn a_due_sample_makes_the_cache_decline() {
         let mut slots = [Slot([0; 2]); 2];
