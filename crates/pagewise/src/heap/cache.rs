@@ -86,11 +86,15 @@ const fn build_grown() -> [u32; CLASSES] {
     t
 }
 
-/// `ClassState::left` of a heap that does not sample: about 2^45
+/// `ClassState::left` of a heap that does not sample: 2^45
 /// allocations of one class (ten hours of nothing but that class at 10^9
 /// a second). A heap that gets there takes the sampled path once, which
 /// finds nothing due and counts down from here again.
-pub const NOT_SAMPLING: i64 = i64::MAX >> (ROOM_BITS + 2);
+pub const NOT_SAMPLING: i64 = 1 << 45;
+const _: () = assert!(
+    NOT_SAMPLING <= i64::MAX >> (ROOM_BITS + 1),
+    "fits the counts word"
+);
 
 /// Low bits of [`ClassState`]'s counts word that hold the cache's room;
 /// the bits above hold the sample countdown. Room is at most the largest
