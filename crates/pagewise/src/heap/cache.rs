@@ -241,7 +241,7 @@ impl ClassState {
     fn set_room(&self, room: u32) {
         debug_assert!(room as i64 <= ROOM_MASK);
         let w = self.counts.load(Relaxed);
-        self.counts.store(w & !ROOM_MASK | room as i64, Relaxed);
+        self.counts.store((w & !ROOM_MASK) + room as i64, Relaxed);
     }
 
     /// Whether the next allocation of the class is to be sampled.
@@ -255,7 +255,7 @@ impl ClassState {
         debug_assert!(left <= NOT_SAMPLING);
         let w = self.counts.load(Relaxed);
         self.counts
-            .store(left << ROOM_BITS | w & ROOM_MASK, Relaxed);
+            .store((left << ROOM_BITS) + (w & ROOM_MASK), Relaxed);
     }
 
     /// Slots in the cache (any thread; a snapshot).
