@@ -86,9 +86,26 @@ const fn build_grown() -> [u32; CLASSES] {
     t
 }
 
-/// `ClassState::left` of a heap that does not sample: about 2^61
-/// allocations of one class, more than any process makes.
-pub const NOT_SAMPLING: i64 = i64::MAX / 4;
+/// `ClassState::left` of a heap that does not sample: 2^45
+/// allocations of one class (ten hours of nothing but that class at 10^9
+/// a second). A heap that gets there takes the sampled path once, which
+/// finds nothing due and counts down from here again.
+pub const NOT_SAMPLING: i64 = 1 << 45;
+const _: () = assert!(
+    NOT_SAMPLING <= i64::MAX >> (ROOM_BITS + 1),
+    "fits the counts word"
+);
+
+/// Low bits of [`ClassState`]'s counts word that hold the cache's room;
+/// the bits above hold the sample countdown. Room is at most the largest
+/// [`GROWN`] bound (128 KiB of 16-byte slots: 8,192).
+const ROOM_BITS: u32 = 16;
+/// The room's bits of the counts word.
+const ROOM_MASK: i64 = (1 << ROOM_BITS) - 1;
+/// What a pop adds to the counts word: one more slot of room, one
+/// allocation less to the next sample (one `add` on memory).
+const POPPED: i64 = 1 - (1 << ROOM_BITS);
+const _: () = assert!(LIMIT_BYTES / 16 <= ROOM_MASK as usize);
 
 /// Slots cached at most, per class, until the cache grows.
 pub static LIMITS: [u32; CLASSES] = build_limits();
@@ -106,28 +123,35 @@ pub struct ClassState {
     /// Cached free slots, newest first, that the fast paths push and pop
     /// (owner only); null-terminated, the older part apart.
     head: UnsafeCell<*mut Block>,
-    /// Slots the cache can still take (owner writes with plain stores;
-    /// stats read). Counting down saves the free path a table lookup. The
-    /// owner's fast paths read it with plain loads: no other thread writes it.
-    /// Counts the list and the older part.
-    room: AtomicU32,
-    /// Slots in the older part (owner only; 0: none). On this line: the
-    /// allocation that finds the list empty reads it.
-    older_count: UnsafeCell<u32>,
+    /// Two counts in one word (owner writes with plain stores; stats read
+    /// it whole), so that a pop updates both with one `add` on memory:
+    ///
+    /// - its low [`ROOM_BITS`], the *room*: slots the cache can still take,
+    ///   the list and the older part counted. Counting down saves the free
+    ///   path a table lookup;
+    /// - the bits above, signed, the *countdown* (`left`): allocations of
+    ///   the class until the next sampled one, that one included. The fast
+    ///   paths count it down where they used to count allocations up, and
+    ///   the heap derives its allocations from it ([`HeapCore::allocs`]).
+    ///   At 1 the cache declines the allocation, and the heap samples it
+    ///   (`alloc_sampled`). Not sampling: so high it gets there only every
+    ///   [`NOT_SAMPLING`] allocations (then it finds nothing due).
+    ///
+    /// The room is below 2^[`ROOM_BITS`], so the word is below
+    /// `2 << ROOM_BITS` exactly when the countdown is at most 1: the pop
+    /// tests the countdown with one comparison of the whole word. The
+    /// owner's fast paths read it with plain loads: no other thread writes
+    /// it.
+    ///
+    /// [`HeapCore::allocs`]: crate::heap::HeapCore::allocs
+    counts: AtomicI64,
     /// The class's slot geometry (a copy of the heap's table, `GEOMETRY`
     /// or `HUGE_GEOMETRY`; fixed), which the free path checks the address
     /// against.
     geometry: Geometry,
-    /// Allocations of the class until the next sampled one, that one
-    /// included (owner writes with plain stores): the fast paths count it
-    /// down where they used to count allocations up, and the heap derives
-    /// its allocations from it ([`HeapCore::allocs`]). At 1 the cache
-    /// declines the allocation, and the heap samples it (`alloc_sampled`).
-    /// Not sampling: so high it never gets there. The owner's pop reads
-    /// it with a plain load: no other thread writes it.
-    ///
-    /// [`HeapCore::allocs`]: crate::heap::HeapCore::allocs
-    left: AtomicI64,
+    /// Slots in the older part (owner only; 0: none). On this line: the
+    /// allocation that finds the list empty reads it.
+    older_count: UnsafeCell<u32>,
     /// Slots given back to this heap's pages (cumulative): its own frees
     /// past the cache (or sent home from it) and other threads' frees into
     /// its pages once collected. Frees into the cache are not counted on
@@ -157,10 +181,9 @@ impl ClassState {
     pub const fn new(limit: u32, geometry: Geometry) -> ClassState {
         ClassState {
             head: UnsafeCell::new(null_mut()),
-            room: AtomicU32::new(limit),
-            older_count: UnsafeCell::new(0),
+            counts: AtomicI64::new(NOT_SAMPLING << ROOM_BITS | limit as i64),
             geometry,
-            left: AtomicI64::new(NOT_SAMPLING),
+            older_count: UnsafeCell::new(0),
             returned: Counter::zero(),
             requested: Counter::zero(),
             sampled: Counter::zero(),
@@ -204,7 +227,21 @@ impl ClassState {
     /// Allocations until the next sampled one (see `left`).
     #[inline]
     pub fn left(&self) -> i64 {
-        self.left.load(Relaxed)
+        self.counts.load(Relaxed) >> ROOM_BITS
+    }
+
+    /// Slots the cache can still take (any thread; a snapshot).
+    #[inline]
+    fn room(&self) -> u32 {
+        (self.counts.load(Relaxed) & ROOM_MASK) as u32
+    }
+
+    /// Sets the room, keeping the countdown (owner only).
+    #[inline]
+    fn set_room(&self, room: u32) {
+        debug_assert!(room as i64 <= ROOM_MASK);
+        let w = self.counts.load(Relaxed);
+        self.counts.store((w & !ROOM_MASK) + room as i64, Relaxed);
     }
 
     /// Whether the next allocation of the class is to be sampled.
@@ -215,13 +252,16 @@ impl ClassState {
 
     /// Sets the allocations until the next sampled one (owner only).
     pub fn arm(&self, left: i64) {
-        self.left.store(left, Relaxed);
+        debug_assert!(left <= NOT_SAMPLING);
+        let w = self.counts.load(Relaxed);
+        self.counts
+            .store((left << ROOM_BITS) + (w & ROOM_MASK), Relaxed);
     }
 
     /// Slots in the cache (any thread; a snapshot).
     pub fn cached(&self) -> u32 {
         // Saturating: another thread may see a new bound with the old room.
-        self.limit().saturating_sub(self.room.load(Relaxed))
+        self.limit().saturating_sub(self.room())
     }
 
     /// Most slots the cache holds now (any thread; a snapshot).
@@ -235,7 +275,7 @@ impl ClassState {
         let cached = self.cached();
         debug_assert!(cached <= limit, "{cached} cached over a bound of {limit}");
         self.limit.store(limit, Relaxed);
-        self.room.store(limit - cached, Relaxed);
+        self.set_room(limit - cached);
     }
 
     /// A state per class at index `class + 1`, each cache bounded by
@@ -269,8 +309,9 @@ impl ClassState {
             let b = *self.head.get();
             // Two branches, each on a flag its own comparison sets (one
             // branch on both costs two `set`s and an `or`). The plain read
-            // of `left` is an operand of the comparison.
-            if b.is_null() || *self.left.as_ptr() <= 1 {
+            // of the counts is an operand of the comparison: below
+            // `2 << ROOM_BITS`, the countdown is at most 1.
+            if b.is_null() || *self.counts.as_ptr() < 2 << ROOM_BITS {
                 return null_mut();
             }
             let next = Block::next(b);
@@ -279,10 +320,12 @@ impl ClassState {
             }
             *self.head.get() = next;
             Block::mark_live(b);
-            // Each counter loaded again where it is updated: the compiler
-            // makes each update one instruction on memory.
-            self.room.store(self.room.load(Relaxed) + 1, Relaxed);
-            self.left.store(self.left.load(Relaxed) - 1, Relaxed);
+            // One more slot of room and one allocation less to the next
+            // sample, in one `add` on memory (the word loaded again where
+            // it is updated). The room stays below its bound: the cache
+            // held this slot.
+            self.counts
+                .store(self.counts.load(Relaxed) + POPPED, Relaxed);
             b
         }
     }
@@ -294,10 +337,10 @@ impl ClassState {
     /// (`Block::mark_cached`), no longer used by the caller.
     #[inline]
     pub unsafe fn push(&self, block: *mut Block) -> bool {
-        // SAFETY: only the owner (the caller) writes `room`; other threads
-        // only read it, so a plain read races with no write (and is an
-        // operand of the comparison).
-        if unsafe { *self.room.as_ptr() } == 0 {
+        // SAFETY: only the owner (the caller) writes the counts; other
+        // threads only read them, so a plain read races with no write (and
+        // is an operand of the comparison).
+        if unsafe { *self.counts.as_ptr() } & ROOM_MASK == 0 {
             return false;
         }
         // SAFETY: the slot is ours to link (caller); the list is owner-only.
@@ -305,8 +348,9 @@ impl ClassState {
             Block::set_next(block, *self.head.get());
             *self.head.get() = block;
         }
-        // Loaded again where it is updated: one instruction on memory.
-        self.room.store(self.room.load(Relaxed) - 1, Relaxed);
+        // One slot less of room (not 0: no borrow from the countdown),
+        // loaded again where it is updated: one instruction on memory.
+        self.counts.store(self.counts.load(Relaxed) - 1, Relaxed);
         true
     }
 
@@ -353,10 +397,10 @@ impl ClassState {
         // A batch passed by a cache that had grown may be more than this
         // one holds: it grows to take it (no further than that cache had).
         self.set_limit(self.limit().max(count));
-        let room = self.room.load(Relaxed);
+        let room = self.room();
         // SAFETY: owner only (caller).
         unsafe { *self.head.get() = head };
-        self.room.store(room - count, Relaxed);
+        self.set_room(room - count);
     }
 
     /// The most recently cached slot (null if none).
@@ -424,7 +468,7 @@ impl ClassState {
             let m = n - s;
             let (rest, passed) = if s >= (n / 4).max(1) && m >= (n / 4).max(1) {
                 let rest = *self.older.get();
-                self.room.store(self.room.load(Relaxed) + s, Relaxed);
+                self.set_room(self.room() + s);
                 (rest, s)
             } else {
                 self.take_older(n / 2)
@@ -510,8 +554,7 @@ impl ClassState {
                 Block::set_next(last, null_mut());
                 rest
             };
-            self.room
-                .store(self.room.load(Relaxed) + (n - keep), Relaxed);
+            self.set_room(self.room() + (n - keep));
             (rest, n - keep)
         }
     }
@@ -565,7 +608,8 @@ impl ClassState {
     /// its size).
     #[inline]
     pub fn count_alloc(&self, size: usize) {
-        self.left.store(self.left() - 1, Relaxed);
+        self.counts
+            .store(self.counts.load(Relaxed) - (1 << ROOM_BITS), Relaxed);
         self.requested.add(size as u64);
         self.sampled.add(1);
     }
@@ -905,6 +949,43 @@ mod tests {
         }
         assert!(!c.sample_due());
         assert_eq!(NOT_SAMPLING - c.left(), 256, "the countdown counts pops");
+    }
+
+    /// The room and the countdown share a word: neither's updates reach
+    /// the other, at the largest room and at both ends of the countdown.
+    #[test]
+    fn the_room_and_the_countdown_stay_apart() {
+        let most = *GROWN.iter().max().unwrap();
+        let c = ClassState::new(most, GEOMETRY[0]);
+        assert_eq!((c.cached(), c.left()), (0, NOT_SAMPLING));
+        c.arm(1);
+        assert_eq!((c.cached(), c.left()), (0, 1), "arming keeps the room");
+        assert!(c.sample_due());
+        c.arm(2);
+        assert!(!c.sample_due(), "a full room is not a countdown");
+        c.count_alloc(16);
+        assert_eq!((c.cached(), c.left()), (0, 1), "counting keeps the room");
+        c.arm(NOT_SAMPLING);
+        c.set_limit(1);
+        assert_eq!((c.limit(), c.left()), (1, NOT_SAMPLING));
+        let mut slots = [Slot([0; 2]); 2];
+        let a = slots[0].0.as_mut_ptr() as *mut Block;
+        let b = slots[1].0.as_mut_ptr() as *mut Block;
+        // SAFETY: test-local slots, each pushed while not in the cache.
+        unsafe {
+            Block::mark_cached(a);
+            Block::mark_cached(b);
+            assert!(c.push(a));
+            assert!(!c.push(b), "no room left, whatever the countdown");
+            assert_eq!((c.cached(), c.left()), (1, NOT_SAMPLING));
+            c.arm(2);
+            assert_eq!(c.pop(), a);
+            assert_eq!((c.cached(), c.left()), (0, 1), "a pop counts both");
+            assert!(c.sample_due());
+            assert!(c.push(b));
+            assert!(c.pop().is_null(), "a due sample declines");
+            assert_eq!((c.cached(), c.left()), (1, 1), "a decline counts none");
+        }
     }
 
     #[test]
