@@ -258,6 +258,17 @@ impl crate::heap::mesh::Outer for PassHeld {
     }
 }
 
+/// Keeps the purger out of its pass while the guard lives: `stats()`
+/// counts every slot where it is (a thread cache, the transfer cache, a
+/// page's remote frees, its heap's returned count), and a pass moves slots
+/// between those places (batches from the transfer cache home to their
+/// pages, exited threads' remote frees collected). A batch taken off the
+/// transfer cache after its heaps were counted and before the transfer
+/// cache was would be counted nowhere: live, though freed.
+pub(crate) fn hold_off() -> lock::Guard<'static, ()> {
+    PASS.lock()
+}
+
 /// Keeps the purger out of its pass (fork preparation).
 pub fn pause() {
     lock::hold(&PASS);
@@ -279,5 +290,38 @@ pub fn after_fork_child() {
     // A request the parent diverted for may not have been undone yet.
     if STATE.load(Relaxed) != REQUESTED {
         crate::heap::alloc::undivert_small_mallocs();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicBool;
+
+    /// `stats()` counts nothing while a purger pass runs: it waits for the
+    /// pass (here a pass held open, as `pause` holds it) to end. A stats
+    /// count made during a pass could see a batch the pass took off the
+    /// transfer cache neither there nor on its pages, and count its slots
+    /// as live.
+    #[test]
+    fn stats_waits_for_a_purger_pass() {
+        let ended = AtomicBool::new(false);
+        pause();
+        std::thread::scope(|s| {
+            let counter = s.spawn(|| {
+                let _ = crate::stats();
+                // Whether the pass had ended when the count was made.
+                ended.load(SeqCst)
+            });
+            // Long enough for the count to finish if nothing holds it back
+            // (the assertion below is on order, not on time).
+            std::thread::sleep(std::time::Duration::from_millis(50));
+            ended.store(true, SeqCst);
+            resume();
+            assert!(
+                counter.join().unwrap(),
+                "stats() counted while a purger pass held its lock"
+            );
+        });
     }
 }
