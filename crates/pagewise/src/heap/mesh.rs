@@ -22,7 +22,7 @@
 //!    gets its slots back.
 
 use super::hollow::Hollow;
-use super::mesh_plan::{Packing, Scratch, NONE};
+use super::mesh_plan::{Packing, Scratch, MAX_CANDIDATES, NONE};
 use super::*;
 use crate::memory::mesh::{Candidate, Withheld, MAX_POSITIONS};
 use crate::os::source::{map_table, unmap_table, Leave, SharePages};
@@ -132,6 +132,14 @@ impl Outer for HeldAlone {
     fn take_again(&self) {}
 }
 
+/// Members of the groups a pass makes at a time (a chunk of a round):
+/// their slots are withheld, the groups made and the failures given back
+/// before the next chunk's slots are withheld, and between two chunks a
+/// thread that waits for the page lists has them. It waits behind one
+/// chunk's copies and one group's, not a round's 4,096, and the chunks not
+/// begun have nothing to give back.
+const CHUNK_JOINS: usize = MAX_CANDIDATES / 16;
+
 /// Times a pass let the page lists go for a waiting thread, process-wide.
 static PAUSES: AtomicU64 = AtomicU64::new(0);
 
@@ -182,12 +190,22 @@ impl HeapCore {
     /// # Safety
     /// Owner only; as [`HeapCore::mesh_pass`] for writers.
     pub unsafe fn mesh(&self) -> usize {
+        // SAFETY: per the caller.
+        unsafe { self.mesh_holding(&HeldAlone) }
+    }
+
+    /// [`HeapCore::mesh`], its pass letting go of the page lists and what
+    /// `outer` holds for a thread that waits for them.
+    ///
+    /// # Safety
+    /// As [`HeapCore::mesh`].
+    unsafe fn mesh_holding(&self, outer: &dyn Outer) -> usize {
         let mut l = self.lock_local();
         // SAFETY: owner (caller), with the page lists held.
         unsafe {
             self.flush_caches(&mut l);
             self.release_empty_pages(&mut l, Access::Owner, Hollow::Now);
-            let joined = self.mesh_pass(&mut l, MeshWhen::Now, &HeldAlone);
+            let joined = self.mesh_pass(&mut l, MeshWhen::Now, outer);
             self.release_empty_pages(&mut l, Access::Owner, Hollow::Now);
             joined
         }
@@ -322,6 +340,7 @@ impl HeapCore {
                 (cap.saturating_sub(used) / 2) as u128 * count as u128 / total.max(1) as u128;
             let mut from = l.queues[class].head;
             let mut round = 0u64;
+            let wanted = || self.lists_wanted() || outer.wanted();
             while !from.is_null() {
                 // SAFETY: per the caller.
                 from = unsafe { self.gather(class, from, when, &mut scratch) };
@@ -333,7 +352,11 @@ impl HeapCore {
                 if scratch.n < 2 && scratch.old == 0 {
                     continue;
                 }
-                let share = class_share * scratch.n as u128 / count as u128;
+                // No more than what is left of the class's share: a class
+                // that starts over after a pause plans its candidates again.
+                let spent = sharing.seam_budget().0.saturating_sub(used) as u128;
+                let share = (class_share * scratch.n as u128 / count as u128)
+                    .min(class_share.saturating_sub(spent));
                 let packing = Packing::choose(scratch.n, scratch.pages(), share as usize);
                 round += 1;
                 scratch.place_all(
@@ -343,13 +366,14 @@ impl HeapCore {
                     packing,
                 );
                 // SAFETY: per the caller.
-                let made = unsafe { self.make_groups(l, &mut scratch, sharing) };
+                let made = unsafe { self.make_groups(l, &mut scratch, sharing, &wanted) };
                 joined += made;
-                if self.lists_wanted() || outer.wanted() {
+                if wanted() {
                     // A thread of the program waits for the page lists (a
                     // slow path of its allocations) or for what the pass
-                    // holds around them (a fork): it has them now, between
-                    // two rounds, not after the whole pass.
+                    // holds around them (a fork): it has them now, after
+                    // the chunk of the round being made (the chunks not
+                    // begun are given up), not after the whole pass.
                     self.pause(l, outer);
                     if made == 0 {
                         // Nothing meshed in this round: the rest of the
@@ -358,7 +382,9 @@ impl HeapCore {
                         break;
                     }
                     // The queue may have changed meanwhile: the class
-                    // starts over (what meshed is no candidate any more).
+                    // starts over (what meshed is no candidate any more;
+                    // the groups given up are planned again, with those
+                    // made as old groups they may join).
                     from = l.queues[class].head;
                 }
             }
@@ -526,6 +552,7 @@ impl HeapCore {
         l: &mut Local,
         s: &mut Scratch,
         sharing: &dyn SharePages,
+        wanted: &dyn Fn() -> bool,
     ) -> usize {
         // 0. Frees of the planned pages' slots stop going into thread
         //    caches, and every thread passes a barrier, before their free
@@ -536,17 +563,65 @@ impl HeapCore {
         if !self.stop_caching_planned(s) {
             return 0;
         }
+        // 1-3, chunk by chunk of consecutive groups (a leader's groups are
+        //    consecutive), each of about `CHUNK_JOINS` members: nothing is
+        //    withheld for a chunk before the one before it is made and its
+        //    failures given back, so after each chunk a thread `wanted`
+        //    says waits for the lists gets them with nothing to give back:
+        //    the chunks not begun are given up (planned again after the
+        //    pause, when the pages may have changed).
+        let mut joined = 0;
+        let mut g0 = 0u32;
+        while (g0 as usize) < s.ngroups {
+            let mut g1 = g0;
+            let mut members = 0u32;
+            while (g1 as usize) < s.ngroups && members < CHUNK_JOINS as u32 {
+                // The candidates it takes (an old group counts members
+                // of earlier passes too, which copy nothing now).
+                if s.group(g1).made() {
+                    let mut m = s.group(g1).first;
+                    while m != NONE {
+                        members += 1;
+                        m = s.plan(m).next;
+                    }
+                }
+                g1 += 1;
+            }
+            // SAFETY: per the caller.
+            joined += unsafe { self.make_chunk(l, s, sharing, g0..g1) };
+            g0 = g1;
+            if (g0 as usize) < s.ngroups && wanted() {
+                self.give_up_from(s, g0);
+                break;
+            }
+        }
+        joined
+    }
+
+    /// Makes the planned groups `chunk` of `s` (see `make_groups`).
+    /// Returns the OS pages that joined.
+    ///
+    /// # Safety
+    /// As `make_groups`, whose step 0 ran for these groups.
+    unsafe fn make_chunk(
+        &self,
+        l: &mut Local,
+        s: &mut Scratch,
+        sharing: &dyn SharePages,
+        chunk: core::ops::Range<u32>,
+    ) -> usize {
+        let ours = |s: &mut Scratch, i: u32| s.planned(i) && chunk.contains(&s.plan(i).group);
         // 0b. A planned OS page in a region advised huge takes the advice
         //    back first, as a purge does: its huge page splits (counted),
         //    and the kernel's background collapse leaves the region to
         //    small pages. Refused, the page does not mesh.
         for i in 0..s.n as u32 {
-            if s.planned(i) && !s.plan(i).failed && !self.unadvise(s.cand(i).addr()) {
+            if ours(s, i) && !s.plan(i).failed && !self.unadvise(s.cand(i).addr()) {
                 s.plan(i).failed = true;
             }
         }
-        // 1. Withhold the slots on every planned OS page, page by page (the
-        //    candidates of a page are consecutive).
+        // 1. Withhold the slots on the chunk's planned OS pages, page by
+        //    page (the candidates of a page are consecutive).
         let mut i = 0;
         while i < s.n as u32 {
             let page = s.cand(i).page;
@@ -554,7 +629,7 @@ impl HeapCore {
             let mut planned = 0;
             let mut spared = false;
             while end < s.n as u32 && s.cand(end).page == page {
-                if s.planned(end) {
+                if ours(s, end) {
                     if s.plan(end).failed {
                         spared = true;
                     } else {
@@ -566,8 +641,8 @@ impl HeapCore {
             }
             if planned == 0 && spared {
                 // SAFETY: a slab page of this heap, page lists held; none
-                // of its OS pages meshes in this pass: cacheable again if
-                // it was.
+                // of its OS pages meshes in this chunk: cacheable again if
+                // nothing else keeps it from it.
                 unsafe { (*page).set_hollow_slots((*page).hollow_slots()) };
             }
             if planned > 0 {
@@ -580,7 +655,7 @@ impl HeapCore {
                 };
                 if record.is_null() {
                     for j in i..end {
-                        if s.planned(j) && !s.plan(j).failed {
+                        if ours(s, j) && !s.plan(j).failed {
                             mark_meshed(s.cand(j), false);
                             s.plan(j).failed = true;
                         }
@@ -591,7 +666,7 @@ impl HeapCore {
                     // SAFETY: per the caller; the record is the page's.
                     unsafe { (*page).withhold_meshed(planned, record) };
                     for j in i..end {
-                        if s.planned(j) && !s.plan(j).failed {
+                        if ours(s, j) && !s.plan(j).failed {
                             s.plan(j).withheld = true;
                         }
                     }
@@ -601,36 +676,37 @@ impl HeapCore {
         }
         // 2. Found the groups, then join their members page by page, each
         //    page's in address order (a run of pages joining a leader's
-        //    groups merges into one kernel mapping as it goes), each copy under the barrier (other
-        //    threads' stores to a page being copied wait); groups no member
-        //    joined go back to their founders.
-        for g in 0..s.ngroups as u32 {
+        //    groups merges into one kernel mapping as it goes), each copy
+        //    under the barrier (other threads' stores to a page being
+        //    copied wait); groups no member joined go back to their
+        //    founders.
+        for g in chunk.clone() {
             if s.group(g).made() && !s.group(g).old {
                 // SAFETY: per the caller.
                 unsafe { found_group(s, g, sharing) };
             }
         }
         for i in 0..s.n as u32 {
-            if s.planned(i) && !s.plan(i).failed {
+            if ours(s, i) && !s.plan(i).failed {
                 // SAFETY: per the caller.
                 unsafe { join_group(s, i, sharing) };
             }
         }
         let mut joined = 0;
-        for g in 0..s.ngroups as u32 {
+        for g in chunk.clone() {
             if s.group(g).at != 0 {
                 // SAFETY: per the caller.
                 joined += unsafe { end_lone_group(s, g, sharing) };
             }
         }
-        // 3. Pages whose planned OS pages did not all join get the slots
-        //    withheld for them back.
+        // 3. Pages whose planned OS pages of the chunk did not all join get
+        //    the slots withheld for them back.
         let mut i = 0;
         while i < s.n as u32 {
             let page = s.cand(i).page;
             let mut failed = 0;
             while i < s.n as u32 && s.cand(i).page == page {
-                failed += u32::from(s.plan(i).failed && s.plan(i).withheld);
+                failed += u32::from(ours(s, i) && s.plan(i).failed && s.plan(i).withheld);
                 i += 1;
             }
             if failed > 0 {
@@ -640,6 +716,35 @@ impl HeapCore {
             }
         }
         joined
+    }
+
+    /// Gives up the planned groups from `g0` on (none begun: nothing
+    /// withheld for them, no bit set): their candidates are marked failed,
+    /// and each page none of whose OS pages meshed in the chunks made
+    /// takes cached frees again if nothing else keeps it from it.
+    fn give_up_from(&self, s: &mut Scratch, g0: u32) {
+        let mut i = 0;
+        while i < s.n as u32 {
+            let page = s.cand(i).page;
+            let mut given_up = false;
+            let mut kept = false;
+            while i < s.n as u32 && s.cand(i).page == page {
+                if s.planned(i) {
+                    if s.plan(i).group >= g0 {
+                        s.plan(i).failed = true;
+                        given_up = true;
+                    } else if !s.plan(i).failed {
+                        kept = true;
+                    }
+                }
+                i += 1;
+            }
+            if given_up && !kept {
+                // SAFETY: a slab page of this heap (the caller's
+                // candidates), page lists held; its word as its count says.
+                unsafe { (*page).set_hollow_slots((*page).hollow_slots()) };
+            }
+        }
     }
 
     /// Takes the huge-page advice back from the region the OS page at
@@ -892,5 +997,214 @@ fn fail_from(s: &mut Scratch, from: u32) {
             s.plan(m).failed = true;
         }
         m = s.plan(m).next;
+    }
+}
+
+#[cfg(all(test, target_os = "linux"))]
+mod tests {
+    use super::*;
+    use crate::os::source::{PageSource, Purge, SyscallCounts};
+    use crate::SharedPages;
+    use core::alloc::Layout;
+    use core::cell::Cell;
+
+    /// `SharedPages`, counting the groups founded and the pages joined.
+    struct Counted {
+        pages: SharedPages,
+        shares: AtomicUsize,
+        joins: AtomicUsize,
+    }
+
+    // SAFETY: forwards to `SharedPages`.
+    unsafe impl PageSource for Counted {
+        fn map(&self, size: usize, align: usize) -> Option<NonNull<u8>> {
+            self.pages.map(size, align)
+        }
+        unsafe fn unmap(&self, ptr: NonNull<u8>, size: usize) {
+            // SAFETY: forwarded.
+            unsafe { self.pages.unmap(ptr, size) }
+        }
+        unsafe fn purge(&self, ptr: NonNull<u8>, size: usize, how: Purge) -> bool {
+            // SAFETY: forwarded.
+            unsafe { self.pages.purge(ptr, size, how) }
+        }
+        fn now_ms(&self) -> u64 {
+            self.pages.now_ms()
+        }
+        fn syscalls(&self) -> SyscallCounts {
+            self.pages.syscalls()
+        }
+        fn sharing(&self) -> Option<&dyn SharePages> {
+            Some(self)
+        }
+    }
+
+    // SAFETY: forwards to `SharedPages`.
+    unsafe impl SharePages for Counted {
+        unsafe fn share(&self, founder: usize) -> bool {
+            self.shares.fetch_add(1, Relaxed);
+            // SAFETY: forwarded.
+            unsafe { self.pages.sharing().unwrap().share(founder) }
+        }
+        unsafe fn join(&self, founder: usize, member: usize, ranges: &[(usize, usize)]) -> bool {
+            self.joins.fetch_add(1, Relaxed);
+            // SAFETY: forwarded.
+            unsafe { self.pages.sharing().unwrap().join(founder, member, ranges) }
+        }
+        unsafe fn leave(&self, member: usize, how: Leave) -> bool {
+            // SAFETY: forwarded.
+            unsafe { self.pages.sharing().unwrap().leave(member, how) }
+        }
+        fn group_of(&self, addr: usize) -> Option<usize> {
+            self.pages.sharing().unwrap().group_of(addr)
+        }
+        fn members(&self, founder: usize) -> usize {
+            self.pages.sharing().unwrap().members(founder)
+        }
+        fn shared(&self) -> (usize, usize) {
+            self.pages.sharing().unwrap().shared()
+        }
+        fn seams(&self) -> usize {
+            self.pages.sharing().unwrap().seams()
+        }
+    }
+
+    /// A thread that always waits for the lists, again as soon as it had
+    /// them; counts the pauses, and the OS pages copied (groups founded,
+    /// members joined) between two of them, at most.
+    struct Waiter<'a> {
+        source: &'a Counted,
+        away: Cell<bool>,
+        copies_at: Cell<usize>,
+        pauses: Cell<usize>,
+        most_copied: Cell<usize>,
+    }
+
+    impl Counted {
+        fn copies(&self) -> usize {
+            self.shares.load(Relaxed) + self.joins.load(Relaxed)
+        }
+    }
+
+    impl Outer for Waiter<'_> {
+        fn wanted(&self) -> bool {
+            !self.away.get()
+        }
+        fn let_go(&self) {
+            let copied = self.source.copies() - self.copies_at.get();
+            self.most_copied.set(self.most_copied.get().max(copied));
+            self.pauses.set(self.pauses.get() + 1);
+            self.away.set(true);
+        }
+        fn take_again(&self) {
+            self.away.set(false);
+            self.copies_at.set(self.source.copies());
+        }
+    }
+
+    /// 64-byte objects over `pages` OS pages, one kept per OS page at a
+    /// random slot (its address and tag returned), the rest freed.
+    fn sparse(heap: &crate::Heap<Counted>, pages: usize) -> Vec<(NonNull<u8>, u8)> {
+        let l = Layout::from_size_align(64, 8).unwrap();
+        let per = os_page() / 64;
+        let all: Vec<NonNull<u8>> = (0..pages * per)
+            .map(|_| heap.allocate(l).unwrap().cast())
+            .collect();
+        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+        let mut kept = Vec::new();
+        for (j, chunk) in all.chunks(per).enumerate() {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            let keep = (seed % per as u64) as usize;
+            for (i, &p) in chunk.iter().enumerate() {
+                if i == keep {
+                    let tag = j as u8 | 1;
+                    // SAFETY: a live block of 64 bytes.
+                    unsafe { p.as_ptr().write_bytes(tag, 64) };
+                    kept.push((p, tag));
+                } else {
+                    // SAFETY: allocated above with `l`, freed once.
+                    unsafe { heap.deallocate(p, l) };
+                }
+            }
+        }
+        kept
+    }
+
+    fn intact(kept: &[(NonNull<u8>, u8)]) -> bool {
+        kept.iter().all(|&(p, tag)| {
+            // SAFETY: live blocks of 64 bytes.
+            unsafe { core::slice::from_raw_parts(p.as_ptr(), 64) }
+                .iter()
+                .all(|&b| b == tag)
+        })
+    }
+
+    fn counted() -> Counted {
+        Counted {
+            pages: SharedPages::new(),
+            shares: AtomicUsize::new(0),
+            joins: AtomicUsize::new(0),
+        }
+    }
+
+    /// A thread that waits for the page lists while the pass makes groups
+    /// waits behind one chunk's copies (and one group's), not the round's,
+    /// though it waits again as soon as it had them; the pass plans the
+    /// rest again after each pause and meshes as much as one no thread
+    /// waited on, every kept object intact.
+    #[test]
+    fn a_waiting_thread_gets_the_lists_before_the_round_ends() {
+        // A round: more than a give-up's copies and a group's.
+        const PAGES: usize = 1024;
+        let alone = crate::Heap::with_source(counted(), Default::default());
+        let kept_alone = sparse(&alone, PAGES);
+        // SAFETY: this thread is the heap's only user.
+        let joined_alone = unsafe { alone.core().mesh() };
+        assert!(intact(&kept_alone));
+        assert!(joined_alone >= PAGES / 2, "{joined_alone} of {PAGES}");
+
+        let heap = crate::Heap::with_source(counted(), Default::default());
+        let kept = sparse(&heap, PAGES);
+        let source = heap.core().source() as *const dyn PageSource as *const Counted;
+        // SAFETY: the heap's source is the `Counted` it was made with.
+        let source = unsafe { &*source };
+        let waiter = Waiter {
+            source,
+            away: Cell::new(false),
+            copies_at: Cell::new(0),
+            pauses: Cell::new(0),
+            most_copied: Cell::new(0),
+        };
+        // SAFETY: as above.
+        let joined = unsafe { heap.core().mesh_holding(&waiter) };
+        assert!(intact(&kept));
+        let (pauses, founded) = (waiter.pauses.get(), source.shares.load(Relaxed));
+        // A group has a member per slot position at most.
+        let group = os_page() / 64 + 1;
+        assert!(
+            waiter.most_copied.get() <= CHUNK_JOINS + group,
+            "{} OS pages copied between two pauses ({pauses} pauses, {founded} groups)",
+            waiter.most_copied.get()
+        );
+        // A pause after each give-up's joins at most, and one for the end of
+        // the round and of the class.
+        assert!(
+            (2..=PAGES / CHUNK_JOINS + 2).contains(&pauses),
+            "{pauses} pauses"
+        );
+        assert!(
+            joined * 10 >= joined_alone * 9,
+            "{joined} OS pages joined with a thread waiting, {joined_alone} without"
+        );
+        for (p, _) in kept_alone {
+            // SAFETY: allocated with this layout, freed once.
+            unsafe { alone.deallocate(p, Layout::from_size_align(64, 8).unwrap()) };
+        }
+        for (p, _) in kept {
+            // SAFETY: as above.
+            unsafe { heap.deallocate(p, Layout::from_size_align(64, 8).unwrap()) };
+        }
     }
 }
