@@ -14,12 +14,16 @@
 //!    none of the positions their members may use is met;
 //! 3. every group of two members or more is made: a planned OS page in a
 //!    region advised huge takes the advice back (as a purge does); the
-//!    pages' slots on the planned OS pages are withheld first (their free list runs through
-//!    memory that is about to show another page's bytes), then the
-//!    founders' pages are shared and the others join page by page, each
-//!    page's OS pages in address order (so a run's kernel mappings merge
-//!    as it grows), copying their live slots; a member the kernel refuses
-//!    gets its slots back.
+//!    groups are made in chunks of consecutive groups ([`CHUNK_JOINS`]
+//!    candidates): the pages' slots on a chunk's planned OS pages are
+//!    withheld first (their free list runs through memory that is about
+//!    to show another page's bytes), then the founders' pages are shared
+//!    and the others join page by page, each page's OS pages in address
+//!    order (so a run's kernel mappings merge as it grows), copying their
+//!    live slots; a member the kernel refuses gets its slots back. Between
+//!    two chunks a thread waiting for the page lists has them: the chunks
+//!    not begun, nothing withheld for them, are given up and the class is
+//!    planned again after the pause.
 
 use super::hollow::Hollow;
 use super::mesh_plan::{Packing, Scratch, MAX_CANDIDATES, NONE};
@@ -110,7 +114,7 @@ impl Records {
 }
 
 /// The locks a mesh pass's caller took before the heap's page lists,
-/// which the pass lets go with them between two rounds while another
+/// which the pass lets go with them between two chunks of a round while another
 /// thread waits for one of them.
 pub(crate) trait Outer {
     /// Whether a thread waits for one of them.
