@@ -144,6 +144,13 @@ impl Outer for HeldAlone {
 /// begun have nothing to give back.
 const CHUNK_JOINS: usize = MAX_CANDIDATES / 16;
 
+#[cfg(test)]
+std::thread_local! {
+    /// Candidates `gather` read on this thread (tests count the work a
+    /// waiting thread waits behind).
+    static GATHERED: core::cell::Cell<usize> = const { core::cell::Cell::new(0) };
+}
+
 /// Times a pass let the page lists go for a waiting thread, process-wide.
 static PAUSES: AtomicU64 = AtomicU64::new(0);
 
@@ -347,7 +354,7 @@ impl HeapCore {
             let wanted = || self.lists_wanted() || outer.wanted();
             while !from.is_null() {
                 // SAFETY: per the caller.
-                from = unsafe { self.gather(class, from, when, &mut scratch) };
+                from = unsafe { self.gather(class, from, when, &mut scratch, &wanted) };
                 if scratch.n == 0 {
                     continue;
                 }
@@ -442,8 +449,12 @@ impl HeapCore {
     }
 
     /// Fills `s` (emptied first) with the candidates of `class`'s pages
-    /// from `from` on, whole pages only, as many as it holds. Returns the
-    /// page to go on from (null: the queue's end).
+    /// from `from` on, whole pages only, as many as it holds, or, once it
+    /// holds a chunk's ([`CHUNK_JOINS`]), as many as it has when `wanted`
+    /// says a thread waits for the page lists (reading the pages' free
+    /// lists is most of a round's planning: the waiter then waits for
+    /// that of a chunk, and one chunk made). Returns the page to go on
+    /// from (null: the queue's end).
     ///
     /// # Safety
     /// As [`HeapCore::mesh_pass`]; `from` is on `class`'s queue.
@@ -453,6 +464,7 @@ impl HeapCore {
         from: *mut Page,
         when: MeshWhen,
         s: &mut Scratch,
+        wanted: &dyn Fn() -> bool,
     ) -> *mut Page {
         s.n = 0;
         s.overflowed = false;
@@ -471,8 +483,13 @@ impl HeapCore {
                         return p;
                     }
                     s.overflowed = false;
+                    #[cfg(test)]
+                    GATHERED.with(|g| g.set(g.get() + s.n - before));
                 }
                 p = (*p).next;
+                if s.n >= CHUNK_JOINS && wanted() {
+                    return p;
+                }
             }
         }
         null_mut()
@@ -1082,6 +1099,8 @@ mod tests {
         copies_at: Cell<usize>,
         pauses: Cell<usize>,
         most_copied: Cell<usize>,
+        gathered_at: Cell<usize>,
+        most_gathered: Cell<usize>,
     }
 
     impl Counted {
@@ -1097,12 +1116,16 @@ mod tests {
         fn let_go(&self) {
             let copied = self.source.copies() - self.copies_at.get();
             self.most_copied.set(self.most_copied.get().max(copied));
+            let gathered = GATHERED.with(Cell::get) - self.gathered_at.get();
+            self.most_gathered
+                .set(self.most_gathered.get().max(gathered));
             self.pauses.set(self.pauses.get() + 1);
             self.away.set(true);
         }
         fn take_again(&self) {
             self.away.set(false);
             self.copies_at.set(self.source.copies());
+            self.gathered_at.set(GATHERED.with(Cell::get));
         }
     }
 
@@ -1180,6 +1203,8 @@ mod tests {
             copies_at: Cell::new(0),
             pauses: Cell::new(0),
             most_copied: Cell::new(0),
+            gathered_at: Cell::new(GATHERED.with(Cell::get)),
+            most_gathered: Cell::new(0),
         };
         // SAFETY: as above.
         let joined = unsafe { heap.core().mesh_holding(&waiter) };
@@ -1191,6 +1216,13 @@ mod tests {
             waiter.most_copied.get() <= CHUNK_JOINS + group,
             "{} OS pages copied between two pauses ({pauses} pauses, {founded} groups)",
             waiter.most_copied.get()
+        );
+        // Nor read more candidates' free lists than a chunk's and one slab
+        // page's (of 64 KiB at most here: 16 OS pages).
+        assert!(
+            waiter.most_gathered.get() <= CHUNK_JOINS + 16,
+            "{} candidates gathered between two pauses ({pauses} pauses)",
+            waiter.most_gathered.get()
         );
         // A pause after each give-up's joins at most, and one for the end of
         // the round and of the class.
