@@ -303,6 +303,13 @@ fn hollowed_page_and_a_freed_slot() -> (Layout, usize, usize, *mut u8) {
         for &b in &blocks[1..] {
             a.dealloc(b, l);
         }
+        // The thread's last free into its cache (the victim's) stays
+        // announced, and an announced slot's OS page is not hollowed (a
+        // hollowing page cannot tell a finished free from one under way):
+        // a free of another class moves the announcement off this page. At
+        // a 64 KiB OS page the victim's is the one OS page to hollow.
+        let other = Layout::from_size_align(8, 8).unwrap();
+        a.dealloc(a.alloc(other), other);
         pagewise::trim();
         assert!(pagewise::stats().hollow_bytes > 0, "the page was hollowed");
         (l, n, blocks[0] as usize, blocks[victim])

@@ -23,6 +23,7 @@
 use crate::fault::{misuse, Misuse};
 use crate::memory::page::Block;
 use core::cell::{Cell, UnsafeCell};
+use core::mem::size_of;
 use core::ptr::null_mut;
 
 /// Slots a thread keeps out of use after freeing them.
@@ -48,6 +49,9 @@ pub fn word_of(held: usize) -> usize {
 /// A thread heap's ring of quarantined slots (owner only).
 pub struct Quarantine {
     ring: UnsafeCell<[Held; SLOTS]>,
+    /// The byte offset in `ring` of the position the next slot goes to
+    /// (the oldest slot's): a multiple of a held slot's size, below the
+    /// ring's.
     next: Cell<usize>,
 }
 
@@ -70,12 +74,18 @@ impl Quarantine {
     /// `word` has [`KEYED`], its second word zero if not.
     #[inline(always)]
     pub unsafe fn swap(&self, b: *mut Block, word: usize) -> Held {
-        // The index masked where it is used, so the ring's bound needs no
-        // check (`next` runs up to SLOTS, taken modulo SLOTS at each use).
-        let i = self.next.get() % SLOTS;
-        self.next.set(i + 1);
-        // SAFETY: owner only (caller).
-        let old = unsafe { core::mem::replace(&mut (*self.ring.get())[i], (b, word)) };
+        // `next` is the byte offset of the position in the ring, kept
+        // below the ring's size as it is stored: used as it is loaded, it
+        // needs no bound check and no scaling.
+        let at = self.next.get();
+        self.next
+            .set((at + size_of::<Held>()) % size_of::<[Held; SLOTS]>());
+        // SAFETY: owner only (caller); `at` is a multiple of a held
+        // slot's size below the ring's (`new`, and the store above).
+        let old = unsafe {
+            let slot = self.ring.get().cast::<u8>().add(at).cast::<Held>();
+            core::mem::replace(&mut *slot, (b, word))
+        };
         if !old.0.is_null() {
             // SAFETY: a slot this ring held, still out of use.
             unsafe { check_words(old) };
@@ -90,7 +100,7 @@ impl Quarantine {
     /// Owner only.
     pub unsafe fn drain(&self, mut free: impl FnMut(Held)) {
         for k in 0..SLOTS {
-            let i = (self.next.get() + k) % SLOTS;
+            let i = (self.next.get() / size_of::<Held>() + k) % SLOTS;
             // SAFETY: owner only (caller).
             let held = unsafe { core::mem::replace(&mut (*self.ring.get())[i], (null_mut(), 0)) };
             if !held.0.is_null() {
@@ -131,5 +141,46 @@ unsafe fn check_keyed(b: *mut Block, link: usize, word: usize) {
     // SAFETY: per the caller.
     if word & KEYED == 0 || link != 0 || !unsafe { Block::is_quarantined(b) } {
         misuse(Misuse::WriteAfterFree, b as usize);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The ring gives back the slot put in [`SLOTS`] puts before, round
+    /// after round (its position wraps at the ring's end), and a drain
+    /// takes the rest out oldest first.
+    #[test]
+    fn each_slot_leaves_after_slots_more_and_a_drain_takes_the_rest_oldest_first() {
+        let mut slots = [[0usize; 2]; 3 * SLOTS + 5];
+        let at = |k: usize, slots: &mut [[usize; 2]]| slots[k].as_mut_ptr().cast::<Block>();
+        let q = Quarantine::new();
+        for k in 0..slots.len() {
+            let b = at(k, &mut slots);
+            // SAFETY: owner only; each slot zeroed and put in once.
+            let (old, word) = unsafe { q.swap(b, k) };
+            if k < SLOTS {
+                assert!(old.is_null(), "put {k}: the ring was filling");
+            } else {
+                assert_eq!(old, at(k - SLOTS, &mut slots), "put {k}");
+                assert_eq!(word, k - SLOTS, "put {k}: its word");
+            }
+        }
+        let mut left = [0usize; SLOTS];
+        let mut n = 0;
+        // SAFETY: owner only.
+        unsafe {
+            q.drain(|(_, word)| {
+                left[n] = word;
+                n += 1;
+            })
+        };
+        assert_eq!(n, SLOTS);
+        let first = slots.len() - SLOTS;
+        assert!(
+            left.iter().enumerate().all(|(i, &w)| w == first + i),
+            "{left:?}"
+        );
     }
 }
