@@ -149,6 +149,10 @@ std::thread_local! {
     /// Candidates `gather` read on this thread (tests count the work a
     /// waiting thread waits behind).
     static GATHERED: core::cell::Cell<usize> = const { core::cell::Cell::new(0) };
+    /// Candidates the pass's count read on this thread.
+    static COUNTED: core::cell::Cell<usize> = const { core::cell::Cell::new(0) };
+    /// Slab pages whose groups `load_old_groups` read on this thread.
+    static LOADED: core::cell::Cell<usize> = const { core::cell::Cell::new(0) };
 }
 
 /// Times a pass let the page lists go for a waiting thread, process-wide.
@@ -331,11 +335,10 @@ impl HeapCore {
         let Some(mut scratch) = Scratch::map() else {
             return 0;
         };
+        let wanted = || self.lists_wanted() || outer.wanted();
         let mut counts = [0usize; CLASSES];
-        for (class, n) in counts.iter_mut().enumerate() {
-            // SAFETY: per the caller.
-            unsafe { self.candidates(l, class, when, |_| *n += 1) };
-        }
+        // SAFETY: per the caller.
+        unsafe { self.count_candidates(l, when, &mut counts, &wanted, outer) };
         let total: usize = counts.iter().sum();
         let mut joined = 0;
         for (class, &count) in counts.iter().enumerate() {
@@ -351,15 +354,31 @@ impl HeapCore {
                 (cap.saturating_sub(used) / 2) as u128 * count as u128 / total.max(1) as u128;
             let mut from = l.queues[class].head;
             let mut round = 0u64;
-            let wanted = || self.lists_wanted() || outer.wanted();
+            // The class's groups are loaded once, at its first round with
+            // candidates; each round adds those it made
+            // (`Scratch::keep_made`), so a start over after a pause reads
+            // none of the class's pages again, and plans with the same
+            // groups as a pass no thread waited on.
+            let mut loaded = false;
+            let mut paused = false;
             while !from.is_null() {
                 // SAFETY: per the caller.
                 from = unsafe { self.gather(class, from, when, &mut scratch, &wanted) };
                 if scratch.n == 0 {
                     continue;
                 }
-                // SAFETY: per the caller.
-                unsafe { self.load_old_groups(l, class, sharing, &mut scratch) };
+                if !loaded {
+                    // SAFETY: per the caller.
+                    unsafe { self.load_old_groups(l, class, sharing, &mut scratch) };
+                    loaded = true;
+                } else if paused {
+                    // A page released meanwhile left its groups: a group
+                    // whose count changed stays closed for the pass (its
+                    // positions loaded are still all its members may use:
+                    // a meshed OS page's only shrink while it is meshed).
+                    scratch.close_old(|at| sharing.members(at));
+                }
+                paused = false;
                 if scratch.n < 2 && scratch.old == 0 {
                     continue;
                 }
@@ -379,6 +398,14 @@ impl HeapCore {
                 // SAFETY: per the caller.
                 let made = unsafe { self.make_groups(l, &mut scratch, sharing, &wanted) };
                 joined += made;
+                // SAFETY: the candidates' pages are slab pages of this heap,
+                // with the page lists held.
+                scratch.keep_made(|c| unsafe { (*c.page).owned_on(c.k as usize) });
+                #[cfg(test)]
+                // SAFETY: per the caller.
+                unsafe {
+                    self.check_kept(l, class, sharing, &mut scratch)
+                };
                 if wanted() {
                     // A thread of the program waits for the page lists (a
                     // slow path of its allocations) or for what the pass
@@ -386,6 +413,7 @@ impl HeapCore {
                     // the chunk of the round being made (the chunks not
                     // begun are given up), not after the whole pass.
                     self.pause(l, outer);
+                    paused = true;
                     if made == 0 {
                         // Nothing meshed in this round: the rest of the
                         // class waits for the next pass (each start over
@@ -422,28 +450,55 @@ impl HeapCore {
         });
     }
 
-    /// Passes every mesh candidate of `class` a pass `when` may group to
-    /// `found`, page by page.
+    /// Counts every class's candidates a pass `when` may group into
+    /// `counts` (how the pass splits the mapping budget between classes),
+    /// page by page. Once it has read a chunk's candidates ([`CHUNK_JOINS`])
+    /// since the page lists were last let go, a thread `wanted` says waits
+    /// for them has them after the page being read; the count then goes on
+    /// in the same class past as many of its queue's pages as it had seen
+    /// (followed by their links, not read again). The queue may have
+    /// changed meanwhile, which only makes the count an estimate, as the
+    /// counts are of pages that change anyway before their rounds.
     ///
     /// # Safety
     /// As [`HeapCore::mesh_pass`].
-    unsafe fn candidates(
+    unsafe fn count_candidates(
         &self,
-        l: &Local,
-        class: usize,
+        l: &mut Guard<'_, Local>,
         when: MeshWhen,
-        mut found: impl FnMut(Candidate),
+        counts: &mut [usize; CLASSES],
+        wanted: &dyn Fn() -> bool,
+        outer: &dyn Outer,
     ) {
-        let current = self.current_page(class);
-        let mut p = l.queues[class].head;
-        while !p.is_null() {
-            // SAFETY: queue entries are slab pages of this heap, with the
-            // page lists held; the current page is left alone.
-            unsafe {
-                if self.may_mesh(p, current, when) {
-                    (*p).mesh_candidates(&mut found);
+        let mut read = 0usize;
+        for (class, n) in counts.iter_mut().enumerate() {
+            let mut seen = 0usize;
+            'again: loop {
+                let current = self.current_page(class);
+                let mut p = l.queues[class].head;
+                let mut at = 0usize;
+                while !p.is_null() {
+                    // SAFETY: queue entries are slab pages of this heap, with
+                    // the page lists held; the current page is left alone.
+                    unsafe {
+                        if at >= seen && self.may_mesh(p, current, when) {
+                            let before = read;
+                            (*p).mesh_candidates(|_| read += 1);
+                            *n += read - before;
+                            #[cfg(test)]
+                            COUNTED.with(|c| c.set(c.get() + read - before));
+                        }
+                        p = (*p).next;
+                    }
+                    at += 1;
+                    if at > seen && read >= CHUNK_JOINS && wanted() {
+                        self.pause(l, outer);
+                        read = 0;
+                        seen = at;
+                        continue 'again;
+                    }
                 }
-                p = (*p).next;
+                break;
             }
         }
     }
@@ -512,6 +567,8 @@ impl HeapCore {
     ) {
         s.clear_old();
         let mut load = |p: *mut Page| {
+            #[cfg(test)]
+            LOADED.with(|n| n.set(n.get() + 1));
             // SAFETY: a slab page of this heap, with the page lists held.
             unsafe {
                 (*p).meshed_positions(|c| {
@@ -535,6 +592,42 @@ impl HeapCore {
             }
         }
         s.close_old(|at| sharing.members(at));
+    }
+
+    /// Checks that the old groups `s` kept over a round are those a load
+    /// finds, as far as they matter: each open one has as many members,
+    /// and its positions take in all of theirs (tests only).
+    ///
+    /// # Safety
+    /// As [`HeapCore::mesh_pass`].
+    #[cfg(test)]
+    unsafe fn check_kept(
+        &self,
+        l: &Local,
+        class: usize,
+        sharing: &dyn SharePages,
+        s: &mut Scratch,
+    ) {
+        let Some(mut fresh) = Scratch::map() else {
+            return;
+        };
+        let loaded = LOADED.with(core::cell::Cell::get);
+        // SAFETY: per the caller.
+        unsafe { self.load_old_groups(l, class, sharing, &mut fresh) };
+        LOADED.with(|n| n.set(loaded));
+        for g in 0..s.old as u32 {
+            let at = s.group(g).at;
+            let (members, union, open) = s.find_old(at).unwrap();
+            if !open {
+                continue;
+            }
+            let (m, u, _) = fresh.find_old(at).expect("a kept group exists");
+            assert_eq!(members, m, "members of the group at {at:#x}");
+            assert!(
+                (0..MAX_POSITIONS).all(|j| !u.contains(j) || union.contains(j)),
+                "a position of the group at {at:#x} not kept"
+            );
+        }
     }
 
     /// Meshed OS pages with nothing in use leave their groups.
@@ -1101,6 +1194,11 @@ mod tests {
         most_copied: Cell<usize>,
         gathered_at: Cell<usize>,
         most_gathered: Cell<usize>,
+        counted_at: Cell<usize>,
+        most_counted: Cell<usize>,
+        loaded_at: Cell<usize>,
+        /// Stretches between two pauses in which groups were loaded.
+        loading_stretches: Cell<usize>,
     }
 
     impl Counted {
@@ -1119,6 +1217,11 @@ mod tests {
             let gathered = GATHERED.with(Cell::get) - self.gathered_at.get();
             self.most_gathered
                 .set(self.most_gathered.get().max(gathered));
+            let counted = COUNTED.with(Cell::get) - self.counted_at.get();
+            self.most_counted.set(self.most_counted.get().max(counted));
+            if LOADED.with(Cell::get) > self.loaded_at.get() {
+                self.loading_stretches.set(self.loading_stretches.get() + 1);
+            }
             self.pauses.set(self.pauses.get() + 1);
             self.away.set(true);
         }
@@ -1126,6 +1229,8 @@ mod tests {
             self.away.set(false);
             self.copies_at.set(self.source.copies());
             self.gathered_at.set(GATHERED.with(Cell::get));
+            self.counted_at.set(COUNTED.with(Cell::get));
+            self.loaded_at.set(LOADED.with(Cell::get));
         }
     }
 
@@ -1205,6 +1310,10 @@ mod tests {
             most_copied: Cell::new(0),
             gathered_at: Cell::new(GATHERED.with(Cell::get)),
             most_gathered: Cell::new(0),
+            counted_at: Cell::new(COUNTED.with(Cell::get)),
+            most_counted: Cell::new(0),
+            loaded_at: Cell::new(LOADED.with(Cell::get)),
+            loading_stretches: Cell::new(0),
         };
         // SAFETY: as above.
         let joined = unsafe { heap.core().mesh_holding(&waiter) };
@@ -1225,9 +1334,9 @@ mod tests {
             waiter.most_gathered.get()
         );
         // A pause after each give-up's joins at most, and one for the end of
-        // the round and of the class.
+        // the round and of the class, and one a chunk of the count.
         assert!(
-            (2..=PAGES / CHUNK_JOINS + 2).contains(&pauses),
+            (2..=2 * PAGES / CHUNK_JOINS + 2).contains(&pauses),
             "{pauses} pauses"
         );
         assert!(
@@ -1242,5 +1351,110 @@ mod tests {
             // SAFETY: as above.
             unsafe { heap.deallocate(p, Layout::from_size_align(64, 8).unwrap()) };
         }
+    }
+
+    fn waiter(source: &Counted) -> Waiter<'_> {
+        Waiter {
+            source,
+            away: Cell::new(false),
+            copies_at: Cell::new(source.copies()),
+            pauses: Cell::new(0),
+            most_copied: Cell::new(0),
+            gathered_at: Cell::new(GATHERED.with(Cell::get)),
+            most_gathered: Cell::new(0),
+            counted_at: Cell::new(COUNTED.with(Cell::get)),
+            most_counted: Cell::new(0),
+            loaded_at: Cell::new(LOADED.with(Cell::get)),
+            loading_stretches: Cell::new(0),
+        }
+    }
+
+    fn source_of(heap: &crate::Heap<Counted>) -> &Counted {
+        let source = heap.core().source() as *const dyn PageSource as *const Counted;
+        // SAFETY: the heap's source is the `Counted` it was made with.
+        unsafe { &*source }
+    }
+
+    fn free_all(heap: &crate::Heap<Counted>, kept: Vec<(NonNull<u8>, u8)>) {
+        for (p, _) in kept {
+            // SAFETY: allocated with this layout, freed once.
+            unsafe { heap.deallocate(p, Layout::from_size_align(64, 8).unwrap()) };
+        }
+    }
+
+    /// The pass's count of the classes' candidates lets a waiting thread
+    /// have the page lists after a chunk's candidates (and one slab
+    /// page's), not after every class's, and still ends.
+    #[test]
+    fn a_waiting_thread_waits_for_a_chunk_of_the_count() {
+        const PAGES: usize = 1024;
+        let heap = crate::Heap::with_source(counted(), Default::default());
+        let kept = sparse(&heap, PAGES);
+        let waiter = waiter(source_of(&heap));
+        // SAFETY: this thread is the heap's only user.
+        let joined = unsafe { heap.core().mesh_holding(&waiter) };
+        assert!(intact(&kept));
+        assert!(joined >= PAGES / 2, "{joined} of {PAGES}");
+        assert!(
+            waiter.most_counted.get() <= CHUNK_JOINS + 16,
+            "{} candidates counted between two pauses ({} pauses)",
+            waiter.most_counted.get(),
+            waiter.pauses.get()
+        );
+        free_all(&heap, kept);
+    }
+
+    /// A class that starts over after a pause does not read its groups
+    /// from its pages again: they are loaded once a pass, at its first
+    /// round, however often a thread waits (the rounds after keep the
+    /// groups made, checked against a load after each round); and the pass
+    /// meshes about as much as one no thread waited on.
+    #[test]
+    fn a_start_over_after_a_pause_loads_no_group_again() {
+        const PAGES: usize = 1024;
+        let mut joined = [0usize; 2];
+        let mut loads = [0usize; 2];
+        for (w, joined) in joined.iter_mut().enumerate() {
+            let heap = crate::Heap::with_source(counted(), Default::default());
+            let first = sparse(&heap, PAGES);
+            // SAFETY: this thread is the heap's only user.
+            let made = unsafe { heap.core().mesh() };
+            assert!(made >= PAGES / 2, "{made} of {PAGES}");
+            // Late pages: candidates beside the groups made before.
+            let late = sparse(&heap, PAGES);
+            let waiter = waiter(source_of(&heap));
+            waiter.away.set(w == 0);
+            let before = LOADED.with(Cell::get);
+            // SAFETY: as above.
+            *joined = unsafe { heap.core().mesh_holding(&waiter) };
+            loads[w] = LOADED.with(Cell::get) - before;
+            assert!(intact(&first) && intact(&late));
+            eprintln!(
+                "waited on {}: {} joined, {} pages loaded, {} pauses",
+                w == 1,
+                *joined,
+                loads[w],
+                waiter.pauses.get()
+            );
+            if w == 1 {
+                assert!(waiter.pauses.get() >= 4, "{} pauses", waiter.pauses.get());
+                assert!(
+                    waiter.loading_stretches.get() <= 1,
+                    "groups loaded between {} pairs of pauses ({} pauses)",
+                    waiter.loading_stretches.get(),
+                    waiter.pauses.get()
+                );
+            }
+            free_all(&heap, first);
+            free_all(&heap, late);
+        }
+        assert!(loads[0] > 0);
+        assert_eq!(loads[1], loads[0], "slab pages loaded, waited on and not");
+        assert!(
+            joined[1] * 20 >= joined[0] * 19,
+            "{} OS pages joined with a thread waiting, {} without",
+            joined[1],
+            joined[0]
+        );
     }
 }
