@@ -361,9 +361,15 @@ impl HeapCore {
             // groups as a pass no thread waited on.
             let mut loaded = false;
             let mut paused = false;
+            // Candidates a round gathers at most: after a pause, a chunk's,
+            // doubled by each round after it that no thread waited on (a
+            // thread that waited once likely waits again: a round of 4,096
+            // would be read and planned to make one chunk of it, the rest
+            // given up and read again).
+            let mut most = MAX_CANDIDATES;
             while !from.is_null() {
                 // SAFETY: per the caller.
-                from = unsafe { self.gather(class, from, when, &mut scratch, &wanted) };
+                from = unsafe { self.gather(class, from, when, &mut scratch, most, &wanted) };
                 if scratch.n == 0 {
                     continue;
                 }
@@ -406,7 +412,9 @@ impl HeapCore {
                 unsafe {
                     self.check_kept(l, class, sharing, &mut scratch)
                 };
-                if wanted() {
+                if !wanted() {
+                    most = (most * 2).min(MAX_CANDIDATES);
+                } else {
                     // A thread of the program waits for the page lists (a
                     // slow path of its allocations) or for what the pass
                     // holds around them (a fork): it has them now, after
@@ -414,6 +422,7 @@ impl HeapCore {
                     // begun are given up), not after the whole pass.
                     self.pause(l, outer);
                     paused = true;
+                    most = CHUNK_JOINS;
                     if made == 0 {
                         // Nothing meshed in this round: the rest of the
                         // class waits for the next pass (each start over
@@ -504,7 +513,8 @@ impl HeapCore {
     }
 
     /// Fills `s` (emptied first) with the candidates of `class`'s pages
-    /// from `from` on, whole pages only, as many as it holds, or, once it
+    /// from `from` on, whole pages only, as many as it holds or up to
+    /// `most` (the page that reaches it included), or, once it
     /// holds a chunk's ([`CHUNK_JOINS`]), as many as it has when `wanted`
     /// says a thread waits for the page lists (reading the pages' free
     /// lists is most of a round's planning: the waiter then waits for
@@ -519,6 +529,7 @@ impl HeapCore {
         from: *mut Page,
         when: MeshWhen,
         s: &mut Scratch,
+        most: usize,
         wanted: &dyn Fn() -> bool,
     ) -> *mut Page {
         s.n = 0;
@@ -542,7 +553,7 @@ impl HeapCore {
                     GATHERED.with(|g| g.set(g.get() + s.n - before));
                 }
                 p = (*p).next;
-                if s.n >= CHUNK_JOINS && wanted() {
+                if s.n >= most || s.n >= CHUNK_JOINS && wanted() {
                     return p;
                 }
             }
