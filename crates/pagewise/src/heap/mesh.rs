@@ -1210,6 +1210,8 @@ mod tests {
         loaded_at: Cell<usize>,
         /// Stretches between two pauses in which groups were loaded.
         loading_stretches: Cell<usize>,
+        /// Waits only once the pass copied since it had the lists.
+        after_copies: Cell<bool>,
     }
 
     impl Counted {
@@ -1221,6 +1223,7 @@ mod tests {
     impl Outer for Waiter<'_> {
         fn wanted(&self) -> bool {
             !self.away.get()
+                && (!self.after_copies.get() || self.source.copies() > self.copies_at.get())
         }
         fn let_go(&self) {
             let copied = self.source.copies() - self.copies_at.get();
@@ -1325,6 +1328,7 @@ mod tests {
             most_counted: Cell::new(0),
             loaded_at: Cell::new(LOADED.with(Cell::get)),
             loading_stretches: Cell::new(0),
+            after_copies: Cell::new(false),
         };
         // SAFETY: as above.
         let joined = unsafe { heap.core().mesh_holding(&waiter) };
@@ -1377,6 +1381,7 @@ mod tests {
             most_counted: Cell::new(0),
             loaded_at: Cell::new(LOADED.with(Cell::get)),
             loading_stretches: Cell::new(0),
+            after_copies: Cell::new(false),
         }
     }
 
@@ -1467,5 +1472,32 @@ mod tests {
             joined[1],
             joined[0]
         );
+    }
+
+    /// A thread that comes to wait while the pass makes groups, not while
+    /// it gathers them, each time: after the first pause a round gathers a
+    /// chunk's candidates, not as many as the scratch holds, which would
+    /// be read to make one chunk of them and given up. The pass reads each
+    /// candidate's page less than twice.
+    #[test]
+    fn after_a_pause_a_round_gathers_a_chunk() {
+        const PAGES: usize = 1024;
+        let heap = crate::Heap::with_source(counted(), Default::default());
+        let kept = sparse(&heap, PAGES);
+        let waiter = waiter(source_of(&heap));
+        waiter.after_copies.set(true);
+        let before = GATHERED.with(Cell::get);
+        // SAFETY: this thread is the heap's only user.
+        let joined = unsafe { heap.core().mesh_holding(&waiter) };
+        let gathered = GATHERED.with(Cell::get) - before;
+        assert!(intact(&kept));
+        assert!(joined >= PAGES / 2, "{joined} of {PAGES}");
+        assert!(waiter.pauses.get() >= 3, "{} pauses", waiter.pauses.get());
+        assert!(
+            gathered < 2 * PAGES,
+            "{gathered} candidates gathered for {PAGES} ({} pauses)",
+            waiter.pauses.get()
+        );
+        free_all(&heap, kept);
     }
 }
