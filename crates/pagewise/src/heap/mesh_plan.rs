@@ -336,7 +336,7 @@ impl Scratch {
             let mut kept = unsafe { self.saved.add(g as usize).read() };
             let mut m = self.group(g).first;
             while m != NONE {
-                if !self.plan(m).failed {
+                if self.joined(m) {
                     kept.union.union(&owned(self.cand(m)));
                     kept.members += 1;
                 }
@@ -347,7 +347,7 @@ impl Scratch {
         let mut old = self.old;
         for g in self.old as u32..self.ngroups as u32 {
             let group = *self.group(g);
-            if old == MAX_OLD || group.at == 0 || !group.made() || self.plan(group.founder).failed {
+            if old == MAX_OLD || group.at == 0 || !group.made() || !self.joined(group.founder) {
                 continue;
             }
             let mut kept = Group {
@@ -364,7 +364,7 @@ impl Scratch {
             };
             let mut m = group.first;
             while m != NONE {
-                if !self.plan(m).failed {
+                if self.joined(m) {
                     kept.union.union(&owned(self.cand(m)));
                     kept.members += 1;
                 }
@@ -376,6 +376,14 @@ impl Scratch {
         }
         self.old = old;
         self.ngroups = old;
+    }
+
+    /// Whether candidate `m` joined its group: its slots were withheld
+    /// for it and it did not fail (a round whose pages could not stop
+    /// taking cached frees withheld nothing).
+    fn joined(&mut self, m: u32) -> bool {
+        let plan = *self.plan(m);
+        plan.withheld && !plan.failed
     }
 
     /// The old group founded at `at`, if loaded.
