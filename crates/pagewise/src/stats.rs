@@ -287,11 +287,11 @@ pub struct Stats {
     pub mesh_waits: u64,
     /// See `mesh_waits`.
     pub mesh_longest_wait_us: u64,
-    /// Times a mesh pass let a heap's page lists go between two of its
-    /// rounds for a thread of the program waiting for them (an
-    /// allocation's slow path, a `trim()`): the thread waits for at most
-    /// one round, not the pass, and the rest of that size class waits for
-    /// the next pass.
+    /// Times a mesh pass let a heap's page lists go between two chunks of
+    /// a round (256 OS pages joining) for a thread of the program waiting
+    /// for them (an allocation's slow path, a `trim()`): the thread waits
+    /// for one chunk's copies, not the round or the pass, and the pass
+    /// then plans the rest of that size class again.
     pub mesh_pauses: u64,
     /// Bytes of the heap's 2 MiB regions pagewise asked the kernel to
     /// back with huge pages (`PAGEWISE_THP`, docs/design.md, "Huge

@@ -101,7 +101,7 @@ const LEFTOVER_WALK: usize = 16;
 pub(crate) static VISITS: Locked<()> = Locked::new(());
 
 /// What a mesh pass inside [`visit_all`] holds besides the heap's page
-/// lists: [`VISITS`], let go between its rounds for a thread that waits
+/// lists: [`VISITS`], let go between chunks of its rounds for a thread that waits
 /// for it (a fork's handlers, a `trim()`).
 pub(crate) struct VisitsHeld;
 

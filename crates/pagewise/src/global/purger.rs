@@ -238,7 +238,7 @@ fn sleep_ms(ms: u64) {
 
 /// What the purger's mesh pass holds besides the heap's page lists: its
 /// pass lock, then the visits' ([`heaps::VisitsHeld`]), let go between
-/// the pass's rounds for a thread that waits for one of them (a fork's
+/// chunks of the pass's rounds for a thread that waits for one of them (a fork's
 /// handlers take both).
 struct PassHeld;
 

@@ -214,8 +214,10 @@ impl HeapCore {
     #[cfg(feature = "secure")]
     #[inline(always)]
     pub unsafe fn alloc_past_cache_of(&self, class: usize, size: usize) -> *mut u8 {
-        // SAFETY: per the caller.
-        unsafe { self.alloc_past_cache(class, size, 16) }
+        // In line: the hardened miss path (`secure::alloc_from_page`) is
+        // already out of line, and a second call would save and restore
+        // registers again at every miss. SAFETY: per the caller.
+        unsafe { self.alloc_past_cache_inline(class, size, 16) }
     }
 
     /// # Safety
@@ -250,6 +252,17 @@ impl HeapCore {
         size: usize,
         align: usize,
     ) -> *mut u8 {
+        // SAFETY: forwarded.
+        unsafe { self.alloc_past_cache_inline(class, size, align) }
+    }
+
+    /// [`HeapCore::alloc_past_cache`]'s body, for callers that are out of
+    /// line themselves (the hardened build's miss path).
+    ///
+    /// # Safety
+    /// Owner only.
+    #[inline(always)]
+    unsafe fn alloc_past_cache_inline(&self, class: usize, size: usize, align: usize) -> *mut u8 {
         // SAFETY: `class` is below CLASSES (caller); owner only: `direct`
         // pages are live slab pages of this heap or the never-written empty
         // page.

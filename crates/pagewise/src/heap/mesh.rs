@@ -14,15 +14,19 @@
 //!    none of the positions their members may use is met;
 //! 3. every group of two members or more is made: a planned OS page in a
 //!    region advised huge takes the advice back (as a purge does); the
-//!    pages' slots on the planned OS pages are withheld first (their free list runs through
-//!    memory that is about to show another page's bytes), then the
-//!    founders' pages are shared and the others join page by page, each
-//!    page's OS pages in address order (so a run's kernel mappings merge
-//!    as it grows), copying their live slots; a member the kernel refuses
-//!    gets its slots back.
+//!    groups are made in chunks of consecutive groups ([`CHUNK_JOINS`]
+//!    candidates): the pages' slots on a chunk's planned OS pages are
+//!    withheld first (their free list runs through memory that is about
+//!    to show another page's bytes), then the founders' pages are shared
+//!    and the others join page by page, each page's OS pages in address
+//!    order (so a run's kernel mappings merge as it grows), copying their
+//!    live slots; a member the kernel refuses gets its slots back. Between
+//!    two chunks a thread waiting for the page lists has them: the chunks
+//!    not begun, nothing withheld for them, are given up and the class is
+//!    planned again after the pause.
 
 use super::hollow::Hollow;
-use super::mesh_plan::{Packing, Scratch, NONE};
+use super::mesh_plan::{Packing, Scratch, MAX_CANDIDATES, NONE};
 use super::*;
 use crate::memory::mesh::{Candidate, Withheld, MAX_POSITIONS};
 use crate::os::source::{map_table, unmap_table, Leave, SharePages};
@@ -110,7 +114,7 @@ impl Records {
 }
 
 /// The locks a mesh pass's caller took before the heap's page lists,
-/// which the pass lets go with them between two rounds while another
+/// which the pass lets go with them between two chunks of a round while another
 /// thread waits for one of them.
 pub(crate) trait Outer {
     /// Whether a thread waits for one of them.
@@ -130,6 +134,25 @@ impl Outer for HeldAlone {
     }
     fn let_go(&self) {}
     fn take_again(&self) {}
+}
+
+/// Members of the groups a pass makes at a time (a chunk of a round):
+/// their slots are withheld, the groups made and the failures given back
+/// before the next chunk's slots are withheld, and between two chunks a
+/// thread that waits for the page lists has them. It waits behind one
+/// chunk's copies and one group's, not a round's 4,096, and the chunks not
+/// begun have nothing to give back.
+const CHUNK_JOINS: usize = MAX_CANDIDATES / 16;
+
+#[cfg(test)]
+std::thread_local! {
+    /// Candidates `gather` read on this thread (tests count the work a
+    /// waiting thread waits behind).
+    static GATHERED: core::cell::Cell<usize> = const { core::cell::Cell::new(0) };
+    /// Candidates the pass's count read on this thread.
+    static COUNTED: core::cell::Cell<usize> = const { core::cell::Cell::new(0) };
+    /// Slab pages whose groups `load_old_groups` read on this thread.
+    static LOADED: core::cell::Cell<usize> = const { core::cell::Cell::new(0) };
 }
 
 /// Times a pass let the page lists go for a waiting thread, process-wide.
@@ -182,12 +205,22 @@ impl HeapCore {
     /// # Safety
     /// Owner only; as [`HeapCore::mesh_pass`] for writers.
     pub unsafe fn mesh(&self) -> usize {
+        // SAFETY: per the caller.
+        unsafe { self.mesh_holding(&HeldAlone) }
+    }
+
+    /// [`HeapCore::mesh`], its pass letting go of the page lists and what
+    /// `outer` holds for a thread that waits for them.
+    ///
+    /// # Safety
+    /// As [`HeapCore::mesh`].
+    unsafe fn mesh_holding(&self, outer: &dyn Outer) -> usize {
         let mut l = self.lock_local();
         // SAFETY: owner (caller), with the page lists held.
         unsafe {
             self.flush_caches(&mut l);
             self.release_empty_pages(&mut l, Access::Owner, Hollow::Now);
-            let joined = self.mesh_pass(&mut l, MeshWhen::Now, &HeldAlone);
+            let joined = self.mesh_pass(&mut l, MeshWhen::Now, outer);
             self.release_empty_pages(&mut l, Access::Owner, Hollow::Now);
             joined
         }
@@ -302,11 +335,10 @@ impl HeapCore {
         let Some(mut scratch) = Scratch::map() else {
             return 0;
         };
+        let wanted = || self.lists_wanted() || outer.wanted();
         let mut counts = [0usize; CLASSES];
-        for (class, n) in counts.iter_mut().enumerate() {
-            // SAFETY: per the caller.
-            unsafe { self.candidates(l, class, when, |_| *n += 1) };
-        }
+        // SAFETY: per the caller.
+        unsafe { self.count_candidates(l, when, &mut counts, &wanted, outer) };
         let total: usize = counts.iter().sum();
         let mut joined = 0;
         for (class, &count) in counts.iter().enumerate() {
@@ -322,18 +354,45 @@ impl HeapCore {
                 (cap.saturating_sub(used) / 2) as u128 * count as u128 / total.max(1) as u128;
             let mut from = l.queues[class].head;
             let mut round = 0u64;
+            // The class's groups are loaded once, at its first round with
+            // candidates; each round adds those it made
+            // (`Scratch::keep_made`), so a start over after a pause reads
+            // none of the class's pages again, and plans with the same
+            // groups as a pass no thread waited on.
+            let mut loaded = false;
+            let mut paused = false;
+            // Candidates a round gathers at most: after a pause, a chunk's,
+            // doubled by each round after it that no thread waited on (a
+            // thread that waited once likely waits again: a round of 4,096
+            // would be read and planned to make one chunk of it, the rest
+            // given up and read again).
+            let mut most = MAX_CANDIDATES;
             while !from.is_null() {
                 // SAFETY: per the caller.
-                from = unsafe { self.gather(class, from, when, &mut scratch) };
+                from = unsafe { self.gather(class, from, when, &mut scratch, most, &wanted) };
                 if scratch.n == 0 {
                     continue;
                 }
-                // SAFETY: per the caller.
-                unsafe { self.load_old_groups(l, class, sharing, &mut scratch) };
+                if !loaded {
+                    // SAFETY: per the caller.
+                    unsafe { self.load_old_groups(l, class, sharing, &mut scratch) };
+                    loaded = true;
+                } else if paused {
+                    // A page released meanwhile left its groups: a group
+                    // whose count changed stays closed for the pass (its
+                    // positions loaded are still all its members may use:
+                    // a meshed OS page's only shrink while it is meshed).
+                    scratch.close_old(|at| sharing.members(at));
+                }
+                paused = false;
                 if scratch.n < 2 && scratch.old == 0 {
                     continue;
                 }
-                let share = class_share * scratch.n as u128 / count as u128;
+                // No more than what is left of the class's share: a class
+                // that starts over after a pause plans its candidates again.
+                let spent = sharing.seam_budget().0.saturating_sub(used) as u128;
+                let share = (class_share * scratch.n as u128 / count as u128)
+                    .min(class_share.saturating_sub(spent));
                 let packing = Packing::choose(scratch.n, scratch.pages(), share as usize);
                 round += 1;
                 scratch.place_all(
@@ -343,14 +402,27 @@ impl HeapCore {
                     packing,
                 );
                 // SAFETY: per the caller.
-                let made = unsafe { self.make_groups(l, &mut scratch, sharing) };
+                let made = unsafe { self.make_groups(l, &mut scratch, sharing, &wanted) };
                 joined += made;
-                if self.lists_wanted() || outer.wanted() {
+                // SAFETY: the candidates' pages are slab pages of this heap,
+                // with the page lists held.
+                scratch.keep_made(|c| unsafe { (*c.page).owned_on(c.k as usize) });
+                #[cfg(test)]
+                // SAFETY: per the caller.
+                unsafe {
+                    self.check_kept(l, class, sharing, &mut scratch)
+                };
+                if !wanted() {
+                    most = (most * 2).min(MAX_CANDIDATES);
+                } else {
                     // A thread of the program waits for the page lists (a
                     // slow path of its allocations) or for what the pass
-                    // holds around them (a fork): it has them now, between
-                    // two rounds, not after the whole pass.
+                    // holds around them (a fork): it has them now, after
+                    // the chunk of the round being made (the chunks not
+                    // begun are given up), not after the whole pass.
                     self.pause(l, outer);
+                    paused = true;
+                    most = CHUNK_JOINS;
                     if made == 0 {
                         // Nothing meshed in this round: the rest of the
                         // class waits for the next pass (each start over
@@ -358,7 +430,9 @@ impl HeapCore {
                         break;
                     }
                     // The queue may have changed meanwhile: the class
-                    // starts over (what meshed is no candidate any more).
+                    // starts over (what meshed is no candidate any more;
+                    // the groups given up are planned again, with those
+                    // made as old groups they may join).
                     from = l.queues[class].head;
                 }
             }
@@ -385,35 +459,67 @@ impl HeapCore {
         });
     }
 
-    /// Passes every mesh candidate of `class` a pass `when` may group to
-    /// `found`, page by page.
+    /// Counts every class's candidates a pass `when` may group into
+    /// `counts` (how the pass splits the mapping budget between classes),
+    /// page by page. Once it has read a chunk's candidates ([`CHUNK_JOINS`])
+    /// since the page lists were last let go, a thread `wanted` says waits
+    /// for them has them after the page being read; the count then goes on
+    /// in the same class past as many of its queue's pages as it had seen
+    /// (followed by their links, not read again). The queue may have
+    /// changed meanwhile, which only makes the count an estimate, as the
+    /// counts are of pages that change anyway before their rounds.
     ///
     /// # Safety
     /// As [`HeapCore::mesh_pass`].
-    unsafe fn candidates(
+    unsafe fn count_candidates(
         &self,
-        l: &Local,
-        class: usize,
+        l: &mut Guard<'_, Local>,
         when: MeshWhen,
-        mut found: impl FnMut(Candidate),
+        counts: &mut [usize; CLASSES],
+        wanted: &dyn Fn() -> bool,
+        outer: &dyn Outer,
     ) {
-        let current = self.current_page(class);
-        let mut p = l.queues[class].head;
-        while !p.is_null() {
-            // SAFETY: queue entries are slab pages of this heap, with the
-            // page lists held; the current page is left alone.
-            unsafe {
-                if self.may_mesh(p, current, when) {
-                    (*p).mesh_candidates(&mut found);
+        let mut read = 0usize;
+        for (class, n) in counts.iter_mut().enumerate() {
+            let mut seen = 0usize;
+            'again: loop {
+                let current = self.current_page(class);
+                let mut p = l.queues[class].head;
+                let mut at = 0usize;
+                while !p.is_null() {
+                    // SAFETY: queue entries are slab pages of this heap, with
+                    // the page lists held; the current page is left alone.
+                    unsafe {
+                        if at >= seen && self.may_mesh(p, current, when) {
+                            let before = read;
+                            (*p).mesh_candidates(|_| read += 1);
+                            *n += read - before;
+                            #[cfg(test)]
+                            COUNTED.with(|c| c.set(c.get() + read - before));
+                        }
+                        p = (*p).next;
+                    }
+                    at += 1;
+                    if at > seen && read >= CHUNK_JOINS && wanted() {
+                        self.pause(l, outer);
+                        read = 0;
+                        seen = at;
+                        continue 'again;
+                    }
                 }
-                p = (*p).next;
+                break;
             }
         }
     }
 
     /// Fills `s` (emptied first) with the candidates of `class`'s pages
-    /// from `from` on, whole pages only, as many as it holds. Returns the
-    /// page to go on from (null: the queue's end).
+    /// from `from` on, whole pages only, as many as it holds or up to
+    /// `most` (the page that reaches it included), or, once it
+    /// holds a chunk's ([`CHUNK_JOINS`]), as many as it has when `wanted`
+    /// says a thread waits for the page lists (reading the pages' free
+    /// lists is most of a round's planning: the waiter then waits for
+    /// that of a chunk, and one chunk made). Returns the page to go on
+    /// from (null: the queue's end).
     ///
     /// # Safety
     /// As [`HeapCore::mesh_pass`]; `from` is on `class`'s queue.
@@ -423,6 +529,8 @@ impl HeapCore {
         from: *mut Page,
         when: MeshWhen,
         s: &mut Scratch,
+        most: usize,
+        wanted: &dyn Fn() -> bool,
     ) -> *mut Page {
         s.n = 0;
         s.overflowed = false;
@@ -441,8 +549,13 @@ impl HeapCore {
                         return p;
                     }
                     s.overflowed = false;
+                    #[cfg(test)]
+                    GATHERED.with(|g| g.set(g.get() + s.n - before));
                 }
                 p = (*p).next;
+                if s.n >= most || s.n >= CHUNK_JOINS && wanted() {
+                    return p;
+                }
             }
         }
         null_mut()
@@ -465,6 +578,8 @@ impl HeapCore {
     ) {
         s.clear_old();
         let mut load = |p: *mut Page| {
+            #[cfg(test)]
+            LOADED.with(|n| n.set(n.get() + 1));
             // SAFETY: a slab page of this heap, with the page lists held.
             unsafe {
                 (*p).meshed_positions(|c| {
@@ -488,6 +603,42 @@ impl HeapCore {
             }
         }
         s.close_old(|at| sharing.members(at));
+    }
+
+    /// Checks that the old groups `s` kept over a round are those a load
+    /// finds, as far as they matter: each open one has as many members,
+    /// and its positions take in all of theirs (tests only).
+    ///
+    /// # Safety
+    /// As [`HeapCore::mesh_pass`].
+    #[cfg(test)]
+    unsafe fn check_kept(
+        &self,
+        l: &Local,
+        class: usize,
+        sharing: &dyn SharePages,
+        s: &mut Scratch,
+    ) {
+        let Some(mut fresh) = Scratch::map() else {
+            return;
+        };
+        let loaded = LOADED.with(core::cell::Cell::get);
+        // SAFETY: per the caller.
+        unsafe { self.load_old_groups(l, class, sharing, &mut fresh) };
+        LOADED.with(|n| n.set(loaded));
+        for g in 0..s.old as u32 {
+            let at = s.group(g).at;
+            let (members, union, open) = s.find_old(at).unwrap();
+            if !open {
+                continue;
+            }
+            let (m, u, _) = fresh.find_old(at).expect("a kept group exists");
+            assert_eq!(members, m, "members of the group at {at:#x}");
+            assert!(
+                (0..MAX_POSITIONS).all(|j| !u.contains(j) || union.contains(j)),
+                "a position of the group at {at:#x} not kept"
+            );
+        }
     }
 
     /// Meshed OS pages with nothing in use leave their groups.
@@ -526,6 +677,7 @@ impl HeapCore {
         l: &mut Local,
         s: &mut Scratch,
         sharing: &dyn SharePages,
+        wanted: &dyn Fn() -> bool,
     ) -> usize {
         // 0. Frees of the planned pages' slots stop going into thread
         //    caches, and every thread passes a barrier, before their free
@@ -536,17 +688,65 @@ impl HeapCore {
         if !self.stop_caching_planned(s) {
             return 0;
         }
+        // 1-3, chunk by chunk of consecutive groups (a leader's groups are
+        //    consecutive), each of about `CHUNK_JOINS` members: nothing is
+        //    withheld for a chunk before the one before it is made and its
+        //    failures given back, so after each chunk a thread `wanted`
+        //    says waits for the lists gets them with nothing to give back:
+        //    the chunks not begun are given up (planned again after the
+        //    pause, when the pages may have changed).
+        let mut joined = 0;
+        let mut g0 = 0u32;
+        while (g0 as usize) < s.ngroups {
+            let mut g1 = g0;
+            let mut members = 0u32;
+            while (g1 as usize) < s.ngroups && members < CHUNK_JOINS as u32 {
+                // The candidates it takes (an old group counts members
+                // of earlier passes too, which copy nothing now).
+                if s.group(g1).made() {
+                    let mut m = s.group(g1).first;
+                    while m != NONE {
+                        members += 1;
+                        m = s.plan(m).next;
+                    }
+                }
+                g1 += 1;
+            }
+            // SAFETY: per the caller.
+            joined += unsafe { self.make_chunk(l, s, sharing, g0..g1) };
+            g0 = g1;
+            if (g0 as usize) < s.ngroups && wanted() {
+                self.give_up_from(s, g0);
+                break;
+            }
+        }
+        joined
+    }
+
+    /// Makes the planned groups `chunk` of `s` (see `make_groups`).
+    /// Returns the OS pages that joined.
+    ///
+    /// # Safety
+    /// As `make_groups`, whose step 0 ran for these groups.
+    unsafe fn make_chunk(
+        &self,
+        l: &mut Local,
+        s: &mut Scratch,
+        sharing: &dyn SharePages,
+        chunk: core::ops::Range<u32>,
+    ) -> usize {
+        let ours = |s: &mut Scratch, i: u32| s.planned(i) && chunk.contains(&s.plan(i).group);
         // 0b. A planned OS page in a region advised huge takes the advice
         //    back first, as a purge does: its huge page splits (counted),
         //    and the kernel's background collapse leaves the region to
         //    small pages. Refused, the page does not mesh.
         for i in 0..s.n as u32 {
-            if s.planned(i) && !s.plan(i).failed && !self.unadvise(s.cand(i).addr()) {
+            if ours(s, i) && !s.plan(i).failed && !self.unadvise(s.cand(i).addr()) {
                 s.plan(i).failed = true;
             }
         }
-        // 1. Withhold the slots on every planned OS page, page by page (the
-        //    candidates of a page are consecutive).
+        // 1. Withhold the slots on the chunk's planned OS pages, page by
+        //    page (the candidates of a page are consecutive).
         let mut i = 0;
         while i < s.n as u32 {
             let page = s.cand(i).page;
@@ -554,7 +754,7 @@ impl HeapCore {
             let mut planned = 0;
             let mut spared = false;
             while end < s.n as u32 && s.cand(end).page == page {
-                if s.planned(end) {
+                if ours(s, end) {
                     if s.plan(end).failed {
                         spared = true;
                     } else {
@@ -566,8 +766,8 @@ impl HeapCore {
             }
             if planned == 0 && spared {
                 // SAFETY: a slab page of this heap, page lists held; none
-                // of its OS pages meshes in this pass: cacheable again if
-                // it was.
+                // of its OS pages meshes in this chunk: cacheable again if
+                // nothing else keeps it from it.
                 unsafe { (*page).set_hollow_slots((*page).hollow_slots()) };
             }
             if planned > 0 {
@@ -580,7 +780,7 @@ impl HeapCore {
                 };
                 if record.is_null() {
                     for j in i..end {
-                        if s.planned(j) && !s.plan(j).failed {
+                        if ours(s, j) && !s.plan(j).failed {
                             mark_meshed(s.cand(j), false);
                             s.plan(j).failed = true;
                         }
@@ -591,7 +791,7 @@ impl HeapCore {
                     // SAFETY: per the caller; the record is the page's.
                     unsafe { (*page).withhold_meshed(planned, record) };
                     for j in i..end {
-                        if s.planned(j) && !s.plan(j).failed {
+                        if ours(s, j) && !s.plan(j).failed {
                             s.plan(j).withheld = true;
                         }
                     }
@@ -601,36 +801,37 @@ impl HeapCore {
         }
         // 2. Found the groups, then join their members page by page, each
         //    page's in address order (a run of pages joining a leader's
-        //    groups merges into one kernel mapping as it goes), each copy under the barrier (other
-        //    threads' stores to a page being copied wait); groups no member
-        //    joined go back to their founders.
-        for g in 0..s.ngroups as u32 {
+        //    groups merges into one kernel mapping as it goes), each copy
+        //    under the barrier (other threads' stores to a page being
+        //    copied wait); groups no member joined go back to their
+        //    founders.
+        for g in chunk.clone() {
             if s.group(g).made() && !s.group(g).old {
                 // SAFETY: per the caller.
                 unsafe { found_group(s, g, sharing) };
             }
         }
         for i in 0..s.n as u32 {
-            if s.planned(i) && !s.plan(i).failed {
+            if ours(s, i) && !s.plan(i).failed {
                 // SAFETY: per the caller.
                 unsafe { join_group(s, i, sharing) };
             }
         }
         let mut joined = 0;
-        for g in 0..s.ngroups as u32 {
+        for g in chunk.clone() {
             if s.group(g).at != 0 {
                 // SAFETY: per the caller.
                 joined += unsafe { end_lone_group(s, g, sharing) };
             }
         }
-        // 3. Pages whose planned OS pages did not all join get the slots
-        //    withheld for them back.
+        // 3. Pages whose planned OS pages of the chunk did not all join get
+        //    the slots withheld for them back.
         let mut i = 0;
         while i < s.n as u32 {
             let page = s.cand(i).page;
             let mut failed = 0;
             while i < s.n as u32 && s.cand(i).page == page {
-                failed += u32::from(s.plan(i).failed && s.plan(i).withheld);
+                failed += u32::from(ours(s, i) && s.plan(i).failed && s.plan(i).withheld);
                 i += 1;
             }
             if failed > 0 {
@@ -640,6 +841,35 @@ impl HeapCore {
             }
         }
         joined
+    }
+
+    /// Gives up the planned groups from `g0` on (none begun: nothing
+    /// withheld for them, no bit set): their candidates are marked failed,
+    /// and each page none of whose OS pages meshed in the chunks made
+    /// takes cached frees again if nothing else keeps it from it.
+    fn give_up_from(&self, s: &mut Scratch, g0: u32) {
+        let mut i = 0;
+        while i < s.n as u32 {
+            let page = s.cand(i).page;
+            let mut given_up = false;
+            let mut kept = false;
+            while i < s.n as u32 && s.cand(i).page == page {
+                if s.planned(i) {
+                    if s.plan(i).group >= g0 {
+                        s.plan(i).failed = true;
+                        given_up = true;
+                    } else if !s.plan(i).failed {
+                        kept = true;
+                    }
+                }
+                i += 1;
+            }
+            if given_up && !kept {
+                // SAFETY: a slab page of this heap (the caller's
+                // candidates), page lists held; its word as its count says.
+                unsafe { (*page).set_hollow_slots((*page).hollow_slots()) };
+            }
+        }
     }
 
     /// Takes the huge-page advice back from the region the OS page at
@@ -892,5 +1122,382 @@ fn fail_from(s: &mut Scratch, from: u32) {
             s.plan(m).failed = true;
         }
         m = s.plan(m).next;
+    }
+}
+
+#[cfg(all(test, target_os = "linux"))]
+mod tests {
+    use super::*;
+    use crate::os::source::{PageSource, Purge, SyscallCounts};
+    use crate::SharedPages;
+    use core::alloc::Layout;
+    use core::cell::Cell;
+
+    /// `SharedPages`, counting the groups founded and the pages joined.
+    struct Counted {
+        pages: SharedPages,
+        shares: AtomicUsize,
+        joins: AtomicUsize,
+    }
+
+    // SAFETY: forwards to `SharedPages`.
+    unsafe impl PageSource for Counted {
+        fn map(&self, size: usize, align: usize) -> Option<NonNull<u8>> {
+            self.pages.map(size, align)
+        }
+        unsafe fn unmap(&self, ptr: NonNull<u8>, size: usize) {
+            // SAFETY: forwarded.
+            unsafe { self.pages.unmap(ptr, size) }
+        }
+        unsafe fn purge(&self, ptr: NonNull<u8>, size: usize, how: Purge) -> bool {
+            // SAFETY: forwarded.
+            unsafe { self.pages.purge(ptr, size, how) }
+        }
+        fn now_ms(&self) -> u64 {
+            self.pages.now_ms()
+        }
+        fn syscalls(&self) -> SyscallCounts {
+            self.pages.syscalls()
+        }
+        fn sharing(&self) -> Option<&dyn SharePages> {
+            Some(self)
+        }
+    }
+
+    // SAFETY: forwards to `SharedPages`.
+    unsafe impl SharePages for Counted {
+        unsafe fn share(&self, founder: usize) -> bool {
+            self.shares.fetch_add(1, Relaxed);
+            // SAFETY: forwarded.
+            unsafe { self.pages.sharing().unwrap().share(founder) }
+        }
+        unsafe fn join(&self, founder: usize, member: usize, ranges: &[(usize, usize)]) -> bool {
+            self.joins.fetch_add(1, Relaxed);
+            // SAFETY: forwarded.
+            unsafe { self.pages.sharing().unwrap().join(founder, member, ranges) }
+        }
+        unsafe fn leave(&self, member: usize, how: Leave) -> bool {
+            // SAFETY: forwarded.
+            unsafe { self.pages.sharing().unwrap().leave(member, how) }
+        }
+        fn group_of(&self, addr: usize) -> Option<usize> {
+            self.pages.sharing().unwrap().group_of(addr)
+        }
+        fn members(&self, founder: usize) -> usize {
+            self.pages.sharing().unwrap().members(founder)
+        }
+        fn shared(&self) -> (usize, usize) {
+            self.pages.sharing().unwrap().shared()
+        }
+        fn seams(&self) -> usize {
+            self.pages.sharing().unwrap().seams()
+        }
+    }
+
+    /// A thread that always waits for the lists, again as soon as it had
+    /// them; counts the pauses, and the OS pages copied (groups founded,
+    /// members joined) between two of them, at most.
+    struct Waiter<'a> {
+        source: &'a Counted,
+        away: Cell<bool>,
+        copies_at: Cell<usize>,
+        pauses: Cell<usize>,
+        most_copied: Cell<usize>,
+        gathered_at: Cell<usize>,
+        most_gathered: Cell<usize>,
+        counted_at: Cell<usize>,
+        most_counted: Cell<usize>,
+        loaded_at: Cell<usize>,
+        /// Stretches between two pauses in which groups were loaded.
+        loading_stretches: Cell<usize>,
+        /// Waits only once the pass copied since it had the lists.
+        after_copies: Cell<bool>,
+    }
+
+    impl Counted {
+        fn copies(&self) -> usize {
+            self.shares.load(Relaxed) + self.joins.load(Relaxed)
+        }
+    }
+
+    impl Outer for Waiter<'_> {
+        fn wanted(&self) -> bool {
+            !self.away.get()
+                && (!self.after_copies.get() || self.source.copies() > self.copies_at.get())
+        }
+        fn let_go(&self) {
+            let copied = self.source.copies() - self.copies_at.get();
+            self.most_copied.set(self.most_copied.get().max(copied));
+            let gathered = GATHERED.with(Cell::get) - self.gathered_at.get();
+            self.most_gathered
+                .set(self.most_gathered.get().max(gathered));
+            let counted = COUNTED.with(Cell::get) - self.counted_at.get();
+            self.most_counted.set(self.most_counted.get().max(counted));
+            if LOADED.with(Cell::get) > self.loaded_at.get() {
+                self.loading_stretches.set(self.loading_stretches.get() + 1);
+            }
+            self.pauses.set(self.pauses.get() + 1);
+            self.away.set(true);
+        }
+        fn take_again(&self) {
+            self.away.set(false);
+            self.copies_at.set(self.source.copies());
+            self.gathered_at.set(GATHERED.with(Cell::get));
+            self.counted_at.set(COUNTED.with(Cell::get));
+            self.loaded_at.set(LOADED.with(Cell::get));
+        }
+    }
+
+    /// 64-byte objects over `pages` OS pages, one kept per OS page at a
+    /// random slot (its address and tag returned), the rest freed.
+    fn sparse(heap: &crate::Heap<Counted>, pages: usize) -> Vec<(NonNull<u8>, u8)> {
+        let l = Layout::from_size_align(64, 8).unwrap();
+        let per = os_page() / 64;
+        let all: Vec<NonNull<u8>> = (0..pages * per)
+            .map(|_| heap.allocate(l).unwrap().cast())
+            .collect();
+        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+        let mut kept = Vec::new();
+        for (j, chunk) in all.chunks(per).enumerate() {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            let keep = (seed % per as u64) as usize;
+            for (i, &p) in chunk.iter().enumerate() {
+                if i == keep {
+                    let tag = j as u8 | 1;
+                    // SAFETY: a live block of 64 bytes.
+                    unsafe { p.as_ptr().write_bytes(tag, 64) };
+                    kept.push((p, tag));
+                } else {
+                    // SAFETY: allocated above with `l`, freed once.
+                    unsafe { heap.deallocate(p, l) };
+                }
+            }
+        }
+        kept
+    }
+
+    fn intact(kept: &[(NonNull<u8>, u8)]) -> bool {
+        kept.iter().all(|&(p, tag)| {
+            // SAFETY: live blocks of 64 bytes.
+            unsafe { core::slice::from_raw_parts(p.as_ptr(), 64) }
+                .iter()
+                .all(|&b| b == tag)
+        })
+    }
+
+    fn counted() -> Counted {
+        Counted {
+            pages: SharedPages::new(),
+            shares: AtomicUsize::new(0),
+            joins: AtomicUsize::new(0),
+        }
+    }
+
+    /// A thread that waits for the page lists while the pass makes groups
+    /// waits behind one chunk's copies (and one group's), not the round's,
+    /// though it waits again as soon as it had them; the pass plans the
+    /// rest again after each pause and meshes as much as one no thread
+    /// waited on, every kept object intact.
+    #[test]
+    fn a_waiting_thread_gets_the_lists_before_the_round_ends() {
+        // A round: more than a give-up's copies and a group's.
+        const PAGES: usize = 1024;
+        let alone = crate::Heap::with_source(counted(), Default::default());
+        let kept_alone = sparse(&alone, PAGES);
+        // SAFETY: this thread is the heap's only user.
+        let joined_alone = unsafe { alone.core().mesh() };
+        assert!(intact(&kept_alone));
+        assert!(joined_alone >= PAGES / 2, "{joined_alone} of {PAGES}");
+
+        let heap = crate::Heap::with_source(counted(), Default::default());
+        let kept = sparse(&heap, PAGES);
+        let source = heap.core().source() as *const dyn PageSource as *const Counted;
+        // SAFETY: the heap's source is the `Counted` it was made with.
+        let source = unsafe { &*source };
+        let waiter = Waiter {
+            source,
+            away: Cell::new(false),
+            copies_at: Cell::new(0),
+            pauses: Cell::new(0),
+            most_copied: Cell::new(0),
+            gathered_at: Cell::new(GATHERED.with(Cell::get)),
+            most_gathered: Cell::new(0),
+            counted_at: Cell::new(COUNTED.with(Cell::get)),
+            most_counted: Cell::new(0),
+            loaded_at: Cell::new(LOADED.with(Cell::get)),
+            loading_stretches: Cell::new(0),
+            after_copies: Cell::new(false),
+        };
+        // SAFETY: as above.
+        let joined = unsafe { heap.core().mesh_holding(&waiter) };
+        assert!(intact(&kept));
+        let (pauses, founded) = (waiter.pauses.get(), source.shares.load(Relaxed));
+        // A group has a member per slot position at most.
+        let group = os_page() / 64 + 1;
+        assert!(
+            waiter.most_copied.get() <= CHUNK_JOINS + group,
+            "{} OS pages copied between two pauses ({pauses} pauses, {founded} groups)",
+            waiter.most_copied.get()
+        );
+        // Nor read more candidates' free lists than a chunk's and one slab
+        // page's (of 64 KiB at most here: 16 OS pages).
+        assert!(
+            waiter.most_gathered.get() <= CHUNK_JOINS + 16,
+            "{} candidates gathered between two pauses ({pauses} pauses)",
+            waiter.most_gathered.get()
+        );
+        // A pause after each give-up's joins at most, and one for the end of
+        // the round and of the class, and one a chunk of the count.
+        assert!(
+            (2..=2 * PAGES / CHUNK_JOINS + 2).contains(&pauses),
+            "{pauses} pauses"
+        );
+        assert!(
+            joined * 10 >= joined_alone * 9,
+            "{joined} OS pages joined with a thread waiting, {joined_alone} without"
+        );
+        for (p, _) in kept_alone {
+            // SAFETY: allocated with this layout, freed once.
+            unsafe { alone.deallocate(p, Layout::from_size_align(64, 8).unwrap()) };
+        }
+        for (p, _) in kept {
+            // SAFETY: as above.
+            unsafe { heap.deallocate(p, Layout::from_size_align(64, 8).unwrap()) };
+        }
+    }
+
+    fn waiter(source: &Counted) -> Waiter<'_> {
+        Waiter {
+            source,
+            away: Cell::new(false),
+            copies_at: Cell::new(source.copies()),
+            pauses: Cell::new(0),
+            most_copied: Cell::new(0),
+            gathered_at: Cell::new(GATHERED.with(Cell::get)),
+            most_gathered: Cell::new(0),
+            counted_at: Cell::new(COUNTED.with(Cell::get)),
+            most_counted: Cell::new(0),
+            loaded_at: Cell::new(LOADED.with(Cell::get)),
+            loading_stretches: Cell::new(0),
+            after_copies: Cell::new(false),
+        }
+    }
+
+    fn source_of(heap: &crate::Heap<Counted>) -> &Counted {
+        let source = heap.core().source() as *const dyn PageSource as *const Counted;
+        // SAFETY: the heap's source is the `Counted` it was made with.
+        unsafe { &*source }
+    }
+
+    fn free_all(heap: &crate::Heap<Counted>, kept: Vec<(NonNull<u8>, u8)>) {
+        for (p, _) in kept {
+            // SAFETY: allocated with this layout, freed once.
+            unsafe { heap.deallocate(p, Layout::from_size_align(64, 8).unwrap()) };
+        }
+    }
+
+    /// The pass's count of the classes' candidates lets a waiting thread
+    /// have the page lists after a chunk's candidates (and one slab
+    /// page's), not after every class's, and still ends.
+    #[test]
+    fn a_waiting_thread_waits_for_a_chunk_of_the_count() {
+        const PAGES: usize = 1024;
+        let heap = crate::Heap::with_source(counted(), Default::default());
+        let kept = sparse(&heap, PAGES);
+        let waiter = waiter(source_of(&heap));
+        // SAFETY: this thread is the heap's only user.
+        let joined = unsafe { heap.core().mesh_holding(&waiter) };
+        assert!(intact(&kept));
+        assert!(joined >= PAGES / 2, "{joined} of {PAGES}");
+        assert!(
+            waiter.most_counted.get() <= CHUNK_JOINS + 16,
+            "{} candidates counted between two pauses ({} pauses)",
+            waiter.most_counted.get(),
+            waiter.pauses.get()
+        );
+        free_all(&heap, kept);
+    }
+
+    /// A class that starts over after a pause does not read its groups
+    /// from its pages again: they are loaded once a pass, at its first
+    /// round, however often a thread waits (the rounds after keep the
+    /// groups made, checked against a load after each round); and the pass
+    /// meshes about as much as one no thread waited on.
+    #[test]
+    fn a_start_over_after_a_pause_loads_no_group_again() {
+        const PAGES: usize = 1024;
+        let mut joined = [0usize; 2];
+        let mut loads = [0usize; 2];
+        for (w, joined) in joined.iter_mut().enumerate() {
+            let heap = crate::Heap::with_source(counted(), Default::default());
+            let first = sparse(&heap, PAGES);
+            // SAFETY: this thread is the heap's only user.
+            let made = unsafe { heap.core().mesh() };
+            assert!(made >= PAGES / 2, "{made} of {PAGES}");
+            // Late pages: candidates beside the groups made before.
+            let late = sparse(&heap, PAGES);
+            let waiter = waiter(source_of(&heap));
+            waiter.away.set(w == 0);
+            let before = LOADED.with(Cell::get);
+            // SAFETY: as above.
+            *joined = unsafe { heap.core().mesh_holding(&waiter) };
+            loads[w] = LOADED.with(Cell::get) - before;
+            assert!(intact(&first) && intact(&late));
+            eprintln!(
+                "waited on {}: {} joined, {} pages loaded, {} pauses",
+                w == 1,
+                *joined,
+                loads[w],
+                waiter.pauses.get()
+            );
+            if w == 1 {
+                assert!(waiter.pauses.get() >= 4, "{} pauses", waiter.pauses.get());
+                assert!(
+                    waiter.loading_stretches.get() <= 1,
+                    "groups loaded between {} pairs of pauses ({} pauses)",
+                    waiter.loading_stretches.get(),
+                    waiter.pauses.get()
+                );
+            }
+            free_all(&heap, first);
+            free_all(&heap, late);
+        }
+        assert!(loads[0] > 0);
+        assert_eq!(loads[1], loads[0], "slab pages loaded, waited on and not");
+        assert!(
+            joined[1] * 20 >= joined[0] * 19,
+            "{} OS pages joined with a thread waiting, {} without",
+            joined[1],
+            joined[0]
+        );
+    }
+
+    /// A thread that comes to wait while the pass makes groups, not while
+    /// it gathers them, each time: after the first pause a round gathers a
+    /// chunk's candidates, not as many as the scratch holds, which would
+    /// be read to make one chunk of them and given up. The pass reads each
+    /// candidate's page less than twice.
+    #[test]
+    fn after_a_pause_a_round_gathers_a_chunk() {
+        const PAGES: usize = 1024;
+        let heap = crate::Heap::with_source(counted(), Default::default());
+        let kept = sparse(&heap, PAGES);
+        let waiter = waiter(source_of(&heap));
+        waiter.after_copies.set(true);
+        let before = GATHERED.with(Cell::get);
+        // SAFETY: this thread is the heap's only user.
+        let joined = unsafe { heap.core().mesh_holding(&waiter) };
+        let gathered = GATHERED.with(Cell::get) - before;
+        assert!(intact(&kept));
+        assert!(joined >= PAGES / 2, "{joined} of {PAGES}");
+        assert!(waiter.pauses.get() >= 3, "{} pauses", waiter.pauses.get());
+        assert!(
+            gathered < 2 * PAGES,
+            "{gathered} candidates gathered for {PAGES} ({} pauses)",
+            waiter.pauses.get()
+        );
+        free_all(&heap, kept);
     }
 }

@@ -109,6 +109,9 @@ pub(super) struct Scratch {
     leaders: *mut u32,
     /// Old groups by address: index + 1 (0: empty), open addressing.
     old_slots: *mut u32,
+    /// The old groups as they were before the round's placing (which adds
+    /// members that may still fail), for [`Scratch::keep_made`].
+    saved: *mut Group,
     /// Old groups, at the start of `groups`.
     pub(super) old: usize,
     /// The old group the next candidate placed on its own tries first.
@@ -183,8 +186,9 @@ impl Scratch {
             MAX_CANDIDATES * size_of::<u32>(),
             MAX_POSITIONS * size_of::<(usize, usize)>(),
             OLD_SLOTS * size_of::<u32>(),
+            MAX_OLD * size_of::<Group>(),
         ];
-        let mut offsets = [0; 7];
+        let mut offsets = [0; 8];
         let mut at = 0;
         for (o, len) in offsets.iter_mut().zip(parts) {
             *o = at;
@@ -203,6 +207,7 @@ impl Scratch {
             leaders: p(4).cast(),
             ranges: p(5).cast(),
             old_slots: p(6).cast(),
+            saved: p(7).cast(),
             old: 0,
             probe: 0,
             n: 0,
@@ -316,6 +321,80 @@ impl Scratch {
         }
     }
 
+    /// After a round's groups were made (or given up): the groups that
+    /// exist now become the old groups of the class's next round, as
+    /// `load` of their members' pages would find them, without reading
+    /// the class's pages again: each old group as it was loaded, with the
+    /// candidates that joined it; each new group founded and not taken
+    /// apart, with its members that joined. `owned(c)` is every position
+    /// candidate `c`'s page may use on its OS page now that it joined (the
+    /// page's, as `Page::meshed_positions` says). A group past
+    /// [`MAX_OLD`] is left out (closed, as a load leaves it).
+    pub(super) fn keep_made(&mut self, owned: impl Fn(&Candidate) -> Positions) {
+        for g in 0..self.old as u32 {
+            // SAFETY: below `old`, saved by `place_all`.
+            let mut kept = unsafe { self.saved.add(g as usize).read() };
+            let mut m = self.group(g).first;
+            while m != NONE {
+                if self.joined(m) {
+                    kept.union.union(&owned(self.cand(m)));
+                    kept.members += 1;
+                }
+                m = self.plan(m).next;
+            }
+            *self.group(g) = kept;
+        }
+        let mut old = self.old;
+        for g in self.old as u32..self.ngroups as u32 {
+            let group = *self.group(g);
+            if old == MAX_OLD || group.at == 0 || !group.made() || !self.joined(group.founder) {
+                continue;
+            }
+            let mut kept = Group {
+                first: NONE,
+                last: NONE,
+                members: 0,
+                phase: group.phase,
+                union: Positions::EMPTY,
+                alone: false,
+                founder: NONE,
+                joined: 0,
+                at: group.at,
+                old: true,
+            };
+            let mut m = group.first;
+            while m != NONE {
+                if self.joined(m) {
+                    kept.union.union(&owned(self.cand(m)));
+                    kept.members += 1;
+                }
+                m = self.plan(m).next;
+            }
+            // At or below `g`: written after it was read.
+            *self.group(old as u32) = kept;
+            old += 1;
+        }
+        self.old = old;
+        self.ngroups = old;
+    }
+
+    /// Whether candidate `m` joined its group: its slots were withheld
+    /// for it and it did not fail (a round whose pages could not stop
+    /// taking cached frees withheld nothing).
+    fn joined(&mut self, m: u32) -> bool {
+        let plan = *self.plan(m);
+        plan.withheld && !plan.failed
+    }
+
+    /// The old group founded at `at`, if loaded.
+    #[cfg(test)]
+    pub(super) fn find_old(&mut self, at: usize) -> Option<(u32, Positions, bool)> {
+        (0..self.old as u32)
+            .map(|g| *self.group(g))
+            .find(|g| g.at == at)
+            .map(|g| (g.members, g.union, g.phase != CLOSED))
+    }
+
     /// Slab pages pushed: the first candidate of each is written to
     /// `order`; every plan is cleared.
     fn index_pages(&mut self) -> usize {
@@ -350,6 +429,8 @@ impl Scratch {
     /// Places every candidate as `packing` says, in an order shuffled by a
     /// xorshift from `seed`.
     pub(super) fn place_all(&mut self, seed: u64, packing: Packing) {
+        // SAFETY: `old` <= `MAX_OLD` groups, the room of both.
+        unsafe { core::ptr::copy_nonoverlapping(self.groups, self.saved, self.old) };
         self.packing = packing;
         self.ngroups = self.old;
         self.nleaders = 0;

@@ -221,20 +221,27 @@ impl Page {
             if !seg.is_meshed(base + k) {
                 continue;
             }
-            let (first, last) = self.slots_on(k);
-            let mut owned = Positions::EMPTY;
-            for i in first..=last {
-                if !self.is_withheld(i) {
-                    owned.insert(i - first);
-                }
-            }
             found(Candidate {
                 page: self as *const Page as *mut Page,
                 k: k as u32,
                 phase: ((k * os_page()) % slot) as u32,
-                live: owned,
+                live: self.owned_on(k),
             });
         }
+    }
+
+    /// Every position a slot of this page may use on its OS page `k`
+    /// (meshed): each slot overlapping it that is not withheld (see
+    /// [`Page::meshed_positions`]).
+    pub fn owned_on(&self, k: usize) -> Positions {
+        let (first, last) = self.slots_on(k);
+        let mut owned = Positions::EMPTY;
+        for i in first..=last {
+            if !self.is_withheld(i) {
+                owned.insert(i - first);
+            }
+        }
+        owned
     }
 
     /// Free-listed slots (carved, not in use, not hollow or withheld), or
