@@ -361,10 +361,14 @@ pub fn mesh() -> usize {
 /// assert!(s.committed_bytes >= s.retained_bytes);
 /// ```
 pub fn stats() -> Stats {
-    // Taken first, as the purger and the fork handlers take it: no slot
-    // moves between the places counted below while they are counted (a
-    // thread of the program may still move its own).
-    let _pass = crate::global::purger::hold_off();
+    stats_held_off(&crate::global::purger::hold_off())
+}
+
+/// [`stats()`], with the purger already kept out of its pass by the
+/// caller. The pass is taken first, as the purger and the fork handlers
+/// take it: no slot moves between the places counted below while they
+/// are counted (a thread of the program may still move its own).
+pub(crate) fn stats_held_off(_pass: &crate::global::purger::HeldOff) -> Stats {
     let me = thread::current_or_null();
     if !me.is_null() {
         // SAFETY: our own heap. Collecting what other threads freed into

@@ -265,9 +265,17 @@ impl crate::heap::mesh::Outer for PassHeld {
 /// pages, exited threads' remote frees collected). A batch taken off the
 /// transfer cache after its heaps were counted and before the transfer
 /// cache was would be counted nowhere: live, though freed.
-pub(crate) fn hold_off() -> lock::Guard<'static, ()> {
-    PASS.lock()
+///
+/// The guard is what [`crate::global::allocator::stats_held_off`] asks
+/// for, so a caller that holds the pass already (a report, which reads
+/// the kernel's figures inside the same hold) counts without taking the
+/// lock twice, and no count is made without it.
+pub(crate) fn hold_off() -> HeldOff {
+    HeldOff(PASS.lock())
 }
+
+/// The purger kept out of its pass ([`hold_off`]) until this is dropped.
+pub(crate) struct HeldOff(#[allow(dead_code)] lock::Guard<'static, ()>);
 
 /// Keeps the purger out of its pass (fork preparation).
 pub fn pause() {
@@ -297,6 +305,25 @@ pub fn after_fork_child() {
 mod tests {
     use super::*;
     use std::sync::atomic::AtomicBool;
+
+    /// A report keeps the purger out for its counts and the kernel's
+    /// figures alike, and counts with the pass it holds: it must not take
+    /// the pass a second time (it did once, and every report hung).
+    #[test]
+    fn a_report_takes_the_pass_once() {
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let r = crate::report();
+            let _ = tx.send(r.stats.committed_bytes >= r.stats.retained_bytes);
+        });
+        // A deadlock detector, not a timing: a report takes milliseconds.
+        let done = rx.recv_timeout(std::time::Duration::from_secs(60));
+        assert_eq!(
+            done,
+            Ok(true),
+            "report() did not return: it waits for itself"
+        );
+    }
 
     /// `stats()` counts nothing while a purger pass runs: it waits for the
     /// pass (here a pass held open, as `pause` holds it) to end. A stats

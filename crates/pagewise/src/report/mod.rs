@@ -123,10 +123,10 @@ impl Report {
 /// assert!(text.starts_with("pagewise report (pid "));
 /// ```
 pub fn report() -> Report {
-    crate::global::purger::pause();
-    let s = crate::stats();
+    let pass = crate::global::purger::hold_off();
+    let s = crate::global::allocator::stats_held_off(&pass);
     let os = OsMemory::now();
-    crate::global::purger::resume();
+    drop(pass);
     Report::of(s, os)
 }
 
