@@ -55,6 +55,10 @@ step "aarch64 Linux under qemu-user: the crate's tests (doctests aside)"
 export CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_LINKER=aarch64-linux-gnu-gcc
 export CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_RUNNER="qemu-aarch64 -L /usr/aarch64-linux-gnu"
 export PAGEWISE_TEST_RUNNER="$CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_RUNNER"
+# Optimised as shipped but without the fat LTO pass on one codegen unit,
+# which took most of this step linking each test binary (as the x86-64
+# release tests in .ci/run).
+export CARGO_PROFILE_RELEASE_LTO=off CARGO_PROFILE_RELEASE_CODEGEN_UNITS=16
 cargo test --release --target aarch64-unknown-linux-gnu -p pagewise --lib --tests -- \
     --skip stress_global_allocator --skip stress_small_reservations_no_decay --skip fork_while \
     --skip a_forked_child_gets_its_own_copy_of_a_meshed_heap
