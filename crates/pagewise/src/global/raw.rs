@@ -397,15 +397,18 @@ pub(crate) unsafe fn realloc_cached_slot(
     align: usize,
 ) -> *mut u8 {
     use crate::memory::size_class::{class_of, SMALL_MAX};
-    let current = thread::current_or_null();
-    if current.is_null() || align > 16 || new_size > SMALL_MAX {
+    if align > 16 || new_size > SMALL_MAX {
         return core::ptr::null_mut();
     }
-    // SAFETY: the calling thread's own heap; `ptr` is live (caller).
-    let slot = unsafe { (*current).cached_slot_size(ptr as usize) };
+    let current = thread::current_or_empty();
+    // SAFETY: the calling thread's own heap or the empty one; `ptr` is live
+    // (caller).
+    let (slot, word) = unsafe { HeapCore::cached_slot(current, ptr as usize) };
     if slot == 0 {
         return core::ptr::null_mut();
     }
+    // A slot found: `current` is the calling thread's own heap (the empty
+    // one's states pass none).
     if crate::heap::large::stays_in_place(slot, new_size) {
         return ptr;
     }
@@ -415,12 +418,13 @@ pub(crate) unsafe fn realloc_cached_slot(
     // of this size and alignment (`HeapCore::alloc`): from the thread
     // cache, else from the class's page, without `malloc`'s second look
     // at the heap, the size and the purger (polled on the way in).
-    // The free is `free`'s, with the heap already in hand.
+    // The free is `free`'s, with the heap, the segment and the slot's start
+    // already in hand: only the page's word is read again.
     unsafe {
         let new = (*current).alloc_small(class_of(new_size), new_size, align);
         if !new.is_null() {
             core::ptr::copy_nonoverlapping(ptr, new, slot.min(old).min(new_size));
-            if !HeapCore::free_to_cache_or_empty(ptr, current) {
+            if !HeapCore::free_seen_to_cache(ptr, current, word) {
                 free_uncached(ptr, current);
             }
         }
