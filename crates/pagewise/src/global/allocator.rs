@@ -201,6 +201,9 @@ unsafe fn alloc_zeroed_plain(size: usize, align: usize) -> *mut u8 {
 #[cfg(not(feature = "secure"))]
 #[inline(always)]
 unsafe fn realloc_plain(ptr: *mut u8, old: usize, align: usize, new_size: usize) -> *mut u8 {
+    // A purger a free asked for starts here, as at the C library's
+    // `realloc` (the slot's path below takes no `malloc` that would).
+    crate::global::purger::poll();
     // SAFETY: forwarded: a live block of `old` bytes (at most its slot).
     let moved =
         unsafe { crate::global::raw::realloc_cached_slot(ptr, old, new_size.max(1), align) };

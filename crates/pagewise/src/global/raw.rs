@@ -316,6 +316,7 @@ unsafe fn calloc_plain(size: usize, align: usize) -> *mut u8 {
 ///     pagewise::raw::free(q);
 /// }
 /// ```
+#[inline]
 pub unsafe fn realloc(ptr: *mut u8, new_size: usize, align: usize) -> *mut u8 {
     if ptr.is_null() {
         // SAFETY: forwarded.
@@ -335,17 +336,31 @@ pub unsafe fn realloc(ptr: *mut u8, new_size: usize, align: usize) -> *mut u8 {
     }
 }
 
-/// [`realloc`] below the hardened layer, of a block that is not null.
+/// [`realloc`] below the hardened layer, of a block that is not null: a
+/// slot the thread cache takes in line, the rest out of line (a tail
+/// call), so that the slot's path saves no argument for the other.
 ///
 /// # Safety
 /// As [`realloc`].
 #[cfg(not(feature = "secure"))]
+#[inline(always)]
 unsafe fn realloc_plain(ptr: *mut u8, new_size: usize, align: usize) -> *mut u8 {
     // SAFETY: forwarded.
     let moved = unsafe { realloc_cached_slot(ptr, usize::MAX, new_size.max(1), align) };
     if !moved.is_null() {
         return moved;
     }
+    // SAFETY: forwarded.
+    unsafe { realloc_general(ptr, new_size, align) }
+}
+
+/// [`realloc_plain`] of any block, through the heap.
+///
+/// # Safety
+/// As [`realloc`].
+#[cfg(not(feature = "secure"))]
+#[inline(never)]
+unsafe fn realloc_general(ptr: *mut u8, new_size: usize, align: usize) -> *mut u8 {
     // SAFETY: `with_heap` lends the calling thread's own heap; `ptr` is
     // live (caller); the usable size bounds what the caller may have
     // written, so it is the size to preserve.
@@ -358,12 +373,14 @@ unsafe fn realloc_plain(ptr: *mut u8, new_size: usize, align: usize) -> *mut u8 
 
 /// [`realloc_plain`] of a slot the thread cache takes, to a size a slot
 /// serves, on the fast paths alone: its size from the slab table (as a
-/// free reads it), and if it moves, the new slot from the thread cache and
-/// the old one into it. A program that builds text and then trims it
+/// free reads it), and if it moves, the new slot as the calling thread's
+/// heap gives it (its cache, else the class's page, with no second look at
+/// the heap or the size) and the old one into the cache. A program that builds text and then trims it
 /// (python3's strings are allocated with room to grow and shrunk to fit)
 /// resizes this way all the time. Null if the block is not such a slot or
 /// the size not such a size (then the general path decides), or if the
-/// allocation failed (which the general path then reports).
+/// allocation failed (which the general path then reports). The caller has
+/// polled the purger ([`crate::global::purger::poll`]).
 ///
 /// `old` bounds the bytes to keep (`usize::MAX`: the whole slot, for a
 /// caller that does not know the size it asked for).
@@ -372,33 +389,44 @@ unsafe fn realloc_plain(ptr: *mut u8, new_size: usize, align: usize) -> *mut u8 
 /// As [`realloc`], `ptr` not null, `new_size` not 0; `ptr` holds `old`
 /// bytes the program may have written, if it is a slot.
 #[cfg(not(feature = "secure"))]
-#[inline]
+#[inline(always)]
 pub(crate) unsafe fn realloc_cached_slot(
     ptr: *mut u8,
     old: usize,
     new_size: usize,
     align: usize,
 ) -> *mut u8 {
-    use crate::memory::size_class::SMALL_MAX;
-    let current = thread::current_or_null();
-    if current.is_null() || align > 16 || new_size > SMALL_MAX {
+    use crate::memory::size_class::{class_of, SMALL_MAX};
+    if align > 16 || new_size > SMALL_MAX {
         return core::ptr::null_mut();
     }
-    // SAFETY: the calling thread's own heap; `ptr` is live (caller).
-    let slot = unsafe { (*current).cached_slot_size(ptr as usize) };
+    let current = thread::current_or_empty();
+    // SAFETY: the calling thread's own heap or the empty one; `ptr` is live
+    // (caller).
+    let (slot, word) = unsafe { HeapCore::cached_slot(current, ptr as usize) };
     if slot == 0 {
         return core::ptr::null_mut();
     }
+    // A slot found: `current` is the calling thread's own heap (the empty
+    // one's states pass none).
     if crate::heap::large::stays_in_place(slot, new_size) {
         return ptr;
     }
     // SAFETY: a power of two at most 16; both blocks live and distinct,
-    // the old one holding `slot` bytes the program may have written.
+    // the old one holding `slot` bytes the program may have written. The
+    // new slot is the one the calling thread's own heap gives a request
+    // of this size and alignment (`HeapCore::alloc`): from the thread
+    // cache, else from the class's page, without `malloc`'s second look
+    // at the heap, the size and the purger (polled on the way in).
+    // The free is `free`'s, with the heap, the segment and the slot's start
+    // already in hand: only the page's word is read again.
     unsafe {
-        let new = malloc(new_size, align);
+        let new = (*current).alloc_small(class_of(new_size), new_size, align);
         if !new.is_null() {
             core::ptr::copy_nonoverlapping(ptr, new, slot.min(old).min(new_size));
-            free_plain(ptr);
+            if !HeapCore::free_seen_to_cache(ptr, current, word) {
+                free_uncached(ptr, current);
+            }
         }
         new
     }

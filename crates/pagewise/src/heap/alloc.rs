@@ -223,7 +223,7 @@ impl HeapCore {
     /// # Safety
     /// Owner only.
     #[inline]
-    pub(super) unsafe fn alloc_small(&self, class: usize, size: usize, align: usize) -> *mut u8 {
+    pub(crate) unsafe fn alloc_small(&self, class: usize, size: usize, align: usize) -> *mut u8 {
         debug_assert!(class < CLASSES);
         // SAFETY: `class_of` and `class_for` return classes below CLASSES.
         let state = unsafe { self.states.get_unchecked(class + 1) };

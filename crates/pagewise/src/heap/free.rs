@@ -162,20 +162,20 @@ impl HeapCore {
         true
     }
 
-    /// [`HeapCore::free_to_cache`] of a slot the hardened free already
-    /// found in the slab table, as the word `seen` (`Segment::slab_word`,
-    /// a cacheable slab page's), and has kept out of use since (its
-    /// quarantine): the slot's segment and its start are known, and while
-    /// the slot is live its page cannot go, so only what can change
-    /// meanwhile is read again, the page's word. A page that stopped
-    /// taking cached frees (hollowed, meshed) reads another word: false,
-    /// and the caller frees the slot past the cache.
+    /// [`HeapCore::free_to_cache`] of a slot already found in the slab
+    /// table, as the word `seen` (`Segment::slab_word`, a cacheable slab
+    /// page's): by the hardened free, which has kept it out of use since
+    /// (its quarantine), or by a `realloc` that moved it
+    /// ([`HeapCore::cached_slot`]). The slot's segment and its start are
+    /// known, and while the slot is live its page cannot go, so only what
+    /// can change meanwhile is read again, the page's word. A page that
+    /// stopped taking cached frees (hollowed, meshed) reads another word:
+    /// false, and the caller frees the slot past the cache.
     ///
     /// # Safety
     /// `current` is the calling thread's heap; `ptr` is a live slot of a
-    /// thread heap's slab page whose word read `seen` when the slot was
-    /// freed, in use by nobody since.
-    #[cfg(feature = "secure")]
+    /// thread heap's slab page whose word read `seen` while the slot was
+    /// live (or freed and in use by nobody since), freed now.
     #[inline(always)]
     pub(crate) unsafe fn free_seen_to_cache(
         ptr: *mut u8,
@@ -209,29 +209,42 @@ impl HeapCore {
     /// cache takes (a slot of a live slab page of a global-allocator thread
     /// heap whose frees may be cached), read as the free fast path reads
     /// it: the segment's slab table, on a line the program's frees keep
-    /// warm, not the page's descriptor. 0 otherwise (then ask
-    /// [`HeapCore::usable_size`]).
+    /// warm, not the page's descriptor; with the page's word read, which
+    /// a free of the slot hands [`HeapCore::free_seen_to_cache`]. A size
+    /// of 0 otherwise (then ask [`HeapCore::usable_size`]).
+    ///
+    /// `heap` may be [`empty_heap`], whose states pass no slot: a size of
+    /// 0, so that a size found says `heap` is a real heap, with no test for
+    /// the empty one.
     ///
     /// # Safety
-    /// Owner only (this heap is the calling thread's); `addr` is a live
-    /// allocation of some pagewise heap.
+    /// `heap` is the calling thread's own heap or [`empty_heap`]; `addr`
+    /// is a live allocation of some pagewise heap.
     #[inline]
     #[cfg_attr(feature = "secure", allow(dead_code))]
-    pub(crate) unsafe fn cached_slot_size(&self, addr: usize) -> usize {
+    pub(crate) unsafe fn cached_slot(heap: *const HeapCore, addr: usize) -> (usize, usize) {
         if !registry::in_shared_segment(addr) {
-            return 0;
+            return (0, 0);
         }
         // SAFETY: registered segments are mapped and headed by a `Segment`.
         let seg = unsafe { &*Segment::of(crate::memory::layout::segment_base(addr)) };
-        let (state_at, offset) = seg.slab_entry(addr);
-        // SAFETY: as in `cache_free`: entry 0 finds the state whose
-        // geometry no offset passes.
-        let state =
-            unsafe { &*((self.states.as_ptr() as *const u8).add(state_at) as *const ClassState) };
+        let word = seg.slab_word(addr);
+        let (state_at, offset) = seg.split_slab_word(word, addr);
+        // SAFETY: as in `cache_free_at`: the states of a heap or of
+        // `empty_heap`; entry 0 finds the state whose geometry no offset
+        // passes, and so does every entry in `empty_heap`.
+        let state = unsafe {
+            &*((heap as *const u8)
+                .wrapping_add(STATES_OFFSET)
+                .add(state_at) as *const ClassState)
+        };
         if !state.starts_slot(offset) {
-            return 0;
+            return (0, 0);
         }
-        SLOT_SIZE[(state_at >> STATE_SHIFT) - 1] as usize
+        // SAFETY: an entry whose state passed the offset is not 0 (above):
+        // `(class + 1) << STATE_SHIFT` of a class below CLASSES.
+        let slot = unsafe { *SLOT_SIZE.get_unchecked((state_at >> STATE_SHIFT) - 1) };
+        (slot as usize, word)
     }
 
     /// A free found its class's cache full: pass the older half on (to the

@@ -303,7 +303,8 @@ pub(crate) static EMPTY_STATES: EmptyStates = EmptyStates(
 /// heap: a pointer whose class states are [`EMPTY_STATES`], so that the
 /// thread cache's pop finds nothing and its push no slot, with no test for
 /// null. Only its states are ever read ([`HeapCore::alloc_cached16`],
-/// [`HeapCore::free_to_cache_or_empty`]); it is no heap.
+/// [`HeapCore::free_to_cache_or_empty`], [`HeapCore::cached_slot`]); it is
+/// no heap.
 #[inline(always)]
 pub(crate) fn empty_heap() -> *mut HeapCore {
     (&EMPTY_STATES as *const EmptyStates as *const u8)
