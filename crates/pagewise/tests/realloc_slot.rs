@@ -4,6 +4,10 @@
 //! its class, the bytes move, and the thread's allocated and freed bytes
 //! count exactly the two slots. A resize the slot still serves keeps the
 //! block where it is. (python3 trims every string it formats this way.)
+//!
+//! The default build's: the hardened build hands freed slots out again in
+//! a random order after a quarantine, so no resize gets the cache's slot.
+#![cfg(not(feature = "secure"))]
 
 use pagewise::raw;
 use pagewise::size_class::{class_of, SLOT_SIZE};
