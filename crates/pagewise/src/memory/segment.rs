@@ -309,7 +309,14 @@ impl Segment {
         // `addr - self.base()` for an address in this segment, but the
         // same mask as the slab table's index takes, so the two share it.
         debug_assert_eq!(addr & !(SEGMENT - 1), self.base());
-        let offset = addr & (SEGMENT - 1);
+        Segment::split_slab_word_at(e, addr & (SEGMENT - 1))
+    }
+
+    /// [`Segment::split_slab_word`] of the word `e` of the slice `offset`
+    /// bytes into a segment: the state, and `offset`'s offset from the
+    /// start of the slab page there.
+    #[inline]
+    pub fn split_slab_word_at(e: usize, offset: usize) -> (usize, usize) {
         let state = e & SLAB_STATE_MASK;
         // The page's offset is the word less its state: a subtraction and
         // an add of the state already taken apart, where masking the
@@ -323,16 +330,24 @@ impl Segment {
     #[inline]
     fn slab_table_entry(&self, addr: usize) -> usize {
         debug_assert_eq!(addr & !(SEGMENT - 1), self.base());
-        // The address's offset in its segment (the mask keeps any address
-        // in the table), whose top bits are the slice: the free fast path
-        // has that offset in a register already (`split_slab_word` takes
-        // it too). Hidden from the optimizer, which would otherwise shift
-        // the address and mask the slice again, one instruction more per
-        // free.
-        let slice = opaque(addr & (SEGMENT - 1)) >> SLICE_SHIFT;
+        self.slab_word_at(addr)
+    }
+
+    /// The raw slab-table word of the slice `offset` bytes into this
+    /// segment (`offset` below [`SEGMENT`]; the mask keeps any other in the
+    /// table): the header's slices, the first one's included, hold no slab
+    /// page and read 0.
+    #[inline]
+    pub fn slab_word_at(&self, offset: usize) -> usize {
+        // The offset's top bits are the slice: the free fast path has the
+        // offset in a register already (`split_slab_word_at` takes it
+        // too), and masks it once for both. Hidden from the optimizer,
+        // which would otherwise shift the address and mask the slice
+        // again, one instruction more per free.
+        let slice = opaque(offset & (SEGMENT - 1)) >> SLICE_SHIFT;
         debug_assert!(slice < SLICES_PER_SEGMENT);
-        // SAFETY: the offset is below `SEGMENT`, so the slice is below
-        // `SLICES_PER_SEGMENT`, the table's length.
+        // SAFETY: the masked offset is below `SEGMENT`, so the slice is
+        // below `SLICES_PER_SEGMENT`, the table's length.
         unsafe { self.slab_slices.get_unchecked(slice) }.load(Relaxed) as usize
     }
 
