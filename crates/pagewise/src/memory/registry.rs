@@ -218,6 +218,23 @@ mod tests {
         for a in [0, top + 1, usize::MAX] {
             assert!(!in_range_not_null(a), "{a:#x}");
         }
+        // The fast path's index: of the byte before, in the range exactly
+        // where the test above passes, the map's last entry the top one.
+        for a in [1, 16, SEGMENT, SEGMENT + 1, last + 16, top - 1, top] {
+            let i = index_below(a);
+            assert!(index_in_range(i), "{a:#x}");
+            assert_eq!(i, (a - 1) / SEGMENT, "{a:#x}");
+        }
+        assert_eq!(index_below(top), ENTRIES - 1);
+        for a in [0, top + 1, top + 16, top + SEGMENT, usize::MAX] {
+            assert!(!index_in_range(index_below(a)), "{a:#x}");
+        }
+        // SAFETY: indices in range (tested above).
+        unsafe {
+            assert!(shared_at(index_below(last + 16)) && shared_at(index_below(top)));
+            assert!(!shared_at(index_below(last)), "the byte before is below");
+            assert!(!shared_at(index_below(16)));
+        }
         assert_eq!(index(top), Some(ENTRIES));
         assert_eq!(lookup(top + 16), None);
         assert_eq!(index(top + SEGMENT), None);
