@@ -498,4 +498,37 @@ mod tests {
         // SAFETY: allocated above with this layout.
         unsafe { std::alloc::dealloc(seg as *const Segment as *mut u8, layout) };
     }
+
+    /// The slab table's word of a slot's slice, taken apart into the
+    /// class's state and the slot's offset in its page, by address and by
+    /// offset in the segment; the header's slices read 0, and an offset
+    /// past the segment is masked into it (the free fast path reads the
+    /// first byte past a segment as its segment's offset 0).
+    #[test]
+    fn slab_words_give_the_state_and_the_offset_in_the_page() {
+        let layout =
+            core::alloc::Layout::from_size_align(core::mem::size_of::<Segment>(), SEGMENT).unwrap();
+        // SAFETY: a zeroed Segment is valid (its slab table only is used).
+        let seg = unsafe { &*(std::alloc::alloc_zeroed(layout) as *mut Segment) };
+        let class = 5;
+        seg.mark_slab(3, 2, class);
+        let state = (class + 1) << STATE_SHIFT;
+        let word = state | 3 << SLICE_SHIFT;
+        for offset in [3 * SLICE, 3 * SLICE + 48, 4 * SLICE + 16] {
+            let addr = seg.base() + offset;
+            assert_eq!(seg.slab_word(addr), word, "{offset:#x}");
+            assert_eq!(seg.slab_word_at(offset), word, "{offset:#x}");
+            assert_eq!(seg.slab_word_at(offset + SEGMENT), word, "{offset:#x}");
+            let in_page = offset - 3 * SLICE;
+            assert_eq!(seg.split_slab_word(word, addr), (state, in_page));
+            assert_eq!(Segment::split_slab_word_at(word, offset), (state, in_page));
+            assert_eq!(seg.slab_entry(addr), (state, in_page));
+        }
+        for offset in [0, 16, SLICE, 2 * SLICE, 5 * SLICE] {
+            assert_eq!(seg.slab_word_at(offset), 0, "{offset:#x}");
+            assert_eq!(seg.split_slab_word(0, seg.base() + offset).0, 0);
+        }
+        // SAFETY: allocated above with this layout.
+        unsafe { std::alloc::dealloc(seg as *const Segment as *mut u8, layout) };
+    }
 }
