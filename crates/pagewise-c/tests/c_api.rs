@@ -261,6 +261,9 @@ fn misuse_aborts_with_one_clear_line() {
             "top-free",
             "pagewise: free of a pointer pagewise did not allocate",
         ),
+        // The first byte past a segment, which the lookup takes for the
+        // byte before it: no block of either segment.
+        ("segment-end-free", "pagewise: free of a pointer"),
         (
             "interior-free",
             "pagewise: free of a pointer that is not the start of an allocation",

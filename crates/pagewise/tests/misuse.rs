@@ -48,6 +48,17 @@ fn child_entry() {
                 let p = a.alloc(l);
                 a.dealloc(p.add(8), l);
             }
+            "segment-end" => {
+                // The first byte past a thread heap's segment: the fast
+                // path's lookup takes the segment below for it (the one
+                // holding the byte before), whose header's slice holds no
+                // slot, so the free goes past the cache, which says what
+                // the address is (no block of the next segment, whether
+                // that segment is pagewise's or not).
+                let p = a.alloc(l) as usize;
+                let seg = pagewise::layout::SEGMENT;
+                a.dealloc(((p & !(seg - 1)) + seg) as *mut u8, l);
+            }
             "large-double" => {
                 let big = Layout::from_size_align(1 << 20, 8).unwrap();
                 let p = a.alloc(big);
@@ -342,6 +353,11 @@ fn foreign_pointer_aborts() {
         "foreign",
         "pagewise: free of a pointer pagewise did not allocate",
     );
+}
+
+#[test]
+fn the_first_byte_past_a_segment_aborts() {
+    expect_abort("segment-end", "pagewise: free of a pointer");
 }
 
 #[test]

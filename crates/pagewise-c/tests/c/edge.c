@@ -11,10 +11,12 @@
  *   edge tls-modules DIR N dlopens DIR/tls<i>.so, i < N, while a thread waits
  *   edge double-free | double-free-aba | double-free-consumer |
  *        double-free-hollow SIZE STRIDE |
- *        foreign-free | far-free | top-free | interior-free |
- *        free-sized-wrong   misuse (must abort; free-sized-wrong only with a
- *        debug build of the library; far-free and top-free free an address
- *        just past the 47-bit range and one at the top of the address space)
+ *        foreign-free | far-free | top-free | segment-end-free |
+ *        interior-free | free-sized-wrong   misuse (must abort;
+ *        free-sized-wrong only with a debug build of the library; far-free
+ *        and top-free free an address just past the 47-bit range and one at
+ *        the top of the address space, segment-end-free the first byte past
+ *        a segment of pagewise's)
  *   edge idle one-thread | threads-exit | handoff | handoff-blocked |
  *        handoff-blocked-trim   issue 11's quiet scenarios (prints "edge:
  *        idle BEFORE FREED AFTER", resident bytes)
@@ -845,6 +847,15 @@ int main(int argc, char **argv) {
     }
     if (!strcmp(mode, "far-free")) {
         free((void *)(((uintptr_t)1 << 47) + 16));
+        return 0;
+    }
+    if (!strcmp(mode, "segment-end-free")) {
+        /* The first byte past a 32 MiB segment (layout.rs, SEGMENT) of
+           pagewise's: free's lookup takes the segment below for it, whose
+           header holds no slot, and the free past the cache says what the
+           address is. */
+        uintptr_t seg = (uintptr_t)1 << 25;
+        free((void *)(((uintptr_t)malloc(16) & ~(seg - 1)) + seg));
         return 0;
     }
     if (!strcmp(mode, "top-free")) {

@@ -191,7 +191,7 @@ unsafe fn free_plain(ptr: *mut u8) {
     // one the cache's lookup below starts with (and so makes no more):
     // a free of a block makes no test for null of its own, and a free of
     // null still returns after a few instructions.
-    if !registry::in_range_not_null(ptr as usize) {
+    if !registry::index_in_range(registry::index_below(ptr as usize)) {
         // SAFETY: forwarded.
         return unsafe { free_null_or_far(ptr) };
     }

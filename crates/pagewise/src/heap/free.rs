@@ -10,7 +10,7 @@ use super::remote::free_remote;
 use super::thread_bytes::note_freed_by;
 use super::*;
 use crate::memory::cache_handshake;
-use crate::memory::layout::{opaque, SEGMENT_SHIFT};
+use crate::memory::layout::{opaque, SEGMENT, SEGMENT_SHIFT};
 use crate::memory::segment::STATE_SHIFT;
 
 impl HeapCore {
@@ -49,7 +49,7 @@ impl HeapCore {
         // slot of a thread heap of the global allocator.
         !current.is_null()
             && registry::in_shared_segment(addr)
-            && unsafe { HeapCore::cache_free_at(current, addr) }
+            && unsafe { HeapCore::cache_free_at(current, opaque(addr >> SEGMENT_SHIFT), addr) }
     }
 
     /// [`HeapCore::free_to_cache`] for a `current` that is never null: the
@@ -64,9 +64,16 @@ impl HeapCore {
     #[cfg_attr(feature = "secure", allow(dead_code))]
     pub(crate) unsafe fn free_to_cache_or_empty(ptr: *mut u8, current: *const HeapCore) -> bool {
         let addr = ptr as usize;
-        // SAFETY: as in `free_to_cache`; `empty_heap`'s states pass no
-        // address, so only a real heap's cache takes the slot.
-        registry::in_shared_segment(addr) && unsafe { HeapCore::cache_free_at(current, addr) }
+        // One comparison for null, an address past the registry's map and
+        // the map's index, which is the segment's number too: the segment
+        // of `addr - 1` (`registry::index_below`), `addr`'s own but at a
+        // segment's first byte, whose lookup below finds no slot.
+        let i = registry::index_below(addr);
+        // SAFETY: as in `free_to_cache`, the entry in range (just tested);
+        // `empty_heap`'s states pass no address, so only a real heap's
+        // cache takes the slot.
+        registry::index_in_range(i)
+            && unsafe { registry::shared_at(i) && HeapCore::cache_free_at(current, i, addr) }
     }
 
     /// Puts `addr` in this heap's cache if it starts a slot of a live slab
@@ -79,25 +86,34 @@ impl HeapCore {
     #[inline]
     pub(super) unsafe fn cache_free(&self, addr: usize) -> bool {
         // SAFETY: forwarded.
-        unsafe { HeapCore::cache_free_at(self, addr) }
+        unsafe { HeapCore::cache_free_at(self, opaque(addr >> SEGMENT_SHIFT), addr) }
     }
 
     /// [`HeapCore::cache_free`] into the cache of `heap`, which may be
-    /// [`empty_heap`] (then false: its states take no slot).
+    /// [`empty_heap`] (then false: its states take no slot). `number` is
+    /// the registry's index of `addr`'s segment, hidden from the optimizer
+    /// (`opaque`), or of the segment below if `addr` is a segment's first
+    /// byte (`registry::index_below`): no slot starts there, and the first
+    /// slice of the segment below, its header's, is no slab page (false).
     ///
     /// # Safety
     /// As `cache_free`, `heap` being the calling thread's heap or
-    /// [`empty_heap`].
+    /// [`empty_heap`], and `addr` in the segment `number` or at the byte
+    /// after it, whose segment number `number` is registered.
     #[inline(always)]
-    unsafe fn cache_free_at(heap: *const HeapCore, addr: usize) -> bool {
+    unsafe fn cache_free_at(heap: *const HeapCore, number: usize, addr: usize) -> bool {
         // The segment's base is its number in the registry's map shifted
         // back: the free fast path has that number in a register from the
-        // lookup (`registry::in_shared_segment`), and one shift of it is
-        // one instruction where masking the address takes two. Hidden from
-        // the optimizer, which would make it the mask again.
-        let base = opaque(addr >> SEGMENT_SHIFT) << SEGMENT_SHIFT;
+        // lookup, and one shift of it is one instruction where masking the
+        // address takes two (the caller hides the number from the
+        // optimizer, which would make it the mask again).
+        let base = number << SEGMENT_SHIFT;
         // SAFETY: registered segments are mapped and headed by a `Segment`.
         let seg = unsafe { &*Segment::of(base) };
+        // `addr`'s offset in its segment: 0 (the header's slice) for an
+        // address after the segment `number`.
+        let offset = addr & (SEGMENT - 1);
+        debug_assert!(addr.wrapping_sub(base) <= SEGMENT);
         let states = (heap as *const u8).wrapping_add(STATES_OFFSET);
         // The slot is announced before the page's word is read: a mesh pass
         // that stops the page's cached frees either sees it or is seen
@@ -107,16 +123,16 @@ impl HeapCore {
         // (as below); its announcement word is atomic.
         unsafe { (*(states as *const ClassState)).announce(addr) };
         cache_handshake::before_reading_the_word();
-        let word = seg.slab_word(addr);
-        let (state_at, offset) = seg.split_slab_word(word, addr);
+        let word = seg.slab_word_at(offset);
+        let (state_at, in_page) = Segment::split_slab_word_at(word, offset);
         // SAFETY: slab-table entries are 0 or `(class + 1) << STATE_SHIFT`
         // (`mark_slab`), the byte offset of a state in the heap's states
         // (CLASSES + 1 states of `1 << STATE_SHIFT` bytes, `STATES_OFFSET`
-        // bytes into the heap, `empty_heap`'s too). Entry 0 (no slab page)
-        // finds the state whose geometry no offset passes, and so does
-        // every entry in `empty_heap`.
+        // bytes into the heap, `empty_heap`'s too). Entry 0 (no slab page,
+        // the header's slices included) finds the state whose geometry no
+        // offset passes, and so does every entry in `empty_heap`.
         let state = unsafe { &*(states.add(state_at) as *const ClassState) };
-        if !state.starts_slot(offset) {
+        if !state.starts_slot(in_page) {
             return false; // not a slot start: the uncached path says so
         }
         // SAFETY: per the caller; `addr` starts a slot of `state`'s class in

@@ -117,6 +117,45 @@ pub fn in_shared_segment(addr: usize) -> bool {
     e.load(Ordering::Acquire) == HEADER
 }
 
+/// The free fast path's map index of `addr`: the entry of the segment
+/// holding `addr - 1`. It is below the map's range ([`index_in_range`])
+/// exactly when `addr` is neither null nor past it ([`in_range_not_null`]),
+/// so one comparison rules out both and leaves the index in a register for
+/// the entry's load ([`shared_at`]) and the segment's base (the index
+/// shifted back), where the range test and the index took a shift each.
+/// It is `addr`'s own segment's but at a segment's first byte, which no
+/// slot starts (the header is there): that byte finds the segment below,
+/// whose first slice, its header's, holds no slot either, so the free
+/// past the cache looks it up again. Hidden from the optimizer, which would
+/// make the comparison a test of `addr - 1 >> 47` and shift again.
+#[inline(always)]
+pub fn index_below(addr: usize) -> usize {
+    crate::memory::layout::opaque(addr.wrapping_sub(1) >> SEGMENT_SHIFT)
+}
+
+/// Whether an [`index_below`] is one of the map's range, which neither
+/// null's nor that of an address past the range is.
+#[inline(always)]
+pub fn index_in_range(i: usize) -> bool {
+    i < ENTRIES
+}
+
+/// Whether the map's entry `i` is a (non-huge) segment of the global
+/// allocator's thread heaps ([`in_shared_segment`] by index).
+///
+/// # Safety
+/// `i` is [`index_in_range`].
+#[inline(always)]
+pub unsafe fn shared_at(i: usize) -> bool {
+    debug_assert!(index_in_range(i));
+    // As in `in_shared_segment`: a pointer to the entry, no borrow of the map.
+    let map = core::ptr::addr_of!(MAP).cast::<AtomicU8>();
+    // SAFETY: `i < ENTRIES` (caller): the entry is inside the static, which
+    // lives for the whole program and is only ever accessed through atomics.
+    let e = unsafe { &*map.add(i) };
+    e.load(Ordering::Acquire) == HEADER
+}
+
 /// Where `addr` lies, from one load: `Some(true)` in a (non-huge) segment
 /// of the global allocator's thread heaps ([`in_shared_segment`]),
 /// `Some(false)` in any other segment the map records (an owned heap's,
@@ -178,6 +217,23 @@ mod tests {
         }
         for a in [0, top + 1, usize::MAX] {
             assert!(!in_range_not_null(a), "{a:#x}");
+        }
+        // The fast path's index: of the byte before, in the range exactly
+        // where the test above passes, the map's last entry the top one.
+        for a in [1, 16, SEGMENT, SEGMENT + 1, last + 16, top - 1, top] {
+            let i = index_below(a);
+            assert!(index_in_range(i), "{a:#x}");
+            assert_eq!(i, (a - 1) / SEGMENT, "{a:#x}");
+        }
+        assert_eq!(index_below(top), ENTRIES - 1);
+        for a in [0, top + 1, top + 16, top + SEGMENT, usize::MAX] {
+            assert!(!index_in_range(index_below(a)), "{a:#x}");
+        }
+        // SAFETY: indices in range (tested above).
+        unsafe {
+            assert!(shared_at(index_below(last + 16)) && shared_at(index_below(top)));
+            assert!(!shared_at(index_below(last)), "the byte before is below");
+            assert!(!shared_at(index_below(16)));
         }
         assert_eq!(index(top), Some(ENTRIES));
         assert_eq!(lookup(top + 16), None);

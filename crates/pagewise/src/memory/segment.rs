@@ -309,7 +309,14 @@ impl Segment {
         // `addr - self.base()` for an address in this segment, but the
         // same mask as the slab table's index takes, so the two share it.
         debug_assert_eq!(addr & !(SEGMENT - 1), self.base());
-        let offset = addr & (SEGMENT - 1);
+        Segment::split_slab_word_at(e, addr & (SEGMENT - 1))
+    }
+
+    /// [`Segment::split_slab_word`] of the word `e` of the slice `offset`
+    /// bytes into a segment: the state, and `offset`'s offset from the
+    /// start of the slab page there.
+    #[inline]
+    pub fn split_slab_word_at(e: usize, offset: usize) -> (usize, usize) {
         let state = e & SLAB_STATE_MASK;
         // The page's offset is the word less its state: a subtraction and
         // an add of the state already taken apart, where masking the
@@ -323,16 +330,24 @@ impl Segment {
     #[inline]
     fn slab_table_entry(&self, addr: usize) -> usize {
         debug_assert_eq!(addr & !(SEGMENT - 1), self.base());
-        // The address's offset in its segment (the mask keeps any address
-        // in the table), whose top bits are the slice: the free fast path
-        // has that offset in a register already (`split_slab_word` takes
-        // it too). Hidden from the optimizer, which would otherwise shift
-        // the address and mask the slice again, one instruction more per
-        // free.
-        let slice = opaque(addr & (SEGMENT - 1)) >> SLICE_SHIFT;
+        self.slab_word_at(addr)
+    }
+
+    /// The raw slab-table word of the slice `offset` bytes into this
+    /// segment (`offset` below [`SEGMENT`]; the mask keeps any other in the
+    /// table): the header's slices, the first one's included, hold no slab
+    /// page and read 0.
+    #[inline]
+    pub fn slab_word_at(&self, offset: usize) -> usize {
+        // The offset's top bits are the slice: the free fast path has the
+        // offset in a register already (`split_slab_word_at` takes it
+        // too), and masks it once for both. Hidden from the optimizer,
+        // which would otherwise shift the address and mask the slice
+        // again, one instruction more per free.
+        let slice = opaque(offset & (SEGMENT - 1)) >> SLICE_SHIFT;
         debug_assert!(slice < SLICES_PER_SEGMENT);
-        // SAFETY: the offset is below `SEGMENT`, so the slice is below
-        // `SLICES_PER_SEGMENT`, the table's length.
+        // SAFETY: the masked offset is below `SEGMENT`, so the slice is
+        // below `SLICES_PER_SEGMENT`, the table's length.
         unsafe { self.slab_slices.get_unchecked(slice) }.load(Relaxed) as usize
     }
 
@@ -480,6 +495,39 @@ mod tests {
         assert_eq!(runs, vec![(3, 77), (100, 2)]);
         assert_eq!(cleared, 79);
         assert_eq!(seg.count_committed(0, MAX_OS_PAGES_PER_SEGMENT), 0);
+        // SAFETY: allocated above with this layout.
+        unsafe { std::alloc::dealloc(seg as *const Segment as *mut u8, layout) };
+    }
+
+    /// The slab table's word of a slot's slice, taken apart into the
+    /// class's state and the slot's offset in its page, by address and by
+    /// offset in the segment; the header's slices read 0, and an offset
+    /// past the segment is masked into it (the free fast path reads the
+    /// first byte past a segment as its segment's offset 0).
+    #[test]
+    fn slab_words_give_the_state_and_the_offset_in_the_page() {
+        let layout =
+            core::alloc::Layout::from_size_align(core::mem::size_of::<Segment>(), SEGMENT).unwrap();
+        // SAFETY: a zeroed Segment is valid (its slab table only is used).
+        let seg = unsafe { &*(std::alloc::alloc_zeroed(layout) as *mut Segment) };
+        let class = 5;
+        seg.mark_slab(3, 2, class);
+        let state = (class + 1) << STATE_SHIFT;
+        let word = state | 3 << SLICE_SHIFT;
+        for offset in [3 * SLICE, 3 * SLICE + 48, 4 * SLICE + 16] {
+            let addr = seg.base() + offset;
+            assert_eq!(seg.slab_word(addr), word, "{offset:#x}");
+            assert_eq!(seg.slab_word_at(offset), word, "{offset:#x}");
+            assert_eq!(seg.slab_word_at(offset + SEGMENT), word, "{offset:#x}");
+            let in_page = offset - 3 * SLICE;
+            assert_eq!(seg.split_slab_word(word, addr), (state, in_page));
+            assert_eq!(Segment::split_slab_word_at(word, offset), (state, in_page));
+            assert_eq!(seg.slab_entry(addr), (state, in_page));
+        }
+        for offset in [0, 16, SLICE, 2 * SLICE, 5 * SLICE] {
+            assert_eq!(seg.slab_word_at(offset), 0, "{offset:#x}");
+            assert_eq!(seg.split_slab_word(0, seg.base() + offset).0, 0);
+        }
         // SAFETY: allocated above with this layout.
         unsafe { std::alloc::dealloc(seg as *const Segment as *mut u8, layout) };
     }
