@@ -17,7 +17,8 @@ use pagewise::layout::SLICE;
 use pagewise::size_class::{class_of, PAGE_SLICES, SLOT_SIZE};
 use pagewise::thread::{current_or_null, FREES_BEFORE_HEAP};
 use std::alloc::{alloc, dealloc, Layout};
-use std::sync::mpsc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Arc};
 use std::time::Duration;
 
 #[test]
@@ -49,15 +50,22 @@ fn pending() {
     let layout = Layout::from_size_align(size, 8).unwrap();
     let before = pagewise::stats().classes[c];
     let (blocks_tx, blocks_rx) = mpsc::channel::<Vec<usize>>();
-    let (done_tx, done_rx) = mpsc::channel::<()>();
+    let done = Arc::new(AtomicBool::new(false));
+    let owner_done = done.clone();
     let owner = std::thread::spawn(move || {
         // SAFETY: a non-zero layout.
         let v: Vec<usize> = (0..n).map(|_| unsafe { alloc(layout) } as usize).collect();
         assert!(v.iter().all(|&p| p != 0));
         blocks_tx.send(v).unwrap();
         // Alive, and allocating or freeing nothing more, so it collects
-        // nothing, until the checks are done.
-        done_rx.recv().unwrap();
+        // nothing, until the checks are done. Parked, not blocked on a
+        // channel: a blocking receive allocates (its waiter entry), and an
+        // allocation that comes after the other thread's frees (this thread
+        // descheduled after its send) takes the pending slots in before
+        // stats() can count them where they wait.
+        while !owner_done.load(Ordering::Acquire) {
+            std::thread::park();
+        }
     });
     let blocks = blocks_rx.recv().unwrap();
     let held = pagewise::stats().classes[c];
@@ -77,7 +85,8 @@ fn pending() {
         "pending frees not counted: {s:?}"
     );
     assert_eq!(s.live_slots, before.live_slots, "{s:?}");
-    done_tx.send(()).unwrap();
+    done.store(true, Ordering::Release);
+    owner.thread().unpark();
     owner.join().unwrap();
     // The owner took them in (at its exit at the latest): the same counts.
     let after = pagewise::stats().classes[c];
