@@ -577,9 +577,8 @@ impl HeapCore {
         while !p.is_null() && seen < FULLEST_CANDIDATES {
             // SAFETY: queue entries are slab pages of this heap.
             let (usable, used, next) = unsafe {
-                let usable = (*p).has_free()
-                    || (*p).has_remote()
-                    || (room == Room::Carve && can_carve(&*p));
+                let usable =
+                    (*p).has_free() || (*p).has_remote() || (room == Room::Carve && can_carve(&*p));
                 (usable, (*p).used(), (*p).next)
             };
             if usable && (best.is_null() || used > best_used) {

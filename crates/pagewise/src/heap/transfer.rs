@@ -392,7 +392,10 @@ mod tests {
             assert!(!first.is_null());
             let page = b.current_page(class);
             assert_eq!((*page).capacity(), 1);
-            assert!((*page).capacity() + 3 <= (*page).reserved, "room to carve 3");
+            assert!(
+                (*page).capacity() + 3 <= (*page).reserved,
+                "room to carve 3"
+            );
             // Four slots of the first heap, cached, passed on whole at its
             // thread's exit.
             let slots: Vec<*mut u8> = (0..4).map(|_| a.alloc(size, 16)).collect();
