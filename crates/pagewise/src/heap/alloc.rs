@@ -284,6 +284,15 @@ impl HeapCore {
         }
     }
 
+    /// A slot of `class` once the cache and the current page's free list
+    /// ran dry. Slots that are free already come before fresh ones: the
+    /// current page's remote frees, then the fullest page of the class
+    /// with free or remote slots, then a batch from the transfer cache and
+    /// an exited thread's leftovers; only then does the heap commit memory,
+    /// carving (or refilling hollow slots) on the current page, then on the
+    /// fullest page with room, then on a new page. Carving first committed
+    /// fresh memory while free slots of the class waited, resident, in the
+    /// transfer cache.
     #[cold]
     pub(super) unsafe fn alloc_slow(&self, class: usize, size: usize) -> *mut u8 {
         let mut l = self.lock_local();
@@ -292,28 +301,32 @@ impl HeapCore {
         unsafe {
             self.process_delayed(l, Access::Owner);
             let page = self.current_page(class);
-            if page != empty_page() {
-                match self.refill(page) {
-                    Ok(true) => return self.pop(page, class, size),
-                    Ok(false) => {}
-                    Err(OverLimit) => return self.alloc_over_limit(l, class, size),
-                }
+            if page != empty_page() && self.collect(page) {
+                return self.pop(page, class, size);
             }
             self.maintenance(l);
             // Maintenance may have emptied the caches into this page (then
-            // it has room again), or even released it (then it is no longer
-            // current): look again.
+            // it has free slots again), or even released it (then it is no
+            // longer current): look again.
             let page = self.current_page(class);
             if page != empty_page() {
-                match self.refill(page) {
-                    Ok(true) => return self.pop(page, class, size),
-                    Ok(false) => self.retire_exhausted(l, page),
-                    Err(OverLimit) => return self.alloc_over_limit(l, class, size),
+                if self.collect(page) {
+                    return self.pop(page, class, size);
+                }
+                if !can_carve(&*page) {
+                    self.retire_exhausted(l, page);
                 }
             }
-            let fullest = self.fullest_nonfull(l, class);
-            if fullest.is_none() && self.global {
-                // Before a new page: slots other threads freed.
+            if let Some(p) = self.fullest_nonfull(l, class, Room::Free) {
+                self.set_current_page(class, p);
+                // In use again: its free OS pages stay (`heap/hollow.rs`).
+                (*p).back_in_use();
+                if self.collect(p) {
+                    return self.pop(p, class, size);
+                }
+            }
+            if self.global {
+                // Before fresh slots: slots other threads freed.
                 let p = self.alloc_from_transfer(class);
                 if !p.is_null() {
                     return p;
@@ -324,7 +337,15 @@ impl HeapCore {
                     return p;
                 }
             }
-            let next = match fullest {
+            let page = self.current_page(class);
+            if page != empty_page() {
+                match self.carve(page) {
+                    Ok(true) => return self.pop(page, class, size),
+                    Ok(false) => self.retire_exhausted(l, page),
+                    Err(OverLimit) => return self.alloc_over_limit(l, class, size),
+                }
+            }
+            let next = match self.fullest_nonfull(l, class, Room::Carve) {
                 Some(p) => p,
                 None => match self.new_slab_page(l, class) {
                     Some(p) => p,
@@ -376,22 +397,45 @@ impl HeapCore {
     }
 
     /// Gives `page` a free slot if it can: remote frees first, then fresh
-    /// slots. Owner only, with the page lists held (counters it updates are
-    /// the visitors' too). Whatever it commits (slots on purged OS pages,
-    /// fresh ones) is charged against the hard limit first: `Err` if the
-    /// limit refused it, with nothing committed.
+    /// slots ([`HeapCore::collect`], then [`HeapCore::carve`]). Owner only,
+    /// with the page lists held.
     pub(super) unsafe fn refill(&self, page: *mut Page) -> Result<bool, OverLimit> {
+        // SAFETY: per the caller.
+        unsafe {
+            if self.collect(page) {
+                return Ok(true);
+            }
+            self.carve(page)
+        }
+    }
+
+    /// Whether `page` has a free slot, once the slots other threads freed
+    /// to it are taken in; commits nothing. Owner only.
+    pub(super) unsafe fn collect(&self, page: *mut Page) -> bool {
         // SAFETY: owner only; `page` is a slab page of this heap. Page
         // methods borrow it only for the call.
         unsafe {
             if (*page).has_free() {
-                return Ok(true);
+                return true;
             }
             let n = (*page).collect_thread_free();
             if n > 0 {
                 self.class((*page).class as usize).returned.add(n as u64);
-                return Ok(true);
+                return true;
             }
+        }
+        false
+    }
+
+    /// Gives `page`, which has no free slot, slots that need memory: its
+    /// hollow slots, else fresh ones. Owner only, with the page lists held
+    /// (counters it updates are the visitors' too). Whatever it commits
+    /// (slots on purged OS pages, fresh ones) is charged against the hard
+    /// limit first: `Err` if the limit refused it, with nothing committed.
+    pub(super) unsafe fn carve(&self, page: *mut Page) -> Result<bool, OverLimit> {
+        // SAFETY: owner only; `page` is a slab page of this heap. Page
+        // methods borrow it only for the call.
+        unsafe {
             let seg = &*Segment::of(crate::memory::layout::segment_base((*page).start));
             // Slots on purged OS pages before fresh ones: the page stays as
             // compact as it was.
@@ -518,9 +562,14 @@ impl HeapCore {
         }
     }
 
-    /// The fullest page of the class queue (among the first few), other
-    /// than an exhausted current page. Owner only.
-    pub(super) unsafe fn fullest_nonfull(&self, l: &Local, class: usize) -> Option<*mut Page> {
+    /// The fullest page of the class queue (among the first few) with
+    /// `room`, other than an exhausted current page. Owner only.
+    pub(super) unsafe fn fullest_nonfull(
+        &self,
+        l: &Local,
+        class: usize,
+        room: Room,
+    ) -> Option<*mut Page> {
         let mut best: *mut Page = null_mut();
         let mut best_used = 0;
         let mut p = l.queues[class].head;
@@ -528,10 +577,8 @@ impl HeapCore {
         while !p.is_null() && seen < FULLEST_CANDIDATES {
             // SAFETY: queue entries are slab pages of this heap.
             let (usable, used, next) = unsafe {
-                let usable = (*p).has_free()
-                    || (*p).capacity() < (*p).reserved
-                    || (*p).has_remote()
-                    || (*p).can_refill_hollow();
+                let usable =
+                    (*p).has_free() || (*p).has_remote() || (room == Room::Carve && can_carve(&*p));
                 (usable, (*p).used(), (*p).next)
             };
             if usable && (best.is_null() || used > best_used) {
@@ -631,6 +678,20 @@ impl HeapCore {
 
 /// A charge against the hard limit was refused (`HeapCore::refill`).
 pub(super) struct OverLimit;
+
+/// The pages [`HeapCore::fullest_nonfull`] looks for.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum Room {
+    /// Free slots or remotely freed ones: memory committed already.
+    Free,
+    /// Those, or slots still to carve or hollow ones to refill.
+    Carve,
+}
+
+/// Whether `page` has slots that [`HeapCore::carve`] can give it.
+fn can_carve(page: &Page) -> bool {
+    page.capacity() < page.reserved || page.can_refill_hollow()
+}
 
 /// The OS pages [`Page::extend`] touches next, as `(first page address,
 /// count)`: the slots it carves run from the end of the carved ones to the

@@ -194,6 +194,7 @@ mod tests {
     static ONE: World = World::new();
     static TWO: World = World::new();
     static THREE: World = World::new();
+    static FOUR: World = World::new();
 
     /// The class of 64 KiB slots, whose cache holds two: the third free
     /// overflows. Its slot size.
@@ -340,31 +341,87 @@ mod tests {
                 [128, 0, 0, 0],
                 "slots in the transfer cache after each round"
             );
-            // Grown to the class's 128 KiB, the cache holds every slot of
-            // the two 64 KiB pages the first round carved.
+            // Grown to the class's 128 KiB, the cache holds every slot the
+            // first round carved on its two 64 KiB pages: later rounds took
+            // their overflow back before carving more.
             let grown = GROWN[class];
             assert_eq!(a.class(class).limit(), grown);
-            assert_eq!(a.class(class).cached(), grown);
+            assert_eq!(a.class(class).cached(), N as u32);
             assert_eq!(a.page_counts[class].pages.get(), 2);
             // The thread's exit passes its whole cache on and leaves the
             // heap's caches short for an adopter. A cache that takes more
             // than it holds grows to take it.
             a.abandon();
             assert_eq!(a.class(class).limit(), LIMITS[class]);
-            assert_eq!(w.transfer.slots(class), grown as usize);
+            assert_eq!(w.transfer.slots(class), N);
             let q = b.alloc(size, 16);
             assert!(!q.is_null());
-            assert_eq!(b.class(class).limit(), grown);
-            assert_eq!(b.class(class).cached(), grown - 1);
+            assert_eq!(b.class(class).limit(), N as u32, "grown to the batch");
+            assert_eq!(b.class(class).cached(), N as u32 - 1);
             // Past the decay's half period, the next slow path halves the
             // cache and its bound, to the class's usual bound at least.
             w.src.advance_ms(10);
             let other = b.alloc(64, 16);
             assert!(!other.is_null());
             assert_eq!(b.class(class).limit(), LIMITS[class]);
-            assert_eq!(b.class(class).cached(), (grown - 1) / 2);
+            assert_eq!(b.class(class).cached(), (N as u32 - 1) / 2);
             HeapCore::free_any(q, b);
             HeapCore::free_any(other, b);
+        }
+    }
+
+    /// A heap whose page of a class still has room to carve takes the
+    /// batch of that class waiting in the transfer cache before it carves:
+    /// the batch's slots are resident already, fresh slots would be new
+    /// memory on top of them. Here a page of 128 KiB slots with one slot
+    /// carved, and a batch of four such slots another heap's exit passed
+    /// on: three allocations commit nothing. (Carving first, they
+    /// committed 384 KiB while the batch waited.)
+    #[test]
+    fn a_heap_takes_a_waiting_batch_before_it_carves_fresh_slots() {
+        let class = crate::size_class::class_of(128 << 10);
+        let size = SLOT_SIZE[class] as usize;
+        assert_eq!(size, 128 << 10);
+        let w = &FOUR;
+        let (a, b) = (w.heap(0), w.heap(1));
+        // SAFETY: each heap is used by this thread alone, as its owner;
+        // every block is live until its free, freed once.
+        unsafe {
+            // The second heap's page of the class, one slot carved.
+            let first = b.alloc(size, 16);
+            assert!(!first.is_null());
+            let page = b.current_page(class);
+            assert_eq!((*page).capacity(), 1);
+            assert!(
+                (*page).capacity() + 3 <= (*page).reserved,
+                "room to carve 3"
+            );
+            // Four slots of the first heap, cached, passed on whole at its
+            // thread's exit.
+            let slots: Vec<*mut u8> = (0..4).map(|_| a.alloc(size, 16)).collect();
+            a.class(class).set_limit(4);
+            for &p in &slots {
+                assert!(!p.is_null());
+                HeapCore::free_any(p, a);
+            }
+            assert_eq!(a.class(class).cached(), 4);
+            a.abandon();
+            assert_eq!(w.transfer.slots(class), 4);
+            let committed = b.slab_committed.get();
+            let taken: Vec<*mut u8> = (0..3).map(|_| b.alloc(size, 16)).collect();
+            assert_eq!(
+                b.slab_committed.get() - committed,
+                0,
+                "bytes committed for three slots while a batch waited"
+            );
+            assert_eq!(w.transfer.slots(class), 0, "the batch taken");
+            assert_eq!((*page).capacity(), 1, "nothing carved");
+            for &p in &taken {
+                assert!(slots.contains(&p), "a slot of the batch");
+                p.write_bytes(3, size);
+                HeapCore::free_any(p, b);
+            }
+            HeapCore::free_any(first, b);
         }
     }
 }
