@@ -150,7 +150,7 @@ impl HeapCore {
     /// live slab page of `seg` whose slab word read `word`, after `addr`
     /// was announced in `heap`'s states.
     #[inline(always)]
-    unsafe fn cache_push(
+    pub(crate) unsafe fn cache_push(
         heap: *const HeapCore,
         addr: usize,
         state_at: usize,
@@ -193,6 +193,7 @@ impl HeapCore {
     /// thread heap's slab page whose word read `seen` while the slot was
     /// live (or freed and in use by nobody since), freed now.
     #[inline(always)]
+    #[cfg_attr(feature = "secure", allow(dead_code))]
     pub(crate) unsafe fn free_seen_to_cache(
         ptr: *mut u8,
         current: *const HeapCore,
