@@ -1161,7 +1161,6 @@ fn the_c_fast_path_hands_out_armed_slots_from_the_thread_cache() {
     // them: a slot freed goes to the cache, which hands it out again once
     // as many frees of its class came after it as it waits for, and the
     // cache-only allocation hands it out then, armed for the new request.
-    // On a thread of its own: its cache holds nothing older.
     std::thread::spawn(|| {
         // SAFETY: 16 is a power of two; live blocks, each freed once.
         unsafe {
@@ -1176,34 +1175,40 @@ fn the_c_fast_path_hands_out_armed_slots_from_the_thread_cache() {
                     pagewise::raw::free(b);
                 }
             };
+            // The cache-only allocation, until it hands out `p` (after the
+            // slots cached before it: a batch other threads passed on may
+            // have come in front), the others freed after.
+            let until_p = |p: *mut u8, size: usize| {
+                let mut v = [core::ptr::null_mut(); 256];
+                let mut n = 0;
+                let q = loop {
+                    let q = pagewise::raw::malloc_cached(size, 16);
+                    assert!(!q.is_null() && n < v.len(), "{p:?} did not come back");
+                    if q == p {
+                        break q;
+                    }
+                    v[n] = q;
+                    n += 1;
+                };
+                for &b in &v[..n] {
+                    pagewise::raw::free(b);
+                }
+                q
+            };
             let p = pagewise::raw::malloc(100, 16);
             pagewise::raw::free(p);
             later(100);
-            let q = pagewise::raw::malloc_cached(104, 16);
+            let q = until_p(p, 104);
             assert_eq!(q, p, "the slot freed, from the cache");
             assert_eq!(pagewise::raw::usable_size(q), 104, "armed for its request");
             q.write_bytes(1, 104);
             pagewise::raw::free(q);
             later(100);
-            // 98 bytes: the 112-byte class too (a byte spare at least),
-            // after the slots cached before it.
-            let mut v = [core::ptr::null_mut(); 64];
-            let mut n = 0;
-            let r = loop {
-                let r = pagewise::raw::malloc_cached(98, 16);
-                assert!(!r.is_null() && n < v.len(), "{p:?} did not come back");
-                if r == p {
-                    break r;
-                }
-                v[n] = r;
-                n += 1;
-            };
+            // 98 bytes: the 112-byte class too (a byte spare at least).
+            let r = until_p(p, 98);
             assert_eq!(pagewise::raw::usable_size(r), 98, "armed for its request");
             assert!((0..98).all(|i| *r.add(i) == 0), "wiped by the free");
             pagewise::raw::free(r);
-            for &b in &v[..n] {
-                pagewise::raw::free(b);
-            }
         }
     })
     .join()

@@ -180,9 +180,7 @@ impl HeapCore {
 
     /// [`HeapCore::free_to_cache`] of a slot already found in the slab
     /// table, as the word `seen` (`Segment::slab_word`, a cacheable slab
-    /// page's): by the hardened free, which has kept it out of use since
-    /// (its quarantine), or by a `realloc` that moved it
-    /// ([`HeapCore::cached_slot`]). The slot's segment and its start are
+    /// page's): by a `realloc` that moved it ([`HeapCore::cached_slot`]). The slot's segment and its start are
     /// known, and while the slot is live its page cannot go, so only what
     /// can change meanwhile is read again, the page's word. A page that
     /// stopped taking cached frees (hollowed, meshed) reads another word:

@@ -81,8 +81,14 @@ impl HeapCore {
     pub(super) unsafe fn alloc_from_transfer(&self, class: usize) -> *mut u8 {
         debug_assert!(self.global);
         let state = self.class(class);
-        if state.cached() != 0 {
-            return null_mut(); // (the slow path comes with an empty cache)
+        // (The slow path comes with an empty cache; the hardened one's
+        // holds the slots that wait for later frees, at most its depth.)
+        #[cfg(not(feature = "secure"))]
+        let takes = state.cached() == 0;
+        #[cfg(feature = "secure")]
+        let takes = state.takes_batch();
+        if !takes {
+            return null_mut();
         }
         let Some(b) = self.transfer().take(class) else {
             return null_mut();

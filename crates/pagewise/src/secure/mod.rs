@@ -790,8 +790,9 @@ unsafe fn free_uncached(
 /// Resizes `p` to `size` bytes at `align`: in place if the block has room
 /// (the canary moves), else into a block from `alloc` (a hardened
 /// allocation: armed) with `p` freed through `free`, the program's own
-/// hardened free: checked (the word before it too), wiped and
-/// quarantined, so that the address does not come straight back. Null
+/// hardened free: checked (the word before it too), wiped and cached
+/// behind its class's depth of later frees, so that the address does not
+/// come straight back. Null
 /// (and `p` unchanged) on failure. The move is made here, not by the
 /// heap's realloc, so that no block leaves or enters use without the
 /// checks.

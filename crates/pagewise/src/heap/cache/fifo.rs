@@ -113,16 +113,11 @@ impl ClassState {
         // of the counts races with no write (as in the default `pop`).
         unsafe {
             let b = *self.head.get();
-            if b.is_null() {
-                if (*self.tail.get()).is_null() {
-                    return null_mut();
-                }
-                return self.fifo_pop_taking_up();
-            }
             let w = *self.counts.as_ptr();
-            // The countdown at most 1, or no more than the depth cached
-            // (the room at the floor or above).
-            if w < 2 << ROOM_BITS || w as u16 >= *self.floor.get() {
+            // The front empty (the allocation's miss path makes the back
+            // the front: `fifo_take_up`), the countdown at most 1, or no
+            // more than the depth cached (the room at the floor or above).
+            if b.is_null() || w < 2 << ROOM_BITS || w as u16 >= *self.floor.get() {
                 return null_mut();
             }
             self.fifo_pop_at(b)
@@ -148,23 +143,6 @@ impl ClassState {
             self.counts
                 .store(self.counts.load(Relaxed) + POPPED, Relaxed);
             b
-        }
-    }
-
-    /// [`ClassState::fifo_pop`] with the front empty and the back not:
-    /// the back becomes the front if it holds more than the depth.
-    ///
-    /// # Safety
-    /// Owner only.
-    #[cold]
-    #[inline(never)]
-    unsafe fn fifo_pop_taking_up(&self) -> *mut Block {
-        // SAFETY: owner only (caller).
-        unsafe {
-            if !self.fifo_take_up() {
-                return null_mut();
-            }
-            self.fifo_pop()
         }
     }
 
@@ -239,19 +217,38 @@ impl ClassState {
     ///
     /// # Safety
     /// Owner only.
+    #[inline(always)]
     pub(super) unsafe fn fifo_take_up(&self) -> bool {
         // SAFETY: owner only (caller).
         unsafe {
-            let n = self.cached();
-            if *self.older_count.get() != 0
-                || (*self.tail.get()).is_null()
-                || n <= self.depth_now()
-                || self.sample_due()
+            // The room below the floor: more than the depth cached, or,
+            // below a batch's floor (`fifo_install`), more than the slots
+            // that were cached before it (told apart out of line).
+            if (*self.tail.get()).is_null()
+                || !(*self.head.get()).is_null()
+                || self.counts.load(Relaxed) as u16 >= *self.floor.get()
             {
                 return false;
             }
-            self.back_to_front(n);
+            self.back_to_front_now()
         }
+    }
+
+    /// [`ClassState::fifo_take_up`]'s move, out of line: the back becomes
+    /// the front if the cache holds more than its depth (else the floor,
+    /// a batch's, is set back): whether it did.
+    ///
+    /// # Safety
+    /// Owner only; the front is empty, the back is not.
+    #[inline(never)]
+    unsafe fn back_to_front_now(&self) -> bool {
+        let n = self.cached();
+        if n <= self.depth_now() {
+            self.fifo_set_floor(self.limit());
+            return false;
+        }
+        // SAFETY: per the caller.
+        unsafe { self.back_to_front(n) };
         true
     }
 
@@ -351,27 +348,60 @@ impl ClassState {
         }
     }
 
-    /// `install`: a batch of `count` slots becomes the front. Its slots
-    /// waited on the thread that passed them (an overflow keeps its depth
-    /// of later frees), so none waits here: the floor comes back when the
-    /// front runs dry (or a slow path changes the cache).
+    /// Whether the cache takes a batch from the transfer cache (the heap's
+    /// slow path, once a pop declined and the class's current page has no
+    /// free slot): when it holds no more than its depth, slots that wait
+    /// for later frees, which stay behind the batch.
+    pub(crate) fn takes_batch(&self) -> bool {
+        self.cached() <= self.depth_now()
+    }
+
+    /// `install`: a batch of `count` slots becomes the front, and the
+    /// slots cached already (no more than the depth: [`takes_batch`])
+    /// the back, behind it. The batch's slots waited on the thread that
+    /// passed them (an overflow keeps its depth of later frees), so none
+    /// waits here: until the front runs dry, a pop declines only at the
+    /// slots that were cached already.
+    ///
+    /// [`takes_batch`]: ClassState::takes_batch
     ///
     /// # Safety
-    /// As `install`.
+    /// As `install`, but for the cache being empty: it holds no more than
+    /// its depth.
     pub(super) unsafe fn fifo_install(&self, head: *mut Block, count: u32) {
-        debug_assert_eq!(self.cached(), 0);
-        self.set_limit(self.limit().max(count));
-        let room = self.room();
-        // SAFETY: owner only (caller).
+        // SAFETY: owner only (caller): the chains are ours; once joined,
+        // the front holds the `kept` slots cached before (a shorter chain,
+        // left by a double free, ends the walk at a null link).
         unsafe {
-            debug_assert!((*self.tail.get()).is_null());
+            self.fifo_join();
+            let kept = self.cached();
+            let old = *self.head.get();
+            if kept == 0 {
+                *self.older.get() = null_mut();
+                *self.tail.get() = null_mut();
+            } else {
+                let mut last = old;
+                for _ in 1..kept {
+                    let next = Block::next(last);
+                    if next.is_null() {
+                        // Shorter than counted: a slot was freed twice.
+                        misuse(Misuse::DoubleFree, last as usize);
+                    }
+                    last = next;
+                }
+                Block::clear_link(last);
+                *self.older.get() = old;
+                *self.tail.get() = last;
+            }
+            // A batch passed by a cache that had grown may be more than
+            // this one holds: it grows to take it.
+            self.set_limit(self.limit().max(count + kept));
+            let room = self.room();
             *self.head.get() = head;
             *self.older_count.get() = count;
-            *self.older.get() = null_mut();
-            *self.tail.get() = null_mut();
-            *self.floor.get() = self.limit() as u16;
+            *self.floor.get() = floor(self.limit(), kept as u16);
+            self.set_room(room - count);
         }
-        self.set_room(room - count);
     }
 
     /// `newest`: the back's newest slot, else the front's last.
@@ -465,6 +495,22 @@ mod tests {
         v
     }
 
+    /// An allocation's take from the cache: the pop, else (the front
+    /// empty) the miss path's take-up and the pop.
+    ///
+    /// # Safety
+    /// Owner only.
+    unsafe fn take(c: &ClassState) -> *mut Block {
+        // SAFETY: per the caller.
+        unsafe {
+            let b = c.pop();
+            if b.is_null() && !c.sample_due() && c.take_up_older() {
+                return c.pop();
+            }
+            b
+        }
+    }
+
     #[test]
     fn depths_are_sixteen_kib_of_slots_from_two_to_sixteen() {
         use crate::memory::size_class::class_of;
@@ -492,24 +538,24 @@ mod tests {
             for &b in &s {
                 assert!(c.push(b));
             }
-            assert_eq!(c.pop(), s[0]);
-            assert_eq!(c.pop(), s[1]);
-            assert_eq!(c.pop(), s[2]);
-            assert!(c.pop().is_null(), "four cached: they wait");
+            assert_eq!(take(&c), s[0]);
+            assert_eq!(take(&c), s[1]);
+            assert_eq!(take(&c), s[2]);
+            assert!(take(&c).is_null(), "four cached: they wait");
             assert_eq!(c.cached(), 4);
             c.verify();
             // Pushes after a pop that took the back up go on behind.
             Block::mark_cached(s[0]);
             assert!(c.push(s[0]));
-            assert_eq!(c.pop(), s[3]);
-            assert!(c.pop().is_null());
+            assert_eq!(take(&c), s[3]);
+            assert!(take(&c).is_null());
             // The sample countdown still declines.
             Block::mark_cached(s[1]);
             assert!(c.push(s[1]));
             c.arm(1);
-            assert!(c.pop().is_null(), "a due sample declines");
+            assert!(take(&c).is_null(), "a due sample declines");
             c.arm(super::super::NOT_SAMPLING);
-            assert_eq!(c.pop(), s[4]);
+            assert_eq!(take(&c), s[4]);
         }
     }
 
@@ -545,8 +591,8 @@ mod tests {
             assert_eq!(chain(front, n), s[4..8]);
             Block::set_next(s[8], s[9]);
             assert_eq!(c.cached(), 4);
-            assert_eq!((c.pop(), c.pop()), (s[8], s[9]));
-            assert!(c.pop().is_null(), "the depth stays");
+            assert_eq!((take(&c), take(&c)), (s[8], s[9]));
+            assert!(take(&c).is_null(), "the depth stays");
             // Keeping fewer than the depth is the slow paths' choice only:
             // a maintenance pass keeps what it asks for, oldest first out.
             let (rest, n) = c.take_older(1);
@@ -572,6 +618,35 @@ mod tests {
             assert_eq!((s[1] as *const usize).read(), 0);
             assert!(c.push(s[2]));
             assert_eq!(c.newest(), s[2]);
+        }
+    }
+
+    /// A batch from the transfer cache goes in front of the slots that
+    /// wait for later frees, and comes out whole first; those slots wait
+    /// on.
+    #[test]
+    fn a_batch_goes_in_front_of_the_slots_that_wait() {
+        let (_slots, s) = slots(6);
+        let other = deep(8, GEOMETRY[0], 0);
+        let c = deep(8, GEOMETRY[0], 2);
+        // SAFETY: test-local slots, each in one list at a time.
+        unsafe {
+            for &b in &s[2..5] {
+                assert!(other.push(b));
+            }
+            let (batch, n) = other.take_older(0);
+            assert!(c.push(s[0]) && c.push(s[1]));
+            assert!(c.takes_batch());
+            c.install(batch, n);
+            assert_eq!(c.cached(), 5);
+            c.verify();
+            assert_eq!((take(&c), take(&c), take(&c)), (s[2], s[3], s[4]));
+            assert!(take(&c).is_null(), "the two freed here wait");
+            assert!(!c.takes_batch() || c.cached() <= 2);
+            Block::mark_cached(s[2]);
+            assert!(c.push(s[2]));
+            assert_eq!(take(&c), s[0]);
+            assert!(take(&c).is_null());
         }
     }
 }
