@@ -32,16 +32,24 @@ fn layout(size: usize) -> Layout {
     Layout::from_size_align(size, 8).unwrap()
 }
 
-/// Frees as many new blocks of `l` as the quarantine holds, and nothing
-/// else, so that the slot freed just before leaves it for the thread cache
-/// (on top: the next allocation of its class takes it).
+/// Later frees of its class a freed block of `size` bytes waits for at
+/// least before its thread hands it out again: 16 KiB of its slots, from
+/// two to [`pagewise::raw::QUARANTINE`] (a slot is larger than its
+/// request, so this is never fewer than its class waits for).
+fn depth(size: usize) -> usize {
+    ((16 << 10) / size.max(1)).clamp(2, pagewise::raw::QUARANTINE)
+}
+
+/// Frees as many new blocks of `l` as a freed block of its size waits for,
+/// and nothing else, so that the slot freed just before may be handed out
+/// again (after the older slots of its class's thread cache).
 ///
 /// # Safety
 /// None: the blocks are this function's.
-unsafe fn past_quarantine(l: Layout) {
-    // No vector: its own free would push one more slot out.
+unsafe fn later_frees(l: Layout) {
+    // No vector: its own free would be one more free.
     let mut v = [core::ptr::null_mut(); 64];
-    let v = &mut v[..pagewise::raw::QUARANTINE];
+    let v = &mut v[..depth(l.size())];
     // SAFETY: live blocks, each freed once.
     unsafe {
         for p in v.iter_mut() {
@@ -51,6 +59,43 @@ unsafe fn past_quarantine(l: Layout) {
             A.dealloc(p, l);
         }
     }
+}
+
+/// Allocates blocks of `l` until `p` is handed out again (512 at most),
+/// frees the others, and returns `p`, or null if it did not come back.
+///
+/// # Safety
+/// None: the blocks are this function's, `p` too once returned.
+unsafe fn until_back(p: *mut u8, l: Layout) -> *mut u8 {
+    // SAFETY: forwarded.
+    unsafe { until_back_by(p, l, |l| A.alloc(l)) }
+}
+
+/// [`until_back`] with the blocks allocated by `alloc`.
+///
+/// # Safety
+/// As [`until_back`]; `alloc` allocates a live block of `l`.
+unsafe fn until_back_by(p: *mut u8, l: Layout, alloc: impl Fn(Layout) -> *mut u8) -> *mut u8 {
+    // No vector: a block of 4,000 bytes would be one of its class.
+    let mut v = [core::ptr::null_mut(); 512];
+    let mut n = 0;
+    let mut found = core::ptr::null_mut();
+    // SAFETY: live blocks, each freed once.
+    unsafe {
+        while n < v.len() {
+            let q = alloc(l);
+            if q == p {
+                found = q;
+                break;
+            }
+            v[n] = q;
+            n += 1;
+        }
+        for &q in &v[..n] {
+            A.dealloc(q, l);
+        }
+    }
+    found
 }
 
 /// Runs one case in the child; does nothing in a normal test run.
@@ -140,16 +185,32 @@ fn child_entry() {
             }
             "first-word-after-free" | "second-word-after-free" => {
                 // A write after free over the first or the second word of a
-                // slot while it is in the quarantine (its free left both
-                // zero, or the second the quarantine key): reported when
-                // the slot leaves, at the slot.
+                // slot while it waits in the thread cache (its link, a raw
+                // zero until the next free of its class links it, and its
+                // key): reported at that free, or when the slot is handed
+                // out again, at the slot.
                 let keep = black_box(A.alloc(l));
                 A.dealloc(p, l);
                 println!("slot {:#018x}", p as usize);
                 let word = usize::from(kind == "second-word-after-free");
-                p.add(8 * word + 3).write_volatile(b'w');
-                past_quarantine(l);
+                // A byte changed (the key's bytes are the secret's: a
+                // fixed byte would be one of them once in 256 runs).
+                let at = p.add(8 * word + 3);
+                at.write_volatile(!at.read_volatile());
+                later_frees(l);
+                black_box(until_back(p, l));
                 A.dealloc(keep, l);
+            }
+            "first-word-then-one-free" => {
+                // The link word of the slot freed last, then one free of
+                // its class (which links the slot to the block it frees).
+                let x = black_box(A.alloc(l));
+                A.dealloc(p, l);
+                println!("slot {:#018x}", p as usize);
+                p.add(3).write_volatile(!p.add(3).read_volatile());
+                A.dealloc(x, l);
+                println!("still running");
+                std::process::exit(0);
             }
             "link-after-free" | "link-after-free-paged" | "text-after-free" => {
                 // The page stays in use (and mapped) while the slot is
@@ -160,8 +221,8 @@ fn child_entry() {
                     // The slot goes home to its page's free list.
                     pagewise::trim();
                 } else {
-                    // The slot goes to the thread cache.
-                    past_quarantine(l);
+                    // Linked in the thread cache to the slots freed after.
+                    later_frees(l);
                 }
                 println!("slot {:#018x}", p as usize);
                 // A write after free over the slot's first word, the link
@@ -173,9 +234,8 @@ fn child_entry() {
                 } else {
                     p.cast::<usize>().write(target.as_ptr() as usize);
                 }
-                let q = black_box(A.alloc(l));
-                let r = black_box(A.alloc(l));
-                println!("handed out {q:?} and {r:?}, target {:?}", target.as_ptr());
+                let q = black_box(until_back(p, l));
+                println!("handed out {q:?}, target {:?}", target.as_ptr());
                 A.dealloc(keep, l);
             }
             "kept-under-limit" => {
@@ -211,10 +271,9 @@ fn child_entry() {
                 let at = p.add((size / 2).min(3000));
                 println!("byte {:#018x}", at as usize);
                 at.write(b'w');
-                past_quarantine(l);
-                let q = black_box(A.alloc(l));
-                let r = black_box(A.alloc(l));
-                println!("handed out {q:?} and {r:?}");
+                later_frees(l);
+                let q = black_box(until_back(p, l));
+                println!("handed out {q:?}");
                 A.dealloc(keep, l);
             }
             "reuse" => {
@@ -279,8 +338,8 @@ fn child_entry() {
                 // knew them (16 at least: all of a 16-byte slot), its free
                 // key among them and, for a block with a short tail, the
                 // free slot's tail word at its end; then a second free, with
-                // the slot still in the thread's quarantine, past it (in the
-                // thread cache), or by another thread (running before the
+                // the slot just freed into the thread cache, after the
+                // frees it waits for, or by another thread (running before the
                 // first free, so that nothing takes the block between).
                 let q = p as usize;
                 let (go, wait) = std::sync::mpsc::channel::<()>();
@@ -292,7 +351,7 @@ fn child_entry() {
                 });
                 A.dealloc(p, l);
                 if kind == "double-rewritten-past" {
-                    past_quarantine(l);
+                    later_frees(l);
                 }
                 p.write_bytes(b'x', size.max(16));
                 match other {
@@ -435,23 +494,29 @@ unsafe fn zeroed_beside_frees(size: usize) {
             FREED.store(k + 1, Release);
         }
     });
-    // Pairs whose first take found the slot before the free on top of the
-    // thread cache (its upkeep may move the slot off the top later, and a
-    // loaded machine lets the loop run long).
+    // Pairs whose first take found the slot before the free (the cache's
+    // upkeep may move the slot to its page meanwhile, and a loaded machine
+    // lets the loop run long).
     let mut hits = 0;
     for (k, &(a, _)) in pairs.iter().enumerate() {
-        // Onto the top of the thread cache: the next allocation takes it.
+        // Into the thread cache, with the frees it waits for after it: the
+        // allocations after the older cached slots take it.
         A.dealloc(a as *mut u8, l);
-        past_quarantine(l);
+        later_frees(l);
         TURN.store(k + 1, Release);
         let mut first = true;
         while FREED.load(Acquire) <= k {
-            let q = A.alloc_zeroed(zl);
+            let q = until_back_by(a as *mut u8, zl, |zl| {
+                let q = A.alloc_zeroed(zl);
+                assert!((0..size).all(|i| *q.add(i) == 0), "zeroed");
+                q
+            });
+            let q = if q.is_null() { A.alloc_zeroed(zl) } else { q };
             assert!((0..size).all(|i| *q.add(i) == 0), "zeroed");
             hits += usize::from(first && q as usize == a);
             first = false;
             A.dealloc(q, zl);
-            past_quarantine(l);
+            later_frees(l);
             TAKEN.fetch_add(1, Release);
         }
     }
@@ -503,17 +568,18 @@ unsafe fn taken_beside_frees(size: usize) {
     // Pairs whose first take found the slot, as above.
     let mut hits = 0;
     for (k, &(a, _)) in pairs.iter().enumerate() {
-        // Onto the top of the thread cache: the next allocation takes it.
+        // Into the thread cache, with the frees it waits for after it.
         A.dealloc(a as *mut u8, l);
-        past_quarantine(l);
+        later_frees(l);
         TURN.store(k + 1, Release);
         let mut first = true;
         while FREED.load(Acquire) <= k {
-            let q = A.alloc(l);
+            let q = until_back(a as *mut u8, l);
+            let q = if q.is_null() { A.alloc(l) } else { q };
             hits += usize::from(first && q as usize == a);
             first = false;
             A.dealloc(q, l);
-            past_quarantine(l);
+            later_frees(l);
             TAKEN.fetch_add(1, Release);
         }
     }
@@ -823,12 +889,17 @@ fn a_write_after_free_is_reported_when_the_slot_is_handed_out_again() {
 }
 
 #[test]
-fn a_write_over_a_quarantined_slots_first_words_is_reported_when_it_leaves() {
+fn a_write_over_a_freed_slots_first_words_is_reported_at_the_slot() {
     // A 16-byte slot's second word is its last: the word before the next
-    // slot, which that slot's free checks (an underflow); not here.
-    for (kind, sizes) in [
-        ("first-word-after-free", &[8, 100, 4000][..]),
-        ("second-word-after-free", &[100, 4000][..]),
+    // slot, which that slot's free checks (an underflow); not here. The
+    // first word, the slot's link, is checked at the next free of its
+    // class (a write after free); the second, its key, when the slot is
+    // handed out again (the cache's list no longer holds what it put
+    // there).
+    for (kind, sizes, what) in [
+        ("first-word-after-free", &[8, 100, 4000][..], WRITTEN),
+        ("first-word-then-one-free", &[8, 100, 4000][..], WRITTEN),
+        ("second-word-after-free", &[100, 4000][..], CORRUPTED),
     ] {
         for &size in sizes {
             let case = format!("{kind}:{size}");
@@ -841,7 +912,7 @@ fn a_write_over_a_quarantined_slots_first_words_is_reported_when_it_leaves() {
                 .lines()
                 .find_map(|l| l.split("slot ").nth(1))
                 .unwrap_or_else(|| panic!("{case}: {stdout}"));
-            let report = format!("pagewise: write after free (a freed block was written): {slot}");
+            let report = format!("{what}: {slot}");
             assert!(
                 stderr.contains(&report),
                 "{case}: no {report:?} in {stderr:?}"
@@ -849,6 +920,13 @@ fn a_write_over_a_quarantined_slots_first_words_is_reported_when_it_leaves() {
         }
     }
 }
+
+/// The report of a write after free.
+const WRITTEN: &str = "pagewise: write after free (a freed block was written)";
+
+/// The report of a free list whose link or key a write after free changed.
+const CORRUPTED: &str =
+    "pagewise: corrupted free list (a free block's link was overwritten: a write after free)";
 
 #[test]
 fn memory_an_earlier_use_left_in_a_fresh_slot_is_not_a_write_after_free() {
@@ -1080,37 +1158,90 @@ fn a_block_realloc_moved_away_does_not_come_straight_back() {
 #[test]
 fn the_c_fast_path_hands_out_armed_slots_from_the_thread_cache() {
     // The checks ride on the thread cache's paths rather than leaving
-    // them: a slot freed goes to the cache once the quarantine lets it
-    // go, and the cache-only allocation hands it out again, armed for the
-    // new request.
-    // SAFETY: 16 is a power of two; live blocks, each freed once.
-    unsafe {
-        // Frees as many new blocks as the quarantine holds, and nothing
-        // else (no vector), so that the slot freed before goes to the cache.
-        let quarantine = |size: usize| {
+    // them: a slot freed goes to the cache, which hands it out again once
+    // as many frees of its class came after it as it waits for, and the
+    // cache-only allocation hands it out then, armed for the new request.
+    std::thread::spawn(|| {
+        // SAFETY: 16 is a power of two; live blocks, each freed once.
+        unsafe {
+            // Frees as many new blocks as a slot of the class waits for,
+            // and nothing else (no vector).
+            let later = |size: usize| {
+                let mut v = [core::ptr::null_mut(); 64];
+                for b in v[..pagewise::raw::QUARANTINE].iter_mut() {
+                    *b = pagewise::raw::malloc(size, 16);
+                }
+                for &b in &v[..pagewise::raw::QUARANTINE] {
+                    pagewise::raw::free(b);
+                }
+            };
+            // The cache-only allocation, until it hands out `p` (after the
+            // slots cached before it: a batch other threads passed on may
+            // have come in front), the others freed after.
+            let until_p = |p: *mut u8, size: usize| {
+                let mut v = [core::ptr::null_mut(); 256];
+                let mut n = 0;
+                let q = loop {
+                    let q = pagewise::raw::malloc_cached(size, 16);
+                    assert!(!q.is_null() && n < v.len(), "{p:?} did not come back");
+                    if q == p {
+                        break q;
+                    }
+                    v[n] = q;
+                    n += 1;
+                };
+                for &b in &v[..n] {
+                    pagewise::raw::free(b);
+                }
+                q
+            };
+            let p = pagewise::raw::malloc(100, 16);
+            pagewise::raw::free(p);
+            later(100);
+            let q = until_p(p, 104);
+            assert_eq!(q, p, "the slot freed, from the cache");
+            assert_eq!(pagewise::raw::usable_size(q), 104, "armed for its request");
+            q.write_bytes(1, 104);
+            pagewise::raw::free(q);
+            later(100);
+            // 98 bytes: the 112-byte class too (a byte spare at least).
+            let r = until_p(p, 98);
+            assert_eq!(pagewise::raw::usable_size(r), 98, "armed for its request");
+            assert!((0..98).all(|i| *r.add(i) == 0), "wiped by the free");
+            pagewise::raw::free(r);
+        }
+    })
+    .join()
+    .unwrap();
+}
+
+#[test]
+fn a_freed_block_waits_for_frees_of_its_own_class() {
+    // Frees of another class do not let a slot out: on a fresh thread
+    // (whose cache holds nothing older), a block freed, then as many
+    // blocks of another class as the most a slot waits for, and a block
+    // of the first's size is another slot.
+    std::thread::spawn(|| {
+        let (small, other) = (layout(100), layout(1000));
+        let n = pagewise::raw::QUARANTINE;
+        // SAFETY: live blocks, each freed once.
+        unsafe {
             let mut v = [core::ptr::null_mut(); 64];
-            for b in v[..pagewise::raw::QUARANTINE].iter_mut() {
-                *b = pagewise::raw::malloc(size, 16);
+            for b in v[..n].iter_mut() {
+                *b = A.alloc(other);
             }
-            for &b in &v[..pagewise::raw::QUARANTINE] {
-                pagewise::raw::free(b);
+            let p = A.alloc(small);
+            A.dealloc(p, small);
+            for &b in &v[..n] {
+                A.dealloc(b, other);
             }
-        };
-        let p = pagewise::raw::malloc(100, 16);
-        pagewise::raw::free(p);
-        quarantine(100);
-        let q = pagewise::raw::malloc_cached(104, 16);
-        assert_eq!(q, p, "the slot freed, from the cache");
-        assert_eq!(pagewise::raw::usable_size(q), 104, "armed for its request");
-        q.write_bytes(1, 104);
-        pagewise::raw::free(q);
-        quarantine(100);
-        // 98 bytes: the 112-byte class too (a byte spare at least).
-        let r = pagewise::raw::malloc_cached(98, 16);
-        assert_eq!(r, p);
-        assert!((0..98).all(|i| *r.add(i) == 0), "wiped by the free");
-        pagewise::raw::free(r);
-    }
+            let q = A.alloc(small);
+            assert_ne!(q, p, "handed out after frees of another class only");
+            A.dealloc(q, small);
+        }
+    })
+    .join()
+    .unwrap();
 }
 
 #[test]
@@ -1142,8 +1273,8 @@ fn a_freed_block_is_wiped_before_it_is_handed_out_again() {
             let p = A.alloc(l);
             p.write_bytes(0xaa, size);
             A.dealloc(p, l);
-            past_quarantine(l);
-            let q = A.alloc(l);
+            later_frees(l);
+            let q = until_back(p, l);
             assert_eq!(q, p, "{size}: the slot comes back from the cache");
             assert!(
                 (0..size).all(|i| *q.add(i) == 0),
@@ -1166,8 +1297,8 @@ fn a_block_shrunk_to_a_byte_is_freed_and_handed_out_again_unreported() {
             let q = A.realloc(p, layout(size), 1);
             assert_eq!(q, p, "{size}: shrunk in place");
             A.dealloc(q, layout(1));
-            past_quarantine(layout(size));
-            let r = A.alloc(layout(size));
+            later_frees(layout(size));
+            let r = until_back(p, layout(size));
             assert_eq!(r, p, "{size}: the slot comes back from the cache");
             A.dealloc(r, layout(size));
         }

@@ -290,9 +290,10 @@ pub fn trim() {
     {
         let me = thread::current_or_null();
         if !me.is_null() {
-            // SAFETY: our own heap: its quarantine goes to its cache, which
-            // the trim empties below.
-            unsafe { crate::secure::drain_quarantine(&*me) };
+            // SAFETY: our own heap: the spans of guarded blocks it kept go
+            // back to it (its cache, which the trim empties below, holds
+            // the slots it freed last).
+            unsafe { crate::secure::give_back_kept_spans(&*me) };
         }
     }
     {

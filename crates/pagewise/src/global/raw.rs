@@ -55,8 +55,8 @@ pub unsafe fn malloc(size: usize, align: usize) -> *mut u8 {
 ///     // The slot just freed is in this thread's cache.
 ///     #[cfg(not(feature = "secure"))]
 ///     assert_eq!(q, p);
-///     // The hardened build keeps a freed slot in the thread's quarantine
-///     // a while, and takes another from the class's page.
+///     // The hardened build hands a freed slot out again only after more
+///     // frees of its class, and takes another from the class's page.
 ///     #[cfg(feature = "secure")]
 ///     assert!(!q.is_null() && q != p);
 ///     assert!(pagewise::raw::malloc_cached(1 << 20, 16).is_null(), "too big for this path");
@@ -492,8 +492,11 @@ pub unsafe fn resize_in_place(ptr: *mut u8, new_size: usize) -> bool {
     thread::with_heap(|h| unsafe { h.resize_large_in_place(ptr, new_size) }).unwrap_or(false)
 }
 
-/// The hardened build's quarantine: a block a thread frees is handed out
-/// again only after this many more frees of the thread.
+/// The hardened build's quarantine, at most: a small block a thread frees
+/// is handed out again only after 16 KiB of its size class's slots, from 2
+/// to this many, were freed by the thread after it (this many up to 1 KiB
+/// slots, 8 at 2 KiB, 4 at 4 KiB, 2 from 8 KiB). The block waits in the
+/// thread's cache of its class, oldest first.
 ///
 /// ```
 /// assert!(pagewise::raw::QUARANTINE >= 8);

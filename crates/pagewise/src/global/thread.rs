@@ -154,8 +154,8 @@ pub fn allocated_bytes() -> u64 {
 /// it started, in usable sizes (what jemalloc's `thread.deallocated`
 /// reads): blocks it freed, whichever thread allocated them. Frees made
 /// before the thread's first allocation (while it has no heap) are not
-/// counted. It wraps around at 2⁶⁴. (The hardened build counts a free
-/// when the block leaves its quarantine, and a small block's whole slot.)
+/// counted. It wraps around at 2⁶⁴. (The hardened build counts a small
+/// block's whole slot.)
 ///
 /// ```
 /// #[global_allocator]
@@ -164,10 +164,6 @@ pub fn allocated_bytes() -> u64 {
 /// let v = vec![0u8; 1000];
 /// let before = pagewise::thread::freed_bytes();
 /// drop(v);
-/// // The hardened build counts the free once the block leaves the
-/// // thread's quarantine, which a trim empties.
-/// #[cfg(feature = "secure")]
-/// pagewise::trim();
 /// assert!(pagewise::thread::freed_bytes() - before >= 1000);
 /// ```
 pub fn freed_bytes() -> u64 {

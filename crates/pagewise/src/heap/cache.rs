@@ -52,6 +52,11 @@ use core::cell::UnsafeCell;
 use core::ptr::null_mut;
 use core::sync::atomic::{AtomicI64, AtomicU32, Ordering::Relaxed};
 
+#[cfg(feature = "secure")]
+mod fifo;
+#[cfg(feature = "secure")]
+pub use fifo::{DEPTH, MOST as DEPTH_MOST};
+
 /// Most slots cached per class.
 pub const LIMIT: u32 = 128;
 /// Most bytes of slots cached per class (at least one slot is).
@@ -69,6 +74,12 @@ const fn build_limits() -> [u32; CLASSES] {
         } else {
             n as u32
         };
+        // The hardened cache keeps its class's depth cached and passes on
+        // as many: twice the depth at least.
+        #[cfg(feature = "secure")]
+        if t[i] < 2 * fifo::DEPTH[i] as u32 {
+            t[i] = 2 * fifo::DEPTH[i] as u32;
+        }
         i += 1;
     }
     t
@@ -81,6 +92,10 @@ const fn build_grown() -> [u32; CLASSES] {
         // At least the usual bound, which is this one capped at LIMIT.
         let n = (LIMIT_BYTES / SLOT_SIZE[i] as usize) as u32;
         t[i] = if n == 0 { 1 } else { n };
+        #[cfg(feature = "secure")]
+        if t[i] < 2 * fifo::DEPTH[i] as u32 {
+            t[i] = 2 * fifo::DEPTH[i] as u32;
+        }
         i += 1;
     }
     t
@@ -152,10 +167,25 @@ pub struct ClassState {
     /// Slots in the older part (owner only; 0: none). On this line: the
     /// allocation that finds the list empty reads it.
     older_count: UnsafeCell<u32>,
+    /// The hardened build's cache (`cache/fifo.rs`): the room at which a
+    /// pop declines, so that `depth` slots stay cached (the limit less the
+    /// depth, saturating; owner only).
+    #[cfg(feature = "secure")]
+    floor: UnsafeCell<u16>,
+    /// The hardened build's cache: the later frees of the class a slot
+    /// waits for before it is handed out again (owner only).
+    #[cfg(feature = "secure")]
+    depth: UnsafeCell<u16>,
+    /// The hardened build's cache: the newest slot (owner only; null: the
+    /// back chain is empty), whose link word holds a raw 0 until the next
+    /// push links it.
+    #[cfg(feature = "secure")]
+    tail: UnsafeCell<*mut Block>,
     /// Slots given back to this heap's pages (cumulative): its own frees
     /// past the cache (or sent home from it) and other threads' frees into
     /// its pages once collected. Frees into the cache are not counted on
     /// the fast path: [`ClassState::frees`] derives them.
+    #[cfg(not(feature = "secure"))]
     pub returned: Counter,
     /// Bytes requested by the allocations served from pages (cumulative):
     /// a sample of all allocations, whose mean estimates the requested
@@ -169,6 +199,10 @@ pub struct ClassState {
     /// Most slots the cache holds now: between the class's [`LIMITS`] and
     /// [`GROWN`] (owner writes, on slow paths only; stats read).
     limit: AtomicU32,
+    /// As in the default build, on the second line: the hot line holds
+    /// the hardened cache's fields instead.
+    #[cfg(feature = "secure")]
+    pub returned: Counter,
 }
 
 // The slab table holds `class + 1` scaled to the state's size (`segment.rs`).
@@ -184,6 +218,12 @@ impl ClassState {
             counts: AtomicI64::new(NOT_SAMPLING << ROOM_BITS | limit as i64),
             geometry,
             older_count: UnsafeCell::new(0),
+            #[cfg(feature = "secure")]
+            floor: UnsafeCell::new(fifo::floor(limit, 0)),
+            #[cfg(feature = "secure")]
+            depth: UnsafeCell::new(0),
+            #[cfg(feature = "secure")]
+            tail: UnsafeCell::new(null_mut()),
             returned: Counter::zero(),
             requested: Counter::zero(),
             sampled: Counter::zero(),
@@ -276,6 +316,8 @@ impl ClassState {
         debug_assert!(cached <= limit, "{cached} cached over a bound of {limit}");
         self.limit.store(limit, Relaxed);
         self.set_room(limit - cached);
+        #[cfg(feature = "secure")]
+        self.fifo_set_floor(limit);
     }
 
     /// A state per class at index `class + 1`, each cache bounded by
@@ -286,7 +328,14 @@ impl ClassState {
         let mut t = [const { ClassState::new(0, Geometry::NONE) }; CLASSES + 1];
         let mut i = 0;
         while i < CLASSES {
-            t[i + 1] = ClassState::new(LIMITS[i], geometry[i]);
+            #[cfg(not(feature = "secure"))]
+            {
+                t[i + 1] = ClassState::new(LIMITS[i], geometry[i]);
+            }
+            #[cfg(feature = "secure")]
+            {
+                t[i + 1] = fifo::deep(LIMITS[i], geometry[i], fifo::DEPTH[i]);
+            }
             i += 1;
         }
         t
@@ -300,7 +349,10 @@ impl ClassState {
     /// # Safety
     /// Owner only.
     #[inline]
+    #[cfg_attr(feature = "secure", allow(unreachable_code, dead_code))]
     pub unsafe fn pop(&self) -> *mut Block {
+        #[cfg(feature = "secure")]
+        return unsafe { self.fifo_pop() };
         // SAFETY: owner only (caller): the list is ours, and holds free slots
         // whose first word links the next and whose second holds the key.
         // Only the owner writes `left`; other threads only read it, so a
@@ -336,7 +388,10 @@ impl ClassState {
     /// Owner only; `block` is a slot of this class, already marked cached
     /// (`Block::mark_cached`), no longer used by the caller.
     #[inline]
+    #[cfg_attr(feature = "secure", allow(unreachable_code, dead_code))]
     pub unsafe fn push(&self, block: *mut Block) -> bool {
+        #[cfg(feature = "secure")]
+        return unsafe { self.fifo_push(block) };
         // SAFETY: only the owner (the caller) writes the counts; other
         // threads only read them, so a plain read races with no write (and
         // is an operand of the comparison).
@@ -390,7 +445,10 @@ impl ClassState {
     /// Owner only; the cache is empty; the list holds `count` slots of this
     /// class marked cached, at most the class's [`GROWN`] bound, no longer
     /// used by anyone else.
+    #[cfg_attr(feature = "secure", allow(unreachable_code, dead_code))]
     pub(super) unsafe fn install(&self, head: *mut Block, count: u32) {
+        #[cfg(feature = "secure")]
+        return unsafe { self.fifo_install(head, count) };
         debug_assert_eq!(self.cached(), 0);
         // SAFETY: owner only (caller).
         debug_assert!(unsafe { (*self.older.get()).is_null() });
@@ -407,7 +465,10 @@ impl ClassState {
     ///
     /// # Safety
     /// Owner only.
+    #[cfg_attr(feature = "secure", allow(unreachable_code, dead_code))]
     pub unsafe fn newest(&self) -> *mut Block {
+        #[cfg(feature = "secure")]
+        return unsafe { self.fifo_newest() };
         // SAFETY: owner only (caller).
         unsafe {
             match *self.head.get() {
@@ -424,7 +485,10 @@ impl ClassState {
     /// # Safety
     /// Owner only.
     #[inline(always)]
+    #[cfg_attr(feature = "secure", allow(unreachable_code, dead_code))]
     pub unsafe fn take_up_older(&self) -> bool {
+        #[cfg(feature = "secure")]
+        return unsafe { self.fifo_take_up() };
         // SAFETY: owner only (caller): both chains are ours.
         unsafe {
             if *self.older_count.get() == 0 || !(*self.head.get()).is_null() {
@@ -441,6 +505,7 @@ impl ClassState {
     /// # Safety
     /// Owner only.
     #[inline(never)]
+    #[cfg_attr(feature = "secure", allow(dead_code))]
     unsafe fn take_up_older_now(&self) {
         // SAFETY: owner only (caller).
         unsafe {
@@ -460,7 +525,10 @@ impl ClassState {
     ///
     /// # Safety
     /// Owner only.
+    #[cfg_attr(feature = "secure", allow(unreachable_code, dead_code))]
     pub(super) unsafe fn take_overflow(&self) -> (*mut Block, u32) {
+        #[cfg(feature = "secure")]
+        return unsafe { self.fifo_take_overflow() };
         let n = self.cached();
         // SAFETY: owner only (caller): both chains are ours.
         unsafe {
@@ -487,7 +555,10 @@ impl ClassState {
     ///
     /// # Safety
     /// Owner only.
+    #[cfg_attr(feature = "secure", allow(unreachable_code, dead_code))]
     unsafe fn join(&self) {
+        #[cfg(feature = "secure")]
+        return unsafe { self.fifo_join() };
         // SAFETY: owner only (caller): both chains are ours, the list
         // holds `cached() - older_count` slots unless a double free left
         // it shorter (then a null link ends the walk).
@@ -526,7 +597,10 @@ impl ClassState {
     ///
     /// # Safety
     /// Owner only.
+    #[cfg_attr(feature = "secure", allow(unreachable_code, dead_code))]
     pub(super) unsafe fn take_older(&self, keep: u32) -> (*mut Block, u32) {
+        #[cfg(feature = "secure")]
+        return unsafe { self.fifo_take_older(keep) };
         let n = self.cached();
         if n <= keep {
             return (null_mut(), 0);
@@ -581,7 +655,10 @@ impl ClassState {
     /// # Safety
     /// Owner only; `keys_to_cache` follows before any other use of the
     /// cache.
+    #[cfg_attr(feature = "secure", allow(unreachable_code, dead_code))]
     pub unsafe fn keys_to_page(&self) {
+        #[cfg(feature = "secure")]
+        return unsafe { self.fifo_keys_to_page() };
         // SAFETY: owner only (caller): the chains are ours.
         unsafe {
             let s = *self.older_count.get();
@@ -594,7 +671,10 @@ impl ClassState {
     ///
     /// # Safety
     /// Owner only, after `keys_to_page`.
+    #[cfg_attr(feature = "secure", allow(unreachable_code, dead_code))]
     pub unsafe fn keys_to_cache(&self) {
+        #[cfg(feature = "secure")]
+        return unsafe { self.fifo_keys_to_cache() };
         // SAFETY: owner only (caller): the list holds `cached()` slots
         // less the older part's.
         unsafe {
@@ -676,6 +756,8 @@ mod tests {
         assert_eq!(c.announced(), 0x2000_0080);
     }
 
+    // The default build's cache (`fifo.rs` tests the hardened one).
+    #[cfg(not(feature = "secure"))]
     #[test]
     fn limits_bound_slots_and_bytes() {
         for c in 0..CLASSES {
@@ -698,6 +780,8 @@ mod tests {
     /// A bound set on a slow path keeps the cached slots and counts the
     /// room from them; a batch larger than the cache's bound (passed by a
     /// cache that had grown) grows it to take the batch whole.
+    // The default build's cache (`fifo.rs` tests the hardened one).
+    #[cfg(not(feature = "secure"))]
     #[test]
     fn a_new_bound_keeps_the_slots_and_a_large_batch_fits() {
         let mut slots = [Slot([0; 2]); 4];
@@ -728,6 +812,7 @@ mod tests {
 
     /// Eight test slots, marked cached as a free marks them, and the
     /// address of each.
+    #[cfg_attr(feature = "secure", allow(dead_code))]
     fn eight() -> (Box<[Slot; 8]>, Vec<*mut Block>) {
         let mut slots = Box::new([Slot([0; 2]); 8]);
         let all: Vec<*mut Block> = slots
@@ -745,6 +830,7 @@ mod tests {
     ///
     /// # Safety
     /// `head` starts a chain of at least `n` slots.
+    #[cfg_attr(feature = "secure", allow(dead_code))]
     unsafe fn chain(mut b: *mut Block, n: u32) -> Vec<*mut Block> {
         let mut v = vec![];
         for _ in 0..n {
@@ -760,6 +846,8 @@ mod tests {
     /// following a link of the list (here, a list whose first link was
     /// overwritten: a walk to the middle, as every overflow made before,
     /// follows it and cuts the chain at the slot it points to).
+    // The default build's cache (`fifo.rs` tests the hardened one).
+    #[cfg(not(feature = "secure"))]
     #[test]
     fn an_overflow_passes_the_older_part_whole_without_reading_the_list() {
         let (_slots, s) = eight();
@@ -807,6 +895,8 @@ mod tests {
     /// gave: the list's, newest first, then the older part's. A flush or a
     /// maintenance pass (which take an arbitrary share) joins the two
     /// chains; the checks walk both.
+    // The default build's cache (`fifo.rs` tests the hardened one).
+    #[cfg(not(feature = "secure"))]
     #[test]
     fn the_older_part_comes_after_the_list_everywhere() {
         let (_slots, all) = eight();
@@ -845,6 +935,8 @@ mod tests {
     /// An older part too small or too large a share of the cache (its
     /// bound grew since it was kept) is not passed alone: the overflow
     /// splits the cache in halves again.
+    // The default build's cache (`fifo.rs` tests the hardened one).
+    #[cfg(not(feature = "secure"))]
     #[test]
     fn a_lopsided_cache_is_split_in_halves() {
         let (_slots, all) = eight();
@@ -870,6 +962,8 @@ mod tests {
         }
     }
 
+    // The default build's cache (`fifo.rs` tests the hardened one).
+    #[cfg(not(feature = "secure"))]
     #[test]
     fn lifo_with_limit_and_counted() {
         let mut slots = [Slot([0; 2]); 4];
@@ -927,6 +1021,8 @@ mod tests {
     /// The sampler's countdown: each allocation from the cache counts it
     /// down, and at 1 (the sampled allocation is next) the cache declines,
     /// keeping its slots, until the countdown is armed again.
+    // The default build's cache (`fifo.rs` tests the hardened one).
+    #[cfg(not(feature = "secure"))]
     #[test]
     fn a_heap_that_does_not_sample_never_declines() {
         let mut slots = [Slot([0; 2]); 4];
@@ -953,6 +1049,8 @@ mod tests {
 
     /// The room and the countdown share a word: neither's updates reach
     /// the other, at the largest room and at both ends of the countdown.
+    // The default build's cache (`fifo.rs` tests the hardened one).
+    #[cfg(not(feature = "secure"))]
     #[test]
     fn the_room_and_the_countdown_stay_apart() {
         let most = *GROWN.iter().max().unwrap();
@@ -988,6 +1086,8 @@ mod tests {
         }
     }
 
+    // The default build's cache (`fifo.rs` tests the hardened one).
+    #[cfg(not(feature = "secure"))]
     #[test]
     fn a_due_sample_makes_the_cache_decline() {
         let mut slots = [Slot([0; 2]); 2];

@@ -150,7 +150,7 @@ impl HeapCore {
     /// live slab page of `seg` whose slab word read `word`, after `addr`
     /// was announced in `heap`'s states.
     #[inline(always)]
-    unsafe fn cache_push(
+    pub(crate) unsafe fn cache_push(
         heap: *const HeapCore,
         addr: usize,
         state_at: usize,
@@ -180,9 +180,7 @@ impl HeapCore {
 
     /// [`HeapCore::free_to_cache`] of a slot already found in the slab
     /// table, as the word `seen` (`Segment::slab_word`, a cacheable slab
-    /// page's): by the hardened free, which has kept it out of use since
-    /// (its quarantine), or by a `realloc` that moved it
-    /// ([`HeapCore::cached_slot`]). The slot's segment and its start are
+    /// page's): by a `realloc` that moved it ([`HeapCore::cached_slot`]). The slot's segment and its start are
     /// known, and while the slot is live its page cannot go, so only what
     /// can change meanwhile is read again, the page's word. A page that
     /// stopped taking cached frees (hollowed, meshed) reads another word:
@@ -193,6 +191,7 @@ impl HeapCore {
     /// thread heap's slab page whose word read `seen` while the slot was
     /// live (or freed and in use by nobody since), freed now.
     #[inline(always)]
+    #[cfg_attr(feature = "secure", allow(dead_code))]
     pub(crate) unsafe fn free_seen_to_cache(
         ptr: *mut u8,
         current: *const HeapCore,

@@ -19,7 +19,17 @@ impl HeapCore {
         if self.flush_requested.load(Relaxed) {
             self.flush_requested.store(false, Relaxed);
             // SAFETY: owner only (caller).
-            unsafe { self.flush_caches(l) };
+            #[cfg(not(feature = "secure"))]
+            unsafe {
+                self.flush_caches(l)
+            };
+            // Another thread's `trim()`: the hardened caches keep their
+            // depth, slots freed last that wait for later frees.
+            #[cfg(feature = "secure")]
+            for class in 0..CLASSES {
+                // SAFETY: owner only (caller).
+                unsafe { self.flush_cache(l, class, super::cache::DEPTH[class] as u32) };
+            }
         }
         let now = self.source().now_ms();
         if now < l.next_maintenance {
@@ -36,6 +46,10 @@ impl HeapCore {
             let limit = (state.limit() / 2).max(usual);
             let n = state.cached();
             let keep = (n / 2).min(limit);
+            // The hardened cache keeps its depth: those slots wait for
+            // later frees before they are handed out or passed on.
+            #[cfg(feature = "secure")]
+            let keep = keep.max((super::cache::DEPTH[class] as u32).min(n));
             if n > keep {
                 // SAFETY: owner only (caller).
                 unsafe { self.flush_cache(l, class, keep) };
@@ -192,16 +206,15 @@ impl HeapCore {
     /// # Safety
     /// Owner only, as its last act on the heap's owner-only state.
     pub unsafe fn abandon(&self) {
-        // The quarantined slots join the cache, which goes on below (each
-        // announced as it goes, as any free into the cache).
+        // The spans of guarded blocks the thread kept go back to the heap.
         #[cfg(feature = "secure")]
         // SAFETY: owner only (caller).
         unsafe {
-            crate::secure::drain_quarantine(self)
+            crate::secure::give_back_kept_spans(self)
         };
         // Its thread frees into this cache no more: a slot it announced
         // keeps no OS page out of mesh passes while the heap waits for an
-        // adopter (after the drain, whose frees announce their slots).
+        // adopter.
         self.states[0].announce(0);
         {
             let mut l = self.lock_local();

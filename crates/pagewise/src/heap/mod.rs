@@ -253,10 +253,6 @@ pub struct HeapCore {
     pub next_deadline: AtomicU64,
     /// A thread heap of the global allocator (serviced by the purger).
     pub global: bool,
-    /// The slots this heap's thread freed last, kept out of use (the
-    /// hardened build, `crate::secure`; owner only).
-    #[cfg(feature = "secure")]
-    pub(crate) quarantine: crate::secure::Quarantine,
     /// The span of the last large block between guard pages this heap's
     /// thread freed, kept for its next one (the hardened build; owner only).
     #[cfg(feature = "secure")]
@@ -371,8 +367,6 @@ impl HeapCore {
             next_deadline: AtomicU64::new(u64::MAX),
             global,
             // SAFETY: the source outlives the heap (the caller's contract).
-            #[cfg(feature = "secure")]
-            quarantine: crate::secure::Quarantine::new(),
             #[cfg(feature = "secure")]
             kept: crate::secure::Kept::new(),
             shuffle_carving: unsafe { (*source).sharing().is_some() },

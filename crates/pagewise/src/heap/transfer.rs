@@ -81,8 +81,14 @@ impl HeapCore {
     pub(super) unsafe fn alloc_from_transfer(&self, class: usize) -> *mut u8 {
         debug_assert!(self.global);
         let state = self.class(class);
-        if state.cached() != 0 {
-            return null_mut(); // (the slow path comes with an empty cache)
+        // (The slow path comes with an empty cache; the hardened one's
+        // holds the slots that wait for later frees, at most its depth.)
+        #[cfg(not(feature = "secure"))]
+        let takes = state.cached() == 0;
+        #[cfg(feature = "secure")]
+        let takes = state.takes_batch();
+        if !takes {
+            return null_mut();
         }
         let Some(b) = self.transfer().take(class) else {
             return null_mut();
@@ -126,7 +132,9 @@ mod tests {
     //! rounds of hundreds and runs outside Miri only.
     use super::*;
     use crate::config::Config;
-    use crate::heap::cache::{GROWN, LIMITS};
+    #[cfg(not(feature = "secure"))]
+    use crate::heap::cache::GROWN;
+    use crate::heap::cache::LIMITS;
     use crate::memory::budget::Budget;
     use crate::memory::layout::SEGMENT;
     use crate::memory::reservation::Reservations;
@@ -191,11 +199,19 @@ mod tests {
         }
     }
 
+    #[cfg(not(feature = "secure"))]
     static ONE: World = World::new();
+    #[cfg(not(feature = "secure"))]
     static TWO: World = World::new();
+    #[cfg(not(feature = "secure"))]
     static THREE: World = World::new();
     static FOUR: World = World::new();
+    #[cfg(feature = "secure")]
+    static FIVE: World = World::new();
+    #[cfg(feature = "secure")]
+    static SIX: World = World::new();
 
+    #[cfg(not(feature = "secure"))]
     /// The class of 64 KiB slots, whose cache holds two: the third free
     /// overflows. Its slot size.
     fn class_and_size() -> (usize, usize) {
@@ -208,6 +224,8 @@ mod tests {
     /// transfer cache; another heap with nothing of the class takes them
     /// before it carves a page, uses them, and frees them; they go home
     /// to the first heap's page, which then empties and is released.
+    // The default build's cache: a stack of the usual bounds.
+    #[cfg(not(feature = "secure"))]
     #[test]
     fn a_heap_allocates_the_slots_another_passed_to_the_transfer_cache() {
         let (class, size) = class_and_size();
@@ -254,6 +272,8 @@ mod tests {
     /// threads: the class lock must order them). Whatever the transfer
     /// cache still holds then goes home as the purger's drain sends it, and
     /// both heaps end with no page.
+    // The default build's cache: a stack of the usual bounds.
+    #[cfg(not(feature = "secure"))]
     #[test]
     fn threads_hand_slots_over_through_the_transfer_cache() {
         let (class, size) = class_and_size();
@@ -309,6 +329,8 @@ mod tests {
     /// (Before caches grew, every round passed 128 of the 200 slots to the
     /// transfer cache and took them back.) Not under Miri: its 800 frees
     /// take minutes there, and the paths they take are the other tests'.
+    // The default build's cache: a stack of the usual bounds.
+    #[cfg(not(feature = "secure"))]
     #[test]
     #[cfg_attr(miri, ignore = "800 frees take minutes under Miri")]
     fn a_heap_that_takes_its_own_overflow_back_grows_its_cache() {
@@ -425,6 +447,82 @@ mod tests {
                 HeapCore::free_any(p, b);
             }
             HeapCore::free_any(first, b);
+        }
+    }
+
+    /// The hardened cache hands a slot out only after its class's depth
+    /// of later frees on its thread, and an overflow passes on the oldest
+    /// slots, keeping that depth: another heap that takes the batch gets
+    /// none of the slots freed last, and neither does the freeing heap.
+    #[cfg(feature = "secure")]
+    #[test]
+    fn an_overflow_batch_holds_none_of_the_slots_freed_last() {
+        use crate::heap::cache::DEPTH;
+        let class = crate::size_class::class_of(64 << 10);
+        let size = SLOT_SIZE[class] as usize;
+        let (depth, limit) = (DEPTH[class] as usize, LIMITS[class] as usize);
+        assert_eq!((depth, limit), (2, 4));
+        let w = &FIVE;
+        let (a, b) = (w.heap(0), w.heap(1));
+        // SAFETY: each heap is used by this thread alone, as its owner;
+        // every block is live until its free, freed once.
+        unsafe {
+            let slots: Vec<*mut u8> = (0..=limit).map(|_| a.alloc(size, 16)).collect();
+            for &p in &slots {
+                assert!(!p.is_null());
+                HeapCore::free_any(p, a);
+            }
+            let last = &slots[slots.len() - depth..];
+            assert!(w.transfer.slots(class) > 0, "the overflow passed a batch");
+            let taken: Vec<*mut u8> = (0..limit).map(|_| b.alloc(size, 16)).collect();
+            assert_eq!(taken[0], slots[0], "the oldest, first");
+            let mine: Vec<*mut u8> = (0..limit).map(|_| a.alloc(size, 16)).collect();
+            for p in taken.iter().chain(&mine) {
+                assert!(!last.contains(p), "{p:?}: freed last, handed out");
+            }
+            for &p in taken.iter() {
+                HeapCore::free_any(p, b);
+            }
+            for &p in mine.iter() {
+                HeapCore::free_any(p, a);
+            }
+        }
+    }
+
+    /// A maintenance pass halves a hardened cache but keeps its depth:
+    /// those slots wait for later frees before anyone gets them.
+    #[cfg(feature = "secure")]
+    #[test]
+    fn a_maintenance_pass_keeps_the_depth() {
+        use crate::heap::cache::DEPTH;
+        let class = crate::size_class::class_of(64);
+        let depth = DEPTH[class] as usize;
+        assert_eq!(depth, 16);
+        let w = &SIX;
+        let a = w.heap(0);
+        // SAFETY: the heap is used by this thread alone, as its owner;
+        // every block is live until its free, freed once.
+        unsafe {
+            let slots: Vec<*mut u8> = (0..depth + 4).map(|_| a.alloc(64, 16)).collect();
+            for &p in &slots {
+                assert!(!p.is_null());
+                HeapCore::free_any(p, a);
+            }
+            assert_eq!(a.class(class).cached() as usize, depth + 4);
+            w.src.advance_ms(1_000);
+            {
+                let mut l = a.lock_local();
+                a.maintenance(&mut l);
+            }
+            assert_eq!(
+                a.class(class).cached() as usize,
+                depth,
+                "halved to the depth"
+            );
+            let p = a.alloc(64, 16);
+            assert!(!slots[4..].contains(&p), "a slot of the depth handed out");
+            HeapCore::free_any(p, a);
+            a.trim();
         }
     }
 }

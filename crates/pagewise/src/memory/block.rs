@@ -91,13 +91,10 @@ fn random_word() -> usize {
 /// slot's cache key, and neither is ever 0 (the secret is odd).
 const PAGE_TAG: usize = 2;
 
-/// Told apart from both in the quarantine key (the hardened build).
-#[cfg_attr(not(feature = "secure"), allow(dead_code))]
-const QUARANTINE_TAG: usize = 4;
-
-/// The tag bits in which the free keys differ from the cache key
-/// (`PAGE_TAG | QUARANTINE_TAG`, checked by a unit test: a literal, since
-/// that OR's mutation into the equal XOR is one no test can catch).
+/// The tag bits in which the free keys differ from the cache key: the
+/// page key's, and a bit no key has (a word with it is taken for a free
+/// key too: as unlikely in a live slot as the keys). A literal, checked by
+/// a unit test.
 #[cfg_attr(not(feature = "secure"), allow(dead_code))]
 const FREE_TAGS: usize = 6;
 
@@ -273,29 +270,27 @@ impl Block {
         (key ^ cache_key(addr)) & !FREE_TAGS == 0
     }
 
-    /// Marks a slot freed into its thread's quarantine (the hardened
-    /// build, `crate::secure`): free, but in no list. A free past the
-    /// cache ([`Block::mark_free`]) takes it for a live slot, which it is
-    /// to its page.
+    /// Stores a raw 0 in a slot's link word (the hardened build's cache
+    /// leaves it so in its newest slot until the next push links it).
     ///
     /// # Safety
     /// As [`Block::mark_cached`].
     #[cfg(feature = "secure")]
     #[inline(always)]
-    pub unsafe fn mark_quarantined(block: *mut Block) {
+    pub unsafe fn clear_link(block: *mut Block) {
         // SAFETY: per the caller.
-        unsafe { (*block).key = SECRET.load(Relaxed) ^ block as usize ^ QUARANTINE_TAG };
+        unsafe { (*block).next = core::ptr::null_mut() };
     }
 
-    /// Whether a slot holds the quarantine key.
+    /// A slot's link word as stored (not decoded).
     ///
     /// # Safety
     /// As [`Block::is_cached`].
     #[cfg(feature = "secure")]
     #[inline(always)]
-    pub unsafe fn is_quarantined(block: *const Block) -> bool {
+    pub unsafe fn raw_link(block: *const Block) -> usize {
         // SAFETY: per the caller.
-        unsafe { (*block).key == SECRET.load(Relaxed) ^ block as usize ^ QUARANTINE_TAG }
+        unsafe { (*block).next as usize }
     }
 
     /// Gives a slot the page key as [`Block::mark_in_page`] does, for a
@@ -396,12 +391,12 @@ mod tests {
 
     #[test]
     fn a_word_is_a_free_key_only_if_it_is_one_of_the_slots_three() {
-        assert_eq!(FREE_TAGS, PAGE_TAG | QUARANTINE_TAG);
+        assert_eq!(FREE_TAGS, PAGE_TAG | 4);
         init_secret();
         let base = 0x7f12_3456_7890usize & !15;
         for a in (0..64).map(|i| base + 16 * i) {
             let c = cache_key(a);
-            for key in [c, page_key(a), c ^ QUARANTINE_TAG] {
+            for key in [c, page_key(a), c ^ 4] {
                 assert!(Block::is_free_key(a, key), "{a:#x}: {key:#x}");
             }
             // Live values, another slot's keys, a key a bit off.

@@ -2,8 +2,8 @@
 //! of the global heaps, set when the hardened layer hands out a block
 //! starting there and cleared by the hardened free of that block. It is
 //! the one place that says whether a block start is live: a slot carved
-//! and never handed out, a slot freed (in a quarantine, a thread cache or
-//! its page's lists) and a large block freed all read 0, with no read of
+//! and never handed out, a slot freed (in a thread cache or its page's
+//! lists) and a large block freed all read 0, with no read of
 //! the block itself.
 //!
 //! A free slot's own bytes say it is free (its free key, a free slot's

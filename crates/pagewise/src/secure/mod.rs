@@ -12,8 +12,8 @@
 //! slot before: an underflow). A free then wipes what the block's owner
 //! wrote and marks it (`wipe.rs`), and the slot is checked when it is
 //! handed out again: a write after free is reported then. A freed slot
-//! waits in its thread's quarantine (`quarantine.rs`) before it can be
-//! handed out again. A block above 256 KiB sits between guard pages
+//! waits in its thread's cache for its class's depth of later frees
+//! (`heap/cache/fifo.rs`) before it can be handed out again. A block above 256 KiB sits between guard pages
 //! (`fence.rs`; a thread keeps the spans of the last few it freed, the
 //! blocks made inaccessible, `kept.rs`). `malloc(0)` is a block that
 //! faults (`zero.rs`), and the C library's `memcpy` family asks
@@ -41,13 +41,14 @@ mod fence;
 mod kept;
 pub(crate) mod link;
 mod live;
-mod quarantine;
 pub(crate) mod unchecked;
 mod wipe;
 mod zero;
 
 pub use kept::Kept;
-pub use quarantine::{Held, Quarantine, SLOTS as QUARANTINE};
+/// Later frees of its class a freed slot waits for at most before its
+/// thread hands it out again (a small class's; `heap/cache/fifo.rs`).
+pub const QUARANTINE: usize = crate::heap::cache::DEPTH_MOST;
 
 use crate::fault::{misuse, Misuse};
 use crate::heap::cache::ClassState;
@@ -346,8 +347,7 @@ fn slot_word_of(p: *const u8, heap: *const HeapCore) -> Option<(usize, usize, us
     }
     // SAFETY: a registered segment is mapped and headed by a `Segment`.
     let seg = unsafe { &*Segment::of(segment_base(addr)) };
-    let word = seg.slab_word(addr);
-    let (state_at, offset) = seg.split_slab_word(word, addr);
+    let (state_at, offset) = seg.split_slab_word(seg.slab_word(addr), addr);
     if state_at == 0 {
         return None;
     }
@@ -360,7 +360,9 @@ fn slot_word_of(p: *const u8, heap: *const HeapCore) -> Option<(usize, usize, us
         &*(states.add(state_at) as *const ClassState)
     };
     let class = (state_at >> STATE_SHIFT) - 1;
-    state.starts_slot(offset).then_some((class, offset, word))
+    state
+        .starts_slot(offset)
+        .then_some((class, offset, state_at))
 }
 
 /// Makes a block of `u` usable bytes just handed out a hardened block of
@@ -527,7 +529,7 @@ enum Judged {
 }
 
 /// [`block_is_free`], saying whether the record or the block's key
-/// decided a live block (a free in the quarantine marks the second only).
+/// decided a live block (a free marks the second only).
 ///
 /// # Safety
 /// As [`block_is_free`].
@@ -575,69 +577,56 @@ unsafe fn free_slot(b: *mut Block, class: usize, offset: usize, begun: usize) {
     }
 }
 
-/// [`free`] of a slot the thread cache could take: checked, wiped and put
-/// in the thread's quarantine with the slab word `word` that said so; the
-/// slot it displaces goes to the cache (or through `uncached`). With
-/// `keyed` (the slot's record of blocks handed out was refused, and its
-/// free key said it was live), the slot gets the quarantine key, which
-/// makes a second free of it a double free, and so does a 16-byte slot;
-/// else both its first words stay zero, as the wipe left them (the record
-/// says it is free).
+/// [`free`] of a slot the thread cache could take: checked, wiped, and
+/// put in the thread's cache (`HeapCore::cache_push`), which hands it out
+/// again only after its class's depth of later frees on the thread
+/// (`heap/cache/fifo.rs`). The slot holds the cache key from then on, which
+/// makes a second free of it a double free where its record of blocks
+/// handed out was refused (and which a 16-byte slot's neighbour's free
+/// takes for a free slot's last word).
 ///
 /// # Safety
 /// `b` starts a slot of `class` in a live slab page of a thread heap, as
-/// its slab word `word` said after `begun` was read, found live (and
-/// recorded freed); `current` is the calling thread's heap.
+/// its slab word said after `begun` was read, itself read after `b` was
+/// announced on `current`'s state 0; found live (and recorded freed);
+/// `state_at` is the slab word's state; `current` is the calling thread's
+/// heap.
 #[inline(always)]
-unsafe fn quarantine_slot(
-    b: *mut Block,
-    (class, offset, word): (usize, usize, usize),
-    begun: usize,
-    keyed: bool,
-    current: *mut HeapCore,
-    uncached: impl FnOnce(*mut u8, *mut HeapCore),
-) {
-    // SAFETY: per the caller.
-    unsafe {
-        free_slot(b, class, offset, begun);
-        // A 16-byte slot's second word is its last, which the next slot's
-        // free checks (`check_neighbour`): it keeps the key, which a byte
-        // written before the next slot changes (zero would not change).
-        let u = *SLOT_SIZE.get_unchecked(class) as usize;
-        let word = if keyed || u < wipe::MARKED_MIN {
-            Block::mark_quarantined(b);
-            word | quarantine::KEYED
-        } else {
-            word
-        };
-        let old = (*current).quarantine.swap(b, word);
-        if !old.0.is_null() {
-            release(old, current, uncached);
-        }
-    }
-}
-
-/// [`quarantine_slot`] of a slot whose record of blocks handed out was
-/// refused (its key said it was live), out of the way of the free's path.
-/// The slot's class, offset and word come as three arguments, not as one
-/// tuple: a tuple of three words is passed through memory, which the
-/// free's path then stored at every call.
-///
-/// # Safety
-/// As [`quarantine_slot`].
-#[cold]
-#[inline(never)]
-unsafe fn quarantine_keyed(
+unsafe fn cache_slot(
     b: *mut Block,
     class: usize,
     offset: usize,
-    word: usize,
+    state_at: usize,
     begun: usize,
     current: *mut HeapCore,
-    uncached: impl FnOnce(*mut u8, *mut HeapCore),
+) {
+    // SAFETY: per the caller; the state at `state_at` in `current`'s
+    // states is the slot's class's (as the default build's free finds it).
+    unsafe {
+        free_slot(b, class, offset, begun);
+        let states = (current as *const u8).add(STATES_OFFSET);
+        let state = &*(states.add(state_at) as *const ClassState);
+        HeapCore::cache_push(current, b as usize, state_at, state);
+    }
+}
+
+/// [`cache_slot`] of a slot whose record of blocks handed out was refused
+/// (its key said it was live), out of the way of the free's path.
+///
+/// # Safety
+/// As [`cache_slot`].
+#[cold]
+#[inline(never)]
+unsafe fn cache_keyed(
+    b: *mut Block,
+    class: usize,
+    offset: usize,
+    state_at: usize,
+    begun: usize,
+    current: *mut HeapCore,
 ) {
     // SAFETY: forwarded.
-    unsafe { quarantine_slot(b, (class, offset, word), begun, true, current, uncached) }
+    unsafe { cache_slot(b, class, offset, state_at, begun, current) }
 }
 
 /// What a slot carved fresh gets in the hardened build
@@ -693,9 +682,9 @@ unsafe fn check_neighbour(p: *const u8, u: usize, offset: usize, begun: usize) {
 }
 
 /// Frees `p`: a slot the thread cache could take is checked, wiped and put
-/// in the thread's quarantine with the slab word that said so, and the
-/// slot it displaces goes to the cache (or through `uncached`); anything
-/// else is checked and wiped, then freed through `uncached`.
+/// in the thread's cache, which hands it out again only after its class's
+/// depth of later frees (`heap/cache/fifo.rs`); anything else is checked
+/// and wiped, then freed through `uncached`.
 ///
 /// `heap` is the calling thread's heap or, for a thread without one,
 /// `crate::heap::empty_heap` (`thread::current_or_empty`: one comparison
@@ -712,7 +701,18 @@ pub unsafe fn free(p: *mut u8, heap: *mut HeapCore, uncached: impl FnOnce(*mut u
     if !core::ptr::eq(heap, crate::heap::empty_heap()) {
         let current = heap;
         let begun = crate::heap::mesh::passes_begun();
-        if let Some(slot) = slot_word_of(p, current) {
+        // The slot is announced before its page's word is read, as the
+        // default build's free does: a mesh pass or a page being hollowed
+        // that stops the page's cached frees either sees it or is seen
+        // (`memory/cache_handshake.rs`), so no store below lands in a slot
+        // whose OS page shows another page's objects.
+        // SAFETY: state 0 starts the states of our own heap.
+        unsafe {
+            let states = (current as *const u8).add(STATES_OFFSET);
+            (*(states as *const ClassState)).announce(p as usize);
+        }
+        crate::memory::cache_handshake::before_reading_the_word();
+        if let Some((class, offset, state_at)) = slot_word_of(p, current) {
             let b = p as *mut Block;
             // SAFETY: a slot of a thread heap's live slab page whose slots
             // the caches take, so resident; `current` is ours (caller).
@@ -720,14 +720,11 @@ pub unsafe fn free(p: *mut u8, heap: *mut HeapCore, uncached: impl FnOnce(*mut u
             // of it is read (`block_is_free`), and recorded freed.
             unsafe {
                 // Classes of the slab table are below CLASSES.
-                let u = *SLOT_SIZE.get_unchecked(slot.0) as usize;
+                let u = *SLOT_SIZE.get_unchecked(class) as usize;
                 match judged(p, u, true) {
-                    Judged::Live => quarantine_slot(b, slot, begun, false, current, uncached),
+                    Judged::Live => cache_slot(b, class, offset, state_at, begun, current),
                     Judged::Free => misuse(Misuse::DoubleFree, p as usize),
-                    Judged::LiveByKey => {
-                        let (class, offset, word) = slot;
-                        quarantine_keyed(b, class, offset, word, begun, current, uncached)
-                    }
+                    Judged::LiveByKey => cache_keyed(b, class, offset, state_at, begun, current),
                 }
             }
             return;
@@ -739,46 +736,14 @@ pub unsafe fn free(p: *mut u8, heap: *mut HeapCore, uncached: impl FnOnce(*mut u
     unsafe { free_uncached(p, null_mut(), uncached) }
 }
 
-/// Frees a slot out of quarantine below this layer: to the thread cache,
-/// or through `uncached` if its page no longer lets the caches take it
-/// (its slab word is no longer the one its free read).
-///
-/// # Safety
-/// `(b, word)` left `current`'s quarantine; `current` is the calling
-/// thread's heap.
-#[inline(always)]
-unsafe fn release(
-    (b, word): Held,
-    current: *mut HeapCore,
-    uncached: impl FnOnce(*mut u8, *mut HeapCore),
-) {
-    // SAFETY: a live slot to its page (its key zero, or the quarantine key,
-    // which a free past the cache takes for a live slot's),
-    // whose word read `word` at its free, out of use since.
-    unsafe {
-        if !HeapCore::free_seen_to_cache(b.cast(), current, quarantine::word_of(word)) {
-            uncached(b.cast(), current);
-        }
-    }
-}
-
-/// Frees every slot of `heap`'s quarantine (a trim, or the thread's exit:
-/// the slots then go where the cache's go), and the guarded span it kept.
+/// Gives the spans of guarded blocks `heap` kept back to the heap (a trim,
+/// or the thread's exit).
 ///
 /// # Safety
 /// `heap` is the calling thread's own heap.
-pub unsafe fn drain_quarantine(heap: &HeapCore) {
-    let me = heap as *const HeapCore;
-    // SAFETY: owner only (caller); each slot left the quarantine; the kept
-    // span is a guarded block's, wiped, which nobody uses.
-    unsafe {
-        heap.quarantine.drain(|(b, word)| {
-            if !HeapCore::free_seen_to_cache(b.cast(), me, quarantine::word_of(word)) {
-                HeapCore::free_uncached(b.cast(), me);
-            }
-        });
-        give_back_kept(heap);
-    }
+pub unsafe fn give_back_kept_spans(heap: &HeapCore) {
+    // SAFETY: forwarded.
+    unsafe { give_back_kept(heap) };
 }
 
 /// [`free`] past the cache: looks the block up, checks and wipes it. The
@@ -825,8 +790,9 @@ unsafe fn free_uncached(
 /// Resizes `p` to `size` bytes at `align`: in place if the block has room
 /// (the canary moves), else into a block from `alloc` (a hardened
 /// allocation: armed) with `p` freed through `free`, the program's own
-/// hardened free: checked (the word before it too), wiped and
-/// quarantined, so that the address does not come straight back. Null
+/// hardened free: checked (the word before it too), wiped and cached
+/// behind its class's depth of later frees, so that the address does not
+/// come straight back. Null
 /// (and `p` unchanged) on failure. The move is made here, not by the
 /// heap's realloc, so that no block leaves or enters use without the
 /// checks.
@@ -915,25 +881,6 @@ pub unsafe fn usable_size(p: *const u8) -> usize {
 
 #[cfg(test)]
 mod tests {
-    use crate::memory::layout::segment_base;
-    use crate::memory::page::{Block, Page};
-    use crate::memory::segment::Segment;
-
-    /// The slab page of the live slot `p`.
-    ///
-    /// # Safety
-    /// `p` is a live slot of a slab page.
-    unsafe fn page_of(p: *mut u8) -> *mut Page {
-        // SAFETY: a live slot's segment is registered, mapped and headed by
-        // a `Segment`; the slice's descriptor holds its offset from the
-        // span's first, fixed while the span is in use.
-        unsafe {
-            let seg = &*Segment::of(segment_base(p as usize));
-            let idx = seg.slice_index(p as usize);
-            seg.page(idx - (*seg.page(idx)).slice_offset as usize)
-        }
-    }
-
     /// Every slot a thread heap hands out is found by the free's lookup,
     /// whatever the size of the heap's pages: where its regions may be
     /// huge pages (the kernel's `madvise` or `always`), a 5,120-byte
@@ -968,42 +915,6 @@ mod tests {
                 unsafe { crate::raw::free(p) };
             }
             assert_eq!(missed, 0, "{missed} of 200 blocks of {size} B not found");
-        }
-    }
-
-    /// A slot leaves the quarantine for the thread cache only if its page
-    /// still takes cached frees: one whose page stopped while the slot
-    /// waited (as a page being hollowed or meshed does) goes to its page.
-    /// The way out of the quarantine compares the slab word its free read
-    /// with the word now; without that, the slot went into the cache.
-    #[test]
-    fn a_slot_whose_page_stopped_taking_cached_frees_while_it_waited_goes_to_its_page() {
-        // SAFETY: live blocks, each freed once; the page's word is set
-        // back as its (unhollowed) state says once the slot is out.
-        unsafe {
-            let p = crate::raw::malloc(100, 16);
-            crate::raw::free(p);
-            // In the quarantine: its link and key zero (the record of
-            // blocks handed out says it is free).
-            assert_eq!(p.cast::<[usize; 2]>().read(), [0, 0]);
-            let page = page_of(p);
-            (*page).set_cacheable(false);
-            // Frees of another class's blocks (another page), as many as
-            // the quarantine holds: `p` is the oldest and leaves.
-            let mut v = [core::ptr::null_mut(); super::QUARANTINE];
-            for b in v.iter_mut() {
-                *b = crate::raw::malloc(1000, 16);
-            }
-            for &b in &v {
-                crate::raw::free(b);
-            }
-            let (cached, in_page) = (Block::is_cached(p.cast()), Block::is_in_page(p.cast()));
-            (*page).set_cacheable(true);
-            assert!(
-                !cached,
-                "a slot of a page the caches no longer take was cached"
-            );
-            assert!(in_page, "freed to its page");
         }
     }
 }
