@@ -155,3 +155,40 @@ fn a_huge_run_reused_by_a_smaller_object_commits_only_the_object() {
         heap.deallocate(b, smaller);
     }
 }
+
+/// The fake page source reads as the kernel's memory does: zeros when
+/// mapped (even where the system allocator hands back memory it used
+/// before) and zeros after a `DontNeed` purge, with the bytes beside the
+/// purged pages kept. Every heap test on the fake relies on it.
+#[test]
+fn the_fake_source_reads_zeros_when_mapped_and_after_a_purge() {
+    let fake = FakePages::new();
+    let page = pagewise::layout::os_page();
+    let size = pagewise::layout::SEGMENT;
+    for round in 0..3 {
+        let p = fake.map(size, size).expect("fake map");
+        assert_eq!(
+            first_nonzero(p.as_ptr(), size),
+            None,
+            "round {round}: mapped"
+        );
+        fill(p.as_ptr(), size, 0xA5);
+        // SAFETY: three whole OS pages inside the mapping, nothing live in them.
+        let purged = unsafe { fake.purge(p.add(page), 3 * page, pagewise::Purge::DontNeed) };
+        assert!(purged);
+        assert_eq!(
+            first_nonzero(unsafe { p.as_ptr().add(page) }, 3 * page),
+            None
+        );
+        // SAFETY: in the mapping.
+        let before = unsafe { *p.as_ptr().add(page - 1) };
+        let after = unsafe { *p.as_ptr().add(4 * page) };
+        assert_eq!(
+            (before, after),
+            (0xA5, 0xA5),
+            "round {round}: neighbours kept"
+        );
+        // SAFETY: the whole mapping made above.
+        unsafe { fake.unmap(p, size) };
+    }
+}
