@@ -24,8 +24,18 @@ const PAGES: usize = 3 * 4096;
 
 /// One 64-byte object kept on each of `PAGES` OS pages, the rest freed.
 fn survivors() -> Vec<Vec<u8>> {
+    thin(every_object())
+}
+
+/// 64-byte objects filling `PAGES` OS pages, all live (no page sparse yet).
+fn every_object() -> Vec<Vec<u8>> {
     let page = pagewise::layout::os_page();
-    let all: Vec<Vec<u8>> = (0..PAGES * page / 64).map(|_| vec![7u8; 64]).collect();
+    (0..PAGES * page / 64).map(|_| vec![7u8; 64]).collect()
+}
+
+/// The first of `all` on each OS page, the rest freed.
+fn thin(all: Vec<Vec<u8>>) -> Vec<Vec<u8>> {
+    let page = pagewise::layout::os_page();
     let mut kept = Vec::new();
     let mut last = usize::MAX;
     for b in all {
@@ -96,12 +106,17 @@ fn trim_once(done: &AtomicBool) -> u64 {
 }
 
 /// The background purger's pass (`PAGEWISE_BACKGROUND=1`, a short decay)
-/// with a fork made while it meshes.
+/// with a fork made while it meshes. The mappings are counted before any
+/// page goes sparse: the purger meshes as soon as pages are, and a pass
+/// that ran whole while the objects were thinned would leave the fork
+/// waiting for mappings that never come (seen once on a loaded machine).
 fn purger_and_fork() {
     assert_eq!(pagewise::options::get("mesh"), Ok(1));
-    let kept = survivors();
+    let all = every_object();
+    let before = mappings();
+    let kept = thin(all);
     static NEVER: AtomicBool = AtomicBool::new(false);
-    let after_fork = fork_once(&NEVER);
+    let after_fork = fork_once_from(before, &NEVER);
     let pauses = pagewise::stats().mesh_pauses;
     assert!(kept.iter().all(|b| b.iter().all(|&x| x == 7)));
     println!("pause-report {pauses} 0 0 {after_fork}");
@@ -125,7 +140,11 @@ fn allocate(done: &AtomicBool) -> u64 {
 /// One fork once the pass has meshed some pages (the process's mappings
 /// grew), its child leaving at once.
 fn fork_once(done: &AtomicBool) -> u64 {
-    let before = mappings();
+    fork_once_from(mappings(), done)
+}
+
+/// [`fork_once`] once the process has 64 mappings more than `before`.
+fn fork_once_from(before: usize, done: &AtomicBool) -> u64 {
     while mappings() < before + 64 {
         assert!(!done.load(Acquire), "the pass ended before it meshed");
         std::hint::spin_loop();
