@@ -110,6 +110,7 @@ export CARGO_PROFILE_DEV_DEBUG=0
 
 out=target/mutants
 rm -rf "$out/mutants.out"
+mkdir -p "$out" # cargo-mutants makes one level only (a clean tree has no target/)
 echo "== cargo-mutants over:" $FILES "(shard ${shard:-all})"
 echo "== $(cargo mutants --list -p pagewise "${file_args[@]}" | wc -l) mutants (after the triaged exclusions)"
 status=0
