@@ -111,6 +111,29 @@ pub unsafe fn malloc_cached(size: usize, align: usize) -> *mut u8 {
 /// ```
 #[inline(never)]
 pub unsafe fn malloc_uncached(size: usize, align: usize) -> *mut u8 {
+    // A small request whose class's cache was empty: its page, from the
+    // thread's heap, with no second look at what the fast path looked at.
+    #[cfg(not(feature = "secure"))]
+    if align <= 16 {
+        // SAFETY: the calling thread's own heap or the empty one.
+        if let Some(p) = unsafe { HeapCore::alloc_missed16(thread::current_or_empty(), size) } {
+            return p;
+        }
+    }
+    // SAFETY: forwarded.
+    unsafe { malloc_general(size, align) }
+}
+
+/// [`malloc_uncached`] for any other request: starts the purger if a free
+/// asked for it, makes the thread's heap if it has none. Out of line in
+/// the default build, so that a small request's way to its page saves no
+/// register.
+///
+/// # Safety
+/// As [`malloc`].
+#[cfg_attr(feature = "secure", inline(always))]
+#[cfg_attr(not(feature = "secure"), inline(never))]
+unsafe fn malloc_general(size: usize, align: usize) -> *mut u8 {
     crate::global::purger::poll();
     #[cfg(feature = "secure")]
     // SAFETY: `alloc_below` returns null or a live block of the size.

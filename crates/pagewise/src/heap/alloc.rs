@@ -172,6 +172,39 @@ impl HeapCore {
         }
     }
 
+    /// The C `malloc` once [`HeapCore::alloc_cached16`] found the class's
+    /// cache empty, for requests of up to [`STATE_TABLE_MAX`] bytes: the
+    /// class's current page, else the slow path, straight from `heap`.
+    /// The general path (`raw::malloc_uncached` to [`HeapCore::alloc`])
+    /// looks at the purger, the thread's heap, the size's class and the
+    /// cache again first: about 60 instructions a miss, and a program that
+    /// builds a structure misses at most of its allocations (lua5.4 at
+    /// seven in ten). `None` when the general path is needed after all:
+    /// the thread has no heap yet (`heap` is [`empty_heap`]), the request
+    /// is bigger than the table, or the table sends it to the state that
+    /// caches nothing (the background purger was asked for: the general
+    /// path starts it).
+    ///
+    /// # Safety
+    /// `heap` is the calling thread's own heap, or [`empty_heap`].
+    #[cfg(not(feature = "secure"))]
+    #[inline(always)]
+    pub(crate) unsafe fn alloc_missed16(heap: *const HeapCore, size: usize) -> Option<*mut u8> {
+        if size > STATE_TABLE_MAX || core::ptr::eq(heap, empty_heap()) {
+            return None;
+        }
+        // SAFETY: (size + 15) / 16 <= STATE_TABLE_MAX / 16, the last index.
+        let state_at =
+            unsafe { STATE_AT_BY_16.get_unchecked((size + 15) >> 4) }.load(Relaxed) as usize;
+        if state_at == 0 {
+            return None;
+        }
+        // SAFETY: `heap` is the calling thread's own (not the empty one),
+        // and `state_at` the offset of the state of a class below CLASSES.
+        // Zero bytes are served as one, as the general path serves them.
+        Some(unsafe { (*heap).alloc_past_cache((state_at >> STATE_SHIFT) - 1, size.max(1), 16) })
+    }
+
     /// The hardened build's fast path: a slot for a request of `size`
     /// bytes (1 to [`CACHED_MAX`]) from the thread cache of `heap`, found as
     /// [`HeapCore::alloc_cached16`] finds it, and the byte offset of its
