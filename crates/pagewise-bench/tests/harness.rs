@@ -550,7 +550,7 @@ fn build_libpagewise() {
     assert!(dir.join("libpagewise.so").is_file());
 }
 
-/// issue 12's real program: redis-server under pagewise with and without
+/// A real program: redis-server under pagewise with and without
 /// meshing and under its own jemalloc, with redis's fragmentation ratio
 /// and the same with PSS reported for each.
 #[test]

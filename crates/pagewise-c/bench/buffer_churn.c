@@ -1,4 +1,4 @@
-/* Issue 11's large-buffer churn: 20 live buffers of 5-25 MiB; 2,000 times
+/* The large-buffer churn: 20 live buffers of 5-25 MiB; 2,000 times
  * one at random is freed and replaced by a new buffer of a random size,
  * which is written whole. Run under LD_PRELOAD of each allocator with
  * `/usr/bin/time -v` (max RSS, minor faults):

@@ -61,7 +61,7 @@ fn edge_cases_with_the_static_library() {
     assert_all_ok(&o, "edge linked (libpagewise.a)");
 }
 
-/// Issue 13: `valloc` and `pvalloc` align to the page pagewise uses, read
+/// `valloc` and `pvalloc` align to the page pagewise uses, read
 /// at run time, here the `PAGEWISE_OS_PAGE` testing override (the edge
 /// program reads the same variable): 64 KiB alignment, `pvalloc` rounding
 /// to 64 KiB, and everything else of the program at that page size.
@@ -126,7 +126,7 @@ fn many_dlopened_tls_modules_then_malloc_in_an_older_thread() {
     assert_all_ok(&o, "edge tls-modules");
 }
 
-/// Issue 11's quiet scenarios through the C library: what the frees
+/// The quiet-program scenarios through the C library: what the frees
 /// leave resident goes back within ten decay delays of quiet (resident
 /// bytes within 2 MiB of where the program started; nothing is live).
 fn assert_idle_gives_back(scenario: &str, freed_at_least: i64) {
@@ -568,7 +568,7 @@ print("xml ok")
     );
 }
 
-/// Reports while running (issue 13): the text report on stderr when
+/// Reports while running: the text report on stderr when
 /// `PAGEWISE_STATS_SIGNAL` arrives, and the JSON file rewritten every
 /// `PAGEWISE_STATS_INTERVAL_MS`, both left behind by a process that is then
 /// killed with SIGKILL (no exit report).

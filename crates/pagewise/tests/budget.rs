@@ -36,7 +36,7 @@ impl Rng {
     }
 }
 
-/// Issue 11's churn on an owned fake heap: 20 live buffers of 5-25 MiB,
+/// The large-buffer churn on an owned fake heap: 20 live buffers of 5-25 MiB,
 /// one at random replaced per step, one fake millisecond per step (the
 /// real churn replaces about 1,500 buffers a second).
 struct Churn {

@@ -1,5 +1,5 @@
 //! Free OS pages inside slab pages that still hold live objects go back
-//! (issue 12, part 1): exactly the OS pages whose slots are all free, for
+//! (hollowing): exactly the OS pages whose slots are all free, for
 //! classes whose slots divide the OS page and for classes whose slots
 //! straddle OS pages; the survivors keep their bytes; the slots come back,
 //! each once, when the page is used again; the purge waits for the decay

@@ -1,6 +1,6 @@
 //! Memory goes back when the program goes quiet, whoever freed it and
-//! whichever thread owned it (issue 11's scenarios, under the global
-//! allocator). Each scenario runs in a child process with a 100 ms decay;
+//! whichever thread owned it (the quiet-program scenarios, under the
+//! global allocator). Each scenario runs in a child process with a 100 ms decay;
 //! the child reports its resident set (`/proc/self/statm`) before the
 //! scenario and after an idle period of ten decay delays, and the parent
 //! asserts that what stays resident is within 2 MiB of where it started
@@ -77,7 +77,7 @@ fn handoff() {
 /// (e) sparse survivors: 32 MiB of 64-byte objects, of which one per
 /// 64 KiB slab page stays live and the rest are freed. Every slab page
 /// still holds a live object, so only its free OS pages can go back
-/// (issue 12, part 1): 2 MiB of OS pages hold the survivors.
+/// (hollowing): 2 MiB of OS pages hold the survivors.
 fn sparse_survivors() -> Vec<Box<[u8]>> {
     let all: Vec<Box<[u8]>> = (0..SPARSE_OBJECTS)
         .map(|i| vec![i as u8 | 1; 64].into_boxed_slice())
@@ -93,7 +93,8 @@ fn sparse_survivors() -> Vec<Box<[u8]>> {
 
 const SPARSE_OBJECTS: usize = 512 * 1024;
 
-/// (f) clustered survivors, as seed 003's phases: 400,000 objects of 16 to
+/// (f) clustered survivors, as a CPython program's phases leave them:
+/// 400,000 objects of 16 to
 /// 512 bytes, of which runs of 256 consecutive allocations survive, one run
 /// in ten. Returns the survivors and the OS pages that hold a live byte
 /// (the page floor: no page-granular allocator can keep fewer).
@@ -348,7 +349,7 @@ fn free_os_pages_of_pages_that_still_hold_live_objects_go_back() {
     assert_given_back_but("sparse-survivors", 24 * MIB, sparse_kept());
 }
 
-/// Issue 12's bar for part 1: after the decay delay, a clustered-survivor
+/// Hollowing's bar: after the decay delay, a clustered-survivor
 /// workload's resident memory is within 1/0.9 of its page floor (the OS
 /// pages holding a live byte), so its utilization is at least 0.9 of the
 /// floor's.

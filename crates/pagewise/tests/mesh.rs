@@ -1,4 +1,4 @@
-//! Meshing (issue 12, part 2) on an owned heap over `SharedPages`: when one
+//! Meshing on an owned heap over `SharedPages`: when one
 //! object of each OS page survives, no page-granular release helps, and
 //! `Heap::mesh` must reach at least three times the utilization the heap
 //! has without it, measured by the kernel (the blocks of the heap's memfd

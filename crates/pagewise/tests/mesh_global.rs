@@ -1,4 +1,4 @@
-//! Meshing in the global allocator (`PAGEWISE_MESH=1`, issue 12 part 2),
+//! Meshing in the global allocator (`PAGEWISE_MESH=1`),
 //! where users live: in a child process with the variable set, one object
 //! of each OS page survives in every size class of 16-256 B while other
 //! threads keep storing to the survivors; `pagewise::mesh()` must reach at

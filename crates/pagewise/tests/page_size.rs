@@ -1,4 +1,4 @@
-//! Issue 13: the OS page is a run-time value. On a kernel with 16 or 64 KiB
+//! The OS page is a run-time value. On a kernel with 16 or 64 KiB
 //! pages, `madvise` on a 4 KiB boundary fails with `EINVAL` and RSS never
 //! drops. This machine's kernel has 4 KiB pages and accepts `madvise` on
 //! any multiple of them, so the tests run pagewise with the

@@ -1,4 +1,4 @@
-//! Seed 000: allocate-then-free one object, 200,000 times, must cost at most
+//! Allocate-then-free one object, 200,000 times, must cost at most
 //! a few system calls in total, at every size, counted by pagewise itself.
 
 use pagewise::{Heap, PageSource, SystemPages};

@@ -18,7 +18,7 @@
  *        the top of the address space, segment-end-free the first byte past
  *        a segment of pagewise's)
  *   edge idle one-thread | threads-exit | handoff | handoff-blocked |
- *        handoff-blocked-trim   issue 11's quiet scenarios (prints "edge:
+ *        handoff-blocked-trim   the quiet-program scenarios (prints "edge:
  *        idle BEFORE FREED AFTER", resident bytes)
  *   edge limit   under PAGEWISE_LIMIT=96M: 48 MiB freed into a blocked
  *        thread's heap, then 1 MiB blocks until malloc fails (prints "edge:
@@ -688,7 +688,7 @@ static int calloc_after_realign(void) {
     return 0;
 }
 
-/* Issue 11's quiet scenarios: resident bytes before, right after the
+/* The quiet-program scenarios: resident bytes before, right after the
  * frees, and after an idle second (run with a short PAGEWISE_DECAY_MS). */
 static long resident(void) {
     long size = 0, rss = 0;

@@ -1,6 +1,6 @@
 # Phases that build and drop dicts, lists and strings: the python3 workload of
-# issue 12 (run with PYTHONMALLOC=malloc so every object goes through malloc;
-# docs/benchmarks.md, "python3 with PYTHONMALLOC=malloc").
+# the benchmarks (run with PYTHONMALLOC=malloc so every object goes through
+# malloc; docs/benchmarks.md, "python3 with PYTHONMALLOC=malloc").
 import sys
 N = int(sys.argv[1]) if len(sys.argv) > 1 else 200000
 ROUNDS = int(sys.argv[2]) if len(sys.argv) > 2 else 6
