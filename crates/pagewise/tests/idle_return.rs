@@ -94,10 +94,10 @@ fn sparse_survivors() -> Vec<Box<[u8]>> {
 const SPARSE_OBJECTS: usize = 512 * 1024;
 
 /// (f) clustered survivors, as a CPython program's phases leave them:
-/// 400,000 objects of 16 to
-/// 512 bytes, of which runs of 256 consecutive allocations survive, one run
-/// in ten. Returns the survivors and the OS pages that hold a live byte
-/// (the page floor: no page-granular allocator can keep fewer).
+/// 400,000 objects of 16 to 512 bytes, of which runs of 256 consecutive
+/// allocations survive, one run in ten. Returns the survivors and the OS
+/// pages that hold a live byte (the page floor: no page-granular allocator
+/// can keep fewer).
 fn clustered_survivors() -> (Vec<Box<[u8]>>, u64) {
     let mut x = 0x9e37_79b9_7f4a_7c15u64;
     let mut keep = Vec::with_capacity(40_960);
