@@ -19,7 +19,9 @@
 //! - **No allocation inside the allocator**: the exported functions only call
 //!   the core; reports are formatted into stack buffers.
 //! - **No unwinding across C**: nothing here panics, and every export is
-//!   `extern "C"`, which aborts rather than unwind if anything ever did.
+//!   `extern "C"`, which aborts rather than unwind if anything ever did. A
+//!   panic (a bug) writes one line and aborts at once ([`panic_abort`]),
+//!   rather than print a backtrace through the allocator it interrupted.
 //! - **Fork**: the core's constructor (`.init_array`, run when the library
 //!   is loaded) registers its fork handlers (`pthread_atfork`, once per
 //!   process), so a child of a multi-threaded parent finds every allocator
@@ -47,6 +49,7 @@ pub mod introspect;
 pub mod jemalloc;
 pub mod options;
 pub mod out;
+pub mod panic_abort;
 
 use core::ffi::{c_char, c_int};
 
