@@ -329,10 +329,11 @@ pub fn trim() {
 /// thread heap (docs/design.md, "Meshing"): OS pages of one size class
 /// whose live slots sit at different offsets come to share one physical
 /// page. Only with `PAGEWISE_MESH=1` (Linux); the background purger makes
-/// such a pass once per decay period anyway. Other threads may go on
-/// writing: a store to a page while it is copied waits for the copy.
-/// Returns the OS pages that joined groups (0 when the global allocator
-/// does not mesh).
+/// such a pass once per decay period anyway, and a heap whose pass is
+/// under way (paused for a thread that needed the heap) is left to it.
+/// Other threads may go on writing: a store to a page while it is copied
+/// waits for the copy. Returns the OS pages that joined groups (0 when
+/// the global allocator does not mesh).
 ///
 /// ```
 /// // Without `PAGEWISE_MESH=1` nothing meshes.

@@ -105,6 +105,9 @@ extern "C" fn child() {
         ABANDONED_LIST.reset_after_fork();
         VISITS.reset_after_fork();
     }
+    // A mesh pass paused for the fork (its page lists let go) has no
+    // thread in the child to end it.
+    for_each_heap(|h| h.forget_mesh_pass_after_fork());
 
     crate::global::heaps::end_visits_after_fork();
     crate::global::purger::after_fork_child();

@@ -136,6 +136,31 @@ impl Outer for HeldAlone {
     fn take_again(&self) {}
 }
 
+/// Whether a mesh pass over the heap is under way, kept with the page
+/// lists. A pass lets the lists go between two rounds for a thread that
+/// waits for them ([`HeapCore::pause`]), and keeps across the pause the
+/// old groups it loaded, checked against the source again only by their
+/// member counts ([`Scratch::close_old`]). Another pass over the heap in
+/// that pause (the purger's beside a `mesh()` call) could make members of
+/// a group leave and others join it, its count unchanged and its positions
+/// no longer those kept: the paused pass would then plan a candidate onto
+/// a position a member uses, and the group page would hold two objects at
+/// one address. So a pass that finds one under way leaves the heap to it.
+pub(crate) struct PassUnderWay(bool);
+
+impl PassUnderWay {
+    pub(crate) const NONE: PassUnderWay = PassUnderWay(false);
+
+    /// Marks a pass begun; false if one is under way already.
+    fn begin(&mut self) -> bool {
+        !core::mem::replace(&mut self.0, true)
+    }
+
+    fn end(&mut self) {
+        self.0 = false;
+    }
+}
+
 /// Members of the groups a pass makes at a time (a chunk of a round):
 /// their slots are withheld, the groups made and the failures given back
 /// before the next chunk's slots are withheld, and between two chunks a
@@ -245,12 +270,19 @@ impl HeapCore {
         }
     }
 
+    /// In a forked child: no pass is under way (one paused in the parent
+    /// when the fork took the page lists has no thread here to end it).
+    pub(crate) fn forget_mesh_pass_after_fork(&self) {
+        self.lock_local().mesh_pass.end();
+    }
+
     /// Unmaps the withheld-slot records (the heap is going away).
     pub(crate) fn unmap_mesh_records(&self) {
         self.lock_local().records.unmap_all();
     }
 
-    /// One mesh pass (see the module) over the pages `when` allows.
+    /// One mesh pass (see the module) over the pages `when` allows, unless
+    /// a pass over the heap is under way already ([`PassUnderWay`]).
     /// Returns the OS pages that joined groups.
     ///
     /// # Safety
@@ -267,6 +299,9 @@ impl HeapCore {
         let Some(sharing) = self.source().sharing() else {
             return 0;
         };
+        if !l.mesh_pass.begin() {
+            return 0;
+        }
         // While it copies under the barrier, this thread runs no handler of
         // the program: one that stored into a page being copied would wait
         // for this very copy (`os/signals.rs`).
@@ -281,6 +316,7 @@ impl HeapCore {
         if let Some(mask) = mask {
             crate::os::signals::restore(mask);
         }
+        l.mesh_pass.end();
         joined
     }
 
@@ -1396,6 +1432,84 @@ mod tests {
             // SAFETY: allocated with this layout, freed once.
             unsafe { heap.deallocate(p, Layout::from_size_align(64, 8).unwrap()) };
         }
+    }
+
+    /// A waiting thread that, each time it has the page lists, makes a
+    /// mesh pass of its own over the same heap (as the purger's pass does
+    /// beside a `mesh()` call): counts the OS pages that pass copied.
+    struct PassingWaiter<'a> {
+        heap: &'a crate::Heap<Counted>,
+        waiter: Waiter<'a>,
+        copied: Cell<usize>,
+        joined: Cell<usize>,
+    }
+
+    impl Outer for PassingWaiter<'_> {
+        fn wanted(&self) -> bool {
+            self.waiter.wanted()
+        }
+        fn let_go(&self) {
+            self.waiter.let_go();
+            let source = source_of(self.heap);
+            let before = source.copies();
+            let mut l = self.heap.core().lock_local();
+            // SAFETY: this thread is the heap's only user; the lists are
+            // held for the pass.
+            let joined = unsafe {
+                self.heap
+                    .core()
+                    .mesh_pass(&mut l, MeshWhen::Now, &HeldAlone)
+            };
+            drop(l);
+            self.joined.set(self.joined.get() + joined);
+            self.copied
+                .set(self.copied.get() + source.copies() - before);
+        }
+        fn take_again(&self) {
+            self.waiter.take_again();
+        }
+    }
+
+    /// A pass over a heap whose pass is paused (its page lists let go to a
+    /// waiting thread) leaves the heap alone: the paused pass's old groups
+    /// would not be the source's after its joins and leaves. The paused
+    /// pass then meshes as much as ever, every kept object intact, and a
+    /// pass once it ended meshes again.
+    #[test]
+    fn a_pass_leaves_a_heap_whose_pass_is_paused_alone() {
+        const PAGES: usize = 1024;
+        let heap = crate::Heap::with_source(counted(), Default::default());
+        let kept = sparse(&heap, PAGES);
+        let passing = PassingWaiter {
+            heap: &heap,
+            waiter: waiter(source_of(&heap)),
+            copied: Cell::new(0),
+            joined: Cell::new(0),
+        };
+        // SAFETY: this thread is the heap's only user.
+        let joined = unsafe { heap.core().mesh_holding(&passing) };
+        assert!(passing.waiter.pauses.get() > 0, "the pass never paused");
+        assert_eq!(
+            (passing.copied.get(), passing.joined.get()),
+            (0, 0),
+            "OS pages copied and joined by passes made in the pauses"
+        );
+        assert!(intact(&kept));
+        assert!(joined >= PAGES / 2, "{joined} of {PAGES}");
+        free_all(&heap, kept);
+
+        // A child forked while a pass was paused has no pass under way.
+        let kept = sparse(&heap, PAGES);
+        assert!(heap.core().lock_local().mesh_pass.begin());
+        heap.core().forget_mesh_pass_after_fork();
+        // SAFETY: as above.
+        let again = unsafe { heap.core().mesh() };
+        assert!(
+            again >= PAGES / 2,
+            "{again} of {PAGES} after the fork's reset"
+        );
+        assert!(intact(&kept));
+        free_all(&heap, kept);
     }
 
     /// The pass's count of the classes' candidates lets a waiting thread

@@ -152,6 +152,8 @@ pub(crate) struct Local {
     next_maintenance: u64,
     /// Withheld-slot records of pages with meshed OS pages (`mesh.rs`).
     pub(crate) records: mesh::Records,
+    /// Whether a mesh pass over the heap is under way (`mesh.rs`).
+    mesh_pass: mesh::PassUnderWay,
 }
 
 /// Who holds a heap's [`Local`]: the thread that owns the heap (or a
@@ -336,6 +338,7 @@ impl HeapCore {
                 full: Queue::EMPTY,
                 next_maintenance: 0,
                 records: mesh::Records::EMPTY,
+                mesh_pass: mesh::PassUnderWay::NONE,
             }),
             delayed: AtomicPtr::new(null_mut()),
             spans: Spans::locked(),
