@@ -206,7 +206,8 @@ pub(crate) fn passes_begun() -> usize {
 /// of `sync/asymmetric.rs`); and a pass counted before `begun` was read
 /// had made the page uncacheable, which the slab word the reader read
 /// after `begun` would have said (the page is cacheable again only once
-/// no OS page of it is meshed).
+/// no OS page of it is meshed, and not before the round that closed it
+/// ends: `Page::end_mesh_round`).
 #[cfg(feature = "secure")]
 #[inline(always)]
 pub(crate) fn none_begun_since(begun: usize) -> bool {
@@ -752,10 +753,13 @@ impl HeapCore {
             joined += unsafe { self.make_chunk(l, s, sharing, g0..g1) };
             g0 = g1;
             if (g0 as usize) < s.ngroups && wanted() {
-                self.give_up_from(s, g0);
+                give_up_from(s, g0);
                 break;
             }
         }
+        // 4. The pages take cached frees again if nothing else keeps them
+        //    from it (a meshed OS page's withheld slots do).
+        end_mesh_rounds(s);
         joined
     }
 
@@ -788,23 +792,12 @@ impl HeapCore {
             let page = s.cand(i).page;
             let mut end = i;
             let mut planned = 0;
-            let mut spared = false;
             while end < s.n as u32 && s.cand(end).page == page {
-                if ours(s, end) {
-                    if s.plan(end).failed {
-                        spared = true;
-                    } else {
-                        mark_meshed(s.cand(end), true);
-                        planned += 1;
-                    }
+                if ours(s, end) && !s.plan(end).failed {
+                    mark_meshed(s.cand(end), true);
+                    planned += 1;
                 }
                 end += 1;
-            }
-            if planned == 0 && spared {
-                // SAFETY: a slab page of this heap, page lists held; none
-                // of its OS pages meshes in this chunk: cacheable again if
-                // nothing else keeps it from it.
-                unsafe { (*page).set_hollow_slots((*page).hollow_slots()) };
             }
             if planned > 0 {
                 // SAFETY: a slab page of this heap, page lists held.
@@ -821,8 +814,6 @@ impl HeapCore {
                             s.plan(j).failed = true;
                         }
                     }
-                    // SAFETY: as below: cacheable again if it was.
-                    unsafe { (*page).set_hollow_slots((*page).hollow_slots()) };
                 } else {
                     // SAFETY: per the caller; the record is the page's.
                     unsafe { (*page).withhold_meshed(planned, record) };
@@ -879,35 +870,6 @@ impl HeapCore {
         joined
     }
 
-    /// Gives up the planned groups from `g0` on (none begun: nothing
-    /// withheld for them, no bit set): their candidates are marked failed,
-    /// and each page none of whose OS pages meshed in the chunks made
-    /// takes cached frees again if nothing else keeps it from it.
-    fn give_up_from(&self, s: &mut Scratch, g0: u32) {
-        let mut i = 0;
-        while i < s.n as u32 {
-            let page = s.cand(i).page;
-            let mut given_up = false;
-            let mut kept = false;
-            while i < s.n as u32 && s.cand(i).page == page {
-                if s.planned(i) {
-                    if s.plan(i).group >= g0 {
-                        s.plan(i).failed = true;
-                        given_up = true;
-                    } else if !s.plan(i).failed {
-                        kept = true;
-                    }
-                }
-                i += 1;
-            }
-            if given_up && !kept {
-                // SAFETY: a slab page of this heap (the caller's
-                // candidates), page lists held; its word as its count says.
-                unsafe { (*page).set_hollow_slots((*page).hollow_slots()) };
-            }
-        }
-    }
-
     /// Takes the huge-page advice back from the region the OS page at
     /// `addr` (of a slab page of this heap) lies in, if it has it
     /// (`memory/huge_pages.rs`); false if the kernel refused.
@@ -930,8 +892,9 @@ impl HeapCore {
         let mut any = false;
         for i in 0..s.n as u32 {
             if s.planned(i) {
-                // SAFETY: a slab page of this heap (the caller's candidates).
-                unsafe { (*s.cand(i).page).set_cacheable(false) };
+                // SAFETY: a slab page of this heap (the caller's candidates),
+                // page lists held.
+                unsafe { (*s.cand(i).page).begin_mesh_round() };
                 any = true;
             }
         }
@@ -945,13 +908,7 @@ impl HeapCore {
             self.spare_announced(s);
             return true;
         }
-        for i in 0..s.n as u32 {
-            if s.planned(i) {
-                let page = s.cand(i).page;
-                // SAFETY: as above; the count unchanged, its word rewritten.
-                unsafe { (*page).set_hollow_slots((*page).hollow_slots()) };
-            }
-        }
+        end_mesh_rounds(s);
         false
     }
 
@@ -1046,6 +1003,28 @@ fn raise_barrier() -> bool {
 fn lower_barrier() {
     #[cfg(target_os = "linux")]
     crate::os::barrier::lower();
+}
+
+/// Gives up the planned groups of `s` from `g0` on (none begun: nothing
+/// withheld for them, no bit set): their candidates are marked failed.
+fn give_up_from(s: &mut Scratch, g0: u32) {
+    for i in 0..s.n as u32 {
+        if s.planned(i) && s.plan(i).group >= g0 {
+            s.plan(i).failed = true;
+        }
+    }
+}
+
+/// Ends the mesh round of every page with a planned candidate in `s`
+/// ([`Page::end_mesh_round`]).
+fn end_mesh_rounds(s: &mut Scratch) {
+    for i in 0..s.n as u32 {
+        if s.planned(i) {
+            // SAFETY: a slab page of the pass's heap (its candidates), page
+            // lists held.
+            unsafe { (*s.cand(i).page).end_mesh_round() };
+        }
+    }
 }
 
 /// Sets or clears the `meshed` bit of a candidate's OS page.
@@ -1169,11 +1148,13 @@ mod tests {
     use core::alloc::Layout;
     use core::cell::Cell;
 
-    /// `SharedPages`, counting the groups founded and the pages joined.
+    /// `SharedPages`, counting the groups founded and the pages joined
+    /// (attempts, refused ones too), refusing them while `refuse` is set.
     struct Counted {
         pages: SharedPages,
         shares: AtomicUsize,
         joins: AtomicUsize,
+        refuse: AtomicBool,
     }
 
     // SAFETY: forwards to `SharedPages`.
@@ -1205,12 +1186,13 @@ mod tests {
         unsafe fn share(&self, founder: usize) -> bool {
             self.shares.fetch_add(1, Relaxed);
             // SAFETY: forwarded.
-            unsafe { self.pages.sharing().unwrap().share(founder) }
+            !self.refuse.load(Relaxed) && unsafe { self.pages.sharing().unwrap().share(founder) }
         }
         unsafe fn join(&self, founder: usize, member: usize, ranges: &[(usize, usize)]) -> bool {
             self.joins.fetch_add(1, Relaxed);
-            // SAFETY: forwarded.
-            unsafe { self.pages.sharing().unwrap().join(founder, member, ranges) }
+            !self.refuse.load(Relaxed)
+                // SAFETY: forwarded.
+                && unsafe { self.pages.sharing().unwrap().join(founder, member, ranges) }
         }
         unsafe fn leave(&self, member: usize, how: Leave) -> bool {
             // SAFETY: forwarded.
@@ -1328,6 +1310,7 @@ mod tests {
             pages: SharedPages::new(),
             shares: AtomicUsize::new(0),
             joins: AtomicUsize::new(0),
+            refuse: AtomicBool::new(false),
         }
     }
 
@@ -1509,6 +1492,94 @@ mod tests {
             "{again} of {PAGES} after the fork's reset"
         );
         assert!(intact(&kept));
+        free_all(&heap, kept);
+    }
+
+    /// Asked between two chunks of a round: the first time after the
+    /// source refused every copy of the first chunk, notes which of the
+    /// kept objects' pages take cached frees again (a page none of whose
+    /// OS pages meshed), and lets the source copy from then on.
+    struct ChunkWatcher<'a> {
+        source: &'a Counted,
+        kept: &'a [(NonNull<u8>, u8)],
+        reopened: core::cell::RefCell<Vec<usize>>,
+    }
+
+    impl Outer for ChunkWatcher<'_> {
+        fn wanted(&self) -> bool {
+            if self.source.copies() > 0 && self.source.refuse.swap(false, Relaxed) {
+                for &(p, _) in self.kept {
+                    let addr = p.as_ptr() as usize;
+                    // SAFETY: a live slot of a slab page of the heap, in a
+                    // registered segment; the page is only read.
+                    unsafe {
+                        let seg = &*Segment::of(crate::memory::layout::segment_base(addr));
+                        let page = seg.slab_page(addr);
+                        if seg.slab_entry(addr).0 != 0 && (*page).meshed_pages() == 0 {
+                            self.reopened.borrow_mut().push(page as usize);
+                        }
+                    }
+                }
+            }
+            false
+        }
+        fn let_go(&self) {}
+        fn take_again(&self) {}
+    }
+
+    /// A page whose OS pages a round means to mesh takes no cached frees
+    /// until the round ends: the round told the threads once, at its
+    /// start, so a page that took them again between two chunks (its
+    /// candidates of the first all failed) and meshed in a later one could
+    /// have a free under way into a cache store its link on a group page,
+    /// over another member's object.
+    #[test]
+    fn a_page_takes_no_cached_frees_until_its_mesh_round_ends() {
+        const PAGES: usize = 1024;
+        let heap = crate::Heap::with_source(counted(), Default::default());
+        let kept = sparse(&heap, PAGES);
+        let source = source_of(&heap);
+        source.refuse.store(true, Relaxed);
+        let watcher = ChunkWatcher {
+            source,
+            kept: &kept,
+            reopened: core::cell::RefCell::new(Vec::new()),
+        };
+        // SAFETY: this thread is the heap's only user.
+        let joined = unsafe { heap.core().mesh_holding(&watcher) };
+        assert!(!source.refuse.load(Relaxed), "the round had one chunk only");
+        assert!(joined > 0, "nothing meshed after the first chunk");
+        let mut reopened = watcher.reopened.borrow_mut();
+        reopened.sort_unstable();
+        reopened.dedup();
+        let meshed_later = reopened
+            .iter()
+            // SAFETY: slab pages of the heap, still live (kept objects).
+            .filter(|&&p| unsafe { (*(p as *const Page)).meshed_pages() } > 0)
+            .count();
+        assert_eq!(
+            meshed_later,
+            0,
+            "pages that took cached frees between two chunks of a round, \
+             then meshed in the same round ({} took them)",
+            reopened.len()
+        );
+        assert!(intact(&kept));
+        free_all(&heap, kept);
+
+        // A round whose every copy is refused ends with every page taking
+        // cached frees again.
+        let kept = sparse(&heap, PAGES);
+        source.refuse.store(true, Relaxed);
+        // SAFETY: as above.
+        assert_eq!(unsafe { heap.core().mesh() }, 0);
+        source.refuse.store(false, Relaxed);
+        for &(p, _) in &kept {
+            let addr = p.as_ptr() as usize;
+            // SAFETY: as in `ChunkWatcher::wanted`.
+            let seg = unsafe { &*Segment::of(crate::memory::layout::segment_base(addr)) };
+            assert_ne!(seg.slab_entry(addr).0, 0, "a page left closed at {addr:#x}");
+        }
         free_all(&heap, kept);
     }
 

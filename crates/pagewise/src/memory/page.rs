@@ -70,6 +70,11 @@ pub struct Page {
     pub in_dirty: bool,
     /// Slab: the page was found empty by the last maintenance pass.
     pub idle: bool,
+    /// Slab: a mesh round made the page stop taking cached frees and may
+    /// still mesh its OS pages: it takes them again only when the round
+    /// ends ([`Page::end_mesh_round`]), whatever its count says meanwhile.
+    /// Private, like `hollow_slots`, for the same word's sake.
+    mesh_round: bool,
     /// Free span: its committed OS pages (kept so that freeing and
     /// splitting never recount the bitmap of a whole span).
     pub dirty_pages: u32,
@@ -164,6 +169,7 @@ impl Page {
             in_full: false,
             in_dirty: false,
             idle: false,
+            mesh_round: false,
             dirty_pages: 0,
             hollow_slots: 0,
             hollow_pages: 0,
@@ -350,7 +356,25 @@ impl Page {
     /// through here.
     pub fn set_hollow_slots(&mut self, n: u32) {
         self.hollow_slots = n;
-        self.set_cacheable(n == 0);
+        self.set_cacheable(n == 0 && !self.mesh_round);
+    }
+
+    /// A mesh round is to mesh OS pages of this page: frees of its slots
+    /// stop going into thread caches until [`Page::end_mesh_round`], even
+    /// if its count comes back to zero meanwhile (its candidates in one
+    /// chunk of the round failed and gave their slots back): the round's
+    /// later chunks may still mesh it, with no new handshake with the
+    /// threads (`memory/cache_handshake.rs`).
+    pub(crate) fn begin_mesh_round(&mut self) {
+        self.mesh_round = true;
+        self.set_cacheable(false);
+    }
+
+    /// The round that began with [`Page::begin_mesh_round`] is over: the
+    /// page takes cached frees again if its count allows.
+    pub(crate) fn end_mesh_round(&mut self) {
+        self.mesh_round = false;
+        self.set_hollow_slots(self.hollow_slots);
     }
 
     /// Writes the slab table's word on whether thread caches may take this
