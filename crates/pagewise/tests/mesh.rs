@@ -519,6 +519,9 @@ unsafe impl pagewise::source::SharePages for Tweaked {
     fn members(&self, founder: usize) -> usize {
         self.pages.sharing().unwrap().members(founder)
     }
+    fn foundings(&self, founder: usize) -> usize {
+        self.pages.sharing().unwrap().foundings(founder)
+    }
     fn shared(&self) -> (usize, usize) {
         self.pages.sharing().unwrap().shared()
     }

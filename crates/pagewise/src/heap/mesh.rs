@@ -419,7 +419,7 @@ impl HeapCore {
                     // whose count changed stays closed for the pass (its
                     // positions loaded are still all its members may use:
                     // a meshed OS page's only shrink while it is meshed).
-                    scratch.close_old(|at| sharing.members(at));
+                    scratch.close_old(|at| (sharing.members(at), sharing.foundings(at)));
                 }
                 paused = false;
                 if scratch.n < 2 && scratch.old == 0 {
@@ -443,7 +443,10 @@ impl HeapCore {
                 joined += made;
                 // SAFETY: the candidates' pages are slab pages of this heap,
                 // with the page lists held.
-                scratch.keep_made(|c| unsafe { (*c.page).owned_on(c.k as usize) });
+                scratch.keep_made(
+                    |c| unsafe { (*c.page).owned_on(c.k as usize) },
+                    |at| sharing.foundings(at),
+                );
                 #[cfg(test)]
                 // SAFETY: per the caller.
                 unsafe {
@@ -639,7 +642,7 @@ impl HeapCore {
                 }
             }
         }
-        s.close_old(|at| sharing.members(at));
+        s.close_old(|at| (sharing.members(at), sharing.foundings(at)));
     }
 
     /// Checks that the old groups `s` kept over a round are those a load
@@ -665,12 +668,17 @@ impl HeapCore {
         LOADED.with(|n| n.set(loaded));
         for g in 0..s.old as u32 {
             let at = s.group(g).at;
-            let (members, union, open) = s.find_old(at).unwrap();
+            let (members, union, open, founded) = s.find_old(at).unwrap();
             if !open {
                 continue;
             }
-            let (m, u, _) = fresh.find_old(at).expect("a kept group exists");
+            let (m, u, _, _) = fresh.find_old(at).expect("a kept group exists");
             assert_eq!(members, m, "members of the group at {at:#x}");
+            assert_eq!(
+                founded,
+                sharing.foundings(at),
+                "foundings kept for the group at {at:#x}"
+            );
             assert!(
                 (0..MAX_POSITIONS).all(|j| !u.contains(j) || union.contains(j)),
                 "a position of the group at {at:#x} not kept"
@@ -1203,6 +1211,9 @@ mod tests {
         }
         fn members(&self, founder: usize) -> usize {
             self.pages.sharing().unwrap().members(founder)
+        }
+        fn foundings(&self, founder: usize) -> usize {
+            self.pages.sharing().unwrap().foundings(founder)
         }
         fn shared(&self) -> (usize, usize) {
             self.pages.sharing().unwrap().shared()

@@ -74,7 +74,14 @@ pub(super) struct Group {
     /// Made by an earlier pass: it exists, with members not among the
     /// candidates, and `joined` counts the candidates that joined it.
     pub(super) old: bool,
+    /// Of an old group: the groups its founder had founded when the group
+    /// was loaded or made (`SharePages::foundings`; [`UNREAD`] before the
+    /// first [`Scratch::close_old`] of a loaded one).
+    founded: usize,
 }
+
+/// [`Group::founded`] not read yet.
+const UNREAD: usize = usize::MAX;
 
 impl Group {
     /// Whether the group is to be made (an old group counts its members
@@ -289,6 +296,7 @@ impl Scratch {
                         joined: 0,
                         at,
                         old: true,
+                        founded: UNREAD,
                     })
                 };
                 *slot = g as u32 + 1;
@@ -309,14 +317,24 @@ impl Scratch {
         }
     }
 
-    /// Closes every old group whose member count `members(at)` (the page
-    /// source's) is not the count loaded: a member not loaded could be
-    /// overwritten by a new member's copy.
-    pub(super) fn close_old(&mut self, members: impl Fn(usize) -> usize) {
+    /// Closes every old group whose member count (the page source's, the
+    /// first of `source(at)`) is not the count loaded: a member not loaded
+    /// could be overwritten by a new member's copy; or whose founder has
+    /// founded another group since it was loaded or made (the second): the
+    /// group ended and its key went to a new one, which may count as many
+    /// members at other positions (another heap's pass may found it while
+    /// this one's is paused). The first call after a load records the
+    /// foundings.
+    pub(super) fn close_old(&mut self, source: impl Fn(usize) -> (usize, usize)) {
         for g in 0..self.old as u32 {
             let group = self.group(g);
-            if members(group.at) != group.members as usize {
+            let (members, founded) = source(group.at);
+            if members != group.members as usize
+                || group.founded != UNREAD && founded != group.founded
+            {
                 group.phase = CLOSED;
+            } else {
+                group.founded = founded;
             }
         }
     }
@@ -328,9 +346,14 @@ impl Scratch {
     /// candidates that joined it; each new group founded and not taken
     /// apart, with its members that joined. `owned(c)` is every position
     /// candidate `c`'s page may use on its OS page now that it joined (the
-    /// page's, as `Page::meshed_positions` says). A group past
+    /// page's, as `Page::meshed_positions` says), and `founded(at)` the
+    /// source's foundings of a new group's founder. A group past
     /// [`MAX_OLD`] is left out (closed, as a load leaves it).
-    pub(super) fn keep_made(&mut self, owned: impl Fn(&Candidate) -> Positions) {
+    pub(super) fn keep_made(
+        &mut self,
+        owned: impl Fn(&Candidate) -> Positions,
+        founded: impl Fn(usize) -> usize,
+    ) {
         for g in 0..self.old as u32 {
             // SAFETY: below `old`, saved by `place_all`.
             let mut kept = unsafe { self.saved.add(g as usize).read() };
@@ -361,6 +384,7 @@ impl Scratch {
                 joined: 0,
                 at: group.at,
                 old: true,
+                founded: founded(group.at),
             };
             let mut m = group.first;
             while m != NONE {
@@ -386,13 +410,14 @@ impl Scratch {
         plan.withheld && !plan.failed
     }
 
-    /// The old group founded at `at`, if loaded.
+    /// The old group founded at `at`, if loaded: its members, positions,
+    /// whether it is open, and its founder's foundings as kept.
     #[cfg(test)]
-    pub(super) fn find_old(&mut self, at: usize) -> Option<(u32, Positions, bool)> {
+    pub(super) fn find_old(&mut self, at: usize) -> Option<(u32, Positions, bool, usize)> {
         (0..self.old as u32)
             .map(|g| *self.group(g))
             .find(|g| g.at == at)
-            .map(|g| (g.members, g.union, g.phase != CLOSED))
+            .map(|g| (g.members, g.union, g.phase != CLOSED, g.founded))
     }
 
     /// Slab pages pushed: the first candidate of each is written to
@@ -635,6 +660,7 @@ impl Scratch {
                 joined: 0,
                 at: 0,
                 old: false,
+                founded: UNREAD,
             })
         };
         self.ngroups += 1;
@@ -771,7 +797,7 @@ mod tests {
             s.add_old(3 * page, &at(0x5000, &[21], 16));
             // Old group 3: complete, one member.
             s.add_old(4 * page, &at(0x6000, &[30], 16));
-            s.close_old(|at| if at == 4 * page { 1 } else { 2 });
+            s.close_old(|at| (if at == 4 * page { 1 } else { 2 }, 0));
             assert_eq!(s.old, 4);
             s.n = 0;
             // Each meets group 0; would fit group 1 or 2 were they open;
@@ -789,6 +815,34 @@ mod tests {
             assert_eq!((s.group(0).first, s.group(0).members), (1, 3));
             assert_eq!((s.group(3).first, s.group(3).members), (2, 2));
         }
+    }
+
+    /// A kept group whose founder founded another group since (the first
+    /// ended, and its key went to the new one) is closed though the new
+    /// one counts as many members: they are not the members loaded, and
+    /// their positions are not the ones kept.
+    #[test]
+    #[cfg_attr(miri, ignore)] // maps its scratch memory
+    fn a_kept_group_whose_key_founded_another_since_is_closed() {
+        let mut s = Scratch::map().unwrap();
+        let page = os_page();
+        s.clear_old();
+        s.add_old(page, &at(0x1000, &[1], 0));
+        s.add_old(page, &at(0x2000, &[2], 0));
+        s.add_old(2 * page, &at(0x3000, &[1], 0));
+        s.add_old(2 * page, &at(0x4000, &[2], 0));
+        // Loaded: both founded once.
+        s.close_old(|_| (2, 1));
+        // After a pause: the group at `page` ended, and its key founded
+        // another of two members; the other is as it was.
+        s.close_old(|at| (2, if at == page { 2 } else { 1 }));
+        s.n = 0;
+        s.push(at(0x5000, &[3], 0));
+        s.push(at(0x6000, &[4], 0));
+        s.place_all(1, Packing::Free);
+        let groups = [0, 1].map(|i| s.plan(i).group);
+        assert!(!groups.contains(&0), "{groups:?}: joined the closed group");
+        assert!(groups.contains(&1), "{groups:?}: the open group took none");
     }
 
     #[test]
@@ -827,7 +881,7 @@ mod tests {
             let taken: &[usize] = if g < PROBES { &[5] } else { &[6] };
             s.add_old((g + 1) * os_page(), &at(0x1000 * (g + 1), taken, 0));
         }
-        s.close_old(|_| 1);
+        s.close_old(|_| (1, 0));
         s.n = 0;
         s.push(at(0x100_0000, &[5], 0));
         s.push(at(0x200_0000, &[5], 0));

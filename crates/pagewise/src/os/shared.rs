@@ -165,6 +165,8 @@ struct Mapping {
     group: *mut u32,
     /// Per OS page: members of the group it founded (0: no group).
     members: *mut u32,
+    /// Per OS page: groups it founded so far (`SharePages::foundings`).
+    founded: *mut u32,
     /// OS pages of the mapping that are members of a group.
     shared: usize,
     /// The highest lineage its pages have had ([`LINEAGE`]; 0: only the
@@ -233,6 +235,7 @@ impl Mapping {
         pid: 0,
         group: null_mut(),
         members: null_mut(),
+        founded: null_mut(),
         shared: 0,
         lineages: 0,
         sealed: 0,
@@ -263,7 +266,7 @@ impl Mapping {
     /// Bytes of its tables: a group and a member count per OS page, the
     /// advice per region, and the [`Mapping::stray`] bit per OS page.
     fn table_bytes(&self) -> usize {
-        (2 * self.pages() * 4 + self.regions() + self.pages().div_ceil(8)).next_multiple_of(page())
+        (3 * self.pages() * 4 + self.regions() + self.pages().div_ceil(8)).next_multiple_of(page())
     }
 
     /// Whether OS page `i` is a [`Mapping::stray`].
@@ -1172,7 +1175,8 @@ impl SharedPages {
         // advice past it (zeros: [`NO_ADVICE`] until given).
         unsafe {
             m.members = m.group.add(m.pages());
-            m.advice = m.members.add(m.pages()).cast();
+            m.founded = m.members.add(m.pages());
+            m.advice = m.founded.add(m.pages()).cast();
             m.stray = m.advice.add(m.regions());
         }
         true
@@ -1641,7 +1645,10 @@ unsafe impl SharePages for SharedPages {
                 return false;
             }
             // SAFETY: as above.
-            unsafe { *m.members.add(i) = 1 };
+            unsafe {
+                *m.members.add(i) = 1;
+                *m.founded.add(i) = (*m.founded.add(i)).wrapping_add(1);
+            }
             m.set_shows(i, i as u32 + 1, change);
             self.register_remapped(m, i);
             m.shared += 1;
@@ -1796,6 +1803,18 @@ unsafe impl SharePages for SharedPages {
             } else {
                 // SAFETY: the tables are mapped; `founder` is a page of `m`.
                 unsafe { *m.members.add(m.index(founder)) as usize }
+            }
+        })
+        .unwrap_or(0)
+    }
+
+    fn foundings(&self, founder: usize) -> usize {
+        self.with_mapping(founder, |m| {
+            if m.founded.is_null() {
+                0
+            } else {
+                // SAFETY: the tables are mapped; `founder` is a page of `m`.
+                unsafe { *m.founded.add(m.index(founder)) as usize }
             }
         })
         .unwrap_or(0)
@@ -2517,9 +2536,11 @@ mod tests {
         let (pages, p) = mapped();
         let s = pages.sharing().unwrap();
         let (a, b, c) = (p, p + page(), p + 2 * page());
+        assert_eq!(s.foundings(a), 0);
         // SAFETY: our pages, one thread; nothing live moves wrongly (empty).
         unsafe {
             assert!(s.share(a));
+            assert_eq!(s.foundings(a), 1);
             assert!(!s.share(a), "already a member");
             assert!(s.join(a, b, &[]));
             assert!(!s.join(a, b, &[]), "already a member");
@@ -2529,6 +2550,9 @@ mod tests {
             assert!(!s.leave(a, Leave::Unused), "not a member");
             assert!(s.leave(b, Leave::Unused));
             assert!(s.share(a));
+            // A group loaded before would not be this one.
+            assert_eq!((s.members(a), s.foundings(a)), (1, 2));
+            assert_eq!(s.foundings(b), 0);
             *(a as *mut u8) = 4;
             assert!(s.leave(a, Leave::Keep), "keeping its bytes");
             assert_eq!(read(a), 4);

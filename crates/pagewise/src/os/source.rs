@@ -313,6 +313,14 @@ pub unsafe trait SharePages {
         let _ = founder;
         0
     }
+    /// Groups the OS page at `founder` has founded so far (it founds
+    /// another once its group ended): a group loaded earlier is still the
+    /// same group only while this is unchanged, whatever its member count
+    /// says. A source that cannot say answers 0.
+    fn foundings(&self, founder: usize) -> usize {
+        let _ = founder;
+        0
+    }
     /// OS pages that are group members now, and groups (physical pages).
     fn shared(&self) -> (usize, usize);
     /// Kernel mappings the groups add now: boundaries inside the source's
