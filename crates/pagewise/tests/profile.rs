@@ -249,8 +249,15 @@ fn child_entry() {
             let late = site_late();
             let peak = live_by_site(|s| s.peak.bytes);
             let (s, l) = (get(&peak, "site_sparse"), get(&peak, "site_late"));
-            println!("peak: site_sparse {s}, site_late {l}");
-            assert!(l as f64 > (48 << 20) as f64 * 0.7, "{peak:?}");
+            let committed = pagewise::stats().committed_bytes;
+            println!("peak: site_sparse {s}, site_late {l}, committed {committed}");
+            // The profile is copied each time the committed total grew by
+            // a sixteenth (about 11 MiB at the end here), and memory given
+            // back meanwhile delays the next copy further: site_late's
+            // last buffers may come after the last copy. Measured (30 runs
+            // at 4 KiB OS pages, 9 to 18 at 16 and 64 KiB): 41-48 MiB,
+            // 40-50 MiB and 26-36 MiB; at the live peak it is 0.
+            assert!(l > 12 << 20, "{peak:?}");
             assert!(
                 s < l / 2,
                 "site_sparse's first phase is not the peak: {peak:?}"
@@ -458,20 +465,23 @@ fn with_retries(what: &str, mut check: impl FnMut() -> Result<(), String>) {
 }
 
 fn run_case(case: &str, file: Option<&std::path::Path>) -> std::process::Output {
-    run_case_sampling(case, file, None)
+    run_case_sampling(case, file, None, &[])
 }
 
-/// [`run_case`] at `sample` bytes between samples (None: the default).
+/// [`run_case`] at `sample` bytes between samples (None: the default),
+/// with the variables `env` too.
 fn run_case_sampling(
     case: &str,
     file: Option<&std::path::Path>,
     sample: Option<&str>,
+    env: &[(&str, &str)],
 ) -> std::process::Output {
     let mut c = reexec::this_binary();
     c.args(["--exact", "child_entry", "--nocapture", "--test-threads=1"])
         .env(CASE, case)
         .env("PAGEWISE_PROF", "1")
-        .env_remove("PAGEWISE_PROF_SAMPLE");
+        .env_remove("PAGEWISE_PROF_SAMPLE")
+        .envs(env.iter().copied());
     if let Some(s) = sample {
         c.env("PAGEWISE_PROF_SAMPLE", s);
     }
@@ -512,18 +522,14 @@ fn live_shares_by_call_site_are_within_ten_percent_and_the_leak_is_named() {
 /// The committed-peak case's mean bytes between samples: each of
 /// site_late's 1 MiB buffers is sampled (all but surely) and stands for
 /// about itself, so the case tests when the peak profile is taken, not
-/// how close a few dozen samples come to their expectation. The profile
-/// is copied when the committed total has grown by a sixteenth (about
-/// 7 MiB here), so the last buffers may come after the copy: 30 runs at
-/// this rate gave site_late 41 to 48 MiB. At the default rate one buffer
-/// in seven goes unsampled and the others weigh 1.16 MiB each on top of
-/// that: 70 runs gave 40.0 to 54.6 MB, and one in CI 35.2 MB, under the
-/// bound.
+/// how close a few dozen samples come to their expectation (at the
+/// default rate one buffer in seven goes unsampled and the others weigh
+/// 1.16 MiB each: 70 runs gave 40.0 to 54.6 MB).
 const PEAK_SAMPLE: usize = 64 << 10;
 
 #[test]
 fn the_peak_profile_is_taken_at_the_committed_peak_not_the_live_one() {
-    let out = run_case_sampling("committed-peak", None, Some(&PEAK_SAMPLE.to_string()));
+    let out = run_case_sampling("committed-peak", None, Some(&PEAK_SAMPLE.to_string()), &[]);
     println!("{}", String::from_utf8_lossy(&out.stdout));
 }
 
@@ -588,5 +594,5 @@ fn the_profile_can_be_written_from_a_signal_handler_while_sampling() {
 
 #[test]
 fn a_sampled_object_is_sized_and_resized_as_an_unsampled_one() {
-    run_case_sampling("every", None, Some("1"));
+    run_case_sampling("every", None, Some("1"), &[]);
 }
