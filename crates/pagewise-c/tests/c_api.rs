@@ -235,7 +235,7 @@ fn a_double_free_of_a_slot_on_a_trimmed_os_page_aborts() {
 }
 
 #[test]
-fn misuse_aborts_with_one_clear_line() {
+fn misuse_aborts_with_one_clear_line_and_the_stack_it_was_found_at() {
     let Some(edge) = edge() else { return };
     // A size larger than the block is checked by debug builds of the
     // library only (the test binary and the library share the profile).
@@ -276,8 +276,35 @@ fn misuse_aborts_with_one_clear_line() {
         });
         let stderr = String::from_utf8_lossy(&o.stderr);
         assert_eq!(o.status.signal(), Some(libc::SIGABRT), "{mode}: {stderr}");
-        assert!(stderr.contains(message), "{mode}: {stderr}");
-        assert_eq!(stderr.lines().count(), 1, "{mode}: {stderr}");
+        let lines: Vec<&str> = stderr.lines().collect();
+        assert!(lines[0].contains(message), "{mode}: {stderr}");
+        // Then the stack it was found at, the library's frames left out:
+        // the program's own function where the bad call itself is caught
+        // (a double free into a thread cache is caught later: here at the
+        // process's exit).
+        assert!(
+            lines
+                .get(1)
+                .is_some_and(|l| l.starts_with("  found at (thread ")),
+            "{mode}: {stderr}"
+        );
+        assert!(
+            lines.len() > 2 && lines[2..].iter().all(|l| l.starts_with("    #")),
+            "{mode}: {stderr}"
+        );
+        let caller = match mode {
+            "double-free" | "double-free-aba" => "exit+",
+            "double-free-consumer" => "free_twice+",
+            _ => "main+",
+        };
+        assert!(
+            if mode.starts_with("double-free") {
+                lines[2..].iter().any(|l| l.contains(caller))
+            } else {
+                lines[2].contains(caller)
+            },
+            "{mode}: the first frame is the program's: {stderr}"
+        );
     }
 }
 

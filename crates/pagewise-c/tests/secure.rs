@@ -156,6 +156,16 @@ fn the_hardened_library_stops_each_misuse_with_its_report() {
                 stderr.starts_with("pagewise: heap buffer overflow"),
                 "{kind} at {size}: {stderr}"
             );
+            // Then the stack of the call: the library's own frames left
+            // out, the first is the program's (misuse.c's `main`).
+            let lines: Vec<&str> = stderr.lines().collect();
+            assert!(
+                lines
+                    .get(1)
+                    .is_some_and(|l| l.starts_with("  found at (thread "))
+                    && lines.get(2).is_some_and(|l| l.contains(" main+")),
+                "{kind} at {size}: the stack of the call: {stderr}"
+            );
         }
     }
     // A short write across a 16-byte slot's end, by memcpy or memset:

@@ -1,8 +1,9 @@
 //! Bad input: what pagewise does when handed a pointer it cannot free.
 //!
 //! Every detected misuse aborts the process with one line on stderr naming
-//! the problem and the address, because continuing after a corrupting free
-//! turns a clear bug into a mysterious one. Detected by default (each case
+//! the problem and the address (on Linux followed by the stack it was found
+//! at, symbolized: `guard/report.rs`), because continuing after a
+//! corrupting free turns a clear bug into a mysterious one. Detected by default (each case
 //! has a test in `tests/misuse.rs`):
 //! - a pointer pagewise never handed out (not in any of its segments), at
 //!   the free;
@@ -126,12 +127,25 @@ pub fn decimal(mut x: usize, buf: &mut [u8; 20]) -> &[u8] {
 #[inline(never)]
 pub fn misuse(kind: Misuse, addr: usize) -> ! {
     let mut buf = [0u8; 18];
-    write_stderr(&[
+    let headline: [&[u8]; 5] = [
         b"pagewise: ",
         kind.describe(),
         b": ",
         hex(addr, &mut buf),
         b"\n",
-    ]);
+    ];
+    report_and_abort(&headline)
+}
+
+/// Writes `headline` (one line, its parts as given) and, on Linux, the
+/// stack it was found at, symbolized, the allocator's own frames left out
+/// (`guard/report.rs`); then aborts. Allocates nothing.
+#[cold]
+#[inline(never)]
+pub(crate) fn report_and_abort(headline: &[&[u8]]) -> ! {
+    #[cfg(target_os = "linux")]
+    crate::guard::found_elsewhere(headline);
+    #[cfg(not(target_os = "linux"))]
+    write_stderr(headline);
     std::process::abort()
 }

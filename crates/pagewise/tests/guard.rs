@@ -122,6 +122,7 @@ fn child_entry() {
             release(p, 48);
         }
         "behaves" => behaves(),
+        "unguarded-double-free" => free_twice_through_the_global_allocator(),
         "fork" => {
             // A block freed before the fork is still guarded in the child,
             // and the child's own blocks are guarded too.
@@ -306,6 +307,49 @@ fn a_double_free_in_rust_aborts() {
             "pagewise: double-free: free of the {}-byte block",
             guarded(48)
         )),
+        "{}",
+        r.stderr
+    );
+}
+
+/// A 1 MiB block freed twice through `std::alloc` (the global
+/// allocator's path that `Box` and `Vec` take), caught at the second free.
+#[inline(never)]
+fn free_twice_through_the_global_allocator() {
+    let l = Layout::from_size_align(1 << 20, 8).unwrap();
+    // SAFETY: deliberately not: the block is freed twice.
+    unsafe {
+        let p = std::alloc::alloc(l);
+        std::alloc::dealloc(p, l);
+        std::alloc::dealloc(black_box(p), l);
+    }
+}
+
+/// A misuse outside the guard pool is reported with the stack it was found
+/// at too, and the global allocator's entry points (`__rust_dealloc` and
+/// the shim it calls) are left out with the allocator's own frames.
+#[test]
+fn a_misuse_through_the_global_allocator_names_the_rust_function() {
+    let r = run_case("unguarded-double-free", "0");
+    assert_eq!(r.signal, Some(libc::SIGABRT), "{}", r.stderr);
+    assert!(
+        headline(&r).starts_with("pagewise: double free"),
+        "{}",
+        r.stderr
+    );
+    let found = stack(&r, "found at");
+    let first = found.first().copied().unwrap_or_default();
+    assert!(
+        ["pagewise", "__rust_", "__rg_"]
+            .iter()
+            .all(|f| !first.contains(f)),
+        "the first frame is the program's:\n{}",
+        r.stderr
+    );
+    assert!(
+        found
+            .iter()
+            .any(|l| l.contains("free_twice_through_the_global_allocator")),
         "{}",
         r.stderr
     );

@@ -347,6 +347,49 @@ fn expect_abort(case: &str, message: &str) {
     assert!(stderr.contains(message), "{case}: stderr was {stderr:?}");
 }
 
+/// A report names the code that made the bad call: after its line, the
+/// stack it was found at, symbolized, the allocator's own frames left out
+/// (so the first frame is the program's: the child's test function, or in
+/// a release build the harness's function it was inlined into).
+#[test]
+#[cfg(target_os = "linux")]
+fn a_report_shows_the_stack_it_was_found_at() {
+    for (case, message) in [
+        ("foreign", "did not allocate"),
+        ("interior", "not the start of an allocation"),
+        ("large-double", "double free"),
+    ] {
+        let (ok, stderr) = run_case(case);
+        assert!(!ok, "{case}: the child should abort");
+        let report: Vec<&str> = stderr
+            .lines()
+            .skip_while(|l| !l.starts_with("pagewise: "))
+            .collect();
+        assert!(
+            report.first().is_some_and(|l| l.contains(message)),
+            "{case}: {stderr}"
+        );
+        assert!(
+            report
+                .get(1)
+                .is_some_and(|l| l.starts_with("  found at (thread ")),
+            "{case}: {stderr}"
+        );
+        let first = report.get(2).copied().unwrap_or_default();
+        assert!(
+            first.starts_with("    #0 0x") && first.contains('+') && !first.contains("pagewise"),
+            "{case}: the first frame is the program's, named: {stderr}"
+        );
+        let inlined = !cfg!(debug_assertions);
+        assert!(
+            report[2..]
+                .iter()
+                .any(|l| l.contains("child_entry") || inlined && l.contains("call_once")),
+            "{case}: the child's function is on the stack: {stderr}"
+        );
+    }
+}
+
 #[test]
 fn foreign_pointer_aborts() {
     expect_abort(

@@ -39,7 +39,7 @@ pub unsafe fn check_size(ptr: *mut c_void, size: usize, what: &[u8]) {
 #[cold]
 fn wrong_size(addr: usize, size: usize, what: &[u8]) -> ! {
     let (mut hex, mut digits) = ([0u8; 18], [0u8; 20]);
-    crate::fault::write_stderr(&[
+    crate::fault::report_and_abort(&[
         b"pagewise: ",
         what,
         b" of ",
@@ -47,8 +47,7 @@ fn wrong_size(addr: usize, size: usize, what: &[u8]) -> ! {
         b" bytes, larger than the block: ",
         crate::fault::hex(addr, &mut hex),
         b"\n",
-    ]);
-    std::process::abort()
+    ])
 }
 
 /// C23 `free_sized`: frees `ptr`, a block of `size` bytes from `malloc`,

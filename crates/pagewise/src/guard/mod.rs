@@ -132,6 +132,8 @@ pub fn owns(addr: usize) -> bool {
 pub(crate) use live::size_at_free;
 #[cfg(target_os = "linux")]
 pub(crate) use live::{alloc, free, usable_size};
+#[cfg(target_os = "linux")]
+pub(crate) use report::found_elsewhere;
 
 /// The process's pool and the operations on it.
 #[cfg(target_os = "linux")]

@@ -100,6 +100,38 @@ pub fn misuse(pool: &Pool, kind: Kind, addr: usize, slot: Option<usize>) -> ! {
     std::process::abort()
 }
 
+/// Writes the report of a misuse found outside the guard pool (a bad free,
+/// a block's canary or its free list found overwritten): `headline`, one
+/// line as given, then the stack it was found at, symbolized. The caller
+/// aborts. A second report on the same thread (a misuse found while this
+/// one is written) writes its headline alone.
+#[cold]
+#[inline(never)]
+pub fn found_elsewhere(headline: &[&[u8]]) {
+    if !enter() {
+        crate::fault::write_stderr(headline);
+        return;
+    }
+    // SAFETY: one reporter at a time (`enter`): the frames' buffer is ours.
+    let frames = unsafe { &mut *core::ptr::addr_of_mut!(FRAMES) };
+    // Captured here, on the stack the misuse was found on (the walk could
+    // not cross to it from the report's own stack).
+    let n = unwind::capture(frames, 0);
+    let frames = &frames[..n];
+    let mut write = || {
+        let mut out = Out::new();
+        for part in headline {
+            out.bytes(part);
+        }
+        let _ = out.stack_here("found at", frames);
+        out.flush();
+    };
+    // SAFETY: the reporter's turn is ours; writing the report cannot
+    // panic (formatting into a fixed buffer). On the report's own stack:
+    // a misuse may be found on a signal handler's small one.
+    unsafe { super::report_stack::run(&mut write) };
+}
+
 /// Reports a fault in the pool at `addr`, once; the caller then passes the
 /// fault on.
 #[cold]
@@ -310,6 +342,17 @@ impl Out {
         unsafe { &mut *core::ptr::addr_of_mut!(BUF) }
     }
 
+    fn bytes(&mut self, b: &[u8]) {
+        for &c in b {
+            if self.len == 4096 {
+                self.flush();
+            }
+            let len = self.len;
+            self.buf()[len] = c;
+            self.len += 1;
+        }
+    }
+
     fn flush(&mut self) {
         let len = self.len;
         let b = &self.buf()[..len];
@@ -368,14 +411,7 @@ impl Out {
 
 impl Write for Out {
     fn write_str(&mut self, s: &str) -> fmt::Result {
-        for &b in s.as_bytes() {
-            if self.len == 4096 {
-                self.flush();
-            }
-            let len = self.len;
-            self.buf()[len] = b;
-            self.len += 1;
-        }
+        self.bytes(s.as_bytes());
         Ok(())
     }
 }

@@ -42,14 +42,25 @@ pub fn is_allocator(addr: usize) -> bool {
     let Some((_, object, _)) = object_of(addr) else {
         return false;
     };
-    if object.ends_with("libpagewise.so") {
+    if object.ends_with("libpagewise.so") || object.ends_with("libpagewise_secure.so") {
         return true;
     }
-    lookup(addr).is_some_and(|s| {
-        contains(s.name, b"pagewise")
-            || s.name.starts_with(b"__rust_")
-            || s.name.starts_with(b"__rg_")
-    })
+    lookup(addr).is_some_and(|s| contains(s.name, b"pagewise") || is_rust_alloc_shim(s.name))
+}
+
+/// Whether `name` is one of the global allocator's entry points that Rust
+/// generates (`__rust_alloc` and its kin, and the `__rg_` functions they
+/// call), named plainly or in the v0 scheme current toolchains use for
+/// them (`_RNvCs…_7___rustc14___rust_dealloc`).
+fn is_rust_alloc_shim(name: &[u8]) -> bool {
+    [
+        b"__rust_alloc" as &[u8],
+        b"__rust_dealloc",
+        b"__rust_realloc",
+        b"__rg_",
+    ]
+    .iter()
+    .any(|shim| contains(name, shim))
 }
 
 fn contains(hay: &[u8], needle: &[u8]) -> bool {
@@ -386,6 +397,28 @@ mod tests {
         let mut s = S(std::string::String::new());
         write_name(&mut s, name).unwrap();
         s.0
+    }
+
+    #[test]
+    fn the_global_allocators_entry_points_are_told_in_either_scheme() {
+        for shim in [
+            &b"__rust_dealloc"[..],
+            b"__rust_alloc_zeroed",
+            b"__rg_alloc",
+            b"_RNvCsfLfy6EI15iL_7___rustc14___rust_dealloc",
+            b"_RNvCsfLfy6EI15iL_7___rustc12___rust_alloc",
+            b"_RNvCsfLfy6EI15iL_7___rustc14___rust_realloc",
+        ] {
+            assert!(is_rust_alloc_shim(shim), "{}", shown(shim));
+        }
+        for other in [
+            &b"main"[..],
+            b"malloc",
+            b"_RINvNtNtCsjrHSEGnQ3l9_3std3sys9backtrace28___rust_begin_short_backtraceB1b_",
+            b"_ZN5alloc5alloc7dealloc17h0123456789abcdefE",
+        ] {
+            assert!(!is_rust_alloc_shim(other), "{}", shown(other));
+        }
     }
 
     #[test]
