@@ -3,8 +3,8 @@
 //! Every detected misuse aborts the process with one line on stderr naming
 //! the problem and the address (on Linux followed by the stack it was found
 //! at, symbolized: `guard/report.rs`), because continuing after a
-//! corrupting free turns a clear bug into a mysterious one. Detected by default (each case
-//! has a test in `tests/misuse.rs`):
+//! corrupting free turns a clear bug into a mysterious one. Detected by
+//! default (each case has a test in `tests/misuse.rs`):
 //! - a pointer pagewise never handed out (not in any of its segments), at
 //!   the free;
 //! - a pointer inside an allocation but not at its start, at the free;
