@@ -308,6 +308,59 @@ fn misuse_aborts_with_one_clear_line_and_the_stack_it_was_found_at() {
     }
 }
 
+/// Under the heap profiler, a double free of a block it sampled says
+/// where the block was allocated (another thread) and first freed, in both
+/// libraries (every allocation is sampled at `PAGEWISE_PROF_SAMPLE=1`).
+#[test]
+fn a_double_free_of_a_sampled_block_names_where_it_was_allocated_and_freed() {
+    let Some(edge) = edge() else { return };
+    build_secure_library();
+    for lib in [lib_so(), secure_lib_so()] {
+        let o = command(edge)
+            .arg("double-free-large")
+            .env("LD_PRELOAD", &lib)
+            .env("PAGEWISE_PROF", "1")
+            .env("PAGEWISE_PROF_SAMPLE", "1")
+            .output()
+            .expect("spawn");
+        let stderr = String::from_utf8_lossy(&o.stderr);
+        let lib = lib.display();
+        assert_eq!(o.status.signal(), Some(libc::SIGABRT), "{lib}: {stderr}");
+        let lines: Vec<&str> = stderr.lines().collect();
+        assert!(
+            lines[0].contains("pagewise: double free"),
+            "{lib}: {stderr}"
+        );
+        let found = lines[1]
+            .strip_prefix("  found at (thread ")
+            .unwrap_or_else(|| panic!("{lib}: {stderr}"));
+        let block = lines
+            .iter()
+            .position(|l| {
+                l.contains(" is 0 bytes into a freed ")
+                    && l.ends_with("sampled by the heap profiler")
+            })
+            .unwrap_or_else(|| panic!("{lib}: {stderr}"));
+        let allocated = lines[block + 1]
+            .strip_prefix("  allocated by thread ")
+            .unwrap_or_else(|| panic!("{lib}: {stderr}"));
+        assert_ne!(
+            allocated.trim_end_matches(':'),
+            found.trim_end_matches("):"),
+            "{lib}: allocated on another thread: {stderr}"
+        );
+        assert!(lines[block + 2].contains("make_large+"), "{lib}: {stderr}");
+        let freed = lines[block + 3..]
+            .iter()
+            .position(|l| l.starts_with("  freed by thread "))
+            .unwrap_or_else(|| panic!("{lib}: {stderr}"));
+        assert!(
+            lines[block + 3 + freed + 1].contains("drop_large+"),
+            "{lib}: {stderr}"
+        );
+    }
+}
+
 #[test]
 fn malformed_environment_gets_one_line_and_the_default() {
     let Some(edge) = edge() else { return };

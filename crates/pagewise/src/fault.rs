@@ -134,7 +134,9 @@ pub fn misuse(kind: Misuse, addr: usize) -> ! {
         hex(addr, &mut buf),
         b"\n",
     ];
-    report_and_abort(&headline)
+    // A pointer pagewise never handed out has no block to say more of.
+    let block = (kind != Misuse::Foreign).then_some(addr);
+    report_at_and_abort(&headline, block)
 }
 
 /// Writes `headline` (one line, its parts as given) and, on Linux, the
@@ -143,9 +145,21 @@ pub fn misuse(kind: Misuse, addr: usize) -> ! {
 #[cold]
 #[inline(never)]
 pub(crate) fn report_and_abort(headline: &[&[u8]]) -> ! {
+    report_at_and_abort(headline, None)
+}
+
+/// [`report_and_abort`] of a misuse at `block`, an address in pagewise's
+/// memory: if the heap profiler sampled the block there, the report adds
+/// where it was allocated and, if it was, freed (`profile/recent.rs`).
+#[cold]
+#[inline(never)]
+fn report_at_and_abort(headline: &[&[u8]], block: Option<usize>) -> ! {
     #[cfg(target_os = "linux")]
-    crate::guard::found_elsewhere(headline);
+    crate::guard::found_elsewhere(headline, block);
     #[cfg(not(target_os = "linux"))]
-    write_stderr(headline);
+    {
+        let _ = block;
+        write_stderr(headline);
+    }
     std::process::abort()
 }

@@ -13,15 +13,51 @@ use std::alloc::{GlobalAlloc, Layout};
 const CASE: &str = "PAGEWISE_TEST_MISUSE_CASE";
 
 fn run_case(case: &str) -> (bool, String) {
+    run_case_with(case, &[])
+}
+
+/// [`run_case`] with more environment variables for the child.
+fn run_case_with(case: &str, env: &[(&str, &str)]) -> (bool, String) {
     let out = reexec::this_binary()
         .args(["--exact", "child_entry", "--nocapture", "--test-threads=1"])
         .env(CASE, case)
+        .envs(env.iter().copied())
         .output()
         .unwrap();
     (
         out.status.success(),
         String::from_utf8_lossy(&out.stderr).into_owned(),
     )
+}
+
+/// A 1 MiB block, allocated here (a frame a report can name).
+#[inline(never)]
+fn sampled_make() -> *mut u8 {
+    let big = Layout::from_size_align(1 << 20, 8).unwrap();
+    // SAFETY: a valid layout.
+    std::hint::black_box(unsafe { pagewise::Pagewise.alloc(big) })
+}
+
+/// Frees another block here.
+#[inline(never)]
+fn other_drop(p: *mut u8, l: Layout) {
+    // SAFETY: `p` is a live block of `l`.
+    unsafe { pagewise::Pagewise.dealloc(std::hint::black_box(p), l) }
+}
+
+/// A huge block, allocated here.
+#[inline(never)]
+fn sampled_make_huge(l: Layout) -> *mut u8 {
+    // SAFETY: a valid layout.
+    std::hint::black_box(unsafe { pagewise::Pagewise.alloc(l) })
+}
+
+/// Frees [`sampled_make`]'s block here.
+#[inline(never)]
+fn sampled_drop(p: *mut u8) {
+    let big = Layout::from_size_align(1 << 20, 8).unwrap();
+    // SAFETY: `p` is `sampled_make`'s live block.
+    unsafe { pagewise::Pagewise.dealloc(std::hint::black_box(p), big) }
 }
 
 /// Runs one misuse in the child; does nothing in a normal test run.
@@ -58,6 +94,54 @@ fn child_entry() {
                 let p = a.alloc(l) as usize;
                 let seg = pagewise::layout::SEGMENT;
                 a.dealloc(((p & !(seg - 1)) + seg) as *mut u8, l);
+            }
+            "sampled-large-double" => {
+                let p = sampled_make();
+                sampled_drop(p);
+                a.dealloc(p, Layout::from_size_align(1 << 20, 8).unwrap());
+            }
+            "sampled-large-double-later" => {
+                // Four larger blocks freed between the two frees: in the
+                // hardened build the first block's span, kept guarded after
+                // its free, goes back to the heap meanwhile (a thread keeps
+                // four); its report still names the first free.
+                let bigger = Layout::from_size_align(3 << 19, 8).unwrap();
+                let others: Vec<*mut u8> = (0..4).map(|_| a.alloc(bigger)).collect();
+                let p = sampled_make();
+                sampled_drop(p);
+                for o in others {
+                    other_drop(o, bigger);
+                }
+                a.dealloc(p, Layout::from_size_align(1 << 20, 8).unwrap());
+            }
+            "sampled-aligned-double" => {
+                // Aligned past an OS page: in the hardened build, a block
+                // further into its span than the usual one page.
+                let big = Layout::from_size_align(1 << 20, 1 << 16).unwrap();
+                let p = a.alloc(big);
+                other_drop(p, big);
+                a.dealloc(p, big);
+            }
+            "sampled-huge-double" => {
+                let huge = Layout::from_size_align(40 << 20, 8).unwrap();
+                let p = sampled_make_huge(huge);
+                a.dealloc(p, huge);
+                a.dealloc(p, huge);
+            }
+            "aligned-interior-page" => {
+                // Aligned to 8 KiB, so in the hardened build (at a 4 KiB OS
+                // page) two pages into its span: two pages further is where
+                // a block aligned to 16 KiB would start.
+                let big = Layout::from_size_align(1 << 20, 8192).unwrap();
+                let p = a.alloc(big);
+                a.dealloc(p.add(8192), l);
+            }
+            "large-interior-page" => {
+                // An OS page into a 1 MiB block: in the hardened build, where
+                // large blocks sit a page into their span, what an aligned
+                // block's start would look like.
+                let p = sampled_make();
+                a.dealloc(p.add(4096), l);
             }
             "large-double" => {
                 let big = Layout::from_size_align(1 << 20, 8).unwrap();
@@ -386,6 +470,147 @@ fn a_report_shows_the_stack_it_was_found_at() {
                 .iter()
                 .any(|l| l.contains("child_entry") || inlined && l.contains("call_once")),
             "{case}: the child's function is on the stack: {stderr}"
+        );
+    }
+}
+
+/// Under the heap profiler, a report at an address in a block it sampled
+/// says where that block was allocated and, if it was, freed (every
+/// allocation is sampled at `PAGEWISE_PROF_SAMPLE=1`); without it, nothing
+/// more is said.
+#[test]
+#[cfg(target_os = "linux")]
+fn a_report_in_a_sampled_block_says_where_it_was_allocated_and_freed() {
+    let prof = [("PAGEWISE_PROF", "1"), ("PAGEWISE_PROF_SAMPLE", "1")];
+    let report = |case: &str, env: &[(&str, &str)]| {
+        let (ok, stderr) = run_case_with(case, env);
+        assert!(!ok, "{case}: the child should abort");
+        let lines: Vec<String> = stderr
+            .lines()
+            .skip_while(|l| !l.starts_with("pagewise: "))
+            .map(str::to_owned)
+            .collect();
+        (lines, stderr)
+    };
+    // The lines after the one that starts with `head`, up to the next
+    // heading (a line with no frame).
+    let part = |lines: &[String], head: &str| -> Option<Vec<String>> {
+        let at = lines.iter().position(|l| l.starts_with(head))?;
+        Some(
+            lines[at + 1..]
+                .iter()
+                .take_while(|l| l.starts_with("    #"))
+                .cloned()
+                .collect(),
+        )
+    };
+
+    let (lines, stderr) = report("sampled-large-double", &prof);
+    assert!(lines[0].contains("double free"), "{stderr}");
+    let block = lines
+        .iter()
+        .find(|l| l.contains("sampled by the heap profiler"))
+        .unwrap_or_else(|| panic!("no sampled block: {stderr}"));
+    // The block as pagewise gave it: 1 MiB, or in the hardened build the
+    // bytes between its guard pages.
+    assert!(
+        block.contains(" is 0 bytes into a freed ") && block.contains("-byte block at 0x"),
+        "{stderr}"
+    );
+    let allocated = part(&lines, "  allocated by thread ").expect(&stderr);
+    assert!(
+        allocated
+            .first()
+            .is_some_and(|f| f.contains("sampled_make")),
+        "the allocation's first frame is the program's: {stderr}"
+    );
+    // One thread did it all: the one named first.
+    let thread = lines[1]
+        .strip_prefix("  found at (thread ")
+        .and_then(|t| t.strip_suffix("):"))
+        .expect(&stderr);
+    for what in ["allocated", "freed"] {
+        let head = format!("  {what} by thread {thread}:");
+        assert!(lines.contains(&head), "{head}: {stderr}");
+    }
+    let freed = part(&lines, "  freed by thread ").expect(&stderr);
+    assert!(
+        freed.first().is_some_and(|f| f.contains("sampled_drop")),
+        "the free's first frame is the program's: {stderr}"
+    );
+
+    // The first free is the one named, whatever was freed after it.
+    let (lines, stderr) = report("sampled-large-double-later", &prof);
+    assert!(lines[0].contains("double free"), "{stderr}");
+    let freed = part(&lines, "  freed by thread ").expect(&stderr);
+    assert!(
+        freed.first().is_some_and(|f| f.contains("sampled_drop")),
+        "{stderr}"
+    );
+
+    // A block aligned further into its span.
+    let (lines, stderr) = report("sampled-aligned-double", &prof);
+    assert!(lines[0].contains("double free"), "{stderr}");
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.contains(" is 0 bytes into a freed ")),
+        "{stderr}"
+    );
+    let freed = part(&lines, "  freed by thread ").expect(&stderr);
+    assert!(
+        freed.first().is_some_and(|f| f.contains("other_drop")),
+        "{stderr}"
+    );
+
+    // A huge block (a run of segments of its own), freed by the child's
+    // function itself.
+    let (lines, stderr) = report("sampled-huge-double", &prof);
+    assert!(lines[0].contains("double free"), "{stderr}");
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.contains(" is 0 bytes into a freed ") && l.contains("sampled by")),
+        "{stderr}"
+    );
+    let allocated = part(&lines, "  allocated by thread ").expect(&stderr);
+    assert!(
+        allocated
+            .first()
+            .is_some_and(|f| f.contains("sampled_make_huge")),
+        "{stderr}"
+    );
+    assert!(part(&lines, "  freed by thread ").is_some(), "{stderr}");
+
+    let (lines, stderr) = report("large-interior-page", &prof);
+    assert!(lines[0].contains("not the start"), "{stderr}");
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.contains(" is 4096 bytes into a live ") && l.contains("-byte block at 0x")),
+        "{stderr}"
+    );
+    let allocated = part(&lines, "  allocated by thread ").expect(&stderr);
+    assert!(
+        allocated.iter().any(|f| f.contains("sampled_make")),
+        "{stderr}"
+    );
+    assert!(part(&lines, "  freed by").is_none(), "{stderr}");
+
+    let (lines, stderr) = report("sampled-large-double", &[]);
+    assert!(lines[0].contains("double free"), "{stderr}");
+    assert!(
+        !stderr.contains("sampled by the heap profiler") && !stderr.contains("allocated by"),
+        "not sampled, nothing to say: {stderr}"
+    );
+}
+
+#[test]
+fn an_interior_page_of_a_large_block_is_no_double_free() {
+    for case in ["large-interior-page", "aligned-interior-page"] {
+        expect_abort(
+            case,
+            "pagewise: free of a pointer that is not the start of an allocation",
         );
     }
 }

@@ -12,7 +12,7 @@
  *   edge double-free | double-free-aba | double-free-consumer |
  *        double-free-hollow SIZE STRIDE |
  *        foreign-free | far-free | top-free | segment-end-free |
- *        interior-free | free-sized-wrong   misuse (must abort;
+ *        interior-free | free-sized-wrong | double-free-large   misuse (must abort;
  *        free-sized-wrong only with a debug build of the library; far-free
  *        and top-free free an address just past the 47-bit range and one at
  *        the top of the address space, segment-end-free the first byte past
@@ -657,6 +657,21 @@ static int double_free_hollow(size_t size, size_t stride) {
     return 0;
 }
 
+/* double-free-large: a 1 MiB block made on a thread of its own and
+   freed by a function of its own, then freed again by main (under the
+   heap profiler, the report names both functions). */
+__attribute__((noinline)) static void *make_large(void *unused) {
+    (void)unused;
+    char *p = malloc(1 << 20);
+    if (p) p[0] = 1;
+    return p;
+}
+
+__attribute__((noinline)) static void drop_large(char *p) {
+    free(p);
+    __asm__ volatile("" ::: "memory");
+}
+
 static void *free_twice(void *p) {
     /* A consumer thread: its first frees go straight to the owning page. */
     free(p);
@@ -837,6 +852,15 @@ int main(int argc, char **argv) {
         pthread_t t;
         pthread_create(&t, NULL, free_twice, malloc(48));
         pthread_join(t, NULL);
+        return 0;
+    }
+    if (!strcmp(mode, "double-free-large")) {
+        pthread_t t;
+        void *p = NULL;
+        pthread_create(&t, NULL, make_large, NULL);
+        pthread_join(t, &p);
+        drop_large(p);
+        free(p);
         return 0;
     }
     if (!strcmp(mode, "calloc-after-realign")) return calloc_after_realign();

@@ -20,7 +20,7 @@ use core::sync::atomic::{AtomicBool, AtomicU32, Ordering::*};
 
 use super::pool::{thread_id, Place, Pool, Stack, State};
 use super::symbol;
-use crate::profile::unwind;
+use crate::profile::{recent, unwind};
 
 /// What went wrong.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -104,10 +104,11 @@ pub fn misuse(pool: &Pool, kind: Kind, addr: usize, slot: Option<usize>) -> ! {
 /// a block's canary or its free list found overwritten): `headline`, one
 /// line as given, then the stack it was found at, symbolized. The caller
 /// aborts. A second report on the same thread (a misuse found while this
-/// one is written) writes its headline alone.
+/// one is written) writes its headline alone. `block`: the address the
+/// misuse is at, whose sampled block the profiler may remember.
 #[cold]
 #[inline(never)]
-pub fn found_elsewhere(headline: &[&[u8]]) {
+pub fn found_elsewhere(headline: &[&[u8]], block: Option<usize>) {
     if !enter() {
         crate::fault::write_stderr(headline);
         return;
@@ -124,6 +125,9 @@ pub fn found_elsewhere(headline: &[&[u8]]) {
             out.bytes(part);
         }
         let _ = out.stack_here("found at", frames);
+        if let Some(k) = block.and_then(crate::profile::recent::find) {
+            let _ = out.sampled(block.unwrap_or(0), &k);
+        }
         out.flush();
     };
     // SAFETY: the reporter's turn is ours; writing the report cannot
@@ -368,6 +372,35 @@ impl Out {
         self.frames(&frames[..n], false)
     }
 
+    /// What the profiler remembers of the sampled block `k` that `addr`
+    /// is in: its place, then where it was allocated and freed.
+    fn sampled(&mut self, addr: usize, k: &recent::Known) -> fmt::Result {
+        let state = if k.freed.is_some() { "freed" } else { "live" };
+        writeln!(
+            self,
+            "  {addr:#x} is {} bytes into a {state} {}-byte block at {:#x}, sampled by the heap profiler",
+            addr - k.start,
+            k.end - k.start,
+            k.start
+        )?;
+        self.site("allocated by", k.allocated)?;
+        match k.freed {
+            Some(f) => self.site("freed by", f),
+            None => Ok(()),
+        }
+    }
+
+    /// A stack the profiler kept, headed `what thread N:`.
+    fn site(&mut self, what: &str, t: recent::Taken) -> fmt::Result {
+        let mut frames = [0usize; unwind::DEPTH];
+        let n = recent::frames(t.site, &mut frames);
+        match t.thread {
+            0 => writeln!(self, "  {what} a thread not recorded:")?,
+            id => writeln!(self, "  {what} thread {id}:")?,
+        }
+        self.frames(&frames[..n], false)
+    }
+
     /// The calling stack: the allocator's own frames left out.
     fn stack_here(&mut self, what: &str, frames: &[usize]) -> fmt::Result {
         writeln!(self, "  {what} (thread {}):", thread_id())?;
@@ -382,12 +415,7 @@ impl Out {
     }
 
     fn frames(&mut self, frames: &[usize], exact: bool) -> fmt::Result {
-        // The innermost frames are the allocator's (malloc, free, their
-        // callees): the program's own come after.
-        let first = frames
-            .iter()
-            .position(|&f| !symbol::is_allocator(f.saturating_sub(1)))
-            .unwrap_or(0);
+        let first = first_of_program(frames);
         for (k, &f) in frames[first..].iter().enumerate() {
             // A return address points after its call: look up the call.
             let at = if exact && k == 0 {
@@ -408,6 +436,30 @@ impl Out {
         Ok(())
     }
 }
+
+/// How many of a stack's innermost frames are the allocator's (malloc,
+/// free, their callees): the program's own come after. A frame that is
+/// not the allocator's by its name but lies between two that are (a
+/// generic function of the standard library that an unoptimized build of
+/// pagewise calls, such as `bool::then`) is the allocator's too: an
+/// allocator frame among the next [`WINDOW`] moves the start past it.
+fn first_of_program(frames: &[usize]) -> usize {
+    let alloc = |f: &usize| symbol::is_allocator(f.saturating_sub(1));
+    let mut first = 0;
+    while let Some(j) = frames[first..].iter().take(WINDOW).rposition(alloc) {
+        first += j + 1;
+    }
+    // All of them the allocator's: show them all.
+    if first >= frames.len() {
+        0
+    } else {
+        first
+    }
+}
+
+/// Frames looked at past the allocator's last one found: it and two more
+/// that may not be the allocator's by name.
+const WINDOW: usize = 3;
 
 impl Write for Out {
     fn write_str(&mut self, s: &str) -> fmt::Result {

@@ -7,7 +7,7 @@
 
 use super::free::lookup_page;
 use super::*;
-use crate::profile::Sample;
+use crate::profile::{recent, Sample};
 
 impl HeapCore {
     #[cold]
@@ -31,7 +31,11 @@ impl HeapCore {
             sample.release(size);
         } else {
             // SAFETY: the block just allocated.
-            self.note_allocated(unsafe { HeapCore::usable_size(p) });
+            let usable = unsafe { HeapCore::usable_size(p) };
+            self.note_allocated(usable);
+            if let Some(site) = sample.site() {
+                recent::allocated(site, p as usize, p as usize + usable);
+            }
         }
         (p, zero)
     }
@@ -53,7 +57,11 @@ impl HeapCore {
         debug_assert!(size <= slot && slot <= SMALL_MAX && sample.is_some());
         // SAFETY: forwarded; the span starts on a slice, which is as far
         // as any small class is aligned.
-        unsafe { self.alloc_span_with(size, 16, sample, slot).0 }
+        let p = unsafe { self.alloc_span_with(size, 16, sample, slot).0 };
+        if let (Some(site), false) = (sample.site(), p.is_null()) {
+            recent::allocated(site, p as usize, p as usize + slot);
+        }
+        p
     }
 
     /// [`HeapCore::alloc_span`] with its sample decided; `slot`: 0, or the
@@ -200,6 +208,17 @@ impl HeapCore {
         let now = self.source().now_ms();
         let ctx = self.ctx();
         let mut spans = self.spans.lock();
+        // SAFETY: as below, under the lock.
+        let sampled = unsafe { (*page).kind() == Kind::Large && (*page).sample.is_some() };
+        // A sampled object's free is remembered with its stack, taken with
+        // the lock let go (the unwinder may allocate), then the lock again:
+        // what the object was is read anew below.
+        let mut stack = None;
+        if sampled {
+            drop(spans);
+            stack = Some(recent::FreeStack::take());
+            spans = self.spans.lock();
+        }
         // SAFETY: `page` is a span descriptor of this heap; under the lock
         // its kind tells whether it is still a live large object.
         let (kind, start, size, requested, slot, sample) = unsafe {
@@ -225,14 +244,15 @@ impl HeapCore {
         } else {
             spans.give_back_large(page, now);
         }
+        // A sampled small object's usable size is its class's slot.
+        let usable = if slot != 0 { slot } else { size };
+        if let (Some(site), Some(stack)) = (sample.site(), &stack) {
+            // Under the lock: once it is let go, the span may be taken again.
+            recent::freed(site, start, start + usable, stack);
+        }
         self.after_span_change(&ctx, &mut spans, now);
         sample.release(requested);
-        // A sampled small object's usable size is its class's slot.
-        if slot != 0 {
-            slot
-        } else {
-            size
-        }
+        usable
     }
 
     #[cold]
@@ -265,6 +285,16 @@ impl HeapCore {
         let now = self.source().now_ms();
         let ctx = self.ctx();
         let mut spans = self.spans.lock();
+        // SAFETY: the huge state is read under the span lock. A sampled
+        // object's free stack is taken with the lock let go (as for a
+        // large object), and the state read anew below.
+        let sampled = unsafe { (*seg.huge_state()).sample.is_some() };
+        let mut stack = None;
+        if sampled {
+            drop(spans);
+            stack = Some(recent::FreeStack::take());
+            spans = self.spans.lock();
+        }
         // SAFETY: the huge state is read under the span lock.
         let st = unsafe { *seg.huge_state() };
         if st.size == 0 {
@@ -277,6 +307,10 @@ impl HeapCore {
         }
         // SAFETY: as above.
         let sample = unsafe { core::mem::replace(&mut (*seg.huge_state()).sample, Sample::NONE) };
+        if let (Some(site), Some(stack)) = (sample.site(), &stack) {
+            // Under the lock: once it is let go, the run may be taken again.
+            recent::freed(site, addr, addr + st.size, stack);
+        }
         spans.give_back_huge(seg as *const Segment as *mut Segment, now);
         self.after_span_change(&ctx, &mut spans, now);
         sample.release(st.requested);
@@ -407,6 +441,11 @@ impl HeapCore {
                 (*page).large_requested = new_size;
                 (old, (*page).sample)
             };
+            if let Some(site) = sample.site() {
+                // SAFETY: as above.
+                let start = unsafe { (*page).start };
+                recent::resized(site, start, start + want * SLICE);
+            }
             spans.commit_whole(page);
             spans.back_large(&ctx, page);
             owner.after_span_change(&ctx, &mut spans, now);

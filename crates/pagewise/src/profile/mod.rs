@@ -27,6 +27,7 @@
 //! ```
 
 pub mod gap;
+pub mod recent;
 pub mod sites;
 pub mod unwind;
 mod write;
@@ -92,6 +93,11 @@ impl Sample {
     /// Whether this is a sample.
     pub fn is_some(&self) -> bool {
         self.site != 0
+    }
+
+    /// Its site's index (None: not a sample).
+    pub(crate) fn site(self) -> Option<u32> {
+        self.site.checked_sub(1)
     }
 
     /// Takes the calling stack as the site of an allocation of `size`

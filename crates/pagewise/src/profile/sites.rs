@@ -189,6 +189,15 @@ impl Sites {
         Some(unsafe { &*entries.add(site as usize) })
     }
 
+    /// The frames of `site` (innermost first) copied into `out`; how many
+    /// (0 for a site not in the table).
+    pub fn frames(&self, site: u32, out: &mut [usize; DEPTH]) -> usize {
+        let Some(e) = self.entry(site) else { return 0 };
+        let n = e.depth.min(DEPTH);
+        out[..n].copy_from_slice(&e.frames[..n]);
+        n
+    }
+
     /// Counts a sampled allocation at `site`, and copies the live figures
     /// to the peak ones when the process's committed bytes have grown by a
     /// sixteenth since they were last copied (so the peak profile is the

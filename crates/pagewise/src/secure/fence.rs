@@ -278,3 +278,22 @@ pub fn start_of(p: *const u8) -> Option<*mut u8> {
     let fenced = off == page || (off > page && off.is_power_of_two() && addr % off == 0);
     fenced.then_some(start as *mut u8)
 }
+
+/// Whether `p`, which [`start_of`] took for the start of a block its span
+/// at `span` holds at an alignment, lies instead inside a live block the
+/// span holds nearer its start (at an OS page, or at a smaller alignment):
+/// a pointer into the middle of a block, which the record of live blocks
+/// alone cannot tell from a block freed twice.
+pub fn inside_live_block(span: *const u8, p: *const u8) -> bool {
+    let (span, off) = (span as usize, (p as usize).wrapping_sub(span as usize));
+    // Where a block of the span may start: an OS page in, or a power of
+    // two past it (the span is aligned to it), below `p`.
+    let mut at = os_page();
+    while at < off {
+        if super::live::is_live(span + at) == Some(true) {
+            return true;
+        }
+        at *= 2;
+    }
+    false
+}

@@ -234,6 +234,9 @@ unsafe fn alloc_fenced(
         // SAFETY: our own heap; a kept span is a live guarded block's,
         // wiped, of `u >= outer` bytes.
         if let Some((b, u)) = unsafe { (*heap).kept.take(outer) } {
+            // A block the heap does not see handed out: what the profiler
+            // remembered of the span's last block is over.
+            crate::profile::recent::reused(b as usize, b as usize + u);
             // SAFETY: as above.
             unsafe {
                 let p = b.add(page);
@@ -254,6 +257,7 @@ unsafe fn alloc_fenced(
     unsafe {
         let p = b.add(off);
         let u = HeapCore::usable_size(b) - off - page;
+        crate::profile::recent::block_placed(b as usize, p as usize, p as usize + u);
         fence::arm(p, u);
         hand_out(p, size, u, false);
         p
@@ -437,6 +441,11 @@ unsafe fn check(p: *mut u8, freeing: bool) -> Checked {
         // A huge run freed (and cached) has no size; a block freed twice
         // is recorded so (one kept shut is not read).
         if u < TAIL || block_is_free(p, u, freeing) {
+            // A page of a block between guard pages taken for an aligned
+            // block's start is the middle of that block.
+            if below != p && fence::inside_live_block(below, p) {
+                misuse(Misuse::Misaligned, p as usize);
+            }
             misuse(Misuse::DoubleFree, p as usize);
         }
         Checked {
@@ -773,6 +782,11 @@ unsafe fn free_uncached(
         }
         wipe::wipe(p, c.size, c.u, Keys::of(p as usize));
         let page = crate::memory::layout::os_page();
+        if c.below != p {
+            // A block between guard pages, whose span the heap frees later
+            // (or keeps): if the profiler sampled it, its free is here.
+            crate::profile::recent::block_freed(p as usize, p as usize + c.u);
+        }
         if c.below == p.wrapping_sub(page) && !current.is_null() {
             // Our own heap (caller); the block is shut while its span is
             // kept, and the span pushed out goes back to the heap open.

@@ -60,6 +60,11 @@ impl Spans {
                 )
             }
         };
+        // What the profiler remembered of a sampled block in the run is
+        // over, wherever in it the new object starts.
+        // SAFETY: the header of a run we own, under the lock.
+        let run = unsafe { (*seg).nsegs } * SEGMENT;
+        crate::profile::recent::reused(seg as usize, seg as usize + run);
         // SAFETY: the huge state of a run we own, under the lock.
         let st = unsafe { &mut *(*seg).huge_state() };
         // Committed: whatever the object spans, beyond what may already be

@@ -374,7 +374,12 @@ impl Spans {
             && crate::memory::huge_pages::Policy::of(ctx.config.thp(), ctx.source).on();
         let (p, dirty) = self.take_free(ctx, n, align_slices, fullest)?;
         // SAFETY: a span just carved out of the pool, ours under the lock.
-        unsafe { (*p).set_kind(kind, self) };
+        let start = unsafe {
+            (*p).set_kind(kind, self);
+            (*p).start
+        };
+        // What the profiler remembered of a sampled block here is over.
+        crate::profile::recent::reused(start, start + n * SLICE);
         Some((p, dirty))
     }
 
@@ -697,6 +702,8 @@ impl Spans {
                 (*seg.page(idx + i)).slice_offset = i as u32;
             }
             (*p).slice_count = (n + extra) as u32;
+            let end = (*p).start + n * SLICE;
+            crate::profile::recent::reused(end, end + extra * SLICE);
         }
         true
     }
