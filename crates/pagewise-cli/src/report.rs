@@ -93,6 +93,12 @@ pub struct Os {
     pub other_anon_rss: u64,
     /// Resident file-backed bytes (smaps).
     pub file_rss: u64,
+    /// Page faults served without I/O (`ru_minflt`), the whole process.
+    #[serde(default)]
+    pub minor_faults: u64,
+    /// Page faults that read a file or swap (`ru_majflt`).
+    #[serde(default)]
+    pub major_faults: u64,
 }
 
 /// The JSON document libpagewise.so writes at exit (`PAGEWISE_STATS_FILE`).
@@ -620,6 +626,11 @@ fn render_process(s: &mut String, r: &RunReport, p: &ProcessReport) -> std::fmt:
         human(a.committed_bytes),
         human(a.peak_committed_bytes),
         human(a.purged_bytes)
+    )?;
+    writeln!(
+        s,
+        "  page faults     {:>11}   minor ({} major): first touches of memory, and of memory purged and used again",
+        a.os.minor_faults, a.os.major_faults
     )?;
     if a.hollow_bytes > 0 {
         writeln!(

@@ -136,6 +136,7 @@ fn run_reports_attributes_rss_and_keeps_the_exit_status() {
         "attributed total",
         "System calls",
         "Busiest size classes",
+        "page faults",
     ] {
         assert!(stderr.contains(part), "missing {part:?} in:\n{stderr}");
     }
@@ -158,6 +159,10 @@ fn run_reports_attributes_rss_and_keeps_the_exit_status() {
         + get(&["os", "other_anon_rss"])
         + get(&["os", "file_rss"]);
     let rss = get(&["os", "vm_rss"]);
+    // Each OS page the process touched first faulted once (python3's own
+    // code and data too): at least a fault per 2 MiB resident, whatever
+    // huge pages backed.
+    assert!(get(&["os", "minor_faults"]) >= rss >> 21, "{v}");
     let err = (attributed as f64 - rss as f64).abs() / rss as f64;
     assert!(err < 0.05, "attributed {attributed} vs RSS {rss}");
     let allocs: u64 = a["classes"]

@@ -42,6 +42,14 @@ pub struct OsMemory {
     pub other_anon_rss: u64,
     /// Resident file-backed bytes of other mappings (code, read-only data).
     pub file_rss: u64,
+    /// Page faults of the process so far that the kernel served without
+    /// reading a file or swap (`ru_minflt` of `getrusage`): every first
+    /// touch of an OS page (or of a huge page) pagewise committed counts
+    /// one, and so does a touch of memory it purged and reuses. All
+    /// threads, the program's own faults too.
+    pub minor_faults: u64,
+    /// Page faults that read a file or swap (`ru_majflt`).
+    pub major_faults: u64,
 }
 
 /// Reads a whole small file into `buf`, returning the length read.
@@ -176,6 +184,7 @@ fn os_memory() -> OsMemory {
     let mut m = Smaps::default();
     read_smaps(&mut m);
     let mut out = m.out;
+    (out.minor_faults, out.major_faults) = faults();
     let mut buf = [0u8; 8192];
     if let Some(n) = read_file(b"/proc/self/status\0", &mut buf) {
         for line in buf[..n].split(|&b| b == b'\n') {
@@ -193,6 +202,20 @@ fn os_memory() -> OsMemory {
         }
     }
     out
+}
+
+/// The process's minor and major page faults so far (zero if the kernel
+/// will not say).
+fn faults() -> (u64, u64) {
+    #[cfg(miri)]
+    return (0, 0);
+    // SAFETY: `rusage` is plain integers, all-zero valid.
+    let mut u: libc::rusage = unsafe { core::mem::zeroed() };
+    // SAFETY: `u` is ours to fill; RUSAGE_SELF needs no more.
+    if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut u) } != 0 {
+        return (0, 0);
+    }
+    (u.ru_minflt as u64, u.ru_majflt as u64)
 }
 
 fn read_smaps(m: &mut Smaps) {
@@ -374,5 +397,44 @@ Anonymous:             0 kB
         let name = comm(&mut buf);
         assert!(!name.is_empty() && name.len() <= 15, "{name:?}");
         assert!(!name.ends_with(b"\n"));
+    }
+
+    /// Every first touch of an OS page counts a minor fault, and the
+    /// process report carries the count.
+    #[test]
+    #[cfg(target_os = "linux")]
+    #[cfg_attr(miri, ignore = "getrusage and mmap")]
+    fn a_first_touch_of_each_page_is_a_minor_fault() {
+        // SAFETY: sysconf reads a constant.
+        let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as usize;
+        let pages = 1024;
+        let before = OsMemory::now().minor_faults;
+        // SAFETY: a fresh private anonymous mapping, ours alone; small
+        // pages asked for, so that each OS page faults by itself.
+        unsafe {
+            let p = libc::mmap(
+                core::ptr::null_mut(),
+                pages * page,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            );
+            assert_ne!(p, libc::MAP_FAILED);
+            libc::madvise(p, pages * page, libc::MADV_NOHUGEPAGE);
+            for i in 0..pages {
+                p.cast::<u8>().add(i * page).write_volatile(1);
+            }
+            libc::munmap(p, pages * page);
+        }
+        let after = OsMemory::now();
+        assert!(
+            after.minor_faults >= before + pages as u64,
+            "{before} then {}",
+            after.minor_faults
+        );
+        let mut json = String::new();
+        crate::report().write_json(&mut json).unwrap();
+        assert!(json.contains("\"minor_faults\":"), "{json}");
     }
 }

@@ -62,7 +62,7 @@ impl Report {
         let os = &self.os;
         write!(
             w,
-            ",\"os\":{{\"vm_rss\":{},\"vm_hwm\":{},\"rss_anon\":{},\"rss_file\":{},\"rss_shmem\":{},\"pagewise_rss\":{},\"other_anon_rss\":{},\"file_rss\":{}}}}}",
+            ",\"os\":{{\"vm_rss\":{},\"vm_hwm\":{},\"rss_anon\":{},\"rss_file\":{},\"rss_shmem\":{},\"pagewise_rss\":{},\"other_anon_rss\":{},\"file_rss\":{},\"minor_faults\":{},\"major_faults\":{}}}}}",
             os.vm_rss,
             os.vm_hwm,
             os.rss_anon,
@@ -70,7 +70,9 @@ impl Report {
             os.rss_shmem,
             os.pagewise_rss,
             os.other_anon_rss,
-            os.file_rss
+            os.file_rss,
+            os.minor_faults,
+            os.major_faults
         )
     }
 }

@@ -140,6 +140,11 @@ impl fmt::Display for Report {
             Bytes(os.other_anon_rss),
             Bytes(os.file_rss)
         )?;
+        writeln!(
+            w,
+            "  page faults: {} minor, {} major (the whole process)",
+            os.minor_faults, os.major_faults
+        )?;
         let s = &self.stats;
         if s.thp_bytes > 0 || os.pagewise_huge_pages > 0 || s.thp_splits > 0 {
             writeln!(
@@ -172,7 +177,12 @@ mod tests {
         s.committed_bytes = 4 << 20;
         s.free_slot_bytes = 1 << 20;
         s.metadata_bytes = 64 << 10;
-        let r = Report::of(s, OsMemory::default());
+        let os = OsMemory {
+            minor_faults: 1234,
+            major_faults: 5,
+            ..OsMemory::default()
+        };
+        let r = Report::of(s, os);
         let mut buf = vec![0u8; 4096];
         let mut w = SliceWriter::new(&mut buf);
         write!(w, "{r}").unwrap();
@@ -180,13 +190,17 @@ mod tests {
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(
             lines[3],
+            "  page faults: 1234 minor, 5 major (the whole process)"
+        );
+        assert_eq!(
+            lines[4],
             "  live 3.0 MiB in 0 allocations (2.5 MiB requested)"
         );
-        assert_eq!(lines[4], "  pagewise committed + metadata 4.1 MiB:");
-        assert_eq!(lines[5], "    live (requested)              2.5 MiB");
-        assert_eq!(lines[7], "    free slots in used pages      1.0 MiB");
-        assert_eq!(lines[9], "    metadata                     64.0 KiB");
-        assert_eq!(lines.len(), 12, "{text}");
+        assert_eq!(lines[5], "  pagewise committed + metadata 4.1 MiB:");
+        assert_eq!(lines[6], "    live (requested)              2.5 MiB");
+        assert_eq!(lines[8], "    free slots in used pages      1.0 MiB");
+        assert_eq!(lines[10], "    metadata                     64.0 KiB");
+        assert_eq!(lines.len(), 13, "{text}");
     }
 
     #[test]
