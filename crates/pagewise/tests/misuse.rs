@@ -41,6 +41,7 @@ fn sampled_make() -> *mut u8 {
 /// Frees another block here.
 #[inline(never)]
 fn other_drop(p: *mut u8, l: Layout) {
+    std::hint::black_box("other_drop");
     // SAFETY: `p` is a live block of `l`.
     unsafe { pagewise::Pagewise.dealloc(std::hint::black_box(p), l) }
 }
@@ -52,9 +53,12 @@ fn sampled_make_huge(l: Layout) -> *mut u8 {
     std::hint::black_box(unsafe { pagewise::Pagewise.alloc(l) })
 }
 
-/// Frees [`sampled_make`]'s block here.
+/// Frees [`sampled_make`]'s block here. (Its marker keeps an optimized
+/// build from merging it with [`other_drop`], whose machine code it would
+/// otherwise share: the free does not read the size.)
 #[inline(never)]
 fn sampled_drop(p: *mut u8) {
+    std::hint::black_box("sampled_drop");
     let big = Layout::from_size_align(1 << 20, 8).unwrap();
     // SAFETY: `p` is `sampled_make`'s live block.
     unsafe { pagewise::Pagewise.dealloc(std::hint::black_box(p), big) }
