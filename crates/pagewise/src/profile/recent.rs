@@ -31,8 +31,9 @@
 use super::unwind;
 use core::sync::atomic::{fence, AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering::*};
 
-/// Sampled blocks remembered: at one sample per 512 KiB allocated, the
-/// last 512 MiB or so of the program's allocations.
+/// Allocations and frees of sampled blocks remembered: at one sample per
+/// 512 KiB allocated, those of the last 256 to 512 MiB or so of the
+/// program's allocations.
 pub const RECENT: usize = 1024;
 
 /// One sampled block, allocated or freed.
@@ -80,7 +81,7 @@ pub struct Taken {
 /// What the ring knows of the sampled block at an address.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Known {
-    /// The block's first byte and the byte after it.
+    /// The block's first byte.
     pub start: usize,
     /// The byte after it.
     pub end: usize,
@@ -234,8 +235,8 @@ pub(crate) fn block_placed(span: usize, start: usize, end: usize) {
 
 /// The program's block `[start, end)` is freed by the calling code: if it
 /// is a sampled block's (its newest entry starts there), the free is
-/// written with the calling stack (the hardened build's block between guard pages, whose
-/// span the heap frees later, or keeps).
+/// written with the calling stack (the hardened build's block between
+/// guard pages, whose span the heap frees later, or keeps).
 #[cfg(feature = "secure")]
 pub(crate) fn block_freed(start: usize, end: usize) {
     if let Some(k) = newest_in(start, end).filter(|k| k.start == start) {
