@@ -397,14 +397,14 @@ fn child_entry() {
 /// Runs `scenario` in a child with meshing on; `background`: whether the
 /// purger runs (and meshes every 100 ms) beside the explicit passes.
 fn run(scenario: &str, background: bool) -> String {
-    let out = reexec::this_binary()
-        .args(["--exact", "child_entry", "--nocapture", "--test-threads=1"])
+    let mut cmd = reexec::this_binary();
+    cmd.args(["--exact", "child_entry", "--nocapture", "--test-threads=1"])
         .env(CHILD, scenario)
         .env("PAGEWISE_MESH", "1")
         .env("PAGEWISE_DECAY_MS", "100")
-        .env("PAGEWISE_BACKGROUND", if background { "1" } else { "0" })
-        .output()
-        .unwrap();
+        .env("PAGEWISE_BACKGROUND", if background { "1" } else { "0" });
+    // A few seconds natively, under a minute emulated on a loaded machine.
+    let out = reexec::output_within(cmd, std::time::Duration::from_secs(300));
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(

@@ -82,12 +82,11 @@ fn mesh_in_the_window() {
 
 #[test]
 fn a_double_free_racing_the_meshing_of_its_page_overwrites_nothing() {
-    let out = reexec::this_binary()
-        .args(["--exact", "child", "--nocapture", "--test-threads=1"])
+    let mut cmd = reexec::this_binary();
+    cmd.args(["--exact", "child", "--nocapture", "--test-threads=1"])
         .env(CHILD, "1")
-        .env("PAGEWISE_MESH", "1")
-        .output()
-        .unwrap();
+        .env("PAGEWISE_MESH", "1");
+    let out = reexec::output_within(cmd, std::time::Duration::from_secs(300));
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
