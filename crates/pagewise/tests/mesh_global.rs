@@ -374,6 +374,103 @@ fn child_churn() {
     println!("churn-report {bad} {ops} {joined} {}", s.mesh_waits);
 }
 
+/// Descriptors open in this process whose target names `what` (a link
+/// under `/proc/self/fd`).
+fn descriptors_of(what: &str) -> Vec<i32> {
+    std::fs::read_dir("/proc/self/fd")
+        .unwrap()
+        .flatten()
+        .filter(|e| std::fs::read_link(e.path()).is_ok_and(|t| t.to_string_lossy().contains(what)))
+        .filter_map(|e| e.file_name().to_str()?.parse().ok())
+        .collect()
+}
+
+/// A program that closes every descriptor it did not open (a daemon,
+/// `closefrom(3)`) once its heap has meshed, and opens files of its own,
+/// which take the heap's memory files' numbers. Meshing, freeing (groups
+/// shrink and end) and forking afterwards must leave those files as they
+/// were, and the heap's objects too, in the parent and in the child
+/// (whose copy of the group pages cannot come from the file now).
+fn child_closed() {
+    const VICTIM: usize = 8192;
+    let mut objects = survivors(((1 << 20) / os_page()).max(16));
+    for (i, o) in objects.iter_mut().enumerate() {
+        o.fill((i % 200 + 3) as u8);
+    }
+    let mut joined = pagewise::mesh();
+    assert!(joined > 0, "nothing meshed before the descriptors went");
+    let ours = descriptors_of("pagewise-mesh");
+    assert!(!ours.is_empty(), "no memory file: nothing to close");
+    // SAFETY: plain system call; this process opened nothing it still needs
+    // above stderr (the test harness writes to 1 and 2).
+    let closed = unsafe { libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, 0u32) };
+    assert_eq!(closed, 0, "close_range");
+    let dir = std::env::temp_dir().join(format!("pagewise-closed-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let highest = *ours.iter().max().unwrap();
+    let mut files = Vec::new();
+    use std::os::fd::AsRawFd;
+    while files
+        .last()
+        .is_none_or(|f: &std::fs::File| f.as_raw_fd() < highest)
+    {
+        let path = dir.join(format!("victim-{}", files.len()));
+        let f = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&path)
+            .unwrap();
+        std::io::Write::write_all(&mut &f, &[0x5a; VICTIM]).unwrap();
+        files.push(f);
+    }
+    joined += pagewise::mesh();
+    // Half of the objects go (their groups shrink or end), then more passes.
+    let mut kept = Vec::new();
+    for (i, o) in objects.into_iter().enumerate() {
+        if i % 2 == 0 {
+            kept.push(o);
+        }
+    }
+    joined += pagewise::mesh();
+    let intact = |v: &[Box<[u8]>]| {
+        v.iter()
+            .enumerate()
+            .all(|(i, o)| o.iter().all(|&b| b == ((2 * i) % 200 + 3) as u8))
+    };
+    // SAFETY: the child checks memory, allocates and exits.
+    let pid = unsafe { libc::fork() };
+    if pid == 0 {
+        let more: Vec<Box<[u8]>> = (0..1000)
+            .map(|_| vec![9u8; 48].into_boxed_slice())
+            .collect();
+        let ok = intact(&kept) && more.iter().all(|o| o.iter().all(|&b| b == 9));
+        // SAFETY: leaves the child at once.
+        unsafe { libc::_exit(if ok { 0 } else { 1 }) };
+    }
+    let mut status = 0;
+    // SAFETY: our child.
+    unsafe { libc::waitpid(pid, &mut status, 0) };
+    let child_ok = libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0;
+    let mut untouched = 0;
+    for f in &files {
+        let mut buf = Vec::new();
+        std::io::Seek::seek(&mut &*f, std::io::SeekFrom::Start(0)).unwrap();
+        std::io::Read::read_to_end(&mut &*f, &mut buf).unwrap();
+        untouched += usize::from(buf.len() == VICTIM && buf.iter().all(|&b| b == 0x5a));
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+    println!(
+        "closed-report {} {} {} {} {}",
+        files.len(),
+        untouched,
+        u8::from(intact(&kept)),
+        u8::from(child_ok),
+        joined
+    );
+}
+
 /// Runs in the child process only.
 #[test]
 fn child_entry() {
@@ -390,6 +487,7 @@ fn child_entry() {
         "values" => child_values(),
         "fork" => child_fork(),
         "churn" => child_churn(),
+        "closed" => child_closed(),
         other => panic!("unknown scenario {other}"),
     }
 }
@@ -479,6 +577,21 @@ fn objects_stay_intact_while_threads_churn_and_the_heap_meshes() {
     eprintln!("{ops} operations, {joined} OS pages joined, {waits} stores waited");
     assert_eq!(bad, 0, "objects whose bytes changed under them");
     assert!(joined > 0, "nothing meshed: the test proves nothing");
+}
+
+#[test]
+fn closing_the_heaps_descriptors_and_opening_files_in_their_place_harms_neither() {
+    let out = run("closed", false);
+    let line = out
+        .lines()
+        .find_map(|l| l.split_once("closed-report ").map(|(_, r)| r))
+        .unwrap_or_else(|| panic!("no report:\n{out}"));
+    let f: Vec<usize> = line.split(' ').map(|x| x.parse().unwrap()).collect();
+    let (files, untouched, intact, child_ok, joined) = (f[0], f[1], f[2], f[3], f[4]);
+    eprintln!("{files} files opened in the heap's descriptors' place; {joined} OS pages joined");
+    assert_eq!(untouched, files, "pagewise wrote into the program's files");
+    assert_eq!(intact, 1, "objects changed");
+    assert_eq!(child_ok, 1, "the forked child's heap");
 }
 
 #[test]

@@ -4,6 +4,8 @@
 #[cfg(target_os = "linux")]
 pub(crate) mod barrier;
 #[cfg(target_os = "linux")]
+pub(crate) mod descriptor;
+#[cfg(target_os = "linux")]
 pub(crate) mod guard_pages;
 #[cfg(target_os = "linux")]
 pub(crate) mod membarrier;

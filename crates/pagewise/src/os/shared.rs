@@ -71,6 +71,7 @@
 mod fork;
 
 use crate::os::barrier;
+use crate::os::descriptor::Kept;
 use crate::os::source::{
     next_hint, Leave, PageSource, Purge, SharePages, SyscallCounters, SyscallCounts,
 };
@@ -155,7 +156,12 @@ static SEAM_CAP: AtomicUsize = AtomicUsize::new(0);
 struct Mapping {
     base: usize,
     size: usize,
-    fd: i32,
+    /// Its memory file ([`Kept::NONE`]: none could be had, and the
+    /// mapping is private memory that never meshes). Checked before each
+    /// use: a program that closed the descriptor or put a file of its own
+    /// at its number takes meshing away from the mapping
+    /// (`os/descriptor.rs`), never a write into its file.
+    fd: Kept,
     /// The process that made it (or copied it at a fork): in another
     /// process it is not ours to change.
     pid: i32,
@@ -231,7 +237,7 @@ impl Mapping {
     const NONE: Mapping = Mapping {
         base: 0,
         size: 0,
-        fd: -1,
+        fd: Kept::NONE,
         pid: 0,
         group: null_mut(),
         members: null_mut(),
@@ -654,7 +660,10 @@ impl SharedPages {
                 // SAFETY: a zeroed stat is a valid out-parameter.
                 let mut st: libc::stat = unsafe { core::mem::zeroed() };
                 // SAFETY: our fd, our buffer.
-                if unsafe { libc::fstat(m.fd, &mut st) } == 0 {
+                if m.fd
+                    .get()
+                    .is_some_and(|fd| unsafe { libc::fstat(fd, &mut st) } == 0)
+                {
                     st.st_blocks as u64 * 512
                 } else {
                     0
@@ -671,7 +680,7 @@ impl SharedPages {
     /// not size it), the memory alone (fd -1), which never meshes and is
     /// inherited by a child as any private memory, saying so once. With
     /// whether it is registered with the userfaultfd ([`Mapping::uffd`]).
-    fn map_file(&self, size: usize, align: usize) -> Option<(usize, i32, bool)> {
+    fn map_file(&self, size: usize, align: usize) -> Option<(usize, Kept, bool)> {
         let file = if file_limit_allows(2 * size) {
             memfd()
         } else {
@@ -692,15 +701,15 @@ impl SharedPages {
         first_write(at);
         // Write-protectable through the userfaultfd, if the barrier has one.
         let registered = crate::os::uffd::register(at, size);
-        Some((at, fd, registered))
+        Some((at, Kept::keep(fd), registered))
     }
 
     /// Private anonymous memory in place of a file, as [`Self::map_file`]
-    /// returns it (fd -1), saying once that meshing stops.
-    fn map_private_instead(&self, size: usize, align: usize) -> Option<(usize, i32, bool)> {
+    /// returns it (no file), saying once that meshing stops.
+    fn map_private_instead(&self, size: usize, align: usize) -> Option<(usize, Kept, bool)> {
         private_memory_warning();
         self.map_private(size, align, false)
-            .map(|at| (at, -1, false))
+            .map(|at| (at, Kept::NONE, false))
     }
 
     /// Private anonymous memory, read-write, aligned to `align`, between
@@ -805,14 +814,14 @@ impl SharedPages {
     /// and never the group page shared with the parent. False, nothing
     /// changed, if the kernel refuses a step or the guard's place is not
     /// the source's now ([`Mapping::guard_lost`]).
-    fn alias(&self, m: &mut Mapping, addr: usize, offset: usize, advice: u8) -> bool {
+    fn alias(&self, m: &mut Mapping, fd: i32, addr: usize, offset: usize, advice: u8) -> bool {
         if !self.guard_in_place(m) {
             return false;
         }
         let slot = m.base + m.size;
         self.counters.mmap.fetch_add(1, Relaxed);
         // SAFETY: `slot` is the mapping's guard, ours, holding nothing.
-        let p = unsafe { map_shared(slot, page(), m.fd, offset) };
+        let p = unsafe { map_shared(slot, page(), fd, offset) };
         if p as usize != slot {
             self.guard_back(m, true);
             return false;
@@ -1115,6 +1124,7 @@ impl SharedPages {
     }
 
     /// Frees the file's pages at `offset..offset+len` (they read as zeros).
+    /// `fd`: a mapping's file, as [`Kept::get`] just gave it.
     fn punch(&self, fd: i32, offset: usize, len: usize) -> bool {
         self.counters.madvise.fetch_add(1, Relaxed);
         // SAFETY: plain system call on our own file.
@@ -1129,7 +1139,7 @@ impl SharedPages {
         rc == 0
     }
 
-    /// Copies `len` bytes at `from` to `offset` of `fd`.
+    /// Copies `len` bytes at `from` to `offset` of `fd` (as [`Self::punch`]).
     fn copy_in(&self, fd: i32, from: usize, len: usize, offset: usize) -> bool {
         if !self.limit_allows(offset + len) {
             // The limit was lowered since the file was made: a write past
@@ -1487,7 +1497,7 @@ unsafe impl PageSource for SharedPages {
                 SEAMS_NOW.fetch_sub(m.seams, Relaxed);
                 self.munmap(m.group as usize, m.table_bytes());
             }
-            close(m.fd);
+            m.fd.close();
             *m = Mapping::NONE;
         } else {
             // A part: its own private pages went with the `munmap`. No page
@@ -1517,7 +1527,7 @@ unsafe impl PageSource for SharedPages {
             // Private memory (own pages, or no file could be had): dropped
             // in place. A forked child without the heap (`ours` false) has
             // none of these pages to drop.
-            (m.fd < 0 || !shared && m.ours())
+            (!m.fd.is_some() || !shared && m.ours())
                 // SAFETY: pages of our mapping holding nothing live.
                 && unsafe {
                     libc::madvise(addr as *mut libc::c_void, size, libc::MADV_DONTNEED) == 0
@@ -1611,7 +1621,7 @@ unsafe impl SharePages for SharedPages {
             // takes the advice back first, as for a purge (the kernel
             // would split the huge page, and its collapse could fill the
             // region again once the page leaves).
-            if m.fd < 0
+            if !m.fd.is_some()
                 || !m.ours()
                 || !self.tables(m)
                 || m.group_of(i) != 0
@@ -1619,6 +1629,10 @@ unsafe impl SharePages for SharedPages {
             {
                 return false;
             }
+            // The file, once for the copy, the remap and a failure's punch.
+            let Some(fd) = m.fd.get() else {
+                return false;
+            };
             // SAFETY: `tables` mapped both arrays; `i` is a page of `m`.
             if unsafe { *m.members.add(i) } != 0 {
                 return false;
@@ -1631,8 +1645,8 @@ unsafe impl SharePages for SharedPages {
             let advice = m.advice_of(i);
             let guarded = hold_writers(founder);
             let ok = guarded
-                && self.copy_in(m.fd, founder, page(), spare)
-                && self.alias(m, founder, spare, advice);
+                && self.copy_in(fd, founder, page(), spare)
+                && self.alias(m, fd, founder, spare, advice);
             // The founder's bytes now live in the group page; its own
             // private page went with the remap.
             if !ok {
@@ -1640,7 +1654,7 @@ unsafe impl SharePages for SharedPages {
                 // bytes (a failed MAP_FIXED leaves the old mapping), and the
                 // group page is dropped.
                 let_writers_in(founder);
-                self.punch(m.fd, spare, page());
+                self.punch(fd, spare, page());
                 Self::take_seams(-change, true);
                 return false;
             }
@@ -1669,6 +1683,10 @@ unsafe impl SharePages for SharedPages {
             if unsafe { *m.members.add(g) } == 0 || m.group_of(i) != 0 || m.advice_of(i) == HUGE {
                 return false;
             }
+            // The file, once for the copies and the remap.
+            let Some(fd) = m.fd.get() else {
+                return false;
+            };
             let change = m.seam_change(i, m.pages() + g);
             if !Self::take_seams(change, false) {
                 return false;
@@ -1677,10 +1695,10 @@ unsafe impl SharePages for SharedPages {
             let copied = hold_writers(member)
                 && ranges
                     .iter()
-                    .all(|&(off, len)| self.copy_in(m.fd, member + off, len, spare + off));
+                    .all(|&(off, len)| self.copy_in(fd, member + off, len, spare + off));
             // A failed copy wrote only to offsets the group does not use.
             let advice = m.advice_of(i);
-            if !copied || !self.alias(m, member, spare, advice) {
+            if !copied || !self.alias(m, fd, member, spare, advice) {
                 let_writers_in(member);
                 Self::take_seams(-change, true);
                 return false;
@@ -1778,8 +1796,10 @@ unsafe impl SharePages for SharedPages {
             };
             if left == 0 {
                 m.groups -= 1;
-                if m.ours() {
-                    self.punch(m.fd, m.size + g * page(), page());
+                // A lost file keeps the page until the file goes (its last
+                // mapping unmapped): never a punch through another file.
+                if let Some(fd) = m.fd.get().filter(|_| m.ours()) {
+                    self.punch(fd, m.size + g * page(), page());
                 }
             }
             m.shared -= 1;
@@ -2355,7 +2375,7 @@ mod tests {
             REFUSE.with(|r| r.set(Refuse::Nothing));
             let p = got.expect("private memory instead of none").as_ptr() as usize;
             assert_eq!(p % SIZE, 0, "aligned as asked");
-            assert_eq!(pages.with_mapping(p, |m| m.fd), Some(-1), "no file");
+            assert_eq!(pages.with_mapping(p, |m| m.fd), Some(Kept::NONE), "no file");
             fill(p, 3);
             fill(p + page(), 4);
             assert_eq!((read(p), read(p + page())), (3, 4));
@@ -2406,7 +2426,7 @@ mod tests {
     /// Bytes of memory the mapping holds (what sharing saves): its group
     /// pages and its resident own pages.
     fn file_bytes(pages: &SharedPages, addr: usize) -> usize {
-        assert!(pages.with_mapping(addr, |m| m.fd >= 0).unwrap());
+        assert!(pages.with_mapping(addr, |m| m.fd.get().is_some()).unwrap());
         pages.held_bytes() as usize
     }
 
@@ -2591,7 +2611,8 @@ mod tests {
     #[test]
     fn unmapping_a_mapping_closes_its_file() {
         let (pages, p) = mapped();
-        let fd = pages.with_mapping(p, |m| m.fd).unwrap();
+        let kept = pages.with_mapping(p, |m| m.fd).unwrap();
+        let fd = kept.get().unwrap();
         // SAFETY: plain system call.
         assert!(unsafe { libc::fcntl(fd, libc::F_GETFD) } >= 0);
         assert_eq!(pages.syscalls().mapped_bytes as usize, SIZE);
@@ -2600,8 +2621,9 @@ mod tests {
         assert_eq!(pages.syscalls().mapped_bytes, 0);
         assert!(pages.with_mapping(p, |_| ()).is_none());
         // A new mapping may reuse the fd number; only check it is not ours.
-        let reused = pages.maps.lock().used().iter().any(|m| m.fd == fd);
+        let reused = pages.maps.lock().used().iter().any(|m| m.fd == kept);
         assert!(!reused);
+        assert_eq!(kept.get(), None, "closed");
     }
 
     /// Kernel mappings (lines of /proc/self/maps) inside `p..p+SIZE`.

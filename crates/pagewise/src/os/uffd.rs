@@ -16,12 +16,16 @@
 //! `userfaultfd` cannot be had, [`open`] says so and the barrier uses
 //! `mprotect` and its SIGSEGV handler (`os/barrier.rs`). Linux only.
 
+use super::descriptor::{Kept, KeptCell};
 use core::sync::atomic::{AtomicI32, Ordering::*};
 
-/// The process's userfaultfd (-1: none), and the process that opened it:
-/// a forked child inherits the descriptor, but it acts on the parent's
-/// memory, so the child must never use it.
-static FD: AtomicI32 = AtomicI32::new(-1);
+/// The process's userfaultfd (none yet: [`Kept::NONE`]), and the process
+/// that opened it: a forked child inherits the descriptor, but it acts on
+/// the parent's memory, so the child must never use it. Kept out of the
+/// program's way and checked at each [`fd`] (`os/descriptor.rs`): a
+/// program that closed it or put a file at its number must not have its
+/// bytes read as fault messages.
+static FD: KeptCell = KeptCell::new();
 static OWNER: AtomicI32 = AtomicI32::new(0);
 
 /// The userfaultfd, if this process opened it (-1: none): what the other
@@ -34,10 +38,10 @@ pub fn fd() -> i32 {
     if tests::HIDDEN.with(|h| h.get()) {
         return -1;
     }
-    let fd = FD.load(Acquire);
+    let kept = FD.get();
     // SAFETY: plain system call (async-signal-safe).
-    if fd >= 0 && OWNER.load(Relaxed) == unsafe { libc::getpid() } {
-        fd
+    if kept.is_some() && OWNER.load(Relaxed) == unsafe { libc::getpid() } {
+        kept.get().unwrap_or(-1)
     } else {
         -1
     }
@@ -99,7 +103,7 @@ fn ioctl<T>(fd: i32, request: u64, arg: &mut T) -> bool {
 /// for every fault, the kernel's included; false if the kernel or the
 /// process's privileges do not allow it.
 pub fn open() -> bool {
-    if FD.load(Acquire) >= 0 {
+    if FD.get().is_some() {
         return true;
     }
     // SAFETY: plain system call; no UFFD_USER_MODE_ONLY: the kernel's own
@@ -122,9 +126,10 @@ pub fn open() -> bool {
     }
     // SAFETY: plain system call (async-signal-safe).
     OWNER.store(unsafe { libc::getpid() }, Relaxed);
-    if FD.compare_exchange(-1, fd, AcqRel, Acquire).is_err() {
-        // SAFETY: our fd; another thread's is in use.
-        unsafe { libc::close(fd) };
+    let kept = Kept::keep(fd);
+    if !FD.set(kept) {
+        // Another thread's is in use (or ours could not be kept).
+        kept.close();
     }
     true
 }
@@ -219,11 +224,12 @@ pub fn wake(fd: i32, addr: usize, len: usize) {
 /// In a forked child: closes the parent's userfaultfd (it acts on the
 /// parent's memory); the child's barrier uses `mprotect`.
 pub fn forget_in_child() {
-    let fd = FD.swap(-1, AcqRel);
+    let kept = FD.take();
     // SAFETY: plain system call (async-signal-safe).
-    if fd >= 0 && OWNER.load(Relaxed) != unsafe { libc::getpid() } {
-        // SAFETY: the inherited descriptor, no longer used.
-        unsafe { libc::close(fd) };
+    if OWNER.load(Relaxed) != unsafe { libc::getpid() } {
+        // The inherited descriptor, no longer used (if the program put
+        // one of its own at the number, it is left to it).
+        kept.close();
     }
 }
 

@@ -29,6 +29,7 @@
 
 use super::{advice_call, close, getpid, memfd, page, Mapping, SharedPages};
 use crate::os::barrier;
+use crate::os::descriptor::Kept;
 use crate::sync::lock;
 use core::ptr::null_mut;
 use core::sync::atomic::{
@@ -131,14 +132,17 @@ impl SharedPages {
 fn prepare_copy(m: &mut Mapping) {
     m.child_fd = -1;
     m.copy_state = null_mut();
-    if m.fd < 0 {
+    if !m.fd.is_some() {
         // Private memory: the child inherits it as any private mapping.
         return;
     }
     if !super::file_limit_allows(2 * m.size) {
         return;
     }
-    let Some(fd) = memfd() else { return };
+    // Out of the program's way, as the mapping's own (`os/descriptor.rs`).
+    let Some(fd) = memfd().and_then(|fd| Kept::keep(fd).get()) else {
+        return;
+    };
     let states = crate::os::source::map_table(state_bytes(m));
     // SAFETY: our new file.
     if states.is_none() || unsafe { libc::ftruncate(fd, (2 * m.size) as libc::off_t) } != 0 {
@@ -225,10 +229,79 @@ impl Mapping {
         )
     }
 
-    /// Copies file pages `first..end` to the child's file.
+    /// Copies file pages `first..end` to the child's file: from the
+    /// mapping's file, or if the program took its descriptor away
+    /// ([`Kept::get`]), from the pages that show them.
     fn copy_pages(&self, first: usize, end: usize) -> bool {
+        let Some(fd) = self.fd.get() else {
+            return (first..end).all(|f| self.copy_page_from_memory(f));
+        };
         let len = ((end - first) * page()) as libc::off_t;
-        copy_range(self.fd, self.child_fd, (first * page()) as libc::off_t, len)
+        copy_range(fd, self.child_fd, (first * page()) as libc::off_t, len)
+    }
+
+    /// Copies file page `f` to the child's file from an OS page of the
+    /// mapping that shows it (a group page: `f` in the second half), if
+    /// one does; the first half is never written.
+    fn copy_page_from_memory(&self, f: usize) -> bool {
+        let Some(g) = f.checked_sub(self.pages()) else {
+            return true;
+        };
+        if self.group.is_null() {
+            return true;
+        }
+        // The founder first: it shows its group page while it is a member.
+        let shows = |i: usize| self.group_of(i) as usize == g + 1;
+        let Some(i) = core::iter::once(g)
+            .chain(0..self.pages())
+            .find(|&i| shows(i))
+        else {
+            return true; // no member: the group page holds nothing
+        };
+        let at = self.base + i * page();
+        // SAFETY: an OS page of our mapping showing the group page (read,
+        // not written: it may be write-protected for the copy).
+        let n = unsafe {
+            libc::pwrite(
+                self.child_fd,
+                at as *const libc::c_void,
+                page(),
+                (f * page()) as libc::off_t,
+            )
+        };
+        n == page() as isize
+    }
+
+    /// The first page of `at..to` (file pages of the second half) that may
+    /// hold data (`to` if none): from the file, or with the file lost, the
+    /// first group page with a member.
+    fn data_from(&self, at: usize, to: usize) -> usize {
+        match self.fd.get() {
+            Some(fd) => seek(fd, at, libc::SEEK_DATA).map_or(to, |d| (d / page()).clamp(at, to)),
+            None => (at..to).find(|&f| self.member_count(f) != 0).unwrap_or(to),
+        }
+    }
+
+    /// The first page after `data` (which holds data) that holds none,
+    /// as [`Mapping::data_from`] (`to` if none).
+    fn hole_from(&self, data: usize, to: usize) -> usize {
+        match self.fd.get() {
+            Some(fd) => seek(fd, data, libc::SEEK_HOLE)
+                .map_or(to, |h| h.div_ceil(page()).clamp(data + 1, to)),
+            None => (data + 1..to)
+                .find(|&f| self.member_count(f) == 0)
+                .unwrap_or(to),
+        }
+    }
+
+    /// Members of the group whose page is file page `f` (0 in the first
+    /// half, or with no tables).
+    fn member_count(&self, f: usize) -> u32 {
+        match f.checked_sub(self.pages()) {
+            // SAFETY: the tables hold a count per OS page of the mapping.
+            Some(g) if !self.members.is_null() => unsafe { *self.members.add(g) },
+            _ => 0,
+        }
     }
 
     /// Makes sure the chunk holding file page `f` is in the child's file:
@@ -241,7 +314,7 @@ impl Mapping {
             return;
         }
         let (a, b) = self.chunk(c);
-        if seek(self.fd, a, libc::SEEK_DATA).is_some_and(|d| d < b * page()) {
+        if self.data_from(a, b) < b {
             let _ = self.copy_pages(a, b);
         }
         self.copied(c);
@@ -305,12 +378,8 @@ fn copy_chunks(m: &Mapping, from: usize, to: usize, writable: bool) -> bool {
     // The current run of data, [data, hole): the first whose end is past
     // the chunk looked at.
     let next_run = |at: usize| {
-        let data = seek(m.fd, at, libc::SEEK_DATA).map_or(to, |d| (d / page()).clamp(at, to));
-        let hole = if data < to {
-            seek(m.fd, data, libc::SEEK_HOLE).map_or(to, |h| h.div_ceil(page()).clamp(data + 1, to))
-        } else {
-            to
-        };
+        let data = m.data_from(at, to);
+        let hole = if data < to { m.hole_from(data, to) } else { to };
         (data, hole)
     };
     let (mut data, mut hole) = next_run(from);
@@ -410,7 +479,11 @@ pub(crate) fn map_in_child() -> bool {
     // SAFETY: see above.
     let maps = unsafe { &mut *(*source).maps.held_data() };
     let mut missing = false;
-    for m in maps.used().iter_mut().filter(|m| m.size != 0 && m.fd >= 0) {
+    for m in maps
+        .used()
+        .iter_mut()
+        .filter(|m| m.size != 0 && m.fd.is_some())
+    {
         missing |= !map_copy(m);
     }
     if missing {
@@ -466,8 +539,10 @@ fn map_copy(m: &mut Mapping) -> bool {
     // The child's own children inherit none of it either.
     // SAFETY: our mapping; only whether a child inherits it changes.
     unsafe { libc::madvise(m.base as *mut libc::c_void, m.size, libc::MADV_DONTFORK) };
-    close(m.fd);
-    m.fd = fd;
+    // The parent's file, unless the program put one of its own at the
+    // number (then it is the program's to close).
+    m.fd.close();
+    m.fd = Kept::keep(fd);
     m.pid = getpid();
     true
 }
