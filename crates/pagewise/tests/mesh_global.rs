@@ -386,19 +386,24 @@ fn descriptors_of(what: &str) -> Vec<i32> {
 }
 
 /// A program that closes every descriptor it did not open (a daemon,
-/// `closefrom(3)`) once its heap has meshed, and opens files of its own,
-/// which take the heap's memory files' numbers. Meshing, freeing (groups
-/// shrink and end) and forking afterwards must leave those files as they
-/// were, and the heap's objects too, in the parent and in the child
-/// (whose copy of the group pages cannot come from the file now).
-fn child_closed() {
+/// `closefrom(3)`) and opens files of its own, which take the heap's
+/// memory files' numbers: once its heap has meshed (`meshed_first`), then
+/// meshing, freeing (groups shrink and end) and forking; or before any
+/// pass looked at the heap, then freeing and forking. Its files must stay
+/// as they were, and the heap's objects too, in the parent and in the
+/// child (whose copy of the group pages cannot come from the file now).
+fn child_closed(meshed_first: bool) {
     const VICTIM: usize = 8192;
     let mut objects = survivors(((1 << 20) / os_page()).max(16));
     for (i, o) in objects.iter_mut().enumerate() {
         o.fill((i % 200 + 3) as u8);
     }
-    let mut joined = pagewise::mesh();
-    assert!(joined > 0, "nothing meshed before the descriptors went");
+    let big = vec![0x77u8; 48 << 20];
+    let mut joined = 0;
+    if meshed_first {
+        joined = pagewise::mesh();
+        assert!(joined > 0, "nothing meshed before the descriptors went");
+    }
     let ours = descriptors_of("pagewise-mesh");
     assert!(!ours.is_empty(), "no memory file: nothing to close");
     // SAFETY: plain system call; this process opened nothing it still needs
@@ -425,7 +430,9 @@ fn child_closed() {
         std::io::Write::write_all(&mut &f, &[0x5a; VICTIM]).unwrap();
         files.push(f);
     }
-    joined += pagewise::mesh();
+    if meshed_first {
+        joined += pagewise::mesh();
+    }
     // Half of the objects go (their groups shrink or end), then more passes.
     let mut kept = Vec::new();
     for (i, o) in objects.into_iter().enumerate() {
@@ -433,7 +440,9 @@ fn child_closed() {
             kept.push(o);
         }
     }
-    joined += pagewise::mesh();
+    if meshed_first {
+        joined += pagewise::mesh();
+    }
     let intact = |v: &[Box<[u8]>]| {
         v.iter()
             .enumerate()
@@ -445,7 +454,9 @@ fn child_closed() {
         let more: Vec<Box<[u8]>> = (0..1000)
             .map(|_| vec![9u8; 48].into_boxed_slice())
             .collect();
-        let ok = intact(&kept) && more.iter().all(|o| o.iter().all(|&b| b == 9));
+        let ok = intact(&kept)
+            && more.iter().all(|o| o.iter().all(|&b| b == 9))
+            && big.iter().all(|&b| b == 0x77);
         // SAFETY: leaves the child at once.
         unsafe { libc::_exit(if ok { 0 } else { 1 }) };
     }
@@ -487,7 +498,8 @@ fn child_entry() {
         "values" => child_values(),
         "fork" => child_fork(),
         "churn" => child_churn(),
-        "closed" => child_closed(),
+        "closed" => child_closed(true),
+        "closed-early" => child_closed(false),
         other => panic!("unknown scenario {other}"),
     }
 }
@@ -581,14 +593,22 @@ fn objects_stay_intact_while_threads_churn_and_the_heap_meshes() {
 
 #[test]
 fn closing_the_heaps_descriptors_and_opening_files_in_their_place_harms_neither() {
-    let out = run("closed", false);
+    for scenario in ["closed", "closed-early"] {
+        closed(scenario);
+    }
+}
+
+fn closed(scenario: &str) {
+    let out = run(scenario, false);
     let line = out
         .lines()
         .find_map(|l| l.split_once("closed-report ").map(|(_, r)| r))
         .unwrap_or_else(|| panic!("no report:\n{out}"));
     let f: Vec<usize> = line.split(' ').map(|x| x.parse().unwrap()).collect();
     let (files, untouched, intact, child_ok, joined) = (f[0], f[1], f[2], f[3], f[4]);
-    eprintln!("{files} files opened in the heap's descriptors' place; {joined} OS pages joined");
+    eprintln!(
+        "{scenario}: {files} files opened in the heap's descriptors' place; {joined} OS pages joined"
+    );
     assert_eq!(untouched, files, "pagewise wrote into the program's files");
     assert_eq!(intact, 1, "objects changed");
     assert_eq!(child_ok, 1, "the forked child's heap");

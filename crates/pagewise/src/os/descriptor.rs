@@ -54,9 +54,7 @@ impl Kept {
     /// number at or above [`FLOOR`] where it can (closing the first) and
     /// notes what it names. [`Kept::NONE`] if the kernel cannot say.
     pub fn keep(fd: i32) -> Kept {
-        if fd < 0 {
-            return Kept::NONE;
-        }
+        // A negative `fd` is neither raised nor known to the kernel.
         let fd = raise(fd);
         match identity(fd) {
             Some((dev, ino, flags)) => Kept {
@@ -66,8 +64,10 @@ impl Kept {
                 flags,
             },
             None => {
-                // SAFETY: the descriptor was just opened by pagewise.
-                unsafe { libc::close(fd) };
+                if fd >= 0 {
+                    // SAFETY: the descriptor was just opened by pagewise.
+                    unsafe { libc::close(fd) };
+                }
                 Kept::NONE
             }
         }
@@ -187,6 +187,8 @@ fn identity(fd: i32) -> Option<(u64, u64, i32)> {
 }
 
 fn lost() {
+    #[cfg(test)]
+    tests::LOST.with(|n| n.set(n.get() + 1));
     if !REPORTED.swap(true, Relaxed) {
         crate::fault::write_stderr(&[
             b"pagewise: the program closed or replaced a file descriptor pagewise keeps for \
@@ -196,8 +198,17 @@ meshing; the memory it served goes on without it and meshes no more\n",
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
+
+    std::thread_local! {
+        /// This thread's descriptors found lost.
+        pub(crate) static LOST: core::cell::Cell<u32> = const { core::cell::Cell::new(0) };
+    }
+
+    fn lost_here() -> u32 {
+        LOST.with(|n| n.get())
+    }
 
     fn memfd() -> i32 {
         // SAFETY: a C string literal; plain system call.
@@ -228,7 +239,9 @@ mod tests {
         let other = memfd();
         // SAFETY: the program's own moves: `dup2` over the number.
         unsafe { libc::dup2(other, fd) };
+        let before = lost_here();
         assert_eq!(k.get(), None, "another file at the number");
+        assert_eq!(lost_here(), before + 1, "said to be lost");
         k.close();
         // SAFETY: querying a number.
         assert!(
@@ -244,9 +257,61 @@ mod tests {
     }
 
     #[test]
+    fn below_a_low_limit_on_open_files_a_descriptor_stays_where_it_is() {
+        // In a child: the limit is the process's. The child makes system
+        // calls only, and says how it went by its exit status.
+        // SAFETY: see above.
+        let pid = unsafe { libc::fork() };
+        if pid == 0 {
+            let low = libc::rlimit {
+                rlim_cur: 256,
+                rlim_max: 256,
+            };
+            // SAFETY: plain system calls in the child.
+            unsafe {
+                let code = if libc::setrlimit(libc::RLIMIT_NOFILE, &low) != 0 {
+                    2
+                } else {
+                    let fd = memfd();
+                    let k = Kept::keep(fd);
+                    i32::from(k.get() != Some(fd))
+                };
+                libc::_exit(code);
+            }
+        }
+        let mut status = 0;
+        // SAFETY: our child.
+        unsafe { libc::waitpid(pid, &mut status, 0) };
+        assert!(libc::WIFEXITED(status), "{status:#x}");
+        assert_eq!(libc::WEXITSTATUS(status), 0, "kept where it was opened");
+    }
+
+    #[test]
     fn none_is_never_a_descriptor() {
+        let before = lost_here();
         assert_eq!(Kept::keep(-1), Kept::NONE);
         assert_eq!(Kept::NONE.get(), None);
         assert!(!Kept::NONE.is_some());
+        assert_eq!(lost_here(), before, "no descriptor is none lost");
+    }
+
+    #[test]
+    fn a_cell_holds_the_first_descriptor_put_in_until_taken() {
+        let cell = KeptCell::new();
+        assert_eq!(cell.get(), Kept::NONE);
+        assert!(!cell.set(Kept::NONE), "none is not put in");
+        assert_eq!(cell.get(), Kept::NONE);
+        let (a, b) = (Kept::keep(memfd()), Kept::keep(memfd()));
+        assert!(cell.set(a));
+        assert!(!cell.set(b), "the first stays");
+        assert_eq!(cell.get(), a);
+        assert_eq!(cell.get().get(), a.get());
+        assert_eq!(cell.take(), a);
+        assert!(!cell.get().is_some(), "taken");
+        assert!(!cell.take().is_some(), "nothing left to take");
+        assert!(cell.set(b), "empty again");
+        assert_eq!(cell.get(), b);
+        a.close();
+        b.close();
     }
 }
