@@ -1,14 +1,14 @@
-//! A file descriptor pagewise keeps open for the life of some memory (a
-//! meshing mapping's memory file, the process's userfaultfd), kept out of
-//! the program's way and checked to be still pagewise's before each use.
+//! A file descriptor pagewise keeps open (a meshing mapping's memory file,
+//! the process's userfaultfd, `PAGEWISE_SAMPLE_FILE`), kept out of the
+//! program's way and checked to be still pagewise's before each use.
 //!
 //! The numbers are the program's to manage: a daemon closes every
 //! descriptor it did not open (`closefrom(3)`, `close_range`), a shell
 //! `dup2`s its own over a number, and the next `open` takes the lowest
 //! free one. A number pagewise opened may so come to name a file of the
 //! program's, and a `pwrite`, `fallocate` or shared `mmap` of a meshing
-//! pass through it would write into that file, or a read of the
-//! userfaultfd's messages take bytes from it. So:
+//! pass through it would write into that file, a sample line be appended
+//! to it, or a read of the userfaultfd's messages take bytes from it. So:
 //!
 //! - a kept descriptor is moved to a number at or above [`FLOOR`] (where
 //!   the soft limit on open files allows), which an `open` does not take
@@ -16,9 +16,9 @@
 //! - every use first asks the kernel whether the number still names the
 //!   same open file (`fstat`: its device and inode, and `fcntl`: its
 //!   status flags). If not, the descriptor is *lost*: it is never used
-//!   nor closed again, and its memory goes on without it (a mapping stops
-//!   meshing, the write barrier falls back to `mprotect`), with one line
-//!   on stderr.
+//!   nor closed again, and what it served goes on without it (a mapping
+//!   stops meshing, the write barrier falls back to `mprotect`, the
+//!   sampler stops), with one line on stderr.
 //!
 //! A program that closes and reopens numbers while another of its threads
 //! is in a meshing pass can still race the check; one that closes every
@@ -191,8 +191,9 @@ fn lost() {
     tests::LOST.with(|n| n.set(n.get() + 1));
     if !REPORTED.swap(true, Relaxed) {
         crate::fault::write_stderr(&[
-            b"pagewise: the program closed or replaced a file descriptor pagewise keeps for \
-meshing; the memory it served goes on without it and meshes no more\n",
+            b"pagewise: the program closed or replaced a file descriptor pagewise keeps open (a \
+meshing memory file, the userfaultfd or the sample file); pagewise no longer uses it, and what it \
+served goes on without it\n",
         ]);
     }
 }

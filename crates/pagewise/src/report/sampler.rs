@@ -16,10 +16,14 @@
 
 use super::{expand_path, now_ms, FdWriter};
 use crate::config::Variable;
+use crate::os::descriptor::{Kept, KeptCell};
 use core::fmt::Write;
-use core::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering::*};
+use core::sync::atomic::{AtomicBool, AtomicU64, Ordering::*};
 
-static FD: AtomicI32 = AtomicI32::new(-1);
+/// The sample file, kept out of the program's way and checked before each
+/// line (`os/descriptor.rs`): a program that closes every descriptor it
+/// did not open and opens its own files must not get samples in them.
+static FD: KeptCell = KeptCell::new();
 static INTERVAL_MS: AtomicU64 = AtomicU64::new(50);
 static STOPPED: AtomicBool = AtomicBool::new(false);
 
@@ -52,7 +56,11 @@ pub(crate) fn start_from_env() {
         crate::fault::write_stderr(&[b"pagewise: cannot write PAGEWISE_SAMPLE_FILE=", path, b"\n"]);
         return;
     }
-    FD.store(fd, Release);
+    let kept = Kept::keep(fd);
+    if !FD.set(kept) {
+        kept.close();
+        return;
+    }
     sample();
     // SAFETY: plain pthread calls with valid out-pointers; `run` has the
     // required signature and takes no argument.
@@ -87,10 +95,12 @@ extern "C" fn run(_: *mut libc::c_void) -> *mut libc::c_void {
 
 /// Appends one sample line (a single `write`, so lines never interleave).
 fn sample() {
-    let fd = FD.load(Acquire);
-    if fd < 0 {
+    let kept = FD.get();
+    let Some(fd) = kept.get() else {
+        // Lost (said once): no more samples.
+        FD.take();
         return;
-    }
+    };
     let s = crate::stats();
     let (rss, file) = crate::os::proc::statm();
     let t = now_ms();
@@ -109,7 +119,7 @@ fn sample() {
 
 /// Stops the sampler after a last sample (at exit).
 pub(crate) fn stop() {
-    if FD.load(Acquire) < 0 {
+    if !FD.get().is_some() {
         return;
     }
     STOPPED.store(true, Release);
@@ -119,9 +129,7 @@ pub(crate) fn stop() {
 /// In a forked child the sampler thread does not exist; the child does not
 /// sample (a child that execs starts its own sampler at load).
 pub(crate) fn after_fork_child() {
-    let fd = FD.swap(-1, AcqRel);
-    if fd >= 0 {
-        // SAFETY: our descriptor; the parent keeps its own copy.
-        unsafe { libc::close(fd) };
-    }
+    // Ours (the parent keeps its own copy), unless the program put a file
+    // of its own at the number.
+    FD.take().close();
 }
