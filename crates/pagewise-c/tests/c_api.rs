@@ -652,6 +652,51 @@ print("xml ok")
 /// `PAGEWISE_STATS_SIGNAL` arrives, and the JSON file rewritten every
 /// `PAGEWISE_STATS_INTERVAL_MS`, both left behind by a process that is then
 /// killed with SIGKILL (no exit report).
+/// pagewise's threads started at load (the sampler of `pagewise run`, the
+/// live reporter) never take a signal the program blocks on its own
+/// threads to wait for it (`sigwait`, `signalfd`); the report signal,
+/// pagewise's own, still reaches the reporter when the program blocks it.
+#[test]
+fn a_signal_the_program_waits_for_never_lands_on_pagewises_threads() {
+    let Some(edge) = edge() else { return };
+    let dir = scratch("sigwait");
+    let settings: [(&str, String); 3] = [
+        (
+            "PAGEWISE_SAMPLE_FILE",
+            dir.join("samples").display().to_string(),
+        ),
+        ("PAGEWISE_STATS_INTERVAL_MS", "20".into()),
+        ("PAGEWISE_STATS_SIGNAL", "SIGUSR2".into()),
+    ];
+    for (k, v) in &settings {
+        let o = preloaded({
+            let mut c = command(edge);
+            c.arg("sigwait").env(k, v);
+            c
+        });
+        let stdout = String::from_utf8_lossy(&o.stdout);
+        assert!(
+            o.status.success() && stdout.contains(&format!("edge: sigwait {}", libc::SIGTERM)),
+            "{k}: {:?}\n{stdout}{}",
+            o.status,
+            String::from_utf8_lossy(&o.stderr)
+        );
+    }
+    let o = preloaded({
+        let mut c = command(edge);
+        c.args(["sigwait", &libc::SIGUSR2.to_string()])
+            .env("PAGEWISE_STATS_SIGNAL", "SIGUSR2");
+        c
+    });
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{:?}: {stderr}", o.status);
+    assert_eq!(
+        stderr.matches("pagewise report (pid").count(),
+        1,
+        "the report signal, blocked by the program, reached the reporter: {stderr}"
+    );
+}
+
 #[test]
 fn reports_while_running_survive_a_kill() {
     let Some(edge) = edge() else { return };

@@ -827,11 +827,38 @@ static int report_then_killed(int signal_it) {
     return 1;
 }
 
+/* A program that takes its signals with sigwait: it blocks them on its
+ * thread (and so on every thread it starts) and waits. A thread the
+ * allocator started before main with the signal open would take it instead
+ * (its default action, or a handler's, on the wrong thread). `sig` 0:
+ * SIGTERM, waited for; else that signal (pagewise's report signal), only
+ * sent. */
+static int sigwait_mode(int sig) {
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, sig ? sig : SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &set, NULL);
+    char *keep = malloc(8 << 20);
+    memset(keep, 1, 8 << 20);
+    usleep(100 * 1000); /* pagewise's threads have run by now */
+    kill(getpid(), sig ? sig : SIGTERM);
+    if (sig) {
+        usleep(400 * 1000);
+        printf("edge: sent %d %p\n", sig, (void *)keep);
+        return 0;
+    }
+    struct timespec wait = {2, 0};
+    int got = sigtimedwait(&set, NULL, &wait);
+    printf("edge: sigwait %d %p\n", got, (void *)keep);
+    return got == SIGTERM ? 0 : 1;
+}
+
 int main(int argc, char **argv) {
     const char *mode = argc > 1 ? argv[1] : "pagewise";
     if (!strcmp(mode, "limit")) return limit();
     if (!strcmp(mode, "report-on-signal")) return report_then_killed(1);
     if (!strcmp(mode, "report-periodic")) return report_then_killed(0);
+    if (!strcmp(mode, "sigwait")) return sigwait_mode(argc > 2 ? atoi(argv[2]) : 0);
     if (!strcmp(mode, "idle") && argc > 2) return idle(argv[2]);
     if (!strcmp(mode, "double-free")) {
         char *p = malloc(32);

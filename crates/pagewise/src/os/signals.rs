@@ -1,4 +1,12 @@
-//! The program's signals on threads that copy the heap.
+//! The program's signals on pagewise's threads.
+//!
+//! A thread pagewise starts (the purger, the sampler, the live reporter)
+//! starts with every signal a program may send blocked, and so never
+//! takes one of the program's: a program that blocks a signal on its own
+//! threads to wait for it (`sigwait`, `signalfd`) would otherwise lose it
+//! to a thread of pagewise's that the kernel found open (its default
+//! action, or the program's handler, on the wrong thread). The live
+//! reporter leaves open the report signal, whose handler is pagewise's.
 //!
 //! A thread that copies pages for meshing or a fork raises the write
 //! barrier: a store to a page it is copying waits until it lowers it. If a
@@ -16,6 +24,12 @@ pub(crate) struct Mask(libc::sigset_t);
 /// Blocks every signal but the faults on the calling thread; returns the
 /// mask to put back.
 pub(crate) fn block_async() -> Mask {
+    block_async_but(0)
+}
+
+/// [`block_async`], but leaving `open` (0: none) as it was: a signal
+/// whose handler is pagewise's own, which its thread may take.
+pub(crate) fn block_async_but(open: libc::c_int) -> Mask {
     // SAFETY: zeroed sets are valid out-parameters; plain system calls.
     unsafe {
         let mut all: libc::sigset_t = core::mem::zeroed();
@@ -30,6 +44,9 @@ pub(crate) fn block_async() -> Mask {
             libc::SIGSYS,
         ] {
             libc::sigdelset(&mut all, fault);
+        }
+        if open > 0 {
+            libc::sigdelset(&mut all, open);
         }
         libc::pthread_sigmask(libc::SIG_BLOCK, &all, &mut old);
         Mask(old)

@@ -47,7 +47,14 @@ pub(crate) fn start_from_env() {
         wanted = true;
     }
     if wanted {
+        // The program's signals blocked on the reporter but the report's,
+        // whose handler is ours: it takes that one when the program blocks
+        // it on its own threads, and never one the program waits for
+        // (`os/signals.rs`).
+        let open = Variable::StatsSignal.number().map_or(0, |s| s as c_int);
+        let mask = crate::os::signals::block_async_but(open);
         spawn();
+        crate::os::signals::restore(mask);
     }
 }
 
@@ -78,8 +85,6 @@ fn spawn() {
 }
 
 extern "C" fn run(_: *mut libc::c_void) -> *mut libc::c_void {
-    // This thread does not need the program's signals (the one asked for
-    // stays deliverable to the program's threads, whose handler is ours).
     let interval = INTERVAL_MS.load(Relaxed);
     let mut next = super::now_ms().saturating_add(interval);
     let ts = libc::timespec {

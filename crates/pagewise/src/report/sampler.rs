@@ -62,6 +62,10 @@ pub(crate) fn start_from_env() {
         return;
     }
     sample();
+    // It starts with the program's signals blocked (a thread inherits its
+    // creator's mask), so it never takes one the program waits for
+    // (`os/signals.rs`).
+    let mask = crate::os::signals::block_async();
     // SAFETY: plain pthread calls with valid out-pointers; `run` has the
     // required signature and takes no argument.
     unsafe {
@@ -73,6 +77,7 @@ pub(crate) fn start_from_env() {
         libc::pthread_create(&mut tid, &attr, run, core::ptr::null_mut());
         libc::pthread_attr_destroy(&mut attr);
     }
+    crate::os::signals::restore(mask);
 }
 
 extern "C" fn run(_: *mut libc::c_void) -> *mut libc::c_void {
